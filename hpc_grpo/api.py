@@ -1,0 +1,244 @@
+"""The library behind the CLI: resolve inputs, plan, render, submit, and report.
+
+The CLI is a thin layer over these functions; tests and notebooks call them directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpc_grpo import inputs, runs, slurm
+from hpc_grpo.config.site import SiteProfile, load_site, site_dirs
+from hpc_grpo.config.spec import JobSpec, build_spec, parse_set
+from hpc_grpo.config.strict import read_yaml
+from hpc_grpo.errors import UserError
+from hpc_grpo.plan import JobPlan, build_plan
+from hpc_grpo.render import render_script, submitit_folder, summary_text
+
+
+def user_site_dirs() -> list[Path]:
+    env = os.environ.get("HPC_GRPO_SITES")
+    dirs = [Path(p).expanduser() for p in env.split(os.pathsep)] if env else []
+    return dirs + [Path("~/.config/hpc-grpo/sites").expanduser()]
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user asked for on the command line."""
+
+    site: str = "local"
+    recipe: str | None = None
+    sets: tuple[str, ...] = ()
+    flags: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    run_id: str | None = None
+    output_root: str | None = None
+    python: str | None = None  # the interpreter the nodes run; default: the site's, else ours
+
+
+@dataclass(frozen=True)
+class Prepared:
+    plan: JobPlan
+    run_id: str
+    run_dir: Path
+    python: str
+    script: str
+    summary: str
+
+    @property
+    def root(self) -> Path:
+        return self.run_dir.parent
+
+
+def load_spec(request: Request) -> tuple[SiteProfile, JobSpec]:
+    site = load_site(request.site, site_dirs(user_site_dirs()))
+    recipe = read_yaml(Path(request.recipe), "recipe") if request.recipe else {}
+    return site, build_spec(recipe, parse_set(request.sets), request.flags)
+
+
+def prepare(request: Request) -> Prepared:
+    """Everything short of submitting: validated inputs, plan and the exact script."""
+    site, spec = load_spec(request)
+    model = inputs.resolve_model(spec.model, runs.home_dir())
+    dataset = inputs.check_dataset(spec.dataset, spec.prompt_column)
+    for reward in spec.reward_funcs:
+        inputs.check_reward(reward)
+    spec = dataclasses.replace(spec, dataset=dataset)
+    plan = build_plan(site, spec, model)
+    root = Path(os.path.expandvars(request.output_root or site.output_root)).expanduser().resolve()
+    run_id = request.run_id or runs.next_run_id(root, plan.job_name)
+    run_dir = root / run_id
+    python = request.python or site.python or sys.executable
+    script = render_script(plan, run_id=run_id, run_dir=str(run_dir), python=python)
+    return Prepared(plan, run_id, run_dir, python, script, summary_text(plan))
+
+
+def _check_partition(plan: JobPlan) -> None:
+    partition = plan.spec.partition or plan.site.partition
+    if plan.site.max_nodes or not partition:
+        return
+    available = slurm.partition_node_count(partition)
+    if available is not None and plan.nodes > available:
+        raise UserError(
+            f"{plan.nodes} nodes requested but partition '{partition}' has {available}",
+            field="nodes",
+            hint=f"use --nodes {available} or fewer",
+        )
+
+
+def _ensure_tiny_model(prepared: Prepared) -> None:
+    """Build the offline example model once, on first use (no hub needed)."""
+    target = Path(prepared.plan.model.source)
+    if prepared.plan.spec.model != inputs.TINY_MODEL or (target / "config.json").exists():
+        return
+    proc = subprocess.run(
+        [prepared.python, "-m", "hpc_grpo.runtime.tiny_model", str(target)],
+        capture_output=True, text=True, check=False,
+    )
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"could not build the tiny model: {last}", field="model",
+                        hint="install the runtime extra: pip install 'hpc-grpo[runtime]'")
+
+
+@dataclass(frozen=True)
+class Submitted:
+    run_id: str
+    run_dir: Path
+    job_id: str
+    warnings: tuple[str, ...]
+
+
+def submit(request: Request) -> Submitted:
+    """Create the run directory atomically and submit it; either both happen or neither."""
+    prepared = prepare(request)
+    plan = prepared.plan
+    if plan.site.scheduler == "slurm":
+        _check_partition(plan)
+    _ensure_tiny_model(prepared)
+    record = plan.run_record(prepared.run_id, str(prepared.run_dir))
+    files = {
+        "run.json": json.dumps(record, indent=2) + "\n",
+        "job.sbatch": prepared.script,
+        "plan.txt": prepared.summary,
+    }
+    from hpc_grpo.runtime.node import NodeTask  # cheap: no torch at import
+
+    with runs.create_run_dir(prepared.root, prepared.run_id, files) as run_dir:
+        task = NodeTask(str(run_dir))
+        if plan.site.scheduler == "local":
+            job_id = slurm.submit_local(folder=run_dir / "submitit", task=task,
+                                        timeout_min=plan.time_min)
+        else:
+            job_id = slurm.submit(
+                script_text=prepared.script,
+                folder=Path(submitit_folder(str(run_dir))),
+                task=task,
+                nodes=plan.nodes,
+                timeout_min=plan.time_min,
+                max_requeues=plan.site.max_requeues,
+                python=prepared.python,
+            )
+        runs.record_job(run_dir, job_id, "submitted")
+        runs.register(prepared.run_id, run_dir)
+    return Submitted(prepared.run_id, run_dir, job_id, plan.warnings)
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    run_id: str
+    run_dir: str
+    site: str
+    job_id: str
+    state: str
+    finished: bool
+    meaning: str
+    phase: str
+    step: int
+    max_steps: int
+    reward: float | None
+    tokens_per_s: float | None
+    checkpoint_step: int | None
+    checkpoint_time: float | None
+    requeues: int
+    nodes: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _local_state(files: runs.RunFiles) -> slurm.JobState:
+    phase = files.state.get("phase", "")
+    if files.job_id and slurm.local_job_alive(files.job_id):
+        state = "RUNNING"
+    elif phase == "done" or (files.record.get("payload") == "check" and phase != "failed"
+                             and (files.run_dir / "check").exists()):
+        state = "COMPLETED"
+    else:
+        state = "FAILED"
+    finished, meaning = slurm.STATE_MEANINGS[state]
+    return slurm.JobState(files.job_id, state, finished, meaning, "localhost", "", "", 0, "")
+
+
+def status(names: Sequence[str] = ()) -> list[RunStatus]:
+    """Every run (or the named ones) joined with Slurm state from ONE batched query."""
+    dirs = [runs.find_run(n) for n in names] if names else list(runs.indexed_runs().values())
+    files = [runs.read_run(d) for d in dirs]
+    slurm_ids = [f.job_id for f in files if f.job_id and f.site != "local"
+                 and f.record.get("scheduler", "slurm") != "local"]
+    states = slurm.query_states(slurm_ids) if slurm_ids else {}
+    out = []
+    for f in files:
+        local = f.site == "local"
+        js = _local_state(f) if local else states.get(f.job_id) or slurm.JobState(
+            f.job_id, "UNKNOWN", False, slurm.STATE_MEANINGS["UNKNOWN"][1], "", "", "", 0, "")
+        metrics = f.last_metrics
+        max_steps = f.state.get("max_steps") or f.record.get("grpo_config", {}).get("max_steps", 0)
+        out.append(RunStatus(
+            run_id=f.run_id, run_dir=str(f.run_dir), site=f.site, job_id=f.job_id,
+            state=js.state, finished=js.finished, meaning=js.meaning,
+            phase=str(f.state.get("phase", "")),
+            step=int(metrics.get("step", f.state.get("step", 0)) or 0),
+            max_steps=int(max_steps or 0),
+            reward=metrics.get("reward_mean"), tokens_per_s=metrics.get("tokens_per_s"),
+            checkpoint_step=f.state.get("last_checkpoint_step"),
+            checkpoint_time=f.state.get("last_checkpoint_time"),
+            requeues=max(js.restarts, sum(1 for j in f.jobs if j.get("event") == "requeued")),
+            nodes=js.nodes,
+        ))
+    return out
+
+
+def cancel(name: str) -> str:
+    files = runs.read_run(runs.find_run(name))
+    if not files.job_id:
+        raise UserError(f"run {files.run_id} has no job", field="run")
+    if files.site == "local":
+        slurm.cancel_local(files.job_id)
+    else:
+        slurm.cancel(files.job_id)
+    runs.record_job(files.run_dir, files.job_id, "cancelled")
+    return files.job_id
+
+
+def log_paths(name: str, rank: int | None) -> list[Path]:
+    """Per-rank logs (``--rank N``) or every rank's, plus the node tasks' Slurm logs."""
+    run_dir = runs.find_run(name)
+    if rank is not None:
+        path = run_dir / "logs" / f"rank-{rank}.log"
+        if not path.exists():
+            present = sorted(p.stem for p in (run_dir / "logs").glob("rank-*.log"))
+            raise UserError(f"no log for rank {rank} yet", field="rank",
+                            hint=f"present: {', '.join(present) or 'none'}")
+        return [path]
+    ranks = sorted((run_dir / "logs").glob("rank-*.log"),
+                   key=lambda p: int(p.stem.split("-")[1]))
+    nodes = sorted((run_dir / "submitit").glob("*_log.*"))
+    return ranks + nodes

@@ -1,0 +1,1 @@
+"""Frozen, typed configuration: site profiles and job specs."""

@@ -1,0 +1,137 @@
+"""Site profiles: everything about one cluster that a job script needs, in one YAML file.
+
+Profiles ship in ``site_configs/`` and users add their own in ``~/.config/hpc-grpo/sites``
+(or ``$HPC_GRPO_SITES``); ``--site`` takes a name or a path.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from hpc_grpo.config.strict import from_mapping, read_yaml
+from hpc_grpo.errors import UserError, did_you_mean
+
+_TIME = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)$|^(\d+)$")
+
+
+def minutes(value: str, where: str) -> int:
+    """Slurm time string (``MM``, ``HH:MM:SS``, ``D-HH:MM:SS``) in whole minutes, rounded up."""
+    match = _TIME.match(value.strip())
+    if not match:
+        raise UserError(
+            f"'{value}' is not a Slurm time", field=where, hint="use HH:MM:SS or D-HH:MM:SS"
+        )
+    if match.group(5) is not None:
+        return int(match.group(5))
+    days, hours, mins, secs = (int(g) if g else 0 for g in match.groups()[:4])
+    if match.group(2) is None:  # "MM:SS"
+        hours, mins, secs = 0, mins, secs
+        return days * 1440 + mins + (1 if secs else 0)
+    return days * 1440 + hours * 60 + mins + (1 if secs else 0)
+
+
+@dataclass(frozen=True)
+class Container:
+    runtime: Literal["pyxis", "apptainer"]
+    image: str
+    mounts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SiteProfile:
+    name: str
+    scheduler: Literal["slurm", "local"] = "slurm"
+    description: str = ""
+    partition: str = ""
+    account: str = ""
+    qos: str = ""
+    gpus_per_node: int = 0
+    gpu_type: str = ""
+    gpu_memory_gib: float = 0.0
+    gpu_request: Literal["gres", "gpus-per-node"] = "gres"
+    cpus_per_node: int = 1
+    cpu_memory_gib: float = 0.0
+    procs_per_node: int = 0  # 0: one per GPU, or 1 on a CPU-only site
+    exclusive: bool = False
+    max_time: str = "24:00:00"
+    max_nodes: int = 0  # 0: ask Slurm at submit time
+    modules: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    container: Container | None = None
+    network_interface: str = ""
+    requeue_signal: str = "USR2"
+    signal_lead_s: int = 120
+    port_range: tuple[int, ...] = (20000, 29999)
+    output_root: str = "~/hpc-grpo-runs"
+    python: str = ""  # empty: the python running hpc-grpo
+    max_requeues: int = 3
+    preempt_partition: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.port_range) != 2 or not 1024 <= self.port_range[0] <= self.port_range[1] < 65536:
+            raise UserError(
+                f"port_range must be [low, high] within 1024-65535, got {list(self.port_range)}",
+                field="port_range",
+            )
+        if self.requeue_signal not in {"USR1", "USR2", "TERM"}:
+            raise UserError(
+                f"requeue_signal {self.requeue_signal} is not USR1, USR2 or TERM",
+                field="requeue_signal",
+            )
+        minutes(self.max_time, "max_time")
+
+    @property
+    def default_procs_per_node(self) -> int:
+        return self.procs_per_node or self.gpus_per_node or 1
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.gpus_per_node > 0 else "cpu"
+
+
+def builtin_sites_dir() -> Path:
+    """``site_configs`` inside an installed wheel, else beside the package in a checkout."""
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (here / "site_configs", here.parent / "site_configs"):
+        if candidate.is_dir():
+            return candidate
+    raise UserError("no site_configs directory found", hint="reinstall hpc-grpo")
+
+
+def site_dirs(user_dirs: Sequence[Path]) -> list[Path]:
+    """Where profiles are looked up by name, the user's own first."""
+    return [*user_dirs, builtin_sites_dir()]
+
+
+def available_sites(dirs: Sequence[Path]) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for directory in reversed(list(dirs)):
+        if directory.is_dir():
+            for path in sorted(directory.glob("*.yaml")):
+                found[path.stem] = path
+    return found
+
+
+def load_site(name_or_path: str, dirs: Sequence[Path]) -> SiteProfile:
+    """Resolve ``--site`` (a profile name or a YAML path) to a validated profile."""
+    path = Path(name_or_path).expanduser()
+    if not (name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path):
+        sites = available_sites(dirs)
+        if name_or_path not in sites:
+            raise UserError(
+                f"unknown site '{name_or_path}'",
+                field="site",
+                hint=did_you_mean(name_or_path, sites) + "; `hpc-grpo sites` lists them",
+            )
+        path = sites[name_or_path]
+    data = read_yaml(path, "site profile")
+    data.setdefault("name", path.stem)
+    try:
+        return from_mapping(SiteProfile, data, "")
+    except UserError as exc:
+        exc.field = f"{path.name}: {exc.field}" if exc.field else path.name
+        raise

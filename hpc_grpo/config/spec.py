@@ -1,0 +1,135 @@
+"""The job spec: what to train, where, and with which GRPOConfig fields.
+
+A recipe is one flat YAML mapping, as in open-r1 and TRL examples: keys that name job-spec
+fields configure the job, every other key must be a GRPOConfig field of the supported TRL and
+passes through unchanged. Precedence: command-line flags > ``--set`` > recipe > defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from hpc_grpo.config.strict import from_mapping
+from hpc_grpo.errors import UserError, did_you_mean
+
+# GRPOConfig fields that the plan owns: the user sets them through job-spec fields instead.
+PLAN_OWNED = {
+    "output_dir": "the run directory holds checkpoints; choose where with --output-root",
+    "deepspeed": "set zero_stage / offload_optimizer; the DeepSpeed file is generated",
+    "use_vllm": "vLLM is used on GPU sites and cannot run on CPU",
+    "use_cpu": "follows the site: CPU-only sites train on CPU",
+    "bf16": "bf16 on GPU sites, fp32 on CPU",
+    "vllm_server_host": "the server's host comes from the node list",
+    "vllm_server_port": "the server's port comes from the profile's port range",
+    "vllm_server_base_url": "the server's address comes from the node list",
+}
+# GRPOConfig names that are job-spec fields under their TRL name.
+ALIASES = {
+    "vllm_tensor_parallel_size": "tensor_parallel_size",
+}
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    model: str
+    dataset: str = "builtin:digits"
+    prompt_column: str = "prompt"
+    reward_funcs: tuple[str, ...] = ("builtin:length",)
+    nodes: int = 1
+    procs_per_node: int = 0  # 0: the site's default
+    tensor_parallel_size: int = 0  # 0: the planner decides
+    vllm_mode: Literal["colocate", "server"] = "colocate"
+    vllm_server_gpus: int = 1
+    vllm_gpu_memory_utilization: float = 0.0  # 0: the planner decides
+    vllm_enable_sleep_mode: bool | None = None
+    zero_stage: int | None = None
+    offload_optimizer: bool | None = None
+    seed: int = 42
+    time: str = "01:00:00"
+    name: str = ""
+    payload: Literal["train", "check"] = "train"
+    partition: str = ""
+    grpo: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+SPEC_FIELDS = frozenset(f.name for f in dataclasses.fields(JobSpec)) - {"grpo"}
+
+
+@lru_cache(maxsize=1)
+def grpo_fields() -> frozenset[str]:
+    """GRPOConfig field names of the supported TRL, shipped so the login node needs no trl."""
+    text = (Path(__file__).resolve().parent.parent / "grpo_fields.txt").read_text()
+    return frozenset(line for line in text.splitlines() if line and not line.startswith("#"))
+
+
+def parse_set(items: Iterable[str]) -> dict[str, Any]:
+    """``--set key=value`` pairs, values read as YAML scalars (``0.01``, ``true``, ``[a, b]``)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"'{item}' is not key=value", field="--set", hint="e.g. --set max_steps=50")
+        try:
+            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            out[key.strip()] = raw
+    return out
+
+
+def split_keys(values: Mapping[str, Any], source: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Separate job-spec keys from GRPOConfig keys; anything else is a typo."""
+    spec: dict[str, Any] = {}
+    grpo: dict[str, Any] = {}
+    known = grpo_fields()
+    for key, value in values.items():
+        key = ALIASES.get(key, key)
+        if key in SPEC_FIELDS:
+            spec[key] = value
+        elif key in PLAN_OWNED:
+            raise UserError(
+                f"'{key}' is set by hpc-grpo", field=f"{source}: {key}", hint=PLAN_OWNED[key]
+            )
+        elif key in known:
+            grpo[key] = value
+        elif key == "grpo" and isinstance(value, dict):
+            nested_spec, nested = split_keys(value, source)
+            if nested_spec:
+                raise UserError(
+                    f"'{next(iter(nested_spec))}' is a job setting, not a GRPOConfig field",
+                    field=f"{source}: grpo",
+                    hint="move it to the top level",
+                )
+            grpo.update(nested)
+        else:
+            raise UserError(
+                f"unknown key '{key}': neither a job setting nor a GRPOConfig field",
+                field=source,
+                hint=did_you_mean(key, known | SPEC_FIELDS),
+            )
+    return spec, grpo
+
+
+def build_spec(
+    recipe: Mapping[str, Any], sets: Mapping[str, Any], flags: Mapping[str, Any]
+) -> JobSpec:
+    """Merge the three sources with flags winning; flags hold only options the user gave."""
+    recipe_spec, recipe_grpo = split_keys(recipe, "recipe")
+    set_spec, set_grpo = split_keys(sets, "--set")
+    merged = {**recipe_spec, **set_spec, **{k: v for k, v in flags.items() if v is not None}}
+    merged["grpo"] = {**recipe_grpo, **set_grpo}
+    if "model" not in merged:
+        raise UserError("no model given", field="model", hint="pass --model or set model: in the recipe")
+    spec = from_mapping(JobSpec, merged, "")
+    if spec.nodes < 1:
+        raise UserError(f"nodes must be at least 1, got {spec.nodes}", field="nodes")
+    return spec

@@ -1,0 +1,125 @@
+"""Build frozen dataclasses from YAML mappings, refusing unknown keys and wrong types.
+
+A typo in a cluster profile should fail on the login node with a suggestion, not silently fall
+back to a default and surface as a hung job two hours later.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from hpc_grpo.errors import UserError, did_you_mean
+
+T = TypeVar("T")
+
+
+def read_yaml(path: Path, what: str) -> dict[str, Any]:
+    """Parse a YAML mapping, turning every parser complaint into one user-facing line."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{what} {path} does not exist", field=what) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(
+            f"{what} {path} does not parse{where}: {problem}",
+            field=what,
+            hint="check indentation and quoting",
+        ) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"{what} {path} must be a mapping of keys to values", field=what)
+    return data
+
+
+def _check_type(value: Any, annotation: Any, where: str) -> Any:
+    """Return ``value`` converted to ``annotation`` where lossless, else raise UserError."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _check_type(value, arg, where)
+            except UserError as exc:
+                errors.append(exc)
+        raise errors[0]
+    if origin is typing.Literal:
+        if value not in args:
+            raise UserError(
+                f"{value!r} is not one of {', '.join(map(str, args))}",
+                field=where,
+                hint=did_you_mean(str(value), map(str, args)),
+            )
+        return value
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise UserError(f"expected a list, got {value!r}", field=where)
+        return tuple(_check_type(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is dict or annotation is dict:
+        if not isinstance(value, dict):
+            raise UserError(f"expected a mapping, got {value!r}", field=where)
+        if args and args[1] is str:
+            return {str(k): str(v) for k, v in value.items()}
+        return dict(value)
+    if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
+        if not isinstance(value, dict):
+            raise UserError(f"expected a mapping, got {value!r}", field=where)
+        return from_mapping(annotation, value, where)
+    if annotation is Any:
+        return value
+    if annotation is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if annotation is str and isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    if annotation is int and isinstance(value, bool):
+        raise UserError(f"expected a whole number, got {value!r}", field=where)
+    if isinstance(annotation, type) and not isinstance(value, annotation):
+        raise UserError(
+            f"expected {annotation.__name__}, got {type(value).__name__} {value!r}", field=where
+        )
+    return value
+
+
+def from_mapping(cls: type[T], data: Mapping[str, Any], where: str) -> T:
+    """Instantiate dataclass ``cls`` from ``data``; unknown keys get a did-you-mean hint."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    hints = typing.get_type_hints(cls)
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        key = unknown[0]
+        raise UserError(
+            f"unknown key '{key}'",
+            field=f"{where}.{key}" if where else key,
+            hint=did_you_mean(str(key), fields),
+        )
+    kwargs = {}
+    for name, value in data.items():
+        kwargs[name] = _check_type(value, hints[name], f"{where}.{name}" if where else name)
+    missing = [
+        f.name
+        for f in fields.values()
+        if f.name not in kwargs
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise UserError(
+            f"missing required key '{missing[0]}'",
+            field=f"{where}.{missing[0]}" if where else missing[0],
+        )
+    return cls(**kwargs)

@@ -1,0 +1,87 @@
+"""Prompt datasets: built-in ones generated in code, local files, or hub names.
+
+Built-ins need no network and are the same on every rank and every restart (fixed seed), so a
+resumed run sees exactly the prompts an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv"}
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot be used for GRPO: not found, or without the prompt column."""
+
+
+def _digits(n: int = 400, seed: int = 1234) -> list[dict[str, str]]:
+    """Short counting prompts: 'Count on: 17 18 19'."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        start = rng.randint(0, 90)
+        seq = " ".join(str(start + i) for i in range(rng.randint(2, 5)))
+        rows.append({"prompt": f"Count on: {seq}"})
+    return rows
+
+
+def _sums(n: int = 400, seed: int = 4321) -> list[dict[str, str]]:
+    """Short arithmetic questions with the answer kept for a correctness reward."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        a, b = rng.randint(0, 49), rng.randint(0, 49)
+        rows.append({"prompt": f"What is {a} + {b}?", "answer": str(a + b)})
+    return rows
+
+
+BUILTIN: dict[str, Callable[[], list[dict[str, str]]]] = {"digits": _digits, "sums": _sums}
+
+
+def validate_columns(columns: list[str], prompt_column: str, name: str) -> None:
+    """Raise a DatasetError naming the missing column and the columns that exist."""
+    if prompt_column not in columns:
+        raise DatasetError(
+            f"dataset {name!r} has no prompt column {prompt_column!r}; "
+            f"columns found: {', '.join(columns) or '(none)'}"
+        )
+
+
+def load_prompts(spec: Mapping[str, Any]) -> Any:
+    """A `datasets.Dataset` with a 'prompt' column, from run.json's dataset block."""
+    import datasets
+
+    name = str(spec["name"])
+    prompt_column = str(spec.get("prompt_column") or "prompt")
+    split = str(spec.get("split") or "train")
+    if name.startswith("builtin:"):
+        key = name.split(":", 1)[1]
+        if key not in BUILTIN:
+            raise DatasetError(f"unknown built-in dataset {name!r}; known: "
+                               + ", ".join(f"builtin:{k}" for k in sorted(BUILTIN)))  # fmt: skip
+        ds = datasets.Dataset.from_list(BUILTIN[key]())
+    elif Path(name).suffix in LOCAL_FORMATS:
+        path = Path(name)
+        if not path.is_file():
+            raise DatasetError(f"dataset file {path} does not exist")
+        ds = datasets.load_dataset(LOCAL_FORMATS[path.suffix], data_files=str(path), split="train")
+    else:
+        try:
+            ds = datasets.load_dataset(name, split=split)
+        except Exception as exc:  # any hub or network failure gets the same hint
+            raise DatasetError(
+                f"could not load dataset {name!r} split {split!r}: {exc} "
+                "(hub names need a reachable hub from the compute nodes; use a local file)"
+            ) from exc
+    validate_columns(list(ds.column_names), prompt_column, name)
+    if len(ds) == 0:
+        raise DatasetError(f"dataset {name!r} is empty")
+    if prompt_column != "prompt":
+        if "prompt" in ds.column_names:
+            ds = ds.remove_columns("prompt")
+        ds = ds.rename_column(prompt_column, "prompt")
+    return ds

@@ -1,0 +1,173 @@
+"""Reading run.json and writing the runtime's files in the run directory (stdlib only).
+
+Every JSON file is written to a temporary name and renamed, so a reader (the launcher's
+`status`, a restarted rank) never sees half a file, even if the writer is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+RUN_JSON = "run.json"
+STATE_JSON = "state.json"
+METRICS_JSONL = "metrics.jsonl"
+RANKS_JSON = "ranks.json"
+SUMMARY_JSON = "summary.json"
+REWARD_CURVE = "reward_curve.png"
+STOP_REQUEST = "stop-request"
+CHECKPOINTS = "checkpoints"
+DEEPSPEED_JSON = "deepspeed.json"
+
+PHASES = ("starting", "training", "interrupted", "done", "failed")
+
+
+def load_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The launcher's run.json; a missing or broken file is a clear error, not a KeyError later."""
+    path = Path(run_dir) / RUN_JSON
+    try:
+        run = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"{path} does not exist: is {run_dir} a run directory?") from exc
+    if not isinstance(run, dict) or run.get("schema") != 1:
+        raise ValueError(f"{path}: expected a run.json with schema 1")
+    return run
+
+
+def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
+    """Write JSON through a temporary file in the same folder and rename it into place."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(obj, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """A JSON file's content, or None if it is absent or unreadable."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def read_state(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """state.json as a dict ({} before the first write)."""
+    state = read_json(Path(run_dir) / STATE_JSON)
+    return state if isinstance(state, dict) else {}
+
+
+def update_state(run_dir: str | os.PathLike[str], **fields: Any) -> dict[str, Any]:
+    """Merge fields into state.json (rank 0 only: it is the single writer)."""
+    if "phase" in fields and fields["phase"] not in PHASES:
+        raise ValueError(f"unknown phase {fields['phase']!r}")
+    state = read_state(run_dir)
+    state.update(fields)
+    state["updated"] = time.time()
+    write_json_atomic(Path(run_dir) / STATE_JSON, state)
+    return state
+
+
+def append_jsonl(path: str | os.PathLike[str], obj: Mapping[str, Any]) -> None:
+    """Append one line; one write call per line so a crash leaves at most one partial line."""
+    with open(path, "a") as fh:
+        fh.write(json.dumps(dict(obj), sort_keys=True) + "\n")
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """All complete JSON lines of a file (a torn last line is skipped)."""
+    rows: list[dict[str, Any]] = []
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return rows
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def truncate_metrics(path: str | os.PathLike[str], last_step: int) -> int:
+    """Keep only metric lines up to last_step, so a resumed run logs every step exactly once.
+
+    Steps after the checkpoint we resume from were trained by an attempt that died before its
+    next save; they are trained again and must not appear twice. Returns lines dropped.
+    """
+    target = Path(path)
+    if not target.exists():
+        return 0
+    rows = read_jsonl(target)
+    kept = [r for r in rows if int(r.get("step", 0)) <= last_step]
+    dropped = len(rows) - len(kept)
+    text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, target)
+    return dropped
+
+
+def request_stop(run_dir: str | os.PathLike[str], reason: str) -> Path:
+    """Create the stop-request file that every rank polls at each step end."""
+    path = Path(run_dir) / STOP_REQUEST
+    path.write_text(json.dumps({"reason": reason, "time": time.time(), "pid": os.getpid()}) + "\n")
+    return path
+
+
+def consume_stale_stop_request(run_dir: str | os.PathLike[str], started_at: float) -> bool:
+    """Move away a stop-request older than this attempt, so a resumed run does not stop at once.
+
+    A request written after `started_at` (for example by this node's task during start-up) is
+    kept and honoured at the first step end. Returns True if a stale request was moved.
+    """
+    path = Path(run_dir) / STOP_REQUEST
+    try:
+        mtime = path.stat().st_mtime
+    except FileNotFoundError:
+        return False
+    if mtime >= started_at:
+        return False
+    logs = Path(run_dir) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    try:
+        os.replace(path, logs / f"stop-request.consumed-{int(mtime)}")
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def redirect_output(run_dir: str | os.PathLike[str], rank: int) -> Path:
+    """Send this process's stdout/stderr (file descriptors too) to logs/rank-<rank>.log, appended.
+
+    At the descriptor level, so C++ warnings (gloo, DeepSpeed) land in the same file.
+    """
+    import sys
+
+    path = Path(run_dir) / "logs" / f"rank-{rank}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    print(f"==== {stamp} rank {rank} pid {os.getpid()} ====", flush=True)
+    return path

@@ -1,0 +1,381 @@
+"""Every Slurm command and every submitit call of the project, in one place.
+
+One module so that the rest can be tested with fake binaries on PATH, and so that submitit (slow to
+import) is only imported inside the functions that submit: the CLI's cold start stays fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import shlex
+import shutil
+import signal as _signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Literal
+
+from hpc_grpo.errors import UserError
+
+# state -> (finished, meaning). Only terminal states are finished: a PREEMPTED or REQUEUED job
+# comes back, and COMPLETING is also what a job passes through while it is being requeued.
+STATE_MEANINGS: Mapping[str, tuple[bool, str]] = MappingProxyType(
+    {
+        "PENDING": (False, "waiting in the queue for its nodes"),
+        "RUNNING": (False, "running on its nodes"),
+        "REQUEUED": (False, "requeued (checkpoint, preemption or scontrol requeue): starts again"),
+        "PREEMPTED": (False, "preempted by a higher-priority job: Slurm requeues it"),
+        "COMPLETING": (False, "ending: Slurm is cleaning up its processes (or requeueing it)"),
+        "SUSPENDED": (False, "suspended by Slurm: it resumes later"),
+        "TIMEOUT": (True, "stopped at its time limit"),
+        "NODE_FAIL": (True, "stopped because one of its nodes failed"),
+        "CANCELLED": (True, "cancelled (scancel or an administrator)"),
+        "FAILED": (True, "ended with a non-zero exit code"),
+        "COMPLETED": (True, "ended with exit code 0"),
+        "OUT_OF_MEMORY": (True, "killed for using more memory than it was given"),
+        "BOOT_FAIL": (True, "never started: its nodes failed to boot"),
+        "DEADLINE": (True, "stopped at its deadline"),
+        "UNKNOWN": (False, "not known to sacct or squeue (yet, or any more)"),
+    }
+)
+
+# Slurm's short codes and rarer states, folded into the states above.
+_ALIASES = {
+    "PD": "PENDING", "R": "RUNNING", "RQ": "REQUEUED", "PR": "PREEMPTED", "CG": "COMPLETING",
+    "S": "SUSPENDED", "TO": "TIMEOUT", "NF": "NODE_FAIL", "CA": "CANCELLED", "F": "FAILED",
+    "CD": "COMPLETED", "OOM": "OUT_OF_MEMORY", "BF": "BOOT_FAIL", "DL": "DEADLINE",
+    "CF": "RUNNING", "CONFIGURING": "RUNNING", "RS": "RUNNING", "RESIZING": "RUNNING",
+    "SI": "RUNNING", "SIGNALING": "RUNNING", "SO": "COMPLETING", "STAGE_OUT": "COMPLETING",
+    "ST": "SUSPENDED", "STOPPED": "SUSPENDED", "RH": "REQUEUED", "REQUEUE_HOLD": "REQUEUED",
+    "RF": "REQUEUED", "REQUEUE_FED": "REQUEUED", "SE": "REQUEUED", "SPECIAL_EXIT": "REQUEUED",
+    "RD": "PENDING", "RESV_DEL_HOLD": "PENDING", "RV": "CANCELLED", "REVOKED": "CANCELLED",
+}  # fmt: skip
+
+# sacct 22.05 has no Restarts column: with --duplicates each requeue leaves an older record in one
+# of these states, and counting them gives the restarts.
+_RESTART_STATES = frozenset({"REQUEUED", "PREEMPTED", "NODE_FAIL"})
+SACCT_FIELDS = "JobID,State,NodeList,Elapsed,ExitCode,Reason,Submit"
+SQUEUE_FORMAT = "%i|%T|%N|%M|%r"
+_JOB_ID = re.compile(r"\d+(_\d+)?")
+_NO_SLURM_HINT = "run this on a login node of the cluster (where sbatch works), or use --local"
+
+
+@dataclass(frozen=True)
+class JobState:
+    """One job as Slurm sees it now, already normalised so callers never parse Slurm text."""
+
+    job_id: str
+    state: str
+    finished: bool
+    meaning: str
+    nodes: str
+    elapsed: str
+    exit_code: str
+    restarts: int
+    reason: str
+
+
+def normalise_state(raw: str) -> str:
+    """One word of STATE_MEANINGS for any sacct/squeue state ("CANCELLED by 0", "CA", "RUNNING+")."""
+    words = raw.strip().upper().split()
+    word = words[0].rstrip("+") if words else ""
+    word = _ALIASES.get(word, word)
+    return word if word in STATE_MEANINGS else "UNKNOWN"
+
+
+def _clean(value: str) -> str:
+    value = value.strip()
+    return "" if value in ("None", "None assigned", "(null)", "N/A") else value
+
+
+def _job_state(job_id: str, raw_state: str, *, nodes: str = "", elapsed: str = "",
+               exit_code: str = "", restarts: int = 0, reason: str = "") -> JobState:  # fmt: skip
+    state = normalise_state(raw_state)
+    finished, meaning = STATE_MEANINGS[state]
+    return JobState(job_id, state, finished, meaning, _clean(nodes), elapsed.strip(),
+                    exit_code.strip(), restarts, _clean(reason))  # fmt: skip
+
+
+def parse_sacct(text: str) -> dict[str, JobState]:
+    """Read `sacct --parsable2 --noheader -X -D -o SACCT_FIELDS`: the newest record per job wins."""
+    rows: dict[str, list[tuple[str, int, list[str]]]] = {}
+    for index, line in enumerate(text.splitlines()):
+        cols = line.split("|")
+        job_id = cols[0].strip()
+        if len(cols) < 7 or not job_id or "." in job_id:
+            continue  # blank line, or a step record when -X was not honoured
+        rows.setdefault(job_id, []).append((cols[6].strip(), index, cols))
+    states: dict[str, JobState] = {}
+    for job_id, records in rows.items():
+        records.sort()  # a requeue resets Submit, so the newest run sorts last; ties keep order
+        *older, (_, _, cols) = records
+        restarts = sum(normalise_state(old[2][1]) in _RESTART_STATES for old in older)
+        states[job_id] = _job_state(job_id, cols[1], nodes=cols[2], elapsed=cols[3],
+                                    exit_code=cols[4], restarts=restarts, reason=cols[5])  # fmt: skip
+    return states
+
+
+def parse_squeue(text: str) -> dict[str, JobState]:
+    """Read `squeue --noheader --format=SQUEUE_FORMAT` (no exit code nor restarts there)."""
+    states: dict[str, JobState] = {}
+    for line in text.splitlines():
+        cols = line.strip().split("|")
+        if len(cols) >= 5 and cols[0]:
+            states[cols[0]] = _job_state(cols[0], cols[1], nodes=cols[2], elapsed=cols[3],
+                                         reason=cols[4])  # fmt: skip
+    return states
+
+
+def _check_id(job_id: str) -> str:
+    """Refuse anything Slurm could read as an option, or as another job."""
+    if not _JOB_ID.fullmatch(job_id):
+        raise UserError(f"not a Slurm job id: {job_id!r}", field="job_id")
+    return job_id
+
+
+def query_states(job_ids: Sequence[str]) -> dict[str, JobState]:
+    """States of many jobs in one sacct and one squeue call, whatever their number.
+
+    sacct is the record (exit code, restarts, finished jobs) but lags slurmctld by seconds;
+    squeue is slurmctld's live view, so it wins unless both agree the job is over. squeue is
+    asked about every id because a job Slurm requeued after NODE_FAIL looks finished in sacct
+    until its new record lands.
+    """
+    ids = [_check_id(str(j)) for j in dict.fromkeys(job_ids)]
+    if not ids:
+        return {}
+    joined = ",".join(ids)
+    sacct_error: UserError | None = None
+    try:
+        acct = parse_sacct(run_slurm(["sacct", "--parsable2", "--noheader", "--allocations",
+                                      "--duplicates", f"--jobs={joined}",
+                                      f"--format={SACCT_FIELDS}"]))  # fmt: skip
+    except UserError as err:  # no slurmdbd, or it is down: squeue still knows live jobs
+        acct, sacct_error = {}, err
+    try:
+        queue = parse_squeue(run_slurm(["squeue", "--noheader", "--states=all",
+                                        f"--jobs={joined}", f"--format={SQUEUE_FORMAT}"]))  # fmt: skip
+    except UserError as err:
+        if "invalid job id" not in err.message.lower() and sacct_error is not None:
+            raise sacct_error from err
+        queue = {}  # squeue rejects a single id it no longer holds; sacct's view stands
+    states: dict[str, JobState] = {}
+    for job_id in ids:
+        rec, live = acct.get(job_id), queue.get(job_id)
+        if live is not None and (rec is None or not live.finished or not rec.finished):
+            states[job_id] = live if rec is None else replace(
+                live, exit_code=rec.exit_code, restarts=rec.restarts)  # fmt: skip
+        elif rec is not None:
+            states[job_id] = rec
+        else:
+            why = f"sacct failed: {sacct_error.message}" if sacct_error else ""
+            states[job_id] = _job_state(job_id, "UNKNOWN", reason=why)
+    return states
+
+
+def wait_for_state(job_id: str, states: Collection[str] = (), *, timeout_s: float,
+                   poll_s: float = 2.0) -> JobState:  # fmt: skip
+    """Poll until the job is in `states` or finished (so a failed job never hangs a waiter).
+
+    Returns the last state seen, also on timeout: callers compare it themselves. Polling, not
+    `sbatch --wait`, because that returns in coarse 2/10/42 s steps.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = query_states([job_id])[job_id]
+        if state.state in states or state.finished or time.monotonic() + poll_s > deadline:
+            return state
+        time.sleep(poll_s)
+
+
+def submitit_command(python: str, folder: Path) -> str:
+    """The line submitit runs on each node task; the sbatch template must contain it verbatim."""
+    folder = Path(folder).expanduser().absolute()
+    return " ".join([python, "-u -m submitit.core._submit", shlex.quote(str(folder))])
+
+
+def _checked_script(script_text: str, command: str) -> str:
+    """The template and submitit must agree, or the job would start and never run the task."""
+    missing = [s for s in (command, "SUBMITIT_EXECUTOR=slurm") if s not in script_text]
+    if missing:
+        raise RuntimeError(f"internal error: the sbatch script lacks {missing}, which submitit "
+                           "needs in it to run the task on each node")  # fmt: skip
+    return script_text
+
+
+def submit(*, script_text: str, folder: Path, task: Callable[[], object], nodes: int,
+           timeout_min: int, max_requeues: int, python: str) -> str:  # fmt: skip
+    """Submit `script_text` as is, with submitit's pickle and bookkeeping; returns the job id.
+
+    Going through SlurmExecutor (not plain sbatch) keeps submitit's in-job role working: each
+    node task unpickles `task`, and on USR2 rank 0 calls `task.checkpoint()` and requeues.
+    """
+    from submitit.core.utils import FailedJobError, FailedSubmissionError
+    from submitit.slurm.slurm import SlurmExecutor
+
+    for binary in ("sbatch", "srun"):  # SlurmExecutor refuses to exist without srun
+        if shutil.which(binary) is None:
+            raise UserError(f"Slurm command {binary} not found", hint=_NO_SLURM_HINT)
+
+    class _ScriptExecutor(SlurmExecutor):
+        def _make_submission_file_text(self, command: str, uid: str) -> str:
+            return _checked_script(script_text, command)
+
+    executor = _ScriptExecutor(folder, max_num_timeout=max_requeues, python=python)
+    # time: the countdown submitit stores with the pickle to tell a time-out from a preemption
+    executor.update_parameters(nodes=nodes, ntasks_per_node=1, time=timeout_min)
+    _checked_script(script_text, executor._submitit_command_str)  # before a pickle is written
+    captured = io.StringIO()  # submitit prints sbatch's stderr itself; we report it once
+    try:
+        with contextlib.redirect_stderr(captured):
+            job = executor.submit(task)
+    except FailedJobError as err:
+        raise UserError(f"sbatch rejected the job: {_one_line(str(err))}",
+                        hint="check partition, account, QOS, time and node count in the site "
+                        "profile against what the cluster allows (sinfo, sacctmgr)") from err  # fmt: skip
+    except FailedSubmissionError as err:
+        raise UserError(f"sbatch gave no job id: {_one_line(str(err))}") from err
+    except FileNotFoundError as err:
+        raise UserError("Slurm command sbatch not found", hint=_NO_SLURM_HINT) from err
+    sys.stderr.write(captured.getvalue())
+    return str(job.job_id)
+
+
+@contextlib.contextmanager
+def _children_write_to(path: Path) -> Iterator[None]:
+    """Children started here get `path` as stdout/stderr instead of ours: a local run must not
+    hold the caller's pipes open (a CLI run under capture would otherwise wait for training)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with path.open("ab") as log:
+        try:
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+            yield
+        finally:
+            for fd, saved_fd in ((1, saved[0]), (2, saved[1])):
+                os.dup2(saved_fd, fd)
+                os.close(saved_fd)
+
+
+def submit_local(*, folder: Path, task: Callable[[], object], timeout_min: int) -> str:
+    """Run `task` on this machine through submitit's LocalExecutor; returns its controller pid."""
+    from submitit.local.local import LocalExecutor
+
+    executor = LocalExecutor(folder)
+    executor.update_parameters(timeout_min=timeout_min, tasks_per_node=1)
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    with _children_write_to(Path(folder) / "local_controller.log"):
+        job = executor.submit(task)
+    return str(job.job_id)
+
+
+def local_job_alive(job_id: str) -> bool:
+    """Whether a local run's controller still runs (not a zombie, not a reused pid)."""
+    if not job_id.isdigit():
+        return False
+    proc = Path("/proc") / job_id
+    if Path("/proc/self").exists():
+        try:
+            stat = (proc / "stat").read_text()
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            return False
+        return stat.rsplit(")", 1)[-1].split()[0] != "Z" and b"submitit.local._local" in cmdline
+    try:
+        os.kill(int(job_id), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def cancel_local(job_id: str) -> None:
+    """Stop a local run as submitit does: SIGINT to the controller, which then kills its tasks."""
+    if local_job_alive(job_id):
+        os.kill(int(job_id), _signal.SIGINT)
+
+
+def cancel(job_id: str) -> None:
+    """Cancel a Slurm job (SIGTERM, which submitit ignores, then SIGKILL after KillWait)."""
+    run_slurm(["scancel", _check_id(job_id)])
+
+
+def signal_job(job_id: str, signal: str,
+               scope: Literal["steps", "batch", "full"] = "steps") -> None:  # fmt: skip
+    """Send a signal. "steps" (the default) reaches the srun tasks, where submitit's handler
+    lives, and not the batch shell, which a USR2 would kill; "batch"/"full" are scancel's."""
+    if not re.fullmatch(r"[A-Za-z0-9]+", signal):
+        raise UserError(f"not a signal name: {signal!r}", field="signal")
+    flags = {"steps": [], "batch": ["--batch"], "full": ["--full"]}[scope]
+    run_slurm(["scancel", f"--signal={signal}", *flags, _check_id(job_id)])
+
+
+def requeue(job_id: str) -> None:
+    """Requeue a job. Slurm sends SIGTERM then SIGKILL: no checkpoint is taken (use USR2 for it)."""
+    run_slurm(["scontrol", "requeue", _check_id(job_id)])
+
+
+def batch_script(job_id: str) -> str:
+    """The script Slurm actually holds for a job it still knows."""
+    return run_slurm(["scontrol", "write", "batch_script", _check_id(job_id), "-"])
+
+
+def partition_node_count(partition: str) -> int | None:
+    """Nodes in a partition (0: no such partition); None where Slurm cannot be asked."""
+    try:
+        out = run_slurm(["sinfo", "--noheader", "--Node", f"--partition={partition}",
+                         "--format=%N"], timeout=15)  # fmt: skip
+    except UserError:
+        return None
+    return len({line.strip() for line in out.splitlines() if line.strip()})
+
+
+def cluster_available() -> bool:
+    """Whether this machine can submit: sbatch and sinfo exist and slurmctld answers."""
+    if shutil.which("sbatch") is None or shutil.which("sinfo") is None:
+        return False
+    try:
+        run_slurm(["sinfo", "--noheader", "--format=%P"], timeout=10)
+    except UserError:
+        return False
+    return True
+
+
+def _one_line(text: str) -> str:
+    lines: list[str] = []
+    for line in text.splitlines():
+        if line.strip() and line.strip() not in lines:
+            lines.append(line.strip())
+    return "; ".join(lines)[:500]
+
+
+def run_slurm(argv: list[str], *, timeout: float = 30) -> str:
+    """Run one Slurm command and return its stdout; every failure becomes a one-line UserError.
+
+    SLURM_TIME_FORMAT=standard keeps time stamps ISO whatever the user's environment says.
+    """
+    shown = shlex.join(argv)
+    shown = shown if len(shown) <= 160 else shown[:157] + "..."
+    env = {**os.environ, "SLURM_TIME_FORMAT": "standard"}
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
+                              check=False)  # fmt: skip
+    except FileNotFoundError as err:
+        raise UserError(f"Slurm command {argv[0]} not found", hint=_NO_SLURM_HINT) from err
+    except subprocess.TimeoutExpired as err:
+        raise UserError(f"{argv[0]} gave no answer within {timeout:g} s",
+                        hint=f"slurmctld or slurmdbd may be down or busy; ran: {shown}") from err  # fmt: skip
+    if done.returncode != 0:
+        message = _one_line(done.stderr or done.stdout) or f"exit code {done.returncode}"
+        raise UserError(f"{argv[0]} failed: {message}", hint=f"ran: {shown}")
+    return done.stdout

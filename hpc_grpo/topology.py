@@ -1,0 +1,108 @@
+"""Where every rank lives: node, global rank, TP group, vLLM seed, data shard.
+
+Pure and stdlib-only, so the launcher prints exactly the table the ranks later check.
+TRL's colocated engines form tensor-parallel groups of contiguous ranks and seed each engine
+with ``rank // tp``; a group must therefore sit inside one node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from hpc_grpo.errors import UserError
+
+
+@dataclass(frozen=True)
+class RankRow:
+    node: int
+    rank: int
+    local_rank: int
+    tp_group: int
+    tp_rank: int
+    vllm_seed: int
+    dp_shard: int
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def check_layout(nodes: int, procs_per_node: int, tp: int) -> None:
+    """Refuse layouts TRL would reject on the cluster, before anything is submitted."""
+    if nodes < 1:
+        raise UserError(f"nodes must be at least 1, got {nodes}", field="nodes")
+    if procs_per_node < 1:
+        raise UserError(
+            f"processes per node must be at least 1, got {procs_per_node}",
+            field="procs_per_node",
+        )
+    if tp < 1:
+        raise UserError(f"tensor parallel size must be at least 1, got {tp}",
+                        field="tensor_parallel_size")
+    if tp > procs_per_node:
+        raise UserError(
+            f"tensor parallel size {tp} is larger than a node ({procs_per_node} processes)",
+            field="tensor_parallel_size",
+            hint="a TP group must stay inside one node: use at most "
+            f"{procs_per_node} or more GPUs per node",
+        )
+    if procs_per_node % tp:
+        divisors = [d for d in range(1, procs_per_node + 1) if procs_per_node % d == 0]
+        raise UserError(
+            f"tensor parallel size {tp} does not divide {procs_per_node} processes per node",
+            field="tensor_parallel_size",
+            hint=f"use one of {divisors}",
+        )
+
+
+def rank_table(nodes: int, procs_per_node: int, tp: int) -> tuple[RankRow, ...]:
+    """Every rank's row; node-major order as a static torchrun rendezvous assigns them."""
+    check_layout(nodes, procs_per_node, tp)
+    rows = []
+    for rank in range(nodes * procs_per_node):
+        rows.append(
+            RankRow(
+                node=rank // procs_per_node,
+                rank=rank,
+                local_rank=rank % procs_per_node,
+                tp_group=rank // tp,
+                tp_rank=rank % tp,
+                vllm_seed=rank // tp,
+                dp_shard=rank,
+            )
+        )
+    return tuple(rows)
+
+
+@dataclass(frozen=True)
+class ServerSplit:
+    """Server mode: which GPUs of each node train and which serve generation."""
+
+    trainer_gpus: tuple[int, ...]
+    server_gpus: tuple[int, ...]
+    server_node: int
+    idle_gpus_per_node: int
+
+
+def server_split(nodes: int, gpus_per_node: int, server_gpus: int) -> ServerSplit:
+    """Reserve ``server_gpus`` on the last node for ``vllm serve``; trainers take the rest.
+
+    torchrun needs the same process count on every node, so every node trains on the GPUs the
+    server node has left; on other nodes the reserved slots stay idle (shown in the plan).
+    """
+    if gpus_per_node < 2:
+        raise UserError(
+            "server mode needs at least 2 GPUs per node (one generating, one training)",
+            field="vllm_mode",
+            hint="use the default colocate mode",
+        )
+    if not 1 <= server_gpus < gpus_per_node:
+        raise UserError(
+            f"server GPUs must be between 1 and {gpus_per_node - 1}, got {server_gpus}",
+            field="vllm_server_gpus",
+        )
+    return ServerSplit(
+        trainer_gpus=tuple(range(server_gpus, gpus_per_node)),
+        server_gpus=tuple(range(server_gpus)),
+        server_node=nodes - 1,
+        idle_gpus_per_node=server_gpus if nodes > 1 else 0,
+    )

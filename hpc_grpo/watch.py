@@ -1,0 +1,108 @@
+"""Terminal views: the status table, following a run with a progress bar, printing logs."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from hpc_grpo import api, runs
+
+
+def _age(timestamp: float | None, now: float) -> str:
+    if not timestamp:
+        return "-"
+    seconds = max(0, int(now - timestamp))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h"
+
+
+def status_table(rows: Sequence[api.RunStatus]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    now = time.time()
+    table = Table(box=None, header_style="bold")
+    for column in ("run", "job", "state", "step", "reward", "tok/s", "ckpt", "ckpt age",
+                   "requeues", "nodes"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(
+            r.run_id, r.job_id or "-",
+            r.state + ("" if r.finished or r.state in ("RUNNING", "PENDING") else " (not done)"
+                       if r.state in ("PREEMPTED", "REQUEUED", "COMPLETING") else ""),
+            f"{r.step}/{r.max_steps}" if r.max_steps else str(r.step),
+            f"{r.reward:.3f}" if r.reward is not None else "-",
+            f"{r.tokens_per_s:.0f}" if r.tokens_per_s else "-",
+            str(r.checkpoint_step) if r.checkpoint_step is not None else "-",
+            _age(r.checkpoint_time, now), str(r.requeues), r.nodes or "-",
+        )
+    Console().print(table if rows else "no runs yet: hpc-grpo submit ...")
+
+
+def watch_status(names: Sequence[str], interval: float = 5.0) -> None:
+    try:
+        while True:
+            print("\033[2J\033[H", end="")
+            status_table(api.status(names))
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
+
+
+def follow(run_id: str, poll: float = 1.0) -> int:
+    """Progress bar over metrics.jsonl until the job ends; exit code 0 only if training ended."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    console = Console(stderr=True)
+    run_dir = runs.find_run(run_id)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[info]}"), console=console) as progress:
+        task = progress.add_task(run_id, total=None, info="starting")
+        while True:
+            row = api.status([run_id])[0]
+            metrics = runs.last_jsonl(run_dir / "metrics.jsonl")
+            info = row.state
+            if metrics:
+                info = (f"reward {metrics.get('reward_mean', 0):.3f}  "
+                        f"{metrics.get('step_time', 0):.2f}s/step")
+            progress.update(task, total=row.max_steps or None, completed=row.step, info=info)
+            if row.finished:
+                break
+            time.sleep(poll)
+    summary = runs.read_json(run_dir / "summary.json")
+    if summary:
+        console.print(
+            f"reward {summary.get('reward_first', 0):.3f} -> {summary.get('reward_last', 0):.3f}"
+            f" (change {summary.get('reward_delta', 0):+.3f}) over {summary.get('steps')} steps;"
+            f" curve: {run_dir / 'reward_curve.png'}"
+        )
+    state = runs.read_json(run_dir / "state.json")
+    console.print(f"run {run_id}: {row.state}, phase {state.get('phase', '-')}")
+    return 0 if row.state == "COMPLETED" else 1
+
+
+def print_logs(paths: Sequence[Path], *, follow: bool) -> None:
+    positions = {p: 0 for p in paths}
+    while True:
+        for path in paths:
+            try:
+                with path.open("rb") as handle:
+                    handle.seek(positions[path])
+                    data = handle.read()
+                    positions[path] = handle.tell()
+            except FileNotFoundError:
+                continue
+            if data:
+                text = data.decode(errors="replace")
+                prefix = f"[{path.stem}] "
+                sys.stdout.write("".join(prefix + line for line in text.splitlines(True)))
+                sys.stdout.flush()
+        if not follow:
+            return
+        time.sleep(1.0)

@@ -1,0 +1,516 @@
+#!/usr/bin/env bash
+# A real multi-node Slurm cluster on this one machine, for hpc-grpo's tests.
+#
+#   bash tests/cluster/sandbox.sh start    # bring it up (no-op if already up)
+#   bash tests/cluster/sandbox.sh status   # exit 0 if up, 1 if down
+#   bash tests/cluster/sandbox.sh stop     # stop everything start made
+#   bash tests/cluster/sandbox.sh restart
+#
+# What "start" builds (Debian 12, Slurm 22.05 from apt, run as root, no systemd):
+#   - munged, MariaDB, slurmdbd and slurmctld in the root network namespace;
+#   - nodes node1..node4: one network namespace each (hpcgrpo-nodeN) with its own
+#     hostname (UTS namespace) and address 10.200.0.11-14 on bridge hgsbr0
+#     (10.200.0.1/24), one slurmd each. The names are in a marked block of /etc/hosts;
+#   - partitions debug (default), low (preemptible, requeued) and high (preempts low);
+#   - /etc/slurm/slurm.conf -> the generated config, so sbatch/srun/sacct/... need no SLURM_CONF.
+# Every start is a fresh cluster: job ids restart at 1 and accounting is empty.
+# Nodes share the machine's CPUs: fine for placement and signals, useless for timing.
+#
+# Environment:
+#   HPC_GRPO_SANDBOX_DIR      state, configs and logs (default /tmp/hpc-grpo-sandbox)
+#   HPC_GRPO_SANDBOX_TIMEOUT  seconds start waits for the cluster to be ready (default 90)
+set -euo pipefail
+
+# Daemons live in /usr/sbin, which a caller's PATH (e.g. a venv) may lack.
+export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
+
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+readonly SCRIPT_DIR
+readonly SANDBOX_DIR="${HPC_GRPO_SANDBOX_DIR:-/tmp/hpc-grpo-sandbox}"
+readonly START_TIMEOUT="${HPC_GRPO_SANDBOX_TIMEOUT:-90}"
+
+readonly ETC_DIR="$SANDBOX_DIR/etc"
+readonly LOG_DIR="$SANDBOX_DIR/log"
+readonly RUN_DIR="$SANDBOX_DIR/run"
+readonly STATE_DIR="$SANDBOX_DIR/state"
+readonly MUNGE_DIR="$SANDBOX_DIR/munge"   # owned by munge: munged runs as that user
+readonly MYSQL_DIR="$SANDBOX_DIR/mysql"   # owned by mysql: so is its error log
+readonly SLURM_CONF_FILE="$ETC_DIR/slurm.conf"
+readonly SYSTEM_SLURM_CONF=/etc/slurm/slurm.conf
+
+# Network. Nothing here may ever leave the machine: the whole /16 is made
+# unreachable before any address of it is created, and removed last.
+readonly GUARD_ROUTE=10.200.0.0/16
+readonly BRIDGE=hgsbr0
+readonly BRIDGE_ADDR=10.200.0.1
+readonly NODE_NET=10.200.0          # node i gets $NODE_NET.(10+i)
+readonly NODES=(node1 node2 node3 node4)
+readonly NETNS_PREFIX=hpcgrpo-      # network namespace of node1: hpcgrpo-node1
+readonly VETH_PREFIX=hgs-           # root end of node1's veth: hgs-node1 (<= 15 chars)
+readonly CTL_ALIAS=sandbox-ctl      # extra /etc/hosts name for the controller address
+readonly HOSTS_BEGIN="# >>> hpc-grpo sandbox (tests/cluster/sandbox.sh) >>>"
+readonly HOSTS_END="# <<< hpc-grpo sandbox <<<"
+
+# Ports: slurmctld/slurmdbd use Slurm's defaults; MariaDB an unusual one on
+# 127.0.0.1 so that it cannot collide with a system MariaDB on 3306.
+readonly CTL_PORT=6817
+readonly DBD_PORT=6819
+readonly DB_PORT=3399
+
+# Cluster tuning (see slurm.conf.tmpl).
+readonly SCHED_INTERVAL=5
+readonly MIN_JOB_AGE=30
+readonly GRACE_TIME=60
+
+# Packages, and one command that proves each is installed.
+readonly -a APT_PACKAGES=(slurm-wlm munge slurmdbd mariadb-server iproute2 util-linux procps)
+readonly -a NEEDED_COMMANDS=(slurmctld slurmd slurmdbd sinfo munged mariadbd mariadb-install-db mariadb ip nsenter unshare flock runuser)
+
+log() { printf 'sandbox: %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+now() { date +%s.%N; }
+elapsed_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# ---------------------------------------------------------------------------
+# Processes. Every daemon writes a pid file; we only ever signal a pid whose
+# command name is the one we expect, so a stale pid file can't hit a stranger.
+# ---------------------------------------------------------------------------
+
+pidfile_of() {  # pidfile_of DAEMON [NODE]
+    case "$1" in
+        munged) echo "$MUNGE_DIR/munged.pid" ;;
+        mariadbd) echo "$MYSQL_DIR/mariadbd.pid" ;;
+        slurmd) echo "$RUN_DIR/slurmd.$2.pid" ;;
+        *) echo "$RUN_DIR/$1.pid" ;;
+    esac
+}
+
+# Prints the pid of DAEMON (NODE for slurmd) if it is running, else fails.
+running_pid() {
+    local pidfile pid
+    pidfile="$(pidfile_of "$@")"
+    [[ -s "$pidfile" ]] || return 1
+    pid="$(tr -dc '0-9' <"$pidfile")"
+    [[ -n "$pid" && "$(cat "/proc/$pid/comm" 2>/dev/null)" == "$1" ]] || return 1
+    echo "$pid"
+}
+
+# TERM, wait up to $2 seconds, then KILL.
+terminate_pids() {
+    local pids=$1 wait_s=$2 pid i
+    [[ -n "$pids" ]] || return 0
+    # shellcheck disable=SC2086  # word splitting of the pid list is wanted
+    kill -TERM $pids 2>/dev/null || true
+    for ((i = 0; i < wait_s * 10; i++)); do
+        for pid in $pids; do
+            [[ -e "/proc/$pid" ]] && break
+            pid=
+        done
+        [[ -z "$pid" ]] && return 0
+        sleep 0.1
+    done
+    # shellcheck disable=SC2086
+    kill -KILL $pids 2>/dev/null || true
+    sleep 0.2
+}
+
+stop_daemon() {  # stop_daemon DAEMON [NODE]
+    local pid
+    if pid="$(running_pid "$@")"; then
+        terminate_pids "$pid" 15
+    fi
+    rm -f "$(pidfile_of "$@")"
+}
+
+# Runs a daemon detached (setsid --fork returns at once): its own session, stdin from /dev/null, output to a log,
+# and without our lock fd 9 (a daemon holding it would block every later call).
+launch() {  # launch LOGFILE CMD...
+    local logfile=$1
+    shift
+    setsid --fork "$@" </dev/null >>"$logfile" 2>&1 9>&-
+}
+
+wait_for() {  # wait_for SECONDS DESCRIPTION CMD...: poll CMD every 0.2 s
+    local limit=$1 what=$2 deadline
+    shift 2
+    deadline=$(($(date +%s) + limit))
+    until "$@" >/dev/null 2>&1; do
+        if (($(date +%s) >= deadline)); then
+            log "timed out after ${limit}s waiting for $what"
+            return 1
+        fi
+        sleep 0.2
+    done
+}
+
+# ---------------------------------------------------------------------------
+# Packages
+# ---------------------------------------------------------------------------
+
+ensure_packages() {
+    local cmd missing=()
+    for cmd in "${NEEDED_COMMANDS[@]}"; do
+        command -v "$cmd" >/dev/null 2>&1 || missing+=("$cmd")
+    done
+    ((${#missing[@]} == 0)) && return 0
+    log "installing packages (missing: ${missing[*]})"
+    local t0
+    t0="$(now)"
+    apt-get update -qq >"$LOG_DIR/apt.log" 2>&1 || { tail -n 20 "$LOG_DIR/apt.log" >&2; die "apt-get update failed"; }
+    # --no-install-recommends: 9+ packages instead of ~45. The image's policy-rc.d
+    # stops the packages' init scripts from starting daemons; we start them ourselves.
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${APT_PACKAGES[@]}" \
+        >>"$LOG_DIR/apt.log" 2>&1 || { tail -n 20 "$LOG_DIR/apt.log" >&2; die "apt-get install failed (log: $LOG_DIR/apt.log)"; }
+    log "packages installed in $(elapsed_since "$t0")s"
+}
+
+# ---------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------
+
+node_addr() { echo "$NODE_NET.$((10 + $1))"; }  # node_addr INDEX (1-based)
+
+render() {  # render TEMPLATE OUTPUT: replace @NAME@ fields
+    local node_lines="" i
+    for i in "${!NODES[@]}"; do
+        node_lines+="NodeName=${NODES[i]} NodeAddr=$(node_addr $((i + 1))) NodeHostname=${NODES[i]}"$'\n'
+    done
+    local ctl_host
+    ctl_host="$(hostname -s)"
+    awk -v node_lines="${node_lines%$'\n'}" \
+        -v ctl_host="$ctl_host" -v bridge_addr="$BRIDGE_ADDR" \
+        -v node_range="node[1-${#NODES[@]}]" \
+        -v ctl_port="$CTL_PORT" -v dbd_port="$DBD_PORT" -v db_port="$DB_PORT" -v db_pass="$DB_PASS" \
+        -v state_dir="$STATE_DIR" -v run_dir="$RUN_DIR" -v log_dir="$LOG_DIR" \
+        -v sched_interval="$SCHED_INTERVAL" -v min_job_age="$MIN_JOB_AGE" -v grace_time="$GRACE_TIME" '
+        {
+            gsub(/@NODE_LINES@/, node_lines); gsub(/@CTL_HOST@/, ctl_host)
+            gsub(/@BRIDGE_ADDR@/, bridge_addr); gsub(/@NODE_RANGE@/, node_range)
+            gsub(/@CTL_PORT@/, ctl_port); gsub(/@DBD_PORT@/, dbd_port)
+            gsub(/@DB_PORT@/, db_port); gsub(/@DB_PASS@/, db_pass)
+            gsub(/@STATE_DIR@/, state_dir); gsub(/@RUN_DIR@/, run_dir); gsub(/@LOG_DIR@/, log_dir)
+            gsub(/@SCHED_INTERVAL@/, sched_interval); gsub(/@MIN_JOB_AGE@/, min_job_age)
+            gsub(/@GRACE_TIME@/, grace_time)
+            if ($0 ~ /@[A-Z_]+@/) { print "unfilled field in line: " $0 > "/dev/stderr"; exit 1 }
+            print
+        }' "$1" >"$2"
+}
+
+write_configs() {
+    # A fresh random password per start: the database is new every time.
+    DB_PASS="$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
+    render "$SCRIPT_DIR/slurm.conf.tmpl" "$SLURM_CONF_FILE"
+    render "$SCRIPT_DIR/slurmdbd.conf.tmpl" "$ETC_DIR/slurmdbd.conf"
+    chmod 600 "$ETC_DIR/slurmdbd.conf"   # slurmdbd refuses a readable one
+}
+
+# Fresh state and logs for every start (logs of the previous run are replaced).
+prepare_dirs() {
+    mkdir -p "$SANDBOX_DIR"
+    chmod 755 "$SANDBOX_DIR"   # munge and mysql must traverse it
+    rm -rf "$ETC_DIR" "$LOG_DIR" "$RUN_DIR" "$STATE_DIR" "$MUNGE_DIR" "$MYSQL_DIR"
+    mkdir -p "$ETC_DIR" "$LOG_DIR" "$RUN_DIR" "$STATE_DIR/slurmctld"
+    local node
+    for node in "${NODES[@]}"; do mkdir -p "$STATE_DIR/slurmd.$node"; done
+}
+
+# /etc/slurm/slurm.conf -> our config, so clients work without SLURM_CONF.
+# We never overwrite a real config that is not ours.
+link_system_config() {
+    mkdir -p "$(dirname "$SYSTEM_SLURM_CONF")"
+    if [[ -e "$SYSTEM_SLURM_CONF" || -L "$SYSTEM_SLURM_CONF" ]] && [[ "$(readlink "$SYSTEM_SLURM_CONF")" != "$SLURM_CONF_FILE" ]]; then
+        if [[ -L "$SYSTEM_SLURM_CONF" && "$(readlink "$SYSTEM_SLURM_CONF")" == */hpc-grpo*/etc/slurm.conf ]]; then
+            log "replacing stale sandbox link $SYSTEM_SLURM_CONF -> $(readlink "$SYSTEM_SLURM_CONF")"
+        else
+            die "$SYSTEM_SLURM_CONF exists and is not ours; move it away first"
+        fi
+    fi
+    ln -sfn "$SLURM_CONF_FILE" "$SYSTEM_SLURM_CONF"
+}
+
+unlink_system_config() {
+    if [[ -L "$SYSTEM_SLURM_CONF" && "$(readlink "$SYSTEM_SLURM_CONF")" == "$SLURM_CONF_FILE" ]]; then
+        rm -f "$SYSTEM_SLURM_CONF"
+    fi
+}
+
+# ---------------------------------------------------------------------------
+# Network: bridge + one namespace per node
+# ---------------------------------------------------------------------------
+
+disable_ipv6() {  # no IPv6 link-local chatter on our links; a missing knob is fine
+    local knob="/proc/sys/net/ipv6/conf/$1/disable_ipv6"
+    if [[ -w "$knob" ]]; then echo 1 >"$knob"; fi
+}
+
+setup_network() {
+    # First: the guard route, so no address in 10.200/16 can be routed out.
+    ip route replace unreachable "$GUARD_ROUTE"
+    ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
+    disable_ipv6 "$BRIDGE"
+    ip addr replace "$BRIDGE_ADDR/24" dev "$BRIDGE"
+    ip link set "$BRIDGE" up
+
+    local i node ns veth
+    for i in "${!NODES[@]}"; do
+        node="${NODES[i]}" ns="$NETNS_PREFIX${NODES[i]}" veth="$VETH_PREFIX${NODES[i]}"
+        ip netns add "$ns"
+        ip link add "$veth" type veth peer name eth0 netns "$ns"
+        disable_ipv6 "$veth"
+        ip link set "$veth" master "$BRIDGE" up
+        # /proc/sys/net shows the namespace of whoever opens it: nsenter, not
+        # `ip netns exec` (which remounts /sys; see start_slurmds).
+        nsenter --net="/run/netns/$ns" sh -c 'echo 1 >/proc/sys/net/ipv6/conf/eth0/disable_ipv6' 2>/dev/null || true
+        ip -n "$ns" addr add "$(node_addr $((i + 1)))/24" dev eth0
+        ip -n "$ns" link set lo up
+        ip -n "$ns" link set eth0 up
+        # No default route: the only reachable network is the bridge.
+    done
+    add_hosts_block
+}
+
+# Processes still inside a node's namespace (slurmstepd, job tasks, ...).
+netns_pids() { ip netns pids "$1" 2>/dev/null | tr '\n' ' ' || true; }
+
+teardown_network() {
+    local node ns
+    remove_hosts_block
+    for node in "${NODES[@]}"; do
+        ns="$NETNS_PREFIX$node"
+        if [[ -e "/run/netns/$ns" ]]; then
+            terminate_pids "$(netns_pids "$ns")" 5
+            ip netns del "$ns" 2>/dev/null || true
+        fi
+        ip link del "$VETH_PREFIX$node" 2>/dev/null || true
+    done
+    ip link del "$BRIDGE" 2>/dev/null || true
+    # Last: the guard route (only if it is still our unreachable route).
+    if ip route show "$GUARD_ROUTE" | grep -q '^unreachable'; then
+        ip route del unreachable "$GUARD_ROUTE" 2>/dev/null || true
+    fi
+}
+
+# /etc/hosts may be a bind mount (containers): rewrite it in place, never replace it.
+remove_hosts_block() {
+    local tmp
+    grep -qF "$HOSTS_BEGIN" /etc/hosts 2>/dev/null || return 0
+    tmp="$(mktemp)"
+    awk -v b="$HOSTS_BEGIN" -v e="$HOSTS_END" '$0 == b { skip = 1 } !skip { print } $0 == e { skip = 0 }' /etc/hosts >"$tmp"
+    cat "$tmp" >/etc/hosts
+    rm -f "$tmp"
+}
+
+add_hosts_block() {
+    local i
+    remove_hosts_block
+    {
+        echo "$HOSTS_BEGIN"
+        echo "$BRIDGE_ADDR $CTL_ALIAS"
+        for i in "${!NODES[@]}"; do echo "$(node_addr $((i + 1))) ${NODES[i]}"; done
+        echo "$HOSTS_END"
+    } >>/etc/hosts
+}
+
+# ---------------------------------------------------------------------------
+# Daemons
+# ---------------------------------------------------------------------------
+
+munge_works() { munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; }
+
+start_munge() {
+    # One munged serves every namespace: its socket is a path in the shared filesystem.
+    if munge_works; then
+        log "munged: using the one already running"
+        return 0
+    fi
+    install -d -o munge -g munge -m 0755 /run/munge
+    install -d -o munge -g munge -m 0700 "$MUNGE_DIR"
+    if [[ ! -s /etc/munge/munge.key ]]; then
+        install -d -o munge -g munge -m 0700 /etc/munge
+        mungekey --create --keyfile=/etc/munge/munge.key
+        chown munge:munge /etc/munge/munge.key
+        chmod 400 /etc/munge/munge.key
+    fi
+    launch "$LOG_DIR/munged.out" runuser -u munge -- munged \
+        --pid-file="$MUNGE_DIR/munged.pid" --log-file="$MUNGE_DIR/munged.log" \
+        --seed-file="$MUNGE_DIR/munged.seed"
+    wait_for 10 "munged" munge_works
+}
+
+mariadb_sql() { mariadb --no-defaults --socket="$MYSQL_DIR/mysqld.sock" -u root "$@"; }
+
+start_mariadb() {
+    # MariaDB's default InnoDB sizes (128M pool, 96M log) are what slurmdbd asks for.
+    install -d -o mysql -g mysql -m 0750 "$MYSQL_DIR"
+    mariadb-install-db --no-defaults --user=mysql --datadir="$MYSQL_DIR/data" \
+        --auth-root-authentication-method=socket --skip-test-db --skip-name-resolve \
+        >"$LOG_DIR/mariadb-install.log" 2>&1 || { tail -n 20 "$LOG_DIR/mariadb-install.log" >&2; return 1; }
+    launch "$LOG_DIR/mariadbd.out" mariadbd --no-defaults --user=mysql --datadir="$MYSQL_DIR/data" \
+        --socket="$MYSQL_DIR/mysqld.sock" --pid-file="$(pidfile_of mariadbd)" \
+        --bind-address=127.0.0.1 --port="$DB_PORT" --skip-name-resolve \
+        --log-error="$MYSQL_DIR/error.log" --innodb-lock-wait-timeout=900
+    wait_for 30 "mariadbd" mariadb_sql -e 'SELECT 1'
+    mariadb_sql -e "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$DB_PASS';
+        GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+}
+
+start_slurmdbd() {
+    # slurmdbd has no -f: it finds slurmdbd.conf next to $SLURM_CONF. It forks itself.
+    SLURM_CONF="$SLURM_CONF_FILE" launch "$LOG_DIR/slurmdbd.out" slurmdbd
+    wait_for 30 "slurmdbd" sacctmgr -n list cluster
+}
+
+start_slurmctld() {
+    # Registers the cluster with slurmdbd by itself. It forks itself.
+    launch "$LOG_DIR/slurmctld.out" slurmctld -f "$SLURM_CONF_FILE"
+    wait_for 30 "slurmctld" scontrol ping
+}
+
+start_slurmds() {
+    local node
+    for node in "${NODES[@]}"; do
+        # nsenter, not `ip netns exec`: the latter remounts /sys, which hides
+        # /sys/fs/cgroup and slurmd dies ("No filesystem mounted on /sys/fs/cgroup").
+        # unshare --uts gives the node its own hostname. slurmd forks itself.
+        # shellcheck disable=SC2016  # $1/$2 are expanded by the inner sh
+        launch "$LOG_DIR/slurmd.$node.out" \
+            nsenter --net="/run/netns/$NETNS_PREFIX$node" unshare --uts -- \
+            sh -c 'hostname "$1" && exec slurmd -f "$2" -N "$1"' sh "$node" "$SLURM_CONF_FILE"
+    done
+}
+
+all_nodes_idle() {
+    local states
+    states="$(sinfo -h -N -p debug -o '%N %t')"
+    [[ "$(grep -c ' idle$' <<<"$states")" -eq "${#NODES[@]}" ]]
+}
+
+accounting_ready() {
+    # The cluster is registered in slurmdbd and sacct answers.
+    [[ "$(sacctmgr -n -P list cluster sandbox format=cluster 2>/dev/null)" == sandbox ]] &&
+        sacct -n -X >/dev/null
+}
+
+cluster_ready() { all_nodes_idle && accounting_ready; }
+
+# All daemons alive, namespaces present, config linked. Cheap: no RPC.
+is_up() {
+    local node
+    running_pid slurmctld >/dev/null && running_pid slurmdbd >/dev/null &&
+        running_pid mariadbd >/dev/null && munge_works || return 1
+    for node in "${NODES[@]}"; do
+        running_pid slurmd "$node" >/dev/null && [[ -e "/run/netns/$NETNS_PREFIX$node" ]] || return 1
+    done
+    [[ "$(readlink "$SYSTEM_SLURM_CONF" 2>/dev/null)" == "$SLURM_CONF_FILE" ]]
+}
+
+show_logs() {
+    local f
+    log "logs are in $LOG_DIR (MariaDB: $MYSQL_DIR/error.log, munged: $MUNGE_DIR/munged.log)"
+    for f in "$LOG_DIR"/slurmctld.log "$LOG_DIR"/slurmdbd.log "$LOG_DIR"/slurmd.*.log "$LOG_DIR"/*.out "$MYSQL_DIR/error.log"; do
+        [[ -s "$f" ]] || continue
+        echo "----- tail of $f" >&2
+        tail -n 15 "$f" >&2
+    done
+    if command -v sinfo >/dev/null && [[ -e "$SLURM_CONF_FILE" ]]; then
+        echo "----- sinfo" >&2
+        SLURM_CONF="$SLURM_CONF_FILE" timeout 10 sinfo -N >&2 2>&1 || true
+    fi
+}
+
+# ---------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------
+
+# One start/stop at a time (parallel test workers may all call start).
+take_lock() {
+    mkdir -p "$SANDBOX_DIR"
+    exec 9>"$SANDBOX_DIR/.lock"
+    flock 9
+}
+
+# Stops whatever of ours is running; safe to call on a half-started or absent cluster.
+teardown() {
+    local node
+    for node in "${NODES[@]}"; do stop_daemon slurmd "$node"; done
+    # Job steps and tasks left in the node namespaces are killed by teardown_network.
+    stop_daemon slurmctld
+    stop_daemon slurmdbd
+    stop_daemon mariadbd
+    stop_daemon munged   # only ours: a munged we found running has no pid file here
+    teardown_network
+    unlink_system_config
+}
+
+cmd_start() {
+    [[ $EUID -eq 0 ]] || die "must run as root"
+    take_lock
+    export SLURM_CONF="$SLURM_CONF_FILE"
+    if is_up; then
+        log "already up (logs: $LOG_DIR)"
+        return 0
+    fi
+    local t0
+    t0="$(now)"
+    teardown   # leftovers of a half-started or crashed cluster
+    prepare_dirs
+    ensure_packages
+    write_configs
+    link_system_config
+
+    # From here on, a failure shows the logs and tears down what was started.
+    trap 'rc=$?; if ((rc != 0)); then log "start failed"; show_logs; log "tearing down"; teardown; fi' EXIT
+    setup_network
+    start_munge
+    start_mariadb
+    start_slurmdbd
+    start_slurmctld
+    start_slurmds
+    if ! wait_for "$START_TIMEOUT" "${#NODES[@]} idle nodes and sacct" cluster_ready; then
+        exit 1
+    fi
+    trap - EXIT
+    log "up in $(elapsed_since "$t0")s: nodes ${NODES[*]} ($(node_addr 1)-$(node_addr ${#NODES[@]})), partitions debug (default), low, high; logs in $LOG_DIR"
+}
+
+cmd_stop() {
+    [[ $EUID -eq 0 ]] || die "must run as root"
+    take_lock
+    teardown
+    log "stopped (logs kept in $LOG_DIR)"
+}
+
+cmd_status() {
+    local d node pid up=0
+    export SLURM_CONF="$SLURM_CONF_FILE"
+    is_up && up=1
+    for d in munged mariadbd slurmdbd slurmctld; do
+        if pid="$(running_pid "$d")"; then echo "$d: running (pid $pid)"; else echo "$d: not running"; fi
+    done
+    for node in "${NODES[@]}"; do
+        if pid="$(running_pid slurmd "$node")"; then echo "slurmd $node: running (pid $pid)"; else echo "slurmd $node: not running"; fi
+    done
+    if ((up)); then
+        timeout 10 sinfo || true
+        echo "sandbox: up (logs: $LOG_DIR)"
+        return 0
+    fi
+    echo "sandbox: down"
+    return 1
+}
+
+main() {
+    case "${1:-}" in
+        start) cmd_start ;;
+        stop) cmd_stop ;;
+        restart) cmd_stop && cmd_start ;;
+        status) cmd_status ;;
+        *)
+            echo "usage: $0 start|stop|restart|status" >&2
+            exit 2
+            ;;
+    esac
+}
+
+main "$@"

@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hpc_grpo.config.site import available_sites, builtin_sites_dir, load_site, minutes
+from hpc_grpo.config.spec import JobSpec, build_spec, grpo_fields, parse_set
+from hpc_grpo.errors import UserError
+
+
+def test_every_shipped_profile_loads() -> None:
+    sites = available_sites([builtin_sites_dir()])
+    assert {"local", "sandbox", "h100-pyxis", "lmod-apptainer"} <= set(sites)
+    for path in sites.values():
+        profile = load_site(str(path), [])
+        assert profile.name == path.stem
+
+
+def test_unknown_profile_key_suggests(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("partiton: gpu\n")
+    with pytest.raises(UserError) as info:
+        load_site(str(path), [])
+    assert "unknown key 'partiton'" in info.value.message
+    assert "partition" in info.value.hint
+    assert info.value.field.startswith("c.yaml")
+
+
+def test_unknown_site_name_suggests() -> None:
+    with pytest.raises(UserError) as info:
+        load_site("sandbx", [builtin_sites_dir()])
+    assert "sandbox" in info.value.hint
+
+
+def test_profile_type_errors(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("gpus_per_node: eight\n")
+    with pytest.raises(UserError, match="expected int"):
+        load_site(str(path), [])
+    path.write_text("container: {runtime: docker, image: x}\n")
+    with pytest.raises(UserError, match="not one of"):
+        load_site(str(path), [])
+    path.write_text("port_range: [80, 90]\n")
+    with pytest.raises(UserError, match="port_range"):
+        load_site(str(path), [])
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("30", 30), ("01:00:00", 60), ("00:10:30", 11), ("2-00:00:00", 2880), ("45:00", 45)],
+)
+def test_slurm_time(text: str, expected: int) -> None:
+    assert minutes(text, "time") == expected
+
+
+def test_bad_time() -> None:
+    with pytest.raises(UserError, match="not a Slurm time"):
+        minutes("one hour", "time")
+
+
+def test_precedence_flags_over_set_over_recipe() -> None:
+    recipe = {"model": "a", "nodes": 2, "learning_rate": 0.1, "max_steps": 5}
+    sets = parse_set(["nodes=3", "learning_rate=0.2"])
+    spec = build_spec(recipe, sets, {"nodes": 4, "seed": None})
+    assert spec.nodes == 4
+    assert spec.grpo == {"learning_rate": 0.2, "max_steps": 5}
+    assert spec.seed == JobSpec(model="x").seed
+
+
+def test_grpo_fields_pass_through_and_typos_fail() -> None:
+    assert "num_generations" in grpo_fields()
+    spec = build_spec({"model": "m", "beta": 0.04, "loss_type": "dapo"}, {}, {})
+    assert spec.grpo == {"beta": 0.04, "loss_type": "dapo"}
+    with pytest.raises(UserError) as info:
+        build_spec({"model": "m", "num_generation": 4}, {}, {})
+    assert "num_generations" in info.value.hint
+
+
+def test_plan_owned_fields_are_refused() -> None:
+    with pytest.raises(UserError, match="set by hpc-grpo"):
+        build_spec({"model": "m", "output_dir": "/tmp/x"}, {}, {})
+
+
+def test_trl_alias_maps_to_spec_field() -> None:
+    spec = build_spec({"model": "m", "vllm_tensor_parallel_size": 2}, {}, {})
+    assert spec.tensor_parallel_size == 2
+
+
+def test_missing_model() -> None:
+    with pytest.raises(UserError, match="no model"):
+        build_spec({}, {}, {})
+
+
+def test_parse_set_values() -> None:
+    assert parse_set(["a=1", "b=0.5", "c=true", "d=[x, y]", "e=text"]) == {
+        "a": 1, "b": 0.5, "c": True, "d": ["x", "y"], "e": "text"}
+    with pytest.raises(UserError, match="key=value"):
+        parse_set(["novalue"])
