@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -144,7 +145,7 @@ def submit(request: Request) -> Submitted:
                 nodes=plan.nodes,
                 timeout_min=plan.time_min,
                 max_requeues=plan.site.max_requeues,
-                python=prepared.python,
+                python=shlex.quote(prepared.python),
             )
         runs.record_job(run_dir, job_id, "submitted")
         runs.register(prepared.run_id, run_dir)

@@ -128,7 +128,7 @@ def rank_table_text(plan: JobPlan) -> str:
         for r in plan.ranks
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows) + "\n"
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in rows) + "\n"
 
 
 def summary_text(plan: JobPlan) -> str:

@@ -46,16 +46,12 @@ STATE_MEANINGS: Mapping[str, tuple[bool, str]] = MappingProxyType(
     }
 )
 
-# Slurm's short codes and rarer states, folded into the states above.
+# Slurm's rarer states (sacct and squeue print long names), folded into the states above.
 _ALIASES = {
-    "PD": "PENDING", "R": "RUNNING", "RQ": "REQUEUED", "PR": "PREEMPTED", "CG": "COMPLETING",
-    "S": "SUSPENDED", "TO": "TIMEOUT", "NF": "NODE_FAIL", "CA": "CANCELLED", "F": "FAILED",
-    "CD": "COMPLETED", "OOM": "OUT_OF_MEMORY", "BF": "BOOT_FAIL", "DL": "DEADLINE",
-    "CF": "RUNNING", "CONFIGURING": "RUNNING", "RS": "RUNNING", "RESIZING": "RUNNING",
-    "SI": "RUNNING", "SIGNALING": "RUNNING", "SO": "COMPLETING", "STAGE_OUT": "COMPLETING",
-    "ST": "SUSPENDED", "STOPPED": "SUSPENDED", "RH": "REQUEUED", "REQUEUE_HOLD": "REQUEUED",
-    "RF": "REQUEUED", "REQUEUE_FED": "REQUEUED", "SE": "REQUEUED", "SPECIAL_EXIT": "REQUEUED",
-    "RD": "PENDING", "RESV_DEL_HOLD": "PENDING", "RV": "CANCELLED", "REVOKED": "CANCELLED",
+    "CONFIGURING": "RUNNING", "RESIZING": "RUNNING", "SIGNALING": "RUNNING",
+    "STAGE_OUT": "COMPLETING", "STOPPED": "SUSPENDED", "REQUEUE_HOLD": "REQUEUED",
+    "REQUEUE_FED": "REQUEUED", "SPECIAL_EXIT": "REQUEUED", "RESV_DEL_HOLD": "PENDING",
+    "REVOKED": "CANCELLED",
 }  # fmt: skip
 
 # sacct 22.05 has no Restarts column: with --duplicates each requeue leaves an older record in one
@@ -63,6 +59,8 @@ _ALIASES = {
 _RESTART_STATES = frozenset({"REQUEUED", "PREEMPTED", "NODE_FAIL"})
 SACCT_FIELDS = "JobID,State,NodeList,Elapsed,ExitCode,Reason,Submit"
 SQUEUE_FORMAT = "%i|%T|%N|%M|%r"
+_SACCT = ["sacct", "--parsable2", "--noheader", "--allocations", "--duplicates"]
+_SQUEUE = ["squeue", "--noheader", "--states=all", f"--format={SQUEUE_FORMAT}"]
 _JOB_ID = re.compile(r"\d+(_\d+)?")
 _NO_SLURM_HINT = "run this on a login node of the cluster (where sbatch works), or use --local"
 
@@ -83,7 +81,7 @@ class JobState:
 
 
 def normalise_state(raw: str) -> str:
-    """One word of STATE_MEANINGS for any sacct/squeue state ("CANCELLED by 0", "CA", "RUNNING+")."""
+    """A key of STATE_MEANINGS for any sacct/squeue state ("CANCELLED by 0", "RUNNING+")."""
     words = raw.strip().upper().split()
     word = words[0].rstrip("+") if words else ""
     word = _ALIASES.get(word, word)
@@ -92,15 +90,15 @@ def normalise_state(raw: str) -> str:
 
 def _clean(value: str) -> str:
     value = value.strip()
-    return "" if value in ("None", "None assigned", "(null)", "N/A") else value
+    return "" if value in ("None", "None assigned", "(null)") else value
 
 
-def _job_state(job_id: str, raw_state: str, *, nodes: str = "", elapsed: str = "",
-               exit_code: str = "", restarts: int = 0, reason: str = "") -> JobState:  # fmt: skip
-    state = normalise_state(raw_state)
-    finished, meaning = STATE_MEANINGS[state]
-    return JobState(job_id, state, finished, meaning, _clean(nodes), elapsed.strip(),
-                    exit_code.strip(), restarts, _clean(reason))  # fmt: skip
+def _job_state(
+    job_id: str, raw: str, nodes: str, elapsed: str, code: str, restarts: int, reason: str
+) -> JobState:
+    state = normalise_state(raw)
+    nodes, elapsed, code, reason = (_clean(v) for v in (nodes, elapsed, code, reason))
+    return JobState(job_id, state, *STATE_MEANINGS[state], nodes, elapsed, code, restarts, reason)
 
 
 def parse_sacct(text: str) -> dict[str, JobState]:
@@ -117,8 +115,7 @@ def parse_sacct(text: str) -> dict[str, JobState]:
         records.sort()  # a requeue resets Submit, so the newest run sorts last; ties keep order
         *older, (_, _, cols) = records
         restarts = sum(normalise_state(old[2][1]) in _RESTART_STATES for old in older)
-        states[job_id] = _job_state(job_id, cols[1], nodes=cols[2], elapsed=cols[3],
-                                    exit_code=cols[4], restarts=restarts, reason=cols[5])  # fmt: skip
+        states[job_id] = _job_state(job_id, cols[1], cols[2], cols[3], cols[4], restarts, cols[5])
     return states
 
 
@@ -128,8 +125,7 @@ def parse_squeue(text: str) -> dict[str, JobState]:
     for line in text.splitlines():
         cols = line.strip().split("|")
         if len(cols) >= 5 and cols[0]:
-            states[cols[0]] = _job_state(cols[0], cols[1], nodes=cols[2], elapsed=cols[3],
-                                         reason=cols[4])  # fmt: skip
+            states[cols[0]] = _job_state(cols[0], cols[1], cols[2], cols[3], "", 0, cols[4])
     return states
 
 
@@ -141,27 +137,23 @@ def _check_id(job_id: str) -> str:
 
 
 def query_states(job_ids: Sequence[str]) -> dict[str, JobState]:
-    """States of many jobs in one sacct and one squeue call, whatever their number.
+    """States of any number of jobs from one sacct and one squeue call.
 
-    sacct is the record (exit code, restarts, finished jobs) but lags slurmctld by seconds;
-    squeue is slurmctld's live view, so it wins unless both agree the job is over. squeue is
-    asked about every id because a job Slurm requeued after NODE_FAIL looks finished in sacct
-    until its new record lands.
-    """
-    ids = [_check_id(str(j)) for j in dict.fromkeys(job_ids)]
-    if not ids:
-        return {}
-    joined = ",".join(ids)
+    sacct is the record (exit code, restarts, old jobs) but lags slurmctld by seconds; squeue is
+    slurmctld's live view, so it wins unless both say the job is over. squeue gets every id: a
+    job requeued after NODE_FAIL looks finished in sacct until its new record lands."""
+    ids = list(dict.fromkeys(str(j) for j in job_ids))
+    valid = [j for j in ids if _JOB_ID.fullmatch(j)]  # a bad record must not break a status
+    if not valid:
+        return {j: _job_state(j, "UNKNOWN", "", "", "", 0, "not a Slurm job id") for j in ids}
+    joined = ",".join(valid)
     sacct_error: UserError | None = None
     try:
-        acct = parse_sacct(run_slurm(["sacct", "--parsable2", "--noheader", "--allocations",
-                                      "--duplicates", f"--jobs={joined}",
-                                      f"--format={SACCT_FIELDS}"]))  # fmt: skip
+        acct = parse_sacct(run_slurm([*_SACCT, f"--format={SACCT_FIELDS}", f"--jobs={joined}"]))
     except UserError as err:  # no slurmdbd, or it is down: squeue still knows live jobs
         acct, sacct_error = {}, err
     try:
-        queue = parse_squeue(run_slurm(["squeue", "--noheader", "--states=all",
-                                        f"--jobs={joined}", f"--format={SQUEUE_FORMAT}"]))  # fmt: skip
+        queue = parse_squeue(run_slurm([*_SQUEUE, f"--jobs={joined}"]))
     except UserError as err:
         if "invalid job id" not in err.message.lower() and sacct_error is not None:
             raise sacct_error from err
@@ -170,23 +162,23 @@ def query_states(job_ids: Sequence[str]) -> dict[str, JobState]:
     for job_id in ids:
         rec, live = acct.get(job_id), queue.get(job_id)
         if live is not None and (rec is None or not live.finished or not rec.finished):
-            states[job_id] = live if rec is None else replace(
-                live, exit_code=rec.exit_code, restarts=rec.restarts)  # fmt: skip
+            if rec is not None:
+                live = replace(live, exit_code=rec.exit_code, restarts=rec.restarts)
+            states[job_id] = live
         elif rec is not None:
             states[job_id] = rec
         else:
             why = f"sacct failed: {sacct_error.message}" if sacct_error else ""
-            states[job_id] = _job_state(job_id, "UNKNOWN", reason=why)
+            why = why if _JOB_ID.fullmatch(job_id) else "not a Slurm job id"
+            states[job_id] = _job_state(job_id, "UNKNOWN", "", "", "", 0, why)
     return states
 
 
-def wait_for_state(job_id: str, states: Collection[str] = (), *, timeout_s: float,
-                   poll_s: float = 2.0) -> JobState:  # fmt: skip
-    """Poll until the job is in `states` or finished (so a failed job never hangs a waiter).
-
-    Returns the last state seen, also on timeout: callers compare it themselves. Polling, not
-    `sbatch --wait`, because that returns in coarse 2/10/42 s steps.
-    """
+def wait_for_state(
+    job_id: str, states: Collection[str] = (), *, timeout_s: float, poll_s: float = 2.0
+) -> JobState:
+    """Poll until the job is in `states` or finished (a failed job must not hang the waiter);
+    returns the last state seen, also on timeout. Not `sbatch --wait`: it wakes in 2/10/42 s."""
     deadline = time.monotonic() + timeout_s
     while True:
         state = query_states([job_id])[job_id]
@@ -205,18 +197,25 @@ def _checked_script(script_text: str, command: str) -> str:
     """The template and submitit must agree, or the job would start and never run the task."""
     missing = [s for s in (command, "SUBMITIT_EXECUTOR=slurm") if s not in script_text]
     if missing:
-        raise RuntimeError(f"internal error: the sbatch script lacks {missing}, which submitit "
-                           "needs in it to run the task on each node")  # fmt: skip
+        raise RuntimeError(
+            f"internal error: the sbatch script lacks {missing}, which submitit "
+            "needs in it to run the task on each node"
+        )
     return script_text
 
 
-def submit(*, script_text: str, folder: Path, task: Callable[[], object], nodes: int,
-           timeout_min: int, max_requeues: int, python: str) -> str:  # fmt: skip
-    """Submit `script_text` as is, with submitit's pickle and bookkeeping; returns the job id.
-
-    Going through SlurmExecutor (not plain sbatch) keeps submitit's in-job role working: each
-    node task unpickles `task`, and on USR2 rank 0 calls `task.checkpoint()` and requeues.
-    """
+def submit(
+    *,
+    script_text: str,
+    folder: Path,
+    task: Callable[[], object],
+    nodes: int,
+    timeout_min: int,
+    max_requeues: int,
+    python: str,
+) -> str:
+    """sbatch `script_text` as is, through SlurmExecutor so that each node task unpickles `task`
+    and, on USR2, rank 0 calls `task.checkpoint()` and requeues; returns the job id."""
     from submitit.core.utils import FailedJobError, FailedSubmissionError
     from submitit.slurm.slurm import SlurmExecutor
 
@@ -237,13 +236,13 @@ def submit(*, script_text: str, folder: Path, task: Callable[[], object], nodes:
         with contextlib.redirect_stderr(captured):
             job = executor.submit(task)
     except FailedJobError as err:
-        raise UserError(f"sbatch rejected the job: {_one_line(str(err))}",
-                        hint="check partition, account, QOS, time and node count in the site "
-                        "profile against what the cluster allows (sinfo, sacctmgr)") from err  # fmt: skip
+        raise UserError(
+            f"sbatch rejected the job: {_one_line(str(err))}",
+            hint="check partition, account, QOS, time and node count in the site "
+            "profile against what the cluster allows (sinfo, sacctmgr)",
+        ) from err
     except FailedSubmissionError as err:
         raise UserError(f"sbatch gave no job id: {_one_line(str(err))}") from err
-    except FileNotFoundError as err:
-        raise UserError("Slurm command sbatch not found", hint=_NO_SLURM_HINT) from err
     sys.stderr.write(captured.getvalue())
     return str(job.job_id)
 
@@ -257,13 +256,13 @@ def _children_write_to(path: Path) -> Iterator[None]:
     saved = [os.dup(1), os.dup(2)]
     with path.open("ab") as log:
         try:
-            os.dup2(log.fileno(), 1)
-            os.dup2(log.fileno(), 2)
+            for fd in (1, 2):
+                os.dup2(log.fileno(), fd)
             yield
         finally:
-            for fd, saved_fd in ((1, saved[0]), (2, saved[1])):
-                os.dup2(saved_fd, fd)
-                os.close(saved_fd)
+            for fd, old in zip((1, 2), saved, strict=True):
+                os.dup2(old, fd)
+                os.close(old)
 
 
 def submit_local(*, folder: Path, task: Callable[[], object], timeout_min: int) -> str:
@@ -282,21 +281,20 @@ def local_job_alive(job_id: str) -> bool:
     """Whether a local run's controller still runs (not a zombie, not a reused pid)."""
     if not job_id.isdigit():
         return False
-    proc = Path("/proc") / job_id
-    if Path("/proc/self").exists():
+    if not Path("/proc/self").exists():  # not Linux: the pid exists, nothing more to check
         try:
-            stat = (proc / "stat").read_text()
-            cmdline = (proc / "cmdline").read_bytes()
-        except OSError:
+            os.kill(int(job_id), 0)
+        except ProcessLookupError:
             return False
-        return stat.rsplit(")", 1)[-1].split()[0] != "Z" and b"submitit.local._local" in cmdline
-    try:
-        os.kill(int(job_id), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
+        except PermissionError:
+            pass
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{job_id}/stat").read_text()
+        cmdline = Path(f"/proc/{job_id}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z" and b"submitit.local._local" in cmdline
 
 
 def cancel_local(job_id: str) -> None:
@@ -310,8 +308,9 @@ def cancel(job_id: str) -> None:
     run_slurm(["scancel", _check_id(job_id)])
 
 
-def signal_job(job_id: str, signal: str,
-               scope: Literal["steps", "batch", "full"] = "steps") -> None:  # fmt: skip
+def signal_job(
+    job_id: str, signal: str, scope: Literal["steps", "batch", "full"] = "steps"
+) -> None:
     """Send a signal. "steps" (the default) reaches the srun tasks, where submitit's handler
     lives, and not the batch shell, which a USR2 would kill; "batch"/"full" are scancel's."""
     if not re.fullmatch(r"[A-Za-z0-9]+", signal):
@@ -333,8 +332,9 @@ def batch_script(job_id: str) -> str:
 def partition_node_count(partition: str) -> int | None:
     """Nodes in a partition (0: no such partition); None where Slurm cannot be asked."""
     try:
-        out = run_slurm(["sinfo", "--noheader", "--Node", f"--partition={partition}",
-                         "--format=%N"], timeout=15)  # fmt: skip
+        out = run_slurm(
+            ["sinfo", "--noheader", "--Node", f"--partition={partition}", "--format=%N"], timeout=15
+        )
     except UserError:
         return None
     return len({line.strip() for line in out.splitlines() if line.strip()})
@@ -360,21 +360,22 @@ def _one_line(text: str) -> str:
 
 
 def run_slurm(argv: list[str], *, timeout: float = 30) -> str:
-    """Run one Slurm command and return its stdout; every failure becomes a one-line UserError.
-
-    SLURM_TIME_FORMAT=standard keeps time stamps ISO whatever the user's environment says.
-    """
+    """Run one Slurm command, return its stdout; any failure is a one-line UserError.
+    SLURM_TIME_FORMAT=standard keeps time stamps ISO whatever the user's environment says."""
     shown = shlex.join(argv)
     shown = shown if len(shown) <= 160 else shown[:157] + "..."
     env = {**os.environ, "SLURM_TIME_FORMAT": "standard"}
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
-                              check=False)  # fmt: skip
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, env=env, check=False
+        )
     except FileNotFoundError as err:
         raise UserError(f"Slurm command {argv[0]} not found", hint=_NO_SLURM_HINT) from err
     except subprocess.TimeoutExpired as err:
-        raise UserError(f"{argv[0]} gave no answer within {timeout:g} s",
-                        hint=f"slurmctld or slurmdbd may be down or busy; ran: {shown}") from err  # fmt: skip
+        raise UserError(
+            f"{argv[0]} gave no answer within {timeout:g} s",
+            hint=f"slurmctld or slurmdbd may be down or busy; ran: {shown}",
+        ) from err
     if done.returncode != 0:
         message = _one_line(done.stderr or done.stdout) or f"exit code {done.returncode}"
         raise UserError(f"{argv[0]} failed: {message}", hint=f"ran: {shown}")
