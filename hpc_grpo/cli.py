@@ -139,13 +139,13 @@ def submit(dry_run: bool, wait: bool | None, **kwargs: Any) -> None:
 @user_errors
 def status(runs: tuple[str, ...], as_json: bool, watch: bool) -> None:
     """Slurm state joined with training progress, requeues and checkpoint age."""
-    from hpc_grpo import api
+    from hpc_grpo import track
     from hpc_grpo.watch import status_table, watch_status
 
     if watch:
         watch_status(runs)
         return
-    rows = api.status(runs)
+    rows = track.status(runs)
     if as_json:
         click.echo(json.dumps([r.to_dict() for r in rows], indent=2))
     else:
@@ -159,10 +159,10 @@ def status(runs: tuple[str, ...], as_json: bool, watch: bool) -> None:
 @user_errors
 def logs(run: str, rank: int | None, follow: bool) -> None:
     """Print a run's per-rank logs (and the node tasks' Slurm logs)."""
-    from hpc_grpo import api
+    from hpc_grpo import track
     from hpc_grpo.watch import print_logs
 
-    print_logs(api.log_paths(run, rank), follow=follow)
+    print_logs(track.log_paths(run, rank), follow=follow)
 
 
 @main.command()
@@ -170,9 +170,9 @@ def logs(run: str, rank: int | None, follow: bool) -> None:
 @user_errors
 def cancel(run: str) -> None:
     """Cancel a run's job (all nodes)."""
-    from hpc_grpo import api
+    from hpc_grpo import track
 
-    job_id = api.cancel(run)
+    job_id = track.cancel(run)
     click.echo(f"cancelled job {job_id}")
 
 

@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpc_grpo import api, runs
+from hpc_grpo import runs, track
 
 
 def _age(timestamp: float | None, now: float) -> str:
@@ -21,7 +21,7 @@ def _age(timestamp: float | None, now: float) -> str:
     return f"{seconds // 3600}h"
 
 
-def status_table(rows: Sequence[api.RunStatus]) -> None:
+def status_table(rows: Sequence[track.RunStatus]) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -48,7 +48,7 @@ def watch_status(names: Sequence[str], interval: float = 5.0) -> None:
     try:
         while True:
             print("\033[2J\033[H", end="")
-            status_table(api.status(names))
+            status_table(track.status(names))
             time.sleep(interval)
     except KeyboardInterrupt:
         pass
@@ -65,7 +65,7 @@ def follow(run_id: str, poll: float = 1.0) -> int:
                   TextColumn("{task.fields[info]}"), console=console) as progress:
         task = progress.add_task(run_id, total=None, info="starting")
         while True:
-            row = api.status([run_id])[0]
+            row = track.status([run_id])[0]
             metrics = runs.last_jsonl(run_dir / "metrics.jsonl")
             info = row.state
             if metrics:

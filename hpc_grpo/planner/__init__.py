@@ -1,0 +1,25 @@
+"""Memory and topology planner for colocated GRPO: TP size, ZeRO stage, offload, vLLM memory.
+
+Pure arithmetic on a model's shape and the cluster's sizes: no torch, no hardware probing, no
+files, so the login node can plan and explain a job before anything is submitted. Assumptions
+of the memory model are listed in ``hpc_grpo.planner.memory``.
+"""
+
+from hpc_grpo.planner.arch import ModelArch, arch_from_config, dense_arch
+from hpc_grpo.planner.batch import check_batch_rules
+from hpc_grpo.planner.catalogue import catalogue_names, lookup_model, require_model
+from hpc_grpo.planner.plan import make_plan
+from hpc_grpo.planner.types import MemoryPlan, PlanRequest
+
+__all__ = [
+    "MemoryPlan",
+    "ModelArch",
+    "PlanRequest",
+    "arch_from_config",
+    "catalogue_names",
+    "check_batch_rules",
+    "dense_arch",
+    "lookup_model",
+    "make_plan",
+    "require_model",
+]

@@ -1,0 +1,198 @@
+"""Per-GPU memory of one layout of a colocated GRPO job (TRL + DeepSpeed + vLLM in every rank).
+
+Assumptions, each a round number on purpose (GiB = 2**30 bytes):
+
+* Training runs in bf16 with DeepSpeed: 2 B/param of weights, 4 B/param of fp32 gradients and
+  12 B/param of Adam state (fp32 master copy, m, v). ZeRO-2 shards gradients and Adam state over
+  all ranks (nodes × gpus_per_node); ZeRO-3 shards the weights too and gathers two layers (or the
+  embedding) at a time. Optimizer offload moves Adam state and fp32 gradients to CPU memory;
+  parameter offload (ZeRO-3 only) moves the weights as well.
+* LoRA: rank-64 adapters on every linear layer train; the frozen base stays whole on every GPU,
+  because TRL gathers the full model to merge adapters before each weight sync.
+* Activations with gradient checkpointing: one bf16 hidden state per layer per token, plus one
+  layer's full activations (8·hidden + 4·intermediate values per token) twice while it is
+  recomputed and back-propagated; without checkpointing every layer keeps its full activations.
+  TRL 1.16 fuses the lm head with the log-softmax in tiles: one fp32 tile of 4096 tokens × vocab.
+* vLLM holds gpu_memory_utilization × GPU memory: its bf16 weights split over TP ranks, a KV
+  cache big enough for every sequence of the generation batch at full length, and the rest as
+  runtime margin. The planner's value is (weights + KV)/GPU + 0.05, rounded up to 0.05, in
+  [0.1, 0.9]; below the largest valid TP it must stay <= 0.5 (half the GPU for training), as a
+  larger TP also speeds up decoding, which reads every weight per token.
+* Every GPU also holds 3 GiB of CUDA context, NCCL and CUDA-graph memory (+0.5 with TP > 1,
+  +0.5 across nodes), and 10 % of the GPU is kept free for allocator fragmentation.
+* Colocated phases: without sleep mode vLLM's whole budget stays resident during training. With
+  sleep mode (level 2) it is released, so the peak is max(training, generation + the training
+  state that stays resident: weights, gradients, optimizer state, reference model).
+* CPU memory for offloaded state, plus 4 GiB per rank, must fit in 80 % of the node's memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil
+
+from hpc_grpo.planner.types import PlanRequest
+
+GIB = float(2**30)
+LORA_RANK = 64
+RESERVE_FRACTION = 0.10
+VLLM_MARGIN = 0.05
+UTIL_STEP = 0.05
+UTIL_MIN, UTIL_MAX, UTIL_SHARE = 0.10, 0.90, 0.50
+CPU_USABLE_FRACTION = 0.80
+HOST_GIB_PER_RANK = 4.0
+LM_HEAD_TILE_TOKENS = 4096
+ZERO2_BUCKET_ELEMENTS = 5 * 10**8
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int
+    zero: int
+    offload_optimizer: bool = False
+    offload_params: bool = False
+    sleep: bool = False
+    gradient_checkpointing: bool = True
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A layout's memory per GPU, in GiB; ``problem`` is empty when it fits."""
+
+    layout: Layout
+    util: float
+    items: tuple[tuple[str, float], ...]
+    training: float
+    generation: float
+    training_without_sleep: float
+    host_per_node: float
+    problem: str
+
+    @property
+    def fits(self) -> bool:
+        return not self.problem
+
+    def gib(self, item: str) -> float:
+        return dict(self.items).get(item, 0.0)
+
+
+def sequence_length(req: PlanRequest) -> int:
+    """vLLM's max_model_len: prompt + completion, capped at the model's context."""
+    return min(req.prompt_length + req.completion_length, req.arch.max_position_embeddings)
+
+
+def max_num_seqs(req: PlanRequest, tp: int) -> int:
+    """TRL's value: the completions one TP group generates per generation step."""
+    return req.per_device_train_batch_size * tp * req.generation_steps
+
+
+def vllm_need(req: PlanRequest, tp: int) -> tuple[float, float]:
+    """(weights, KV cache) GiB per GPU for vLLM at this TP."""
+    weights = 2 * req.arch.num_params / tp / GIB
+    kv = req.arch.kv_bytes_per_token * sequence_length(req) * max_num_seqs(req, tp) / tp / GIB
+    return weights, kv
+
+
+def planned_util(need_gib: float, gpu_gib: float) -> float:
+    """need/GPU + margin, rounded up to a 0.05 step, at least 0.1 (the caller checks the top)."""
+    steps = ceil(round((need_gib / gpu_gib + VLLM_MARGIN) / UTIL_STEP, 6))
+    return round(max(UTIL_MIN, steps * UTIL_STEP), 2)
+
+
+def activations_gib(req: PlanRequest, checkpointing: bool) -> float:
+    arch = req.arch
+    tokens = req.per_device_train_batch_size * sequence_length(req)
+    full_layer = 2 * (8 * arch.hidden_size + 4 * arch.intermediate_size)
+    if checkpointing:
+        return tokens * (arch.num_layers * 2 * arch.hidden_size + 2 * full_layer) / GIB
+    return tokens * arch.num_layers * full_layer / GIB
+
+
+def overhead_gib(req: PlanRequest, tp: int) -> float:
+    return 3.0 + (0.5 if tp > 1 else 0.0) + (0.5 if req.nodes > 1 else 0.0)
+
+
+def estimate(req: PlanRequest, layout: Layout, share: float = UTIL_MAX) -> Estimate:
+    """Memory of one layout; ``share`` caps the planner's vLLM fraction (not an override's)."""
+    arch, world, gpu = req.arch, req.world_size, req.gpu_memory_gib
+    params = arch.num_params
+    trainable = arch.lora_params(LORA_RANK) if req.lora else params
+    weight_shards = world if layout.zero == 3 and not req.lora else 1
+    state_shards = world if layout.zero >= 2 else 1
+    on_cpu_weights = layout.offload_params and weight_shards > 1
+    weights = 0.0 if on_cpu_weights else 2 * params / weight_shards
+    if req.lora:
+        weights += 4 * trainable  # fp32 adapters
+    grads = 0.0 if layout.offload_optimizer else 4 * trainable / state_shards
+    optim = 0.0 if layout.offload_optimizer else 12 * trainable / state_shards
+    reference = 0.0 if req.beta == 0 or req.lora or on_cpu_weights else 2 * params / weight_shards
+    if weight_shards > 1:
+        buffers = 2 * max(arch.layer_params, arch.embedding_params) * 2
+    else:
+        buffers = 2 * min(ZERO2_BUCKET_ELEMENTS, trainable) * 2 if layout.zero >= 2 else 0
+    completion_tokens = req.per_device_train_batch_size * (sequence_length(req) - req.prompt_length)
+    lm_head = min(completion_tokens, LM_HEAD_TILE_TOKENS) * arch.vocab_size * 4
+    vllm_weights, kv = vllm_need(req, layout.tp)
+    if req.vllm_gpu_memory_utilization is not None:
+        util = req.vllm_gpu_memory_utilization
+    else:
+        util = planned_util(vllm_weights + kv, gpu)
+    budget = util * gpu
+    overhead, reserve = overhead_gib(req, layout.tp), RESERVE_FRACTION * gpu
+    resident = (weights + grads + optim + reference) / GIB
+    if weight_shards == 1:
+        resident += buffers / GIB  # ZeRO-2 buckets live as long as the engine
+    train_only = (weights + grads + optim + reference + buffers + lm_head) / GIB + activations_gib(
+        req, layout.gradient_checkpointing)
+    training_sleep = train_only + overhead + reserve
+    training_awake = training_sleep + budget
+    training = training_sleep if layout.sleep else training_awake
+    generation = resident + budget + overhead + reserve
+    offloaded = 0.0
+    if layout.offload_optimizer:
+        offloaded += 16 * trainable / state_shards
+    if on_cpu_weights:
+        offloaded += 2 * params / world * (2 if req.beta and not req.lora else 1)
+    host = req.gpus_per_node * (offloaded / GIB + HOST_GIB_PER_RANK) if offloaded else 0.0
+    items = [("training weights", weights / GIB), ("gradients", grads / GIB),
+             ("optimizer states", optim / GIB)]
+    if req.beta and not req.lora:
+        items.append(("reference model", reference / GIB))
+    items += [
+        ("ZeRO buffers", buffers / GIB),
+        ("activations", activations_gib(req, layout.gradient_checkpointing)),
+        ("lm head tile", lm_head / GIB),
+        ("vLLM weights per TP shard", vllm_weights),
+        ("KV cache", kv),
+        ("vLLM runtime margin", max(0.0, budget - vllm_weights - kv)),
+        ("CUDA/NCCL overhead", overhead),
+        ("fragmentation reserve", reserve),
+        ("total during training", training),
+        ("total during generation", generation),
+    ]
+    if host:
+        items.append(("CPU memory per node", host))
+    problem = _problem(req, util, share, vllm_weights + kv, training, generation, host)
+    return Estimate(layout, util, tuple((name, round(value, 2)) for name, value in items),
+                    training, generation, training_awake, host, problem)
+
+
+def _problem(req: PlanRequest, util: float, share: float, need: float, training: float,
+             generation: float, host: float) -> str:
+    gpu = req.gpu_memory_gib
+    if req.vllm_gpu_memory_utilization is not None and util * gpu < need:
+        return (f"vllm_gpu_memory_utilization {util} gives vLLM {util * gpu:.1f} GiB but its "
+                f"weights + KV cache need {need:.1f} GiB")
+    if req.vllm_gpu_memory_utilization is None and util > share:
+        return (f"vLLM's weights + KV cache ({need:.1f} GiB) need gpu_memory_utilization "
+                f"{util:.2f}, above {share:.1f}")
+    if training > gpu:
+        return f"training peaks at {training:.1f} GiB per GPU, above {gpu:g} GiB"
+    if generation > gpu:
+        return f"generation peaks at {generation:.1f} GiB per GPU, above {gpu:g} GiB"
+    usable = CPU_USABLE_FRACTION * req.cpu_memory_gib_per_node
+    if host > usable:
+        return (f"offloaded state needs {host:.0f} GiB of CPU memory per node, above "
+                f"{usable:.0f} GiB usable ({CPU_USABLE_FRACTION:.0%} of "
+                f"{req.cpu_memory_gib_per_node:g})")
+    return ""

@@ -1,0 +1,129 @@
+"""make_plan: check the request, pick the cheapest layout that fits, explain it or say what fits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hpc_grpo.errors import UserError, did_you_mean
+from hpc_grpo.planner.arch import ModelArch
+from hpc_grpo.planner.batch import check_batch_rules
+from hpc_grpo.planner.cpu import cpu_plan
+from hpc_grpo.planner.hints import smallest_change
+from hpc_grpo.planner.memory import Estimate, sequence_length
+from hpc_grpo.planner.reasons import explain
+from hpc_grpo.planner.search import search, tp_divisibility, valid_tps
+from hpc_grpo.planner.types import MemoryPlan, PlanRequest
+
+DEVICES = ("cuda", "cpu")
+
+
+def _validate(req: PlanRequest) -> None:
+    if not isinstance(req.arch, ModelArch):
+        raise UserError("the plan request has no model architecture", field="model")
+    if req.device not in DEVICES:
+        raise UserError(f"unknown device '{req.device}'", field="device",
+                        hint=did_you_mean(req.device, DEVICES))
+    for name in ("nodes", "gpus_per_node"):
+        value = getattr(req, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UserError(f"{name} is {value!r}, expected a positive integer", field=name)
+    if req.device == "cuda" and not req.gpu_memory_gib > 0:
+        raise UserError(f"gpu_memory_gib is {req.gpu_memory_gib!r}, expected > 0",
+                        field="gpu_memory_gib")
+    if not req.cpu_memory_gib_per_node > 0:
+        raise UserError(f"cpu_memory_gib_per_node is {req.cpu_memory_gib_per_node!r}, "
+                        "expected > 0", field="cpu_memory_gib_per_node")
+    if req.beta < 0:
+        raise UserError(f"beta is {req.beta}, expected >= 0", field="beta")
+    check_batch_rules(
+        per_device_train_batch_size=req.per_device_train_batch_size,
+        num_generations=req.num_generations, world_size=req.world_size,
+        gradient_accumulation_steps=req.gradient_accumulation_steps,
+        steps_per_generation=req.steps_per_generation, prompt_length=req.prompt_length,
+        completion_length=req.completion_length,
+    )
+    context = req.arch.max_position_embeddings
+    if req.prompt_length >= context:
+        raise UserError(
+            f"prompts of {req.prompt_length} tokens leave no room for completions in "
+            f"{req.arch.name}'s {context}-token context",
+            field="max_prompt_length", hint=f"use max_prompt_length={context // 2} or less",
+        )
+
+
+def _validate_overrides(req: PlanRequest) -> None:
+    tp = req.tensor_parallel_size
+    if tp is not None:
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+            raise UserError(f"tensor_parallel_size is {tp!r}, expected a positive integer",
+                            field="tensor_parallel_size")
+        failed = tp_divisibility(req.arch, req.gpus_per_node, tp)
+        if failed:
+            valid = ", ".join(map(str, valid_tps(req.arch, req.gpus_per_node)))
+            raise UserError(
+                f"tensor_parallel_size {tp} does not divide {' nor '.join(failed)}",
+                field="tensor_parallel_size",
+                hint=f"valid here: {valid} (a TP group is whole heads on GPUs of one node)",
+            )
+    if req.zero_stage is not None and req.zero_stage not in (0, 2, 3):
+        raise UserError(f"zero_stage {req.zero_stage!r} is not supported", field="zero_stage",
+                        hint="use 2 (ZeRO-1 saves nothing over it here) or 3, or leave it unset")
+    if req.offload_optimizer and req.zero_stage == 0:
+        raise UserError("offload_optimizer needs DeepSpeed ZeRO, but zero_stage is 0",
+                        field="offload_optimizer", hint="use zero_stage 2 or 3")
+    util = req.vllm_gpu_memory_utilization
+    if util is not None and not 0 < util <= 1:
+        raise UserError(f"vllm_gpu_memory_utilization {util} is not in (0, 1]",
+                        field="vllm_gpu_memory_utilization", hint="e.g. 0.3, or leave it unset")
+
+
+def _choice(est: Estimate, name: str) -> Any:
+    layout = est.layout
+    return {"tensor_parallel_size": layout.tp, "zero_stage": layout.zero,
+            "offload_optimizer": layout.offload_optimizer, "enable_sleep_mode": layout.sleep,
+            "vllm_gpu_memory_utilization": est.util}[name]
+
+
+def _no_fit(req: PlanRequest, leanest: Estimate | None) -> UserError:
+    problem = leanest.problem if leanest else "no layout satisfies the overrides"
+    overrides = req.overrides()
+    free = req.without_overrides()
+    if overrides and search(free)[0] is not None:
+        culprits = [name for name in overrides
+                    if search(req.without_overrides(name))[0] is not None]
+        name = (culprits or list(overrides))[0]
+        without = search(req.without_overrides(name))[0] or search(free)[0]
+        assert without is not None
+        return UserError(
+            f"{name}={overrides[name]} cannot fit: {problem}", field=name,
+            hint=f"leave {name} unset: the planner would choose {_choice(without, name)}",
+        )
+    where = (f"{req.nodes} node{'s' if req.nodes > 1 else ''} of {req.gpus_per_node} × "
+             f"{req.gpu_memory_gib:g} GiB GPUs")
+    return UserError(f"{req.arch.name} does not fit on {where}: {problem}", field="model",
+                     hint=smallest_change(free))
+
+
+def make_plan(req: PlanRequest) -> MemoryPlan:
+    """The cheapest layout that fits, with its memory breakdown and a reason for every choice.
+
+    Raises UserError when nothing fits, naming the override at fault or the smallest change
+    (nodes, GPU memory, LoRA, batch, length, CPU memory) that would fit.
+    """
+    _validate(req)
+    if req.device == "cpu":
+        return cpu_plan(req)
+    _validate_overrides(req)
+    found, leanest = search(req)
+    if found is None:
+        raise _no_fit(req, leanest)
+    layout = found.layout
+    return MemoryPlan(
+        tensor_parallel_size=layout.tp, zero_stage=layout.zero,
+        offload_optimizer=layout.offload_optimizer, offload_params=layout.offload_params,
+        gradient_checkpointing=layout.gradient_checkpointing,
+        vllm_gpu_memory_utilization=round(found.util, 2), enable_sleep_mode=layout.sleep,
+        max_num_seqs=req.per_device_train_batch_size * layout.tp * req.generation_steps,
+        vllm_max_model_length=sequence_length(req),
+        breakdown=found.items, reasons=explain(req, found),
+    )
