@@ -26,7 +26,8 @@ export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 readonly SCRIPT_DIR
-readonly SANDBOX_DIR="${HPC_GRPO_SANDBOX_DIR:-/tmp/hpc-grpo-sandbox}"
+SANDBOX_DIR="$(realpath -m "${HPC_GRPO_SANDBOX_DIR:-/tmp/hpc-grpo-sandbox}")"
+readonly SANDBOX_DIR
 readonly START_TIMEOUT="${HPC_GRPO_SANDBOX_TIMEOUT:-90}"
 
 readonly ETC_DIR="$SANDBOX_DIR/etc"
@@ -58,12 +59,12 @@ readonly DBD_PORT=6819
 readonly DB_PORT=3399
 
 # Cluster tuning (see slurm.conf.tmpl).
-readonly SCHED_INTERVAL=5
+readonly SCHED_INTERVAL=1
 readonly MIN_JOB_AGE=30
-readonly GRACE_TIME=60
+readonly GRACE_TIME=30
 
 # Packages, and one command that proves each is installed.
-readonly -a APT_PACKAGES=(slurm-wlm munge slurmdbd mariadb-server iproute2 util-linux procps)
+readonly -a APT_PACKAGES=(slurm-wlm munge slurmdbd mariadb-server iproute2 util-linux)
 readonly -a NEEDED_COMMANDS=(slurmctld slurmd slurmdbd sinfo munged mariadbd mariadb-install-db mariadb ip nsenter unshare flock runuser)
 
 log() { printf 'sandbox: %s\n' "$*" >&2; }
@@ -96,15 +97,23 @@ running_pid() {
     echo "$pid"
 }
 
+# A zombie counts as gone: killed job processes whose parent died wait for
+# PID 1 to reap them, which can take a while.
+pid_alive() {
+    local state
+    state="$(sed -n 's/^.*) \(.\).*/\1/p' "/proc/$1/stat" 2>/dev/null)" || return 1
+    [[ -n "$state" && "$state" != Z ]]
+}
+
 # TERM, wait up to $2 seconds, then KILL.
 terminate_pids() {
     local pids=$1 wait_s=$2 pid i
-    [[ -n "$pids" ]] || return 0
+    [[ -n "${pids// /}" ]] || return 0
     # shellcheck disable=SC2086  # word splitting of the pid list is wanted
     kill -TERM $pids 2>/dev/null || true
     for ((i = 0; i < wait_s * 10; i++)); do
         for pid in $pids; do
-            [[ -e "/proc/$pid" ]] && break
+            pid_alive "$pid" && break
             pid=
         done
         [[ -z "$pid" ]] && return 0
@@ -115,27 +124,52 @@ terminate_pids() {
     sleep 0.2
 }
 
-stop_daemon() {  # stop_daemon DAEMON [NODE]
-    local pid
-    if pid="$(running_pid "$@")"; then
-        terminate_pids "$pid" 15
-    fi
-    rm -f "$(pidfile_of "$@")"
+# Pids of our running daemons (DAEMON or DAEMON:NODE specs), space separated.
+daemon_pids() {
+    local spec pid
+    for spec in "$@"; do
+        # shellcheck disable=SC2086  # "slurmd:node1" -> slurmd node1
+        if pid="$(running_pid ${spec/:/ })"; then printf '%s ' "$pid"; fi
+    done
 }
 
-# Runs a daemon detached (setsid --fork returns at once): its own session, stdin from /dev/null, output to a log,
-# and without our lock fd 9 (a daemon holding it would block every later call).
+# Runs a daemon detached (setsid --fork returns at once): its own session,
+# stdin from /dev/null, output to a log, and no other inherited descriptor:
+# a daemon holding a caller's pipe would make the caller wait for EOF forever,
+# and one holding our lock fd 9 would block every later start/stop.
 launch() {  # launch LOGFILE CMD...
     local logfile=$1
     shift
-    setsid --fork "$@" </dev/null >>"$logfile" 2>&1 9>&-
+    (
+        local fd
+        for fd in "/proc/$BASHPID/fd"/*; do
+            fd="${fd##*/}"
+            if ((fd > 2)); then eval "exec $fd>&-"; fi
+        done
+        exec setsid --fork "$@"
+    ) </dev/null >>"$logfile" 2>&1
 }
 
-wait_for() {  # wait_for SECONDS DESCRIPTION CMD...: poll CMD every 0.2 s
-    local limit=$1 what=$2 deadline
-    shift 2
+# Fails (and says so) if one of the daemons has written its pid file and died since:
+# a daemon that exits at start-up should not cost the whole wait.
+not_dead() {  # not_dead DAEMON[:NODE]...
+    local spec
+    for spec in "$@"; do
+        # shellcheck disable=SC2086  # "slurmd:node1" -> slurmd node1
+        if [[ -s "$(pidfile_of ${spec/:/ })" ]] && ! running_pid ${spec/:/ } >/dev/null; then
+            log "${spec/:/ } exited during start-up"
+            return 1
+        fi
+    done
+}
+
+wait_for() {  # wait_for SECONDS DESCRIPTION GUARD CMD...: poll CMD every 0.2 s while GUARD holds
+    local limit=$1 what=$2 guard=$3 deadline
+    shift 3
     deadline=$(($(date +%s) + limit))
     until "$@" >/dev/null 2>&1; do
+        # shellcheck disable=SC2086  # the guard is a command line
+        $guard || return 1
         if (($(date +%s) >= deadline)); then
             log "timed out after ${limit}s waiting for $what"
             return 1
@@ -278,10 +312,10 @@ teardown_network() {
     remove_hosts_block
     for node in "${NODES[@]}"; do
         ns="$NETNS_PREFIX$node"
-        if [[ -e "/run/netns/$ns" ]]; then
-            terminate_pids "$(netns_pids "$ns")" 5
-            ip netns del "$ns" 2>/dev/null || true
-        fi
+        # A namespace outlives `ip netns del` while a process is inside: sweep
+        # anything started since teardown's snapshot.
+        if [[ -e "/run/netns/$ns" ]]; then terminate_pids "$(netns_pids "$ns")" 1; fi
+        ip netns del "$NETNS_PREFIX$node" 2>/dev/null || true
         ip link del "$VETH_PREFIX$node" 2>/dev/null || true
     done
     ip link del "$BRIDGE" 2>/dev/null || true
@@ -335,7 +369,7 @@ start_munge() {
     launch "$LOG_DIR/munged.out" runuser -u munge -- munged \
         --pid-file="$MUNGE_DIR/munged.pid" --log-file="$MUNGE_DIR/munged.log" \
         --seed-file="$MUNGE_DIR/munged.seed"
-    wait_for 10 "munged" munge_works
+    wait_for 10 "munged" "not_dead munged" munge_works
 }
 
 mariadb_sql() { mariadb --no-defaults --socket="$MYSQL_DIR/mysqld.sock" -u root "$@"; }
@@ -350,7 +384,7 @@ start_mariadb() {
         --socket="$MYSQL_DIR/mysqld.sock" --pid-file="$(pidfile_of mariadbd)" \
         --bind-address=127.0.0.1 --port="$DB_PORT" --skip-name-resolve \
         --log-error="$MYSQL_DIR/error.log" --innodb-lock-wait-timeout=900
-    wait_for 30 "mariadbd" mariadb_sql -e 'SELECT 1'
+    wait_for 30 "mariadbd" "not_dead mariadbd" mariadb_sql -e 'SELECT 1'
     mariadb_sql -e "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$DB_PASS';
         GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
 }
@@ -358,13 +392,13 @@ start_mariadb() {
 start_slurmdbd() {
     # slurmdbd has no -f: it finds slurmdbd.conf next to $SLURM_CONF. It forks itself.
     SLURM_CONF="$SLURM_CONF_FILE" launch "$LOG_DIR/slurmdbd.out" slurmdbd
-    wait_for 30 "slurmdbd" sacctmgr -n list cluster
+    wait_for 30 "slurmdbd" "not_dead slurmdbd" sacctmgr -n list cluster
 }
 
 start_slurmctld() {
     # Registers the cluster with slurmdbd by itself. It forks itself.
     launch "$LOG_DIR/slurmctld.out" slurmctld -f "$SLURM_CONF_FILE"
-    wait_for 30 "slurmctld" scontrol ping
+    wait_for 30 "slurmctld" "not_dead slurmctld" scontrol ping
 }
 
 start_slurmds() {
@@ -415,7 +449,7 @@ show_logs() {
     done
     if command -v sinfo >/dev/null && [[ -e "$SLURM_CONF_FILE" ]]; then
         echo "----- sinfo" >&2
-        SLURM_CONF="$SLURM_CONF_FILE" timeout 10 sinfo -N >&2 2>&1 || true
+        SLURM_CONF="$SLURM_CONF_FILE" timeout 5 sinfo -N >&2 2>&1 || true
     fi
 }
 
@@ -423,22 +457,60 @@ show_logs() {
 # Commands
 # ---------------------------------------------------------------------------
 
+# start wipes subdirectories of the sandbox directory: only use a new or empty
+# directory, or one that carries our marker.
+claim_sandbox_dir() {
+    local marker="$SANDBOX_DIR/.hpc-grpo-sandbox"
+    # (.lock: directories made before the marker existed)
+    if [[ -d "$SANDBOX_DIR" && ! -e "$marker" && ! -e "$SANDBOX_DIR/.lock" && -n "$(ls -A "$SANDBOX_DIR")" ]]; then
+        die "$SANDBOX_DIR is not empty and is not a sandbox directory; pick another HPC_GRPO_SANDBOX_DIR"
+    fi
+    mkdir -p "$SANDBOX_DIR"
+    touch "$marker"
+}
+
 # One start/stop at a time (parallel test workers may all call start).
 take_lock() {
-    mkdir -p "$SANDBOX_DIR"
+    claim_sandbox_dir
     exec 9>"$SANDBOX_DIR/.lock"
     flock 9
 }
 
+# Only one sandbox can run per machine (fixed namespaces, bridge, ports and
+# /etc/slurm/slurm.conf). Refuse to touch one started from another directory.
+refuse_foreign_sandbox() {
+    local target other pidfile pid
+    target="$(readlink "$SYSTEM_SLURM_CONF" 2>/dev/null)" || return 0
+    [[ "$target" == "$SLURM_CONF_FILE" || "$target" != */etc/slurm.conf ]] && return 0
+    other="${target%/etc/slurm.conf}"
+    for pidfile in "$other"/run/*.pid; do
+        [[ -s "$pidfile" ]] || continue
+        pid="$(tr -dc '0-9' <"$pidfile")"
+        if [[ -n "$pid" && "$(cat "/proc/$pid/comm" 2>/dev/null)" == slurm* ]]; then
+            die "a sandbox from $other is running; stop it first: HPC_GRPO_SANDBOX_DIR=$other $0 stop"
+        fi
+    done
+}
+
 # Stops whatever of ours is running; safe to call on a half-started or absent cluster.
 teardown() {
-    local node
-    for node in "${NODES[@]}"; do stop_daemon slurmd "$node"; done
-    # Job steps and tasks left in the node namespaces are killed by teardown_network.
-    stop_daemon slurmctld
-    stop_daemon slurmdbd
-    stop_daemon mariadbd
-    stop_daemon munged   # only ours: a munged we found running has no pid file here
+    local node daemons=(munged mariadbd slurmdbd slurmctld) daemon_list node_procs=""
+    for node in "${NODES[@]}"; do
+        daemons+=("slurmd:$node")
+        if [[ -e "/run/netns/$NETNS_PREFIX$node" ]]; then node_procs+="$(netns_pids "$NETNS_PREFIX$node")"; fi
+    done
+    daemon_list="$(daemon_pids "${daemons[@]}")"   # our munged only: one we found running has no pid file here
+    # Everything is thrown away at the next start, so all get SIGTERM at once:
+    # the daemons exit within about 2.5 s together (one by one, 2 s each).
+    # Job steps left in the nodes (slurmstepd, srun) ignore SIGTERM: after 3 s they get SIGKILL.
+    # shellcheck disable=SC2086  # word splitting of the pid lists is wanted
+    kill -TERM $daemon_list $node_procs 2>/dev/null || true
+    terminate_pids "$node_procs" 3
+    terminate_pids "$daemon_list" 15
+    for node in "${daemons[@]}"; do
+        # shellcheck disable=SC2086
+        rm -f "$(pidfile_of ${node/:/ })"
+    done
     teardown_network
     unlink_system_config
 }
@@ -451,6 +523,7 @@ cmd_start() {
         log "already up (logs: $LOG_DIR)"
         return 0
     fi
+    refuse_foreign_sandbox
     local t0
     t0="$(now)"
     teardown   # leftovers of a half-started or crashed cluster
@@ -461,13 +534,14 @@ cmd_start() {
 
     # From here on, a failure shows the logs and tears down what was started.
     trap 'rc=$?; if ((rc != 0)); then log "start failed"; show_logs; log "tearing down"; teardown; fi' EXIT
-    setup_network
-    start_munge
-    start_mariadb
-    start_slurmdbd
-    start_slurmctld
-    start_slurmds
-    if ! wait_for "$START_TIMEOUT" "${#NODES[@]} idle nodes and sacct" cluster_ready; then
+    local phase
+    for phase in setup_network start_munge start_mariadb start_slurmdbd start_slurmctld start_slurmds; do
+        "$phase"
+        log "$phase done at +$(elapsed_since "$t0")s"
+    done
+    local all_daemons=(munged mariadbd slurmdbd slurmctld) node
+    for node in "${NODES[@]}"; do all_daemons+=("slurmd:$node"); done
+    if ! wait_for "$START_TIMEOUT" "${#NODES[@]} idle nodes and sacct" "not_dead ${all_daemons[*]}" cluster_ready; then
         exit 1
     fi
     trap - EXIT
@@ -477,6 +551,7 @@ cmd_start() {
 cmd_stop() {
     [[ $EUID -eq 0 ]] || die "must run as root"
     take_lock
+    refuse_foreign_sandbox
     teardown
     log "stopped (logs kept in $LOG_DIR)"
 }
@@ -504,7 +579,10 @@ main() {
     case "${1:-}" in
         start) cmd_start ;;
         stop) cmd_stop ;;
-        restart) cmd_stop && cmd_start ;;
+        restart)
+            cmd_stop
+            cmd_start
+            ;;
         status) cmd_status ;;
         *)
             echo "usage: $0 start|stop|restart|status" >&2
