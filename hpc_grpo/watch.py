@@ -41,7 +41,8 @@ def status_table(rows: Sequence[track.RunStatus]) -> None:
             str(r.checkpoint_step) if r.checkpoint_step is not None else "-",
             _age(r.checkpoint_time, now), str(r.requeues), r.nodes or "-",
         )
-    Console().print(table if rows else "no runs yet: hpc-grpo submit ...")
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    console.print(table if rows else "no runs yet: hpc-grpo submit ...")
 
 
 def watch_status(names: Sequence[str], interval: float = 5.0) -> None:
