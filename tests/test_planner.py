@@ -429,3 +429,15 @@ def test_model_arch_is_frozen() -> None:
     assert isinstance(arch, ModelArch)
     with pytest.raises(AttributeError):
         arch.num_params = 1  # type: ignore[misc]
+
+
+def test_single_process_trains_without_deepspeed() -> None:
+    """One GPU: nothing to shard, so the plan matches bare TRL (no DeepSpeed engine)."""
+    arch = lookup_model("Qwen2.5-0.5B")
+    assert arch is not None
+    plan = make_plan(PlanRequest(arch=arch, nodes=1, gpus_per_node=1, gpu_memory_gib=80,
+                                 cpu_memory_gib_per_node=128, prompt_length=64,
+                                 completion_length=256, per_device_train_batch_size=32,
+                                 num_generations=8))
+    assert plan.zero_stage == 0
+    assert dict(plan.reasons)["zero_stage"].startswith("0:")

@@ -46,6 +46,9 @@ def _zero(req: PlanRequest, est: Estimate) -> str:
     zero, world = est.layout.zero, req.world_size
     if req.zero_stage is not None:
         return f"{zero}: set by you"
+    if zero == 0:
+        return ("0: a single process has nothing to shard; plain PyTorch training as bare TRL "
+                "runs it, no DeepSpeed engine")
     if req.lora:
         return ("2: with LoRA only adapters train, and TRL gathers the whole base model for each "
                 "weight sync, so ZeRO-3 would not lower the peak")

@@ -58,6 +58,8 @@ def chain(req: PlanRequest) -> tuple[Link, ...]:
         zeros: tuple[int, ...] = (req.zero_stage,)
     else:
         zeros = (2,) if req.lora else (2, 3)
+        if req.world_size == 1:
+            zeros = (0, *zeros)  # one process: nothing to shard, so no DeepSpeed engine at all
     sleeps = (req.enable_sleep_mode,) if req.enable_sleep_mode is not None else (False, True)
     plain = [(tp, zero, False, False) for tp in tps for zero in zeros]
     offload = [(tps[-1], 3, True, False), (tps[-1], 3, True, True)] if not req.lora else []
