@@ -19,8 +19,8 @@ from hpc_grpo.plan import ModelRef
 from hpc_grpo.planner import ModelArch, arch_from_config, lookup_model
 
 TINY_MODEL = "builtin:tiny"
-BUILTIN_DATASETS = ("builtin:digits",)
-BUILTIN_REWARDS = ("builtin:length",)
+BUILTIN_DATASETS = ("builtin:digits", "builtin:sums")
+BUILTIN_REWARDS = ("builtin:digits", "builtin:length", "builtin:sum_correct")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 

@@ -97,3 +97,15 @@ def test_parse_set_values() -> None:
         "a": 1, "b": 0.5, "c": True, "d": ["x", "y"], "e": "text"}
     with pytest.raises(UserError, match="key=value"):
         parse_set(["novalue"])
+
+
+def test_shipped_grpo_fields_match_installed_trl() -> None:
+    """The login node validates against a shipped list; it must equal the runtime's TRL."""
+    import dataclasses
+
+    trl = pytest.importorskip("trl")
+    from trl import GRPOConfig
+
+    assert trl.__version__.startswith("1.16")
+    assert grpo_fields() == {f.name for f in dataclasses.fields(GRPOConfig)}, (
+        "run: python scripts/update_grpo_fields.py")
