@@ -86,6 +86,9 @@ def _check_partition(plan: JobPlan) -> None:
     if plan.site.max_nodes or not partition:
         return
     available = slurm.partition_node_count(partition)
+    if available == 0:
+        raise UserError(f"partition '{partition}' does not exist or has no nodes",
+                        field="partition", hint="`sinfo -s` lists the partitions")
     if available is not None and plan.nodes > available:
         raise UserError(
             f"{plan.nodes} nodes requested but partition '{partition}' has {available}",

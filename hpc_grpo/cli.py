@@ -192,5 +192,152 @@ def example_model(directory: str) -> None:
     click.echo(f"wrote {path}")
 
 
+_CHOICES = {
+    "tensor_parallel_size": "TP size",
+    "zero_stage": "ZeRO stage",
+    "offload_optimizer": "optimizer offload",
+    "offload_params": "param offload",
+    "gradient_checkpointing": "gradient checkpointing",
+    "vllm_gpu_memory_utilization": "vllm_gpu_memory_utilization",
+    "enable_sleep_mode": "sleep mode",
+    "max_num_seqs": "max_num_seqs",
+    "vllm_max_model_length": "vllm_max_model_length",
+}
+
+
+def plan_data(plan: Any) -> dict[str, Any]:
+    """The JobPlan that render and submit use, as the plan command shows it."""
+    memory = plan.memory
+    why_none = None
+    if memory is None:
+        why_none = (
+            f"site '{plan.site.name}' has no GPUs: ranks train fp32 DDP over gloo and generate "
+            "with transformers, so there is no vLLM or GPU memory to plan"
+            if plan.device == "cpu" else
+            f"the architecture of {plan.model.source} is unknown (no local config.json, not in "
+            "the catalogue: --list-models), so TP 1 and TRL's vLLM defaults"
+        )
+    return {
+        "site": plan.site.name, "model": plan.model.source, "device": plan.device,
+        "nodes": plan.nodes, "procs_per_node": plan.procs_per_node, "world_size": plan.world_size,
+        "tensor_parallel_size": plan.tensor_parallel_size, "vllm": plan.vllm,
+        "deepspeed": plan.deepspeed, "memory_plan": memory.to_dict() if memory else None,
+        "no_memory_plan": why_none, "warnings": list(plan.warnings),
+    }
+
+
+def _plan_table(data: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 200, highlight=False, markup=False)
+    console.print(f"plan: {data['model']} on site {data['site']}: {data['nodes']} node(s) x "
+                  f"{data['procs_per_node']} process(es) = world size {data['world_size']}; "
+                  f"device {data['device']}")
+    memory = data["memory_plan"]
+    if memory is None:
+        console.print(f"no GPU memory plan: {data['no_memory_plan']}")
+        ds = data["deepspeed"]
+        vllm = data["vllm"]
+        layout = Table(box=None, header_style="bold")
+        layout.add_column("layout")
+        layout.add_column("value")
+        for name, value in (("TP size", data["tensor_parallel_size"]),
+                            ("ZeRO stage", ds["zero_stage"] if ds else "off"),
+                            ("vLLM", f"{vllm['mode']}" if vllm["enabled"] else "off")):
+            layout.add_row(name, str(value))
+        console.print(layout)
+    else:
+        choices = Table(box=None, header_style="bold")
+        for column in ("choice", "value", "why"):
+            choices.add_column(column, overflow="fold")
+        for key, label in _CHOICES.items():
+            value, reason = str(memory[key]), memory["reasons"][key]
+            first, sep, rest = reason.partition(": ")
+            choices.add_row(label, value, rest if sep and first == value else reason)
+        console.print(choices)
+        breakdown = Table(box=None, header_style="bold")
+        breakdown.add_column("per-GPU memory")
+        breakdown.add_column("GiB", justify="right")
+        for item, gib in memory["breakdown_gib"].items():
+            breakdown.add_row(item, f"{gib:.1f}")
+        console.print(breakdown)
+    for warning in data["warnings"]:
+        console.print(f"warning: {warning}")
+
+
+@main.command()
+@job_options
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--list-models", is_flag=True, help="List the built-in model shapes and exit.")
+@user_errors
+def plan(as_json: bool, list_models: bool, **kwargs: Any) -> None:
+    """The resolved plan render and submit use (TP, ZeRO, offload, vLLM memory), and why."""
+    if list_models:
+        from hpc_grpo.planner import catalogue_names
+
+        names = list(catalogue_names())
+        click.echo(json.dumps(names, indent=2) if as_json else "\n".join(names))
+        return
+    from hpc_grpo import api
+
+    data = plan_data(api.prepare(make_request(kwargs)).plan)
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+    else:
+        _plan_table(data)
+
+
+@main.command()
+@click.option("--site", "site_name", required=True, help="Profile name or YAML path.")
+@click.option("--nodes", type=click.IntRange(min=1), help="Default: 2 (1 where the site has 1).")
+@click.option("--partition", default="", help="Default: the site's.")
+@click.option("--output-root", default="", help="Directory to prove shared (default: the site's).")
+@click.option("--timeout", "timeout_s", type=click.IntRange(min=10), default=180, show_default=True,
+              help="Seconds to wait for the job, queueing included.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@user_errors
+def doctor(site_name: str, nodes: int | None, partition: str, output_root: str, timeout_s: int,
+           as_json: bool) -> None:
+    """Check the cluster with a short job: exit 0 all pass, 1 a check failed, 2 bad input."""
+    from hpc_grpo import doctor as checks
+    from hpc_grpo.api import user_site_dirs
+    from hpc_grpo.config.site import load_site, site_dirs
+
+    profile = load_site(site_name, site_dirs(user_site_dirs()))
+    result = checks.run(profile, nodes=nodes or min(2, profile.max_nodes or 2), partition=partition,
+                        output_root=output_root, timeout_s=timeout_s)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        checks.print_table(result)
+    sys.exit(result.exit_code)
+
+
+@main.group("site")
+def site_group() -> None:
+    """Create site profiles."""
+
+
+@site_group.command("init")
+@click.argument("name")
+@click.option("--partition", default="", help="Default: the cluster's default partition.")
+@click.option("--output", type=click.Path(dir_okay=False), default="",
+              help="Default: NAME.yaml in your site directory.")
+@click.option("--force", is_flag=True, help="Replace an existing file.")
+@user_errors
+def site_init(name: str, partition: str, output: str, force: bool) -> None:
+    """Write a starting profile from the live cluster (sinfo/scontrol): check it, then doctor."""
+    from hpc_grpo import siteinit
+
+    path = siteinit.init_site(name, partition=partition, output=output, force=force)
+    info = siteinit.summary(path)
+    gpus = info["gpus_per_node"] or "no"
+    click.echo(f"wrote {path}: partition {info['partition']}, {info['cpus_per_node']} CPUs and "
+               f"{gpus} GPUs per node, max_time {info['max_time']}")
+    use = name if not output else str(path)
+    click.echo(f"next: edit what Slurm cannot know, then `hpc-grpo doctor --site {use}`")
+
+
 if __name__ == "__main__":
     main()

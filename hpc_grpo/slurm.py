@@ -380,3 +380,40 @@ def run_slurm(argv: list[str], *, timeout: float = 30) -> str:
         message = _one_line(done.stderr or done.stdout) or f"exit code {done.returncode}"
         raise UserError(f"{argv[0]} failed: {message}", hint=f"ran: {shown}")
     return done.stdout
+
+
+@dataclass(frozen=True)
+class StepResult:
+    returncode: int
+    stdout: str
+    stderr: str
+    timed_out: bool
+
+
+def run_on_nodes(
+    command: Sequence[str], *, options: Sequence[str], timeout_s: float,
+    env: Mapping[str, str] = MappingProxyType({}),
+) -> StepResult:
+    """`srun OPTIONS COMMAND` in a fresh allocation (SLURM_* of an enclosing job dropped), waiting
+    at most `timeout_s`; then SIGTERM, which makes srun give up a pending allocation or end the step."""
+    if shutil.which("srun") is None:
+        raise UserError("Slurm command srun not found", hint=_NO_SLURM_HINT)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
+    proc = subprocess.Popen(["srun", *options, *command], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**clean, **env})
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+        return StepResult(proc.returncode, out, err, False)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            out, err = proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        return StepResult(proc.returncode, out, err, True)
+
+
+def scontrol_show(entity: Literal["node", "partition"]) -> str:
+    """`scontrol show node|partition`: every record, as `site init` reads them."""
+    return run_slurm(["scontrol", "show", entity], timeout=30)

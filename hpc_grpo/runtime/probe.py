@@ -1,0 +1,293 @@
+"""The on-node half of ``hpc-grpo doctor``: collect facts on one node and print them as JSON.
+
+``python -m hpc_grpo.runtime.probe ...`` runs once per node under srun. It only reports what it
+sees (versions, names, interfaces, ports, files, GPUs); ``hpc_grpo.doctor`` judges. Stdlib only
+(torch is imported only to count GPUs where nvidia-smi is missing), so a node without the training
+stack still reports why it cannot train instead of crashing before it says anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hpc_grpo import __version__
+
+MARKER = "HPC_GRPO_PROBE "
+PACKAGES = ("torch", "trl", "vllm", "transformers", "deepspeed", "accelerate", "peft")
+_BRACKET = re.compile(r"^(.*?)\[([^\]]+)\](.*)$")
+
+
+def expand_hostlist(hostlist: str) -> list[str]:
+    """Slurm's compressed node list (``gpu[01-03,07],login1``) as names, in order.
+
+    Used where ``scontrol show hostnames`` is missing, which is itself worth reporting."""
+    names: list[str] = []
+    depth, start = 0, 0
+    for i, char in enumerate(hostlist + ","):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            if hostlist[start:i].strip():
+                names += _expand_one(hostlist[start:i].strip())
+            start = i + 1
+    return names
+
+
+def _expand_one(pattern: str) -> list[str]:
+    match = _BRACKET.match(pattern)
+    if not match:
+        return [pattern]
+    head, ranges, tail = match.groups()
+    out: list[str] = []
+    for part in ranges.split(","):
+        low, _, high = part.partition("-")
+        width = len(low)
+        for number in range(int(low), int(high or low) + 1):
+            out += [f"{head}{number:0{width}d}{rest}" for rest in _expand_one(tail)]
+    return out
+
+
+def _fact(ok: bool, detail: str) -> dict[str, Any]:
+    return {"ok": ok, "detail": detail}
+
+
+def versions() -> dict[str, str | None]:
+    """Installed versions from package metadata: no import, so a broken package still reports."""
+    found: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def trl_vllm_requirement() -> str:
+    """The vLLM range the installed TRL declares for its ``vllm`` extra ("" when unknown)."""
+    try:
+        requires = importlib.metadata.requires("trl") or []
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+    for line in requires:
+        if re.match(r"^vllm\b", line) and 'extra == "vllm"' in line:
+            return line.split(";")[0][4:].strip()
+    return ""
+
+
+def node_names(nodelist: str) -> tuple[list[str], dict[str, Any]]:
+    """The allocation's names the way the job script gets them (scontrol), and whether that works."""
+    path = shutil.which("scontrol")
+    if path is None:
+        return expand_hostlist(nodelist), _fact(False, "scontrol not on PATH of the compute node")
+    try:
+        done = subprocess.run(
+            [path, "show", "hostnames", nodelist], capture_output=True, text=True, timeout=20, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return expand_hostlist(nodelist), _fact(False, f"{path} show hostnames timed out")
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        return expand_hostlist(nodelist), _fact(False, f"{path} show hostnames failed: {why}")
+    return done.stdout.split(), _fact(True, path)
+
+
+def resolve(names: list[str]) -> dict[str, dict[str, Any]]:
+    """Each allocation name's IPv4/IPv6 address as this node resolves it."""
+    found = {}
+    for name in names:
+        try:
+            address = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)[0][4][0]
+            found[name] = _fact(True, str(address))
+        except OSError as err:
+            found[name] = _fact(False, err.strerror or str(err))
+    return found
+
+
+def interface(spec: str) -> dict[str, Any]:
+    """NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME as the profile sets them: every name must exist and
+    be up. Asked of the kernel (if_nameindex, SIOCGIFFLAGS), not /sys/class/net, which shows
+    another network namespace's devices where /sys was mounted outside this one (the sandbox)."""
+    if spec.startswith("^"):
+        return _fact(True, f"{spec}: an exclusion list, nothing to look for")
+    have = sorted(name for _, name in socket.if_nameindex())
+    problems, states = [], []
+    for name in (n.strip().lstrip("=") for n in spec.split(",") if n.strip()):
+        if name not in have:
+            problems.append(f"{name} missing")
+            continue
+        up = _is_up(name)
+        states.append(f"{name} {'up' if up else 'down'}")
+        if not up:
+            problems.append(f"{name} is down")
+    if problems:
+        return _fact(False, f"{'; '.join(problems)} (have: {', '.join(have) or 'none'})")
+    return _fact(True, ", ".join(states))
+
+
+def _is_up(name: str) -> bool:
+    import fcntl
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14s", name.encode()[:15], 0, b"")
+        flags = struct.unpack("16sH14s", fcntl.ioctl(sock.fileno(), 0x8913, request))[1]  # SIOCGIFFLAGS
+    return bool(flags & 0x1 and flags & 0x40)  # IFF_UP and IFF_RUNNING
+
+
+def port(port_low: int, port_high: int, job_id: int) -> dict[str, Any]:
+    """Whether this job's rendezvous port (derived as the job script does) can be bound here."""
+    span = port_high - port_low + 1
+    number = port_low + job_id % span
+    how = f"{number} = {port_low} + job {job_id} % {span}"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as torch's TCPStore does
+        try:
+            sock.bind(("", number))
+        except OSError as err:
+            return _fact(False, f"port {how} is taken: {err.strerror or err}")
+    busy = _listening_ports(port_low, port_high)
+    return _fact(
+        True, f"port {how} is free" + (f"; {busy} other port(s) of the range listen" if busy else "")
+    )
+
+
+def _listening_ports(low: int, high: int) -> int:
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            if len(cols) > 3 and cols[3] == "0A":  # LISTEN
+                number = int(cols[1].rsplit(":", 1)[1], 16)
+                if low <= number <= high:
+                    ports.add(number)
+    return len(ports)
+
+
+def write_token(path: Path, token: str) -> dict[str, Any]:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(token)
+        os.replace(tmp, path)  # the reader never sees a half-written token
+    except OSError as err:
+        return _fact(False, f"cannot write {path}: {err.strerror or err}")
+    return _fact(True, f"wrote {path}")
+
+
+def read_token(path: Path, token: str, wait_s: float, writer: str) -> dict[str, Any]:
+    """Wait for the first node's token file; a private /tmp or a non-shared mount never shows it."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            if path.read_text() == token:
+                path.unlink(missing_ok=True)
+                return _fact(True, f"read the token {writer} wrote in {path.parent}")
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            return _fact(
+                False,
+                f"{path} written on {writer} not seen here after {wait_s:g} s: {path.parent} is not shared",
+            )
+        time.sleep(0.5)
+
+
+def gpus(expected: int) -> dict[str, Any]:
+    """GPUs this task can see: nvidia-smi -L, else torch when GPUs are expected, else none."""
+    smi = shutil.which("nvidia-smi")
+    if smi is not None:
+        try:
+            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30).stdout
+            return {
+                "count": sum(line.startswith("GPU ") for line in out.splitlines()),
+                "source": "nvidia-smi -L",
+            }
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return {"count": 0, "source": f"nvidia-smi failed: {err}"}
+    if expected:
+        try:
+            import torch
+
+            return {"count": int(torch.cuda.device_count()), "source": "torch.cuda.device_count()"}
+        except Exception as err:  # any import-time failure of torch is the finding
+            return {"count": 0, "source": f"no nvidia-smi, torch failed: {err}"}
+    return {"count": 0, "source": "no nvidia-smi"}
+
+
+def _safely(check: Callable[..., Any], *args: Any) -> Any:
+    """A check that raises reports the error as its finding: one odd node must still report."""
+    try:
+        return check(*args)
+    except Exception as err:
+        return _fact(False, f"probe error: {type(err).__name__}: {err}")
+
+
+def collect(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
+    node_id = int(env.get("SLURM_NODEID", "0"))
+    num_nodes = int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or "1")
+    job_id = int(env.get("SLURM_JOB_ID", "0"))
+    nodelist = env.get("SLURM_JOB_NODELIST", socket.gethostname())
+    try:
+        names, scontrol = node_names(nodelist)
+    except Exception as err:  # a broken node list must not cost the other facts
+        names, scontrol = [nodelist], _fact(False, f"probe error: {err}")
+    report: dict[str, Any] = {
+        "schema": 1,
+        "node": socket.gethostname().split(".")[0],
+        "node_id": node_id,
+        "num_nodes": num_nodes,
+        "job_id": job_id,
+        "python": sys.version.split()[0],
+        "hpc_grpo": __version__,
+        "versions": versions(),
+        "trl_vllm_requirement": trl_vllm_requirement(),
+        "hosts": names,
+        "resolve": _safely(resolve, names),
+        "scontrol": scontrol,
+        "gpus": _safely(gpus, args.gpus),
+    }
+    if args.interface:
+        report["interface"] = _safely(interface, args.interface)
+    token_path = Path(args.share_dir) / f".hpc-grpo-doctor-{args.token}" if args.share_dir else None
+    writer = names[0] if names else "the first node"
+    if node_id == 0:
+        report["port"] = _safely(port, args.port_low, args.port_high, job_id)
+        if token_path is not None:
+            report["share_write"] = write_token(token_path, args.token)
+    if node_id == num_nodes - 1 and token_path is not None:
+        report["share_read"] = read_token(token_path, args.token, args.share_wait, writer)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hpc_grpo.runtime.probe")
+    parser.add_argument("--interface", default="")
+    parser.add_argument("--port-low", type=int, default=20000)
+    parser.add_argument("--port-high", type=int, default=29999)
+    parser.add_argument("--share-dir", default="")
+    parser.add_argument("--token", default="token")
+    parser.add_argument("--share-wait", type=float, default=30.0)
+    parser.add_argument("--gpus", type=int, default=0, help="GPUs the profile expects per node")
+    args = parser.parse_args(argv)
+    report = collect(args, dict(os.environ))
+    print(MARKER + json.dumps(report, sort_keys=True), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""`hpc-grpo plan`: the plan render and submit use, shown with its reasons; bad requests exit 2."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from hpc_grpo import api
+from hpc_grpo.cli import main
+from hpc_grpo.planner import catalogue_names
+
+BIG = ["--site", "h100-pyxis", "--model", "Qwen2.5-Math-72B", "--nodes", "4",
+       "--set", "max_completion_length=2048", "--set", "per_device_train_batch_size=8",
+       "--set", "num_generations=8"]
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, ["plan", *args], catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_json_is_the_plan_submit_uses() -> None:
+    code, out, _ = invoke(*BIG, "--json")
+    assert code == 0
+    data = json.loads(out)
+    memory = data["memory_plan"]
+    assert (memory["tensor_parallel_size"], memory["zero_stage"]) == (8, 3)
+    assert memory["offload_optimizer"] is True and memory["offload_params"] is False
+    assert memory["enable_sleep_mode"] is True and memory["gradient_checkpointing"] is True
+    assert (memory["max_num_seqs"], memory["vllm_max_model_length"]) == (64, 2560)
+    assert set(memory["reasons"]) >= {"tensor_parallel_size", "zero_stage", "offload_optimizer",
+                                      "vllm_gpu_memory_utilization", "enable_sleep_mode"}
+    assert memory["breakdown_gib"]["total during training"] <= 80
+    prepared = api.prepare(api.Request(site="h100-pyxis", sets=tuple(BIG[7::2]),
+                                       flags={"model": "Qwen2.5-Math-72B", "nodes": 4}))
+    record = prepared.plan.run_record(prepared.run_id, str(prepared.run_dir))
+    assert memory == record["memory_plan"]
+    assert data["vllm"] == record["vllm"] and data["deepspeed"] == record["deepspeed"]
+    assert data["world_size"] == 32 and data["no_memory_plan"] is None
+
+
+def test_table_shows_choices_reasons_and_memory() -> None:
+    code, out, _ = invoke(*BIG)
+    assert code == 0
+    lines = {line.split("  ")[0].strip(): line for line in out.splitlines() if line.strip()}
+    assert lines["TP size"].split()[2] == "8"
+    assert lines["ZeRO stage"].split()[2] == "3"
+    assert "True" in lines["optimizer offload"] and "Adam states" in lines["optimizer offload"]
+    assert "True" in lines["sleep mode"] and "level 2 sleep" in lines["sleep mode"]
+    for label in ("param offload", "gradient checkpointing", "vllm_gpu_memory_utilization",
+                  "max_num_seqs", "vllm_max_model_length", "total during training", "KV cache"):
+        assert label in lines, label
+    assert "world size 32" in out
+
+
+def test_impossible_request_is_one_line_with_the_smallest_change() -> None:
+    code, out, err = invoke("--site", "lmod-apptainer", "--model", "Qwen2.5-Math-72B", "--nodes", "1")
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: model: ")
+    assert "does not fit" in lines[0] and "(hint: " in lines[0] and "smallest" in lines[0]
+
+
+def test_cpu_site_has_no_gpu_memory_plan() -> None:
+    code, out, _ = invoke("--site", "sandbox", "--model", "builtin:tiny", "--nodes", "2")
+    assert code == 0
+    assert "no GPU memory plan" in out and "no GPUs" in out and "world size 4" in out
+    data = json.loads(invoke("--site", "sandbox", "--model", "builtin:tiny", "--json")[1])
+    assert data["memory_plan"] is None and "gloo" in data["no_memory_plan"]
+
+
+def test_list_models() -> None:
+    code, out, _ = invoke("--list-models")
+    assert code == 0 and out.splitlines() == list(catalogue_names())
+    assert json.loads(invoke("--list-models", "--json")[1]) == list(catalogue_names())
