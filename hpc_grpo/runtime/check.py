@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         "local_rank": local_rank,
         "world_size": world,
         "hostname": socket.gethostname(),
-        "node_id": os.environ.get("SLURM_NODEID", os.environ.get("GROUP_RANK", "0")),
+        "node_id": int(os.environ.get("SLURM_NODEID") or os.environ.get("GROUP_RANK") or 0),
         "master_addr": os.environ.get("MASTER_ADDR"),
         "master_port": os.environ.get("MASTER_PORT"),
         "allreduce": total,
@@ -61,8 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         "backend": backend,
     }
     rundir.write_json_atomic(run_dir / "check" / f"rank-{rank}.json", report)
-    print(f"check: rank {rank}/{world} on {report['hostname']}: all_reduce {total} "
-          f"(expected {expected})", flush=True)  # fmt: skip
+    print(
+        f"check: rank {rank}/{world} on {report['hostname']}: all_reduce {total} (expected {expected})",
+        flush=True,
+    )
     dist.barrier()
     dist.destroy_process_group()
     return 0 if total == expected else 1

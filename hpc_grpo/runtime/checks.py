@@ -45,16 +45,15 @@ def layout_problems(run: Mapping[str, Any]) -> list[str]:
     problems = []
     nodes, ppn, tp = int(run["nodes"]), int(run["procs_per_node"]), tp_size(run)
     if int(run["world_size"]) != nodes * ppn:
-        problems.append(
-            f"run.json world_size {run['world_size']} != nodes {nodes} x procs_per_node {ppn}"
-        )
+        problems.append(f"run.json world_size {run['world_size']} != nodes {nodes} x procs_per_node {ppn}")
     if tp < 1 or ppn % tp:
         problems.append(
             f"vllm tensor_parallel_size {tp} must divide procs_per_node {ppn} "
             "(TP groups are contiguous ranks inside one node)"
         )
     if len(run.get("ranks") or []) != nodes * ppn:
-        problems.append(f"run.json has {len(run.get('ranks') or [])} rank rows, expected {nodes * ppn}")
+        rows = len(run.get("ranks") or [])
+        problems.append(f"run.json has {rows} rank rows, expected {nodes * ppn}")
     vllm = run.get("vllm") or {}
     if vllm.get("enabled") and vllm.get("mode", "colocate") == "colocate":
         server_keys = sorted(k for k in run.get("grpo_config", {}) if k.startswith("vllm_server"))
@@ -66,9 +65,7 @@ def layout_problems(run: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def own_row_problems(
-    run: Mapping[str, Any], env: Mapping[str, str]
-) -> tuple[dict[str, int], list[str]]:
+def own_row_problems(run: Mapping[str, Any], env: Mapping[str, str]) -> tuple[dict[str, int], list[str]]:
     """Recompute this rank's row from torchrun's and Slurm's variables and compare with run.json."""
     problems: list[str] = []
     try:
@@ -78,7 +75,7 @@ def own_row_problems(
     ppn, nodes = int(run["procs_per_node"]), int(run["nodes"])
     row = expected_row(rank, ppn, tp_size(run))
     if world != nodes * ppn:
-        problems.append(f"WORLD_SIZE={world} but nodes {nodes} x procs_per_node {ppn} = {nodes * ppn}")
+        problems.append(f"WORLD_SIZE={world} but nodes {nodes} x procs_per_node {ppn} != {world}")
     if local_rank != row["local_rank"]:
         problems.append(f"rank {rank}: LOCAL_RANK={local_rank}, expected {row['local_rank']}")
     for var in ("SLURM_NODEID", "GROUP_RANK"):
@@ -98,7 +95,7 @@ def own_row_problems(
 def row_mismatches(expected: Mapping[str, Any], planned: Mapping[str, Any]) -> list[str]:
     """Fields where run.json's row differs from the recomputed one."""
     return [
-        f"rank {expected['rank']}: run.json says {f}={planned.get(f)!r}, ranks compute {expected[f]}"
+        f"rank {expected['rank']}: run.json has {f}={planned.get(f)!r}, rank computes {expected[f]}"
         for f in ROW_FIELDS
         if f in planned and int(planned[f]) != expected[f]
     ]
@@ -112,7 +109,8 @@ def gathered_problems(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     devices: dict[str, int] = {}
     for r in rows:
         by_node.setdefault(int(r["node"]), set()).add(str(r["hostname"]))
-        by_group.setdefault(int(r["tp_group"]), set()).add((str(r["hostname"]), int(r["vllm_seed"])))
+        member = (str(r["hostname"]), int(r["vllm_seed"]))
+        by_group.setdefault(int(r["tp_group"]), set()).add(member)
         dev = r.get("device_id")
         if dev:
             if dev in devices:
@@ -140,7 +138,7 @@ def cuda_problems(n_gpu: int, device_index: int | None, local_rank: int, visible
     want = local_rank if visible > 1 else 0
     if device_index != want:
         problems.append(
-            f"LOCAL_RANK {local_rank} uses cuda:{device_index} of {visible} visible, expected {want}"
+            f"LOCAL_RANK {local_rank} uses cuda:{device_index} ({visible} visible), expected {want}"
         )
     return problems
 

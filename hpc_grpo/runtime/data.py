@@ -61,8 +61,10 @@ def load_prompts(spec: Mapping[str, Any]) -> Any:
     if name.startswith("builtin:"):
         key = name.split(":", 1)[1]
         if key not in BUILTIN:
-            raise DatasetError(f"unknown built-in dataset {name!r}; known: "
-                               + ", ".join(f"builtin:{k}" for k in sorted(BUILTIN)))  # fmt: skip
+            raise DatasetError(
+                f"unknown built-in dataset {name!r}; known: "
+                + ", ".join(f"builtin:{k}" for k in sorted(BUILTIN))
+            )
         ds = datasets.Dataset.from_list(BUILTIN[key]())
     elif Path(name).suffix in LOCAL_FORMATS:
         path = Path(name)

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -21,11 +21,16 @@ from typing import Any
 from hpc_grpo.runtime import rundir
 
 PAYLOAD_MODULES = {"train": "hpc_grpo.runtime.train", "check": "hpc_grpo.runtime.check"}
-# The agent ignores these: workers handle them; torchrun would die (USR2) or SIGKILL them 30 s
-# after forwarding SIGTERM, which can cut a checkpoint in half.
-AGENT_IGNORES = (signal.SIGUSR2, signal.SIGTERM)
-STOP_SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
+# The torchrun agent ignores the stop signals: the workers handle them; the agent would die of a
+# user signal (exit 138) or SIGKILL the workers 30 s after forwarding SIGTERM, mid-checkpoint.
+DEFAULT_STOP = ("USR2", "TERM")
 CLEAN_END = ("done", "interrupted")
+
+
+def stop_signals(run: Mapping[str, Any]) -> tuple[signal.Signals, ...]:
+    """USR2, TERM and whatever run.json's stop block adds (a site may requeue on USR1)."""
+    names = [*DEFAULT_STOP, *((run.get("stop") or {}).get("signals") or [])]
+    return tuple(dict.fromkeys(signal.Signals["SIG" + n.upper().removeprefix("SIG")] for n in names))
 
 
 def free_port() -> int:
@@ -47,16 +52,25 @@ def torchrun_argv(run: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
             raise ValueError("MASTER_PORT must be set when a run spans several nodes")
         port = str(free_port())
     return [
-        sys.executable, "-m", "torch.distributed.run",
-        "--nnodes", str(nodes),
-        "--nproc-per-node", str(int(run["procs_per_node"])),
-        "--node-rank", env.get("SLURM_NODEID") or "0",
-        "--master-addr", env.get("MASTER_ADDR") or "127.0.0.1",
-        "--master-port", port,
-        "--max-restarts", "0",
-        "-m", PAYLOAD_MODULES[payload],
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        str(nodes),
+        "--nproc-per-node",
+        str(int(run["procs_per_node"])),
+        "--node-rank",
+        env.get("SLURM_NODEID") or "0",
+        "--master-addr",
+        env.get("MASTER_ADDR") or "127.0.0.1",
+        "--master-port",
+        port,
+        "--max-restarts",
+        "0",
+        "-m",
+        PAYLOAD_MODULES[payload],
         str(run["run_dir"]),
-    ]  # fmt: skip
+    ]
 
 
 def attempt_id(env: Mapping[str, str]) -> str:
@@ -67,9 +81,28 @@ def attempt_id(env: Mapping[str, str]) -> str:
     return f"local-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-def child_env(env: Mapping[str, str], attempt: str) -> dict[str, str]:
+def trainer_visible_devices(run: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
+    """Server mode: hide the vLLM server's GPUs from the trainers, so LOCAL_RANK 0 never lands
+    on a GPU the server uses ("Duplicate GPU detected"). None when nothing is to be hidden."""
+    vllm = run.get("vllm") or {}
+    server = vllm.get("server") or {}
+    if run.get("device") != "cuda" or vllm.get("mode") != "server" or not server:
+        return None
+    trainer = [int(i) for i in server.get("trainer_gpus") or []]
+    visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if not visible:
+        return ",".join(str(i) for i in trainer)
+    if max(trainer, default=-1) >= len(visible):
+        raise ValueError(f"trainer GPUs {trainer} but CUDA_VISIBLE_DEVICES={','.join(visible)}")
+    return ",".join(visible[i] for i in trainer)
+
+
+def child_env(env: Mapping[str, str], attempt: str, run: Mapping[str, Any] | None = None) -> dict[str, str]:
     """torchrun's environment: one thread per rank by default, this package importable."""
     out = dict(env)
+    devices = trainer_visible_devices(run or {}, env)
+    if devices is not None:
+        out["CUDA_VISIBLE_DEVICES"] = devices
     out.setdefault("OMP_NUM_THREADS", "1")
     out.setdefault("PYTHONUNBUFFERED", "1")
     out.setdefault("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGINT,SIGHUP,SIGQUIT")
@@ -79,9 +112,12 @@ def child_env(env: Mapping[str, str], attempt: str) -> dict[str, str]:
     return out
 
 
-def _ignore_agent_signals() -> None:
-    for sig in AGENT_IGNORES:
-        signal.signal(sig, signal.SIG_IGN)  # inherited by the workers until they set handlers
+def _agent_ignores(signals: tuple[signal.Signals, ...]) -> Callable[[], None]:
+    def ignore() -> None:  # runs in the child before exec; SIG_IGN survives exec
+        for sig in signals:
+            signal.signal(sig, signal.SIG_IGN)  # the workers inherit it until they set handlers
+
+    return ignore
 
 
 def exit_code(torchrun_rc: int, state: Mapping[str, Any], attempt: str) -> int:
@@ -92,16 +128,24 @@ def exit_code(torchrun_rc: int, state: Mapping[str, Any], attempt: str) -> int:
 
 
 class NodeTask:
-    """Run this node's share of a run; picklable (holds only the run directory)."""
+    """Run this node's share of a run; picklable (holds only the run directory and a flag).
 
-    def __init__(self, run_dir: str) -> None:
+    Under submitit: a USR2/TERM first becomes a stop request for the ranks; once torchrun has
+    exited (checkpoint saved), the handler submitit had installed runs with that signal, so
+    its checkpoint-and-requeue happens after the save, never in the middle of it.
+    """
+
+    def __init__(self, run_dir: str, *, chain_signals: bool = True) -> None:
         self.run_dir = str(run_dir)
+        self.chain_signals = chain_signals  # hand received signals on once torchrun has exited
+        self._received: list[int] = []
 
     def __repr__(self) -> str:
         return f"NodeTask({self.run_dir!r})"
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
+        self._received.append(signum)
         rundir.request_stop(self.run_dir, f"{name} to node task on {socket.gethostname()}")
         print(f"[node] {name}: stop requested; waiting for torchrun", flush=True)
 
@@ -111,23 +155,44 @@ class NodeTask:
         argv = torchrun_argv(run, os.environ)
         (Path(self.run_dir) / "logs").mkdir(parents=True, exist_ok=True)
         print(f"[node] {socket.gethostname()} attempt {attempt}: {' '.join(argv)}", flush=True)
+        self._received = []
         on_main = threading.current_thread() is threading.main_thread()
-        previous = {s: signal.getsignal(s) for s in STOP_SIGNALS} if on_main else {}
+        signals = stop_signals(run)
+        previous = {s: signal.getsignal(s) for s in signals} if on_main else {}
         for sig in previous:
             signal.signal(sig, self._on_signal)
+        started = time.time()
         try:
-            proc = subprocess.Popen(
-                argv, env=child_env(os.environ, attempt), preexec_fn=_ignore_agent_signals
-            )
-            started = time.time()
-            rc = proc.wait()
+            env = child_env(os.environ, attempt, run)
+            proc = subprocess.Popen(argv, env=env, preexec_fn=_agent_ignores(signals))
+            rc = proc.wait()  # signal handlers run while waiting (PEP 475 restarts the wait)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         code = exit_code(rc, rundir.read_state(self.run_dir), attempt)
-        print(f"[node] torchrun exited {rc} after {time.time() - started:.1f} s; "
-              f"node task returns {code}", flush=True)  # fmt: skip
+        print(
+            f"[node] torchrun exited {rc} after {time.time() - started:.1f} s; node task returns {code}",
+            flush=True,
+        )
+        if self.chain_signals:
+            for signum in dict.fromkeys(self._received):  # each signal once, in arrival order
+                handler = previous.get(signal.Signals(signum))
+                if callable(handler):
+                    handler(signum, None)  # submitit's may requeue and exit here
         return code
+
+    def checkpoint(self) -> Any:
+        """submitit's requeue hook (its USR2 handler calls it on the rank-0 node task): resubmit
+        this same task, which resumes from the newest complete checkpoint; None once done.
+
+        submitit is found in sys.modules, never imported: it is loaded whenever this is called.
+        """
+        if rundir.read_state(self.run_dir).get("phase") == "done":
+            return None
+        utils = sys.modules.get("submitit.core.utils")
+        if utils is None:
+            return None
+        return utils.DelayedSubmission(NodeTask(self.run_dir, chain_signals=self.chain_signals))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -65,9 +65,7 @@ def resolve_reward(spec: str) -> RewardFunc:
         return BUILTIN[name]
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise RewardError(
-            f"reward {spec!r} is not 'builtin:NAME' or 'package.module:function'"
-        )
+        raise RewardError(f"reward {spec!r} is not 'builtin:NAME' or 'package.module:function'")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import sys
 from pathlib import Path
+from typing import Any
 
 EOS = "<|endoftext|>"
 PAD = "<|pad|>"
@@ -21,10 +22,9 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-WORDS = (
-    "the a one two three four five six seven eight nine ten count add sum number digit list "
-    "next after before write say answer question short long yes no and or is are what how"
-).split()
+_WORDS = "the a one two three four five six seven eight nine ten count add sum number digit list "
+_WORDS += "next after before write say answer question short long yes no and or is are what how"
+WORDS = tuple(_WORDS.split())
 
 
 def corpus(seed: int, lines: int = 2000) -> list[str]:
@@ -44,7 +44,7 @@ def corpus(seed: int, lines: int = 2000) -> list[str]:
     return out
 
 
-def build_tokenizer(seed: int = 0, vocab_size: int = 512) -> object:
+def build_tokenizer(seed: int = 0, vocab_size: int = 512) -> Any:
     """A byte-level BPE trained in memory, wrapped as a PreTrainedTokenizerFast."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -71,22 +71,27 @@ def build_tokenizer(seed: int = 0, vocab_size: int = 512) -> object:
     )
 
 
-def build_tiny_model(out_dir: Path, *, seed: int = 0) -> Path:
-    """Write model and tokenizer to out_dir (deterministic for a seed) and return out_dir."""
+def build_tiny_model(
+    out_dir: Path, *, seed: int = 0, hidden_size: int = 64, num_hidden_layers: int = 2
+) -> Path:
+    """Write model and tokenizer to out_dir (deterministic for a seed) and return out_dir.
+
+    4 query and 2 KV heads; vLLM's attention kernels need hidden_size 256 (head_dim 64).
+    """
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     out_dir = Path(out_dir)
     tokenizer = build_tokenizer(seed)
-    vocab = len(tokenizer)  # type: ignore[arg-type]
-    eos_id = tokenizer.convert_tokens_to_ids(EOS)  # type: ignore[attr-defined]
-    im_end_id = tokenizer.convert_tokens_to_ids(IM_END)  # type: ignore[attr-defined]
-    pad_id = tokenizer.convert_tokens_to_ids(PAD)  # type: ignore[attr-defined]
+    vocab = len(tokenizer)
+    eos_id = tokenizer.convert_tokens_to_ids(EOS)
+    im_end_id = tokenizer.convert_tokens_to_ids(IM_END)
+    pad_id = tokenizer.convert_tokens_to_ids(PAD)
     config = Qwen2Config(
         vocab_size=vocab,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_hidden_layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=512,
@@ -101,11 +106,11 @@ def build_tiny_model(out_dir: Path, *, seed: int = 0) -> Path:
         eos_token_id=[eos_id, im_end_id], pad_token_id=pad_id, do_sample=True
     )
     model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)  # type: ignore[attr-defined]
+    tokenizer.save_pretrained(out_dir)
     return out_dir
 
 
-def load_tokenizer(model_dir: str | Path) -> object:
+def load_tokenizer(model_dir: str | Path) -> Any:
     """Load a tokenizer the way the ranks do (fast tokenizer from tokenizer.json)."""
     from transformers import PreTrainedTokenizerFast
 
@@ -117,12 +122,14 @@ def load_tokenizer(model_dir: str | Path) -> object:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m hpc_grpo.runtime.tiny_model DIR [SEED]`."""
+    """`python -m hpc_grpo.runtime.tiny_model DIR [SEED [HIDDEN_SIZE]]`."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) not in (1, 2):
-        print("usage: python -m hpc_grpo.runtime.tiny_model DIR [SEED]", file=sys.stderr)
+    if len(args) not in (1, 2, 3):
+        print("usage: python -m hpc_grpo.runtime.tiny_model DIR [SEED [HIDDEN]]", file=sys.stderr)
         return 2
-    path = build_tiny_model(Path(args[0]), seed=int(args[1]) if len(args) == 2 else 0)
+    seed = int(args[1]) if len(args) >= 2 else 0
+    hidden = int(args[2]) if len(args) == 3 else 64
+    path = build_tiny_model(Path(args[0]), seed=seed, hidden_size=hidden)
     print(f"tiny model written to {path}")
     return 0
 

@@ -1,0 +1,128 @@
+"""From run.json to GRPOConfig keyword arguments and a DeepSpeed config (pure, stdlib only).
+
+The runtime owns the fields that must agree with the run directory, the rank layout and the
+device; a user value for one of them that disagrees is an error, not a silent override.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from hpc_grpo.runtime import rundir
+
+# Fields set from run.json's other blocks; grpo_config may repeat them only with the same value.
+OWNED = (
+    "output_dir",
+    "seed",
+    "use_cpu",
+    "deepspeed",
+    "use_vllm",
+    "vllm_mode",
+    "vllm_tensor_parallel_size",
+    "vllm_gpu_memory_utilization",
+    "vllm_enable_sleep_mode",
+    "vllm_max_model_length",
+)
+DEFAULTS: dict[str, Any] = {
+    "logging_steps": 1,  # one metrics line per optimizer step
+    "report_to": "none",
+    "disable_tqdm": True,  # progress bars make unreadable rank logs
+    "save_strategy": "steps",
+    "save_steps": 50,
+    "save_total_limit": 3,
+}
+
+
+class ConfigError(ValueError):
+    """A grpo_config that GRPOConfig would reject or that contradicts run.json."""
+
+
+def unknown_keys(keys: Iterable[str], known: Iterable[str]) -> list[str]:
+    """Messages for keys GRPOConfig does not have, with the closest known name."""
+    known_list = sorted(known)
+    out = []
+    for key in sorted(keys):
+        if key not in known_list:
+            close = difflib.get_close_matches(key, known_list, n=1, cutoff=0.6)
+            out.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return out
+
+
+def deepspeed_config(ds: Mapping[str, Any]) -> dict[str, Any]:
+    """A DeepSpeed JSON with "auto" where the Trainer fills in batch sizes and precision."""
+    stage = int(ds.get("zero_stage", 2))
+    if stage not in (0, 1, 2, 3):
+        raise ConfigError(f"deepspeed zero_stage must be 0-3, got {stage}")
+    zero: dict[str, Any] = {
+        "stage": stage,
+        "overlap_comm": bool(ds.get("overlap_comm", True)),
+        "contiguous_gradients": bool(ds.get("contiguous_gradients", True)),
+    }
+    if ds.get("offload_optimizer"):
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if stage == 3:
+        zero["stage3_gather_16bit_weights_on_model_save"] = True  # full weights in checkpoints
+    return {
+        "zero_optimization": zero,
+        "bf16": {"enabled": "auto"},
+        "fp16": {"enabled": "auto"},
+        "gradient_clipping": "auto",
+        "train_batch_size": "auto",
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto",
+        "steps_per_print": 1_000_000_000,
+        "wall_clock_breakdown": False,
+    }
+
+
+def grpo_kwargs(
+    run: Mapping[str, Any], run_dir: Path, known: Iterable[str]
+) -> tuple[dict[str, Any], list[str]]:
+    """GRPOConfig keyword arguments for this run, and notes worth recording in state.json."""
+    user = dict(run.get("grpo_config") or {})
+    bad = unknown_keys(user, known)
+    if bad:
+        raise ConfigError("unknown grpo_config keys for TRL's GRPOConfig: " + ", ".join(bad))
+    cuda = run.get("device") == "cuda"
+    notes: list[str] = []
+    owned: dict[str, Any] = {
+        "output_dir": str(run_dir / rundir.CHECKPOINTS),
+        "seed": int(run.get("seed", 42)),
+        "use_cpu": not cuda,
+    }
+    vllm = run.get("vllm") or {}
+    if vllm.get("enabled") and cuda:
+        owned.update(
+            use_vllm=True,
+            vllm_mode=vllm.get("mode", "colocate"),
+            vllm_tensor_parallel_size=int(vllm.get("tensor_parallel_size") or 1),
+            vllm_gpu_memory_utilization=float(vllm.get("gpu_memory_utilization") or 0.3),
+            vllm_enable_sleep_mode=bool(vllm.get("enable_sleep_mode")),
+        )
+        if vllm.get("max_model_length"):
+            owned["vllm_max_model_length"] = int(vllm["max_model_length"])
+    else:
+        owned["use_vllm"] = False
+        if vllm.get("enabled"):
+            notes.append("use_vllm=False: vLLM needs CUDA; generating with transformers on CPU")
+    if run.get("deepspeed"):
+        path = run_dir / rundir.DEEPSPEED_JSON
+        rundir.write_json_atomic(path, deepspeed_config(run["deepspeed"]))
+        owned["deepspeed"] = str(path)
+    for key in OWNED:
+        if key in user and key in owned and user[key] != owned[key]:
+            raise ConfigError(
+                f"grpo_config sets {key}={user[key]!r} but the run needs {owned[key]!r}; "
+                "set it through run.json's seed/device/vllm/deepspeed blocks instead"
+            )
+    if not cuda:
+        for key in ("bf16", "fp16"):
+            if user.get(key):
+                raise ConfigError(f"grpo_config {key}=True is not supported on device cpu")
+            user[key] = False
+    else:
+        user.setdefault("bf16", True)
+    return {**DEFAULTS, **user, **owned}, notes

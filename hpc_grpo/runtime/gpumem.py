@@ -1,0 +1,57 @@
+"""Peak GPU memory as the driver sees it (vLLM's pools included), sampled in a thread.
+
+torch's allocator statistics miss vLLM's sleep-mode pool and the CUDA context, so the planner's
+prediction is compared with NVML's used memory instead.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+
+class GpuMemorySampler:
+    """Samples used memory of one device every ``interval`` seconds; ``peak_gib`` is the max."""
+
+    def __init__(self, device_index: int, interval: float = 0.05) -> None:
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._handle: Any = None
+        self._interval = interval
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+            self._nvml = pynvml
+        except Exception:  # no NVML (CPU machine): the sampler reports nothing
+            self._handle = None
+
+    @property
+    def available(self) -> bool:
+        return self._handle is not None
+
+    def sample(self) -> int:
+        if self._handle is None:
+            return 0
+        used = int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used)
+        self.peak_bytes = max(self.peak_bytes, used)
+        return used
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.sample()
+
+    def start(self) -> GpuMemorySampler:
+        if self._handle is not None and self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="gpu-mem", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def peak_gib(self) -> float:
+        return self.peak_bytes / 2**30

@@ -1,0 +1,178 @@
+"""The node task's pure parts: torchrun argv, child environment, exit code."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpc_grpo.runtime.node import (
+    NodeTask,
+    attempt_id,
+    child_env,
+    exit_code,
+    stop_signals,
+    torchrun_argv,
+    trainer_visible_devices,
+)
+
+
+def run(nodes: int = 2, ppn: int = 4, payload: str = "train") -> dict[str, Any]:
+    return {"nodes": nodes, "procs_per_node": ppn, "payload": payload, "run_dir": "/runs/r1"}
+
+
+def test_torchrun_argv_from_slurm_env() -> None:
+    env = {"SLURM_NODEID": "1", "MASTER_ADDR": "node1", "MASTER_PORT": "29611"}
+    argv = torchrun_argv(run(), env)
+    assert argv[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    flags = dict(zip(argv[3:13:2], argv[4:14:2], strict=True))
+    assert flags == {
+        "--nnodes": "2",
+        "--nproc-per-node": "4",
+        "--node-rank": "1",
+        "--master-addr": "node1",
+        "--master-port": "29611",
+    }
+    assert argv[-3:] == ["-m", "hpc_grpo.runtime.train", "/runs/r1"]
+
+
+def test_torchrun_argv_defaults_single_node() -> None:
+    argv = torchrun_argv(run(nodes=1, payload="check"), {})
+    assert argv[argv.index("--node-rank") + 1] == "0"
+    assert argv[argv.index("--master-addr") + 1] == "127.0.0.1"
+    assert 0 < int(argv[argv.index("--master-port") + 1]) < 65536
+    assert argv[-2] == "hpc_grpo.runtime.check"
+
+
+def test_torchrun_argv_errors() -> None:
+    with pytest.raises(ValueError, match="MASTER_PORT"):
+        torchrun_argv(run(nodes=2), {"MASTER_ADDR": "node1"})
+    with pytest.raises(ValueError, match="unknown payload"):
+        torchrun_argv(run(payload="eval"), {"MASTER_PORT": "1"})
+
+
+def test_child_env() -> None:
+    env = child_env({"PATH": "/bin", "OMP_NUM_THREADS": "4"}, "a1")
+    assert env["OMP_NUM_THREADS"] == "4"
+    assert child_env({}, "a1")["OMP_NUM_THREADS"] == "1"
+    assert env["HPC_GRPO_ATTEMPT"] == "a1"
+    assert "SIGTERM" not in env["TORCHELASTIC_SIGNALS_TO_HANDLE"]
+
+
+def test_attempt_id_shared_by_node_tasks_of_one_job() -> None:
+    env = {"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "2"}
+    assert attempt_id(env) == attempt_id(dict(env)) == "slurm-77.2"
+    assert attempt_id({}).startswith("local-")
+
+
+def test_exit_code_trusts_state_of_this_attempt_only() -> None:
+    assert exit_code(138, {"phase": "interrupted", "attempt": "a"}, "a") == 0
+    assert exit_code(138, {"phase": "done", "attempt": "a"}, "a") == 0
+    assert exit_code(138, {"phase": "done", "attempt": "old"}, "a") == 138
+    assert exit_code(1, {"phase": "failed", "attempt": "a"}, "a") == 1
+    assert exit_code(0, {}, "a") == 0
+
+
+def test_node_task_pickles() -> None:
+    task = pickle.loads(pickle.dumps(NodeTask("/runs/r1")))
+    assert task.run_dir == "/runs/r1"
+
+
+def test_node_import_is_light() -> None:
+    import subprocess
+
+    heavy = "{'torch', 'trl', 'transformers', 'click', 'jinja2', 'submitit', 'yaml', 'rich'}"
+    code = f"import sys, hpc_grpo.runtime.node; print(sorted({heavy} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+class FakeTorchrun:
+    """Stands in for torchrun: while 'running', the node task itself gets SIGUSR2."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], preexec_fn: Any) -> None:
+        self.argv, self.env = argv, env
+
+    def wait(self) -> int:
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGUSR2)
+        return 138  # what torchrun may return after a user signal
+
+
+def test_node_task_turns_signal_into_stop_request_and_chains(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+    import signal
+
+    from hpc_grpo.runtime import node, rundir
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text(json.dumps({"schema": 1, **run(nodes=1)}))
+    monkeypatch.setattr(node.subprocess, "Popen", FakeTorchrun)
+    monkeypatch.setenv("SLURM_JOB_ID", "5")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
+    # What the ranks' rank 0 would have written for this attempt after a clean stop.
+    rundir.update_state(run_dir, phase="interrupted", attempt="slurm-5.0", step=3)
+    seen: list[int] = []
+    old = signal.signal(signal.SIGUSR2, lambda s, f: seen.append(s))
+    try:
+        code = node.NodeTask(str(run_dir))()  # chain_signals is on by default
+        assert signal.getsignal(signal.SIGUSR2) is not None and seen == [signal.SIGUSR2]
+    finally:
+        signal.signal(signal.SIGUSR2, old)
+    assert code == 0  # torchrun's 138 is not read alone: state says interrupted
+    assert "SIGUSR2 to node task" in (run_dir / "stop-request").read_text()
+
+
+def test_checkpoint_resubmits_through_loaded_submitit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import types
+
+    from hpc_grpo.runtime import rundir
+
+    task = NodeTask(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "submitit.core.utils", raising=False)
+    assert task.checkpoint() is None  # outside submitit: nothing to resubmit with
+
+    class Delayed:
+        def __init__(self, function: Any) -> None:
+            self.function = function
+
+    monkeypatch.setitem(sys.modules, "submitit.core.utils", types.SimpleNamespace(DelayedSubmission=Delayed))
+    rundir.update_state(tmp_path, phase="interrupted")
+    again = task.checkpoint()
+    assert isinstance(again, Delayed) and again.function.run_dir == str(tmp_path)
+    rundir.update_state(tmp_path, phase="done")
+    assert task.checkpoint() is None  # a finished run is not requeued
+
+
+def test_server_mode_hides_server_gpus_from_trainers() -> None:
+    server = {"node": 1, "gpus": [0], "trainer_gpus": [1, 2, 3]}
+    cuda = {"device": "cuda", "vllm": {"enabled": True, "mode": "server", "server": server}}
+    assert trainer_visible_devices(cuda, {}) == "1,2,3"
+    assert trainer_visible_devices(cuda, {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}) == "5,6,7"
+    assert child_env({}, "a", cuda)["CUDA_VISIBLE_DEVICES"] == "1,2,3"
+    colocate = {"device": "cuda", "vllm": {"enabled": True, "mode": "colocate", "server": None}}
+    assert trainer_visible_devices(colocate, {}) is None
+    assert "CUDA_VISIBLE_DEVICES" not in child_env({}, "a", colocate)
+    with pytest.raises(ValueError, match="trainer GPUs"):
+        trainer_visible_devices(cuda, {"CUDA_VISIBLE_DEVICES": "0,1"})
+
+
+def test_stop_signals_include_the_sites_requeue_signal() -> None:
+    import signal
+
+    assert stop_signals({}) == (signal.SIGUSR2, signal.SIGTERM)
+    assert stop_signals({"stop": {"signals": ["USR1", "TERM"]}}) == (
+        signal.SIGUSR2,
+        signal.SIGTERM,
+        signal.SIGUSR1,
+    )
