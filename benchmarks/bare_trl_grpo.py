@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--server-port", type=int, default=8000)
     args = parser.parse_args()
 
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, TrainerCallback
+    from transformers import PreTrainedTokenizerFast, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from hpc_grpo.runtime.data import load_prompts
@@ -66,10 +66,9 @@ def main() -> None:
             times.append(now - self.last)
             self.last = now
 
-    model = AutoModelForCausalLM.from_pretrained(args.model, torch_dtype="bfloat16")
     tokenizer = PreTrainedTokenizerFast.from_pretrained(args.model)
     started = time.perf_counter()
-    trainer = GRPOTrainer(model=model, reward_funcs=[resolve_reward("builtin:length")], args=config,
+    trainer = GRPOTrainer(model=args.model, reward_funcs=[resolve_reward("builtin:length")], args=config,
                           train_dataset=load_prompts({"name": "builtin:digits"}),
                           processing_class=tokenizer, callbacks=[StepTimer()])
     build_s = time.perf_counter() - started

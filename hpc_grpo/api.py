@@ -97,19 +97,23 @@ def _check_partition(plan: JobPlan) -> None:
         )
 
 
-def _ensure_tiny_model(prepared: Prepared) -> None:
-    """Build the offline example model once, on first use (no hub needed)."""
-    target = Path(prepared.plan.model.source)
-    if prepared.plan.spec.model != inputs.TINY_MODEL or (target / "config.json").exists():
-        return
+def ensure_builtin_model(name: str, python: str) -> bool:
+    """Build an offline example model once, on first use (no hub needed); True if built now."""
+    if not name.startswith("builtin:"):
+        return False
+    target = inputs.builtin_model_dir(name, runs.home_dir())
+    if (target / "config.json").exists():
+        return False
+    shape = name.split(":", 1)[1]
     proc = subprocess.run(
-        [prepared.python, "-m", "hpc_grpo.runtime.tiny_model", str(target)],
+        [python, "-m", "hpc_grpo.runtime.model_shapes", shape, str(target)],
         capture_output=True, text=True, check=False,
     )
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"could not build the tiny model: {last}", field="model",
+        raise UserError(f"could not build the model {name}: {last}", field="model",
                         hint="install the runtime extra: pip install 'hpc-grpo[runtime]'")
+    return True
 
 
 @dataclass(frozen=True)
@@ -122,11 +126,12 @@ class Submitted:
 
 def submit(request: Request) -> Submitted:
     """Create the run directory atomically and submit it; either both happen or neither."""
-    prepared = prepare(request)
+    prepared = prepare(request)  # every check before anything is built or written
+    if ensure_builtin_model(prepared.plan.spec.model, prepared.python):
+        prepared = prepare(request)  # again, now that the model's architecture can be read
     plan = prepared.plan
     if plan.site.scheduler == "slurm":
         _check_partition(plan)
-    _ensure_tiny_model(prepared)
     record = plan.run_record(prepared.run_id, str(prepared.run_dir))
     files = {
         "run.json": json.dumps(record, indent=2) + "\n",
@@ -139,7 +144,7 @@ def submit(request: Request) -> Submitted:
         task = NodeTask(str(run_dir))
         if plan.site.scheduler == "local":
             job_id = slurm.submit_local(folder=run_dir / "submitit", task=task,
-                                        timeout_min=plan.time_min)
+                                        timeout_min=plan.time_min, gpus=plan.site.gpus_per_node)
         else:
             job_id = slurm.submit(
                 script_text=prepared.script,

@@ -19,20 +19,28 @@ from hpc_grpo.plan import ModelRef
 from hpc_grpo.planner import ModelArch, arch_from_config, lookup_model
 
 TINY_MODEL = "builtin:tiny"
+BUILTIN_MODELS = ("builtin:tiny", "builtin:qwen2-0.5b")  # runtime/model_shapes.py SHAPES
 BUILTIN_DATASETS = ("builtin:digits", "builtin:sums")
 BUILTIN_REWARDS = ("builtin:digits", "builtin:length", "builtin:sum_correct")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 
-def tiny_model_dir(home: Path) -> Path:
-    return home / "models" / "tiny"
+def builtin_model_dir(name: str, home: Path) -> Path:
+    """Where a built-in example model is built on first use (per user, shared by runs)."""
+    if name not in BUILTIN_MODELS:
+        raise UserError(f"unknown built-in model '{name}'", field="model",
+                        hint=did_you_mean(name, BUILTIN_MODELS))
+    return home / "models" / name.split(":", 1)[1]
 
 
 def resolve_model(name: str, home: Path) -> ModelRef:
-    """A local folder (checked), the built-in tiny model, a catalogue name or a hub id."""
-    if name == TINY_MODEL:
-        return ModelRef(str(tiny_model_dir(home)), local=True, arch=None)
+    """A local folder (checked), a built-in example model, a catalogue name or a hub id."""
+    if name.startswith("builtin:"):
+        folder = builtin_model_dir(name, home)
+        if (folder / "config.json").exists():
+            return _local_model(folder)
+        return ModelRef(str(folder), local=True, arch=None)  # built by submit
     path = Path(name).expanduser()
     looks_local = name.startswith(("/", ".", "~")) or path.exists()
     if looks_local:

@@ -100,6 +100,7 @@ def render_script(plan: JobPlan, *, run_id: str, run_dir: str, python: str) -> s
         port_span=high - low + 1,
         python=shlex.quote(python),
         container_prefix=_container_prefix(plan),
+        server_mode=plan.server is not None,
     )
 
 

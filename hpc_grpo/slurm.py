@@ -265,12 +265,18 @@ def _children_write_to(path: Path) -> Iterator[None]:
                 os.close(old)
 
 
-def submit_local(*, folder: Path, task: Callable[[], object], timeout_min: int) -> str:
-    """Run `task` on this machine through submitit's LocalExecutor; returns its controller pid."""
+def submit_local(*, folder: Path, task: Callable[[], object], timeout_min: int, gpus: int = 0) -> str:
+    """Run `task` on this machine through submitit's LocalExecutor; returns its controller pid.
+
+    submitit sets CUDA_VISIBLE_DEVICES to the GPUs asked for (empty for none), so the GPUs the
+    caller sees are passed on explicitly.
+    """
     from submitit.local.local import LocalExecutor
 
     executor = LocalExecutor(folder)
-    executor.update_parameters(timeout_min=timeout_min, tasks_per_node=1)
+    visible = [int(v) for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip().isdigit()]
+    extra = {"gpus_per_node": gpus, "visible_gpus": visible[:gpus] or list(range(gpus))} if gpus else {}
+    executor.update_parameters(timeout_min=timeout_min, tasks_per_node=1, **extra)
     Path(folder).mkdir(parents=True, exist_ok=True)
     with _children_write_to(Path(folder) / "local_controller.log"):
         job = executor.submit(task)

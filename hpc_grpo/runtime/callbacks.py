@@ -15,6 +15,7 @@ import torch.distributed as dist
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from hpc_grpo.runtime import checkpoints, rundir
+from hpc_grpo.runtime.gpumem import GpuMemorySampler, physical_gpu
 from hpc_grpo.runtime.stop import StopFlag
 
 
@@ -88,12 +89,15 @@ class MetricsCallback(TrainerCallback):
         self.last_tokens: float | None = None
         self.last_end: float | None = None
         self.wall: float | None = None
+        self.memory: GpuMemorySampler | None = None
 
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> TrainerControl:
         self.last_tokens = float(state.num_input_tokens_seen or 0)
         self.last_end = time.time()
+        if torch.cuda.is_available() and state.is_world_process_zero:
+            self.memory = GpuMemorySampler(physical_gpu(torch.cuda.current_device())).start()
         return control
 
     def on_step_end(
@@ -131,6 +135,8 @@ class MetricsCallback(TrainerCallback):
             "learning_rate": logs.get("learning_rate"),
             "time": time.time(),
         }
+        if self.memory is not None and self.memory.available:
+            row["gpu_mem_peak_gib"] = round(self.memory.peak_gib, 3)
         row.update({k: v for k, v in logs.items() if k.startswith("rewards/")})
         rundir.append_jsonl(self.path, row)
         rundir.update_state(self.run_dir, phase="training", step=state.global_step, max_steps=state.max_steps)

@@ -6,8 +6,17 @@ prediction is compared with NVML's used memory instead.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
+
+
+def physical_gpu(cuda_index: int) -> int:
+    """NVML numbers GPUs physically; CUDA numbers the ones CUDA_VISIBLE_DEVICES shows."""
+    visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if cuda_index < len(visible) and visible[cuda_index].strip().isdigit():
+        return int(visible[cuda_index])
+    return cuda_index
 
 
 class GpuMemorySampler:

@@ -57,10 +57,10 @@ def build_model(out_dir: Path, shape_name: str, *, seed: int = 0) -> Path:
         eos_token_id=eos_id,
         pad_token_id=pad_id,
         bos_token_id=None,
-        torch_dtype="bfloat16",
     )
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    model = Qwen2ForCausalLM(config)
+    model = model.to(dtype=torch.bfloat16)  # type: ignore[call-arg]
     model.generation_config = GenerationConfig(
         eos_token_id=[eos_id, im_end_id], pad_token_id=pad_id, do_sample=True)
     out_dir = Path(out_dir)

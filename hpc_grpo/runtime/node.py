@@ -18,7 +18,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from hpc_grpo.runtime import rundir
+from hpc_grpo.runtime import rundir, vllm_server
 
 PAYLOAD_MODULES = {"train": "hpc_grpo.runtime.train", "check": "hpc_grpo.runtime.check"}
 # The torchrun agent ignores the stop signals: the workers handle them; the agent would die of a
@@ -162,11 +162,19 @@ class NodeTask:
         for sig in previous:
             signal.signal(sig, self._on_signal)
         started = time.time()
+        server = None
         try:
             env = child_env(os.environ, attempt, run)
+            if vllm_server.server_mode(run) and vllm_server.is_server_node(run, os.environ):
+                log = str(Path(self.run_dir) / "logs" / "vllm-server.log")
+                server = vllm_server.start(run, os.environ, log)
+                print(f"[node] vllm serve starting (log {log})", flush=True)
+                vllm_server.wait_healthy(server, vllm_server.address(os.environ).port)
             proc = subprocess.Popen(argv, env=env, preexec_fn=_agent_ignores(signals))
             rc = proc.wait()  # signal handlers run while waiting (PEP 475 restarts the wait)
         finally:
+            if server is not None:
+                vllm_server.stop(server)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         code = exit_code(rc, rundir.read_state(self.run_dir), attempt)

@@ -105,6 +105,10 @@ def train(run: dict[str, Any], run_dir: Path, flag: StopFlag, started: float) ->
 
     known = [f.name for f in dataclasses.fields(GRPOConfig)]
     kwargs, notes = config.grpo_kwargs(run, run_dir, known)
+    from hpc_grpo.runtime import vllm_server
+
+    if vllm_server.server_mode(run):
+        kwargs.update(vllm_server.grpo_server_fields(os.environ))
     args = GRPOConfig(**kwargs)
     device_id, problems = _device_problems(run, args, device)
     checks.run_rank_checks(run, run_dir, device_id=device_id, extra=problems)
@@ -151,6 +155,10 @@ def train(run: dict[str, Any], run_dir: Path, flag: StopFlag, started: float) ->
         processing_class=load_tokenizer(run["model"]),
         callbacks=[stop, CheckpointMarkerCallback(run_dir), MetricsCallback(run_dir)],
     )
+    from hpc_grpo.runtime import generation_record
+
+    tp = int((run.get("vllm") or {}).get("tensor_parallel_size") or 1)
+    generation_record.install(trainer, run_dir, rank, seed=rank // tp)
     if rank == 0:
         rundir.update_state(run_dir, phase="training", max_steps=args.max_steps)
     print(f"[train] training from {resume or 'scratch'} to step {args.max_steps}", flush=True)

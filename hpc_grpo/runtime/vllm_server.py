@@ -1,0 +1,107 @@
+"""Server mode: start ``vllm serve`` on the server node's reserved GPUs, wait until it answers.
+
+TRL 1.16 talks to a plain ``vllm serve`` started with ``VLLM_SERVER_DEV_MODE=1`` and an NCCL
+weight-transfer backend. Its address comes from the job (the last node of the allocation, a port
+next to the rendezvous port), never from a hard-coded default, so two jobs on a node never meet.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+HOST_ENV = "HPC_GRPO_VLLM_SERVER_HOST"
+
+
+@dataclass(frozen=True)
+class ServerAddress:
+    host: str
+    port: int
+    group_port: int
+
+
+def server_mode(run: Mapping[str, Any]) -> bool:
+    vllm = run.get("vllm") or {}
+    return run.get("device") == "cuda" and vllm.get("mode") == "server" and bool(vllm.get("server"))
+
+
+def address(env: Mapping[str, str]) -> ServerAddress:
+    """Server port = rendezvous port + 1, weight-sync group port = + 2 (both per job)."""
+    master = int(env.get("MASTER_PORT", "29500"))
+    return ServerAddress(env.get(HOST_ENV, "127.0.0.1"), master + 1, master + 2)
+
+
+def is_server_node(run: Mapping[str, Any], env: Mapping[str, str]) -> bool:
+    server = (run.get("vllm") or {}).get("server") or {}
+    return int(env.get("SLURM_NODEID", "0")) == int(server.get("node", 0))
+
+
+def server_argv(run: Mapping[str, Any], port: int) -> list[str]:
+    vllm = run["vllm"]
+    gpus = vllm["server"]["gpus"]
+    argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(run["model"]),
+            "--host", "0.0.0.0", "--port", str(port),
+            "--tensor-parallel-size", str(len(gpus)),
+            "--gpu-memory-utilization", str(vllm.get("server_gpu_memory_utilization", 0.9)),
+            "--weight-transfer-config", json.dumps({"backend": "nccl"})]
+    if vllm.get("max_model_length"):
+        argv += ["--max-model-len", str(vllm["max_model_length"])]
+    return argv
+
+
+def server_env(run: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, str]:
+    out = dict(env)
+    gpus = [int(g) for g in run["vllm"]["server"]["gpus"]]
+    visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    out["CUDA_VISIBLE_DEVICES"] = ",".join(visible[g] if visible else str(g) for g in gpus)
+    out["VLLM_SERVER_DEV_MODE"] = "1"
+    return out
+
+
+def start(run: Mapping[str, Any], env: Mapping[str, str], log_path: str) -> subprocess.Popen[bytes]:
+    port = address(env).port
+    log = open(log_path, "ab")  # noqa: SIM115 - the server outlives this function
+    return subprocess.Popen(server_argv(run, port), env=server_env(run, env), stdout=log,
+                            stderr=subprocess.STDOUT)
+
+
+def wait_healthy(proc: subprocess.Popen[bytes], port: int, timeout_s: float = 600) -> None:
+    """Block until /health answers 200; raise if the server dies or never comes up."""
+    deadline = time.monotonic() + timeout_s
+    url = f"http://127.0.0.1:{port}/health"
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"vllm serve exited with {proc.returncode} before answering")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(1.0)
+    raise RuntimeError(f"vllm serve did not answer on port {port} within {timeout_s:.0f} s")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def grpo_server_fields(env: Mapping[str, str]) -> dict[str, Any]:
+    """What the trainers' GRPOConfig needs to find this job's server."""
+    where = address(env)
+    return {"vllm_server_host": where.host, "vllm_server_port": where.port,
+            "vllm_group_port": where.group_port}
+

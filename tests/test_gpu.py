@@ -1,0 +1,90 @@
+"""On real GPUs (marked ``gpu``; skipped without CUDA): embedded vLLM per rank, TP groups, seeds.
+
+Run on the lent GPU machine: ``python -m pytest -m gpu tests/test_gpu.py`` (README, Development).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+def _gpus() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+needs_gpu = pytest.mark.skipif(_gpus() < 1, reason="no CUDA GPU here")
+needs_two = pytest.mark.skipif(_gpus() < 2, reason="needs 2 CUDA GPUs")
+
+
+def _site(tmp_path: Path, gpus: int) -> Path:
+    import torch
+
+    memory = torch.cuda.get_device_properties(0).total_memory / 2**30
+    path = tmp_path / f"gpu{gpus}.yaml"
+    path.write_text(f"scheduler: local\ngpus_per_node: {gpus}\ngpu_memory_gib: {memory:.0f}\n"
+                    f"cpu_memory_gib: 64\noutput_root: {tmp_path / 'runs'}\n")
+    return path
+
+
+def _run(site: Path, *extra: str) -> Path:
+    sets = ["--set=max_steps=2", "--set=per_device_train_batch_size=8", "--set=num_generations=8",
+            "--set=max_completion_length=64", "--set=save_steps=1000"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "hpc_grpo.cli", "submit", "--site", str(site), "--model",
+         "builtin:qwen2-0.5b", "--wait", *sets, *extra],
+        capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    match = re.search(r"dir (\S+)", proc.stdout)
+    assert match, proc.stdout
+    return Path(match.group(1))
+
+
+def _generations(run_dir: Path) -> dict[int, list[dict[str, Any]]]:
+    return {int(p.stem.split("-")[1]): [json.loads(x) for x in p.read_text().splitlines()]
+            for p in (run_dir / "generations").glob("rank-*.jsonl")}
+
+
+@needs_gpu
+def test_one_gpu_colocate_sleep(tmp_path: Path) -> None:
+    run_dir = _run(_site(tmp_path, 1), "--set=vllm_enable_sleep_mode=true")
+    state = json.loads((run_dir / "state.json").read_text())
+    assert state["phase"] == "done"
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["vllm"]["enabled"] and record["vllm"]["mode"] == "colocate"
+    assert record["vllm"]["enable_sleep_mode"] is True
+    metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert all(m["gpu_mem_peak_gib"] > 0 for m in metrics)
+    assert _generations(run_dir)[0], "the embedded engine generated nothing"
+
+
+@needs_two
+def test_tp2_one_group_same_seed_same_completions(tmp_path: Path) -> None:
+    run_dir = _run(_site(tmp_path, 2), "--tp", "2", "--zero-stage", "0")
+    ranks = json.loads((run_dir / "ranks.json").read_text())["ranks"]
+    assert [r["vllm_seed"] for r in ranks] == [0, 0]
+    assert len({r["device_id"] for r in ranks}) == 2
+    gens = _generations(run_dir)
+    assert [g["sha256"] for g in gens[0]] == [g["sha256"] for g in gens[1]]
+
+
+@needs_two
+def test_tp1_dp2_two_seeds_different_completions(tmp_path: Path) -> None:
+    run_dir = _run(_site(tmp_path, 2), "--tp", "1", "--zero-stage", "0")
+    ranks = json.loads((run_dir / "ranks.json").read_text())["ranks"]
+    assert [r["vllm_seed"] for r in ranks] == [0, 1]
+    gens = _generations(run_dir)
+    assert gens[0][0]["sha256"] != gens[1][0]["sha256"]
