@@ -46,7 +46,9 @@ def is_server_node(run: Mapping[str, Any], env: Mapping[str, str]) -> bool:
 def server_argv(run: Mapping[str, Any], port: int) -> list[str]:
     vllm = run["vllm"]
     gpus = vllm["server"]["gpus"]
-    argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(run["model"]),
+    launcher = ("import sys; from vllm.entrypoints.cli.main import main; sys.argv[0] = 'vllm'; "
+                "sys.exit(main())")  # `vllm serve` without relying on the console script's path
+    argv = [sys.executable, "-c", launcher, "serve", str(run["model"]),
             "--host", "0.0.0.0", "--port", str(port),
             "--tensor-parallel-size", str(len(gpus)),
             "--gpu-memory-utilization", str(vllm.get("server_gpu_memory_utilization", 0.9)),
