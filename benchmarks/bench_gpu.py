@@ -160,6 +160,9 @@ def main() -> None:
     part, out = sys.argv[1], Path(sys.argv[sys.argv.index("--out") + 1]).resolve()
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HPC_GRPO_HOME", str(out / "home"))
+    model = Path(os.environ["HPC_GRPO_HOME"]) / "models" / "qwen2-0.5b"
+    if not (model / "config.json").exists():  # the bare baseline needs it before any submit
+        sh([sys.executable, "-m", "hpc_grpo.runtime.model_shapes", "qwen2-0.5b", str(model)])
     results = part_one(out) if part == "one" else part_two(out)
     results["versions"] = versions()
     results["steps"] = STEPS

@@ -82,6 +82,7 @@ class JobPlan:
             "stop": {"signals": sorted({self.site.requeue_signal, "TERM"})},
             "ranks": [row.to_dict() for row in self.ranks],
             "site": self.site.name,
+            "scheduler": self.site.scheduler,
             "time_min": self.time_min,
             "memory_plan": self.memory.to_dict() if self.memory else None,
         }

@@ -39,6 +39,11 @@ class RunStatus:
         return dataclasses.asdict(self)
 
 
+def _is_local(files: runs.RunFiles) -> bool:
+    """Runs of a local-scheduler site (whatever its name) have a pid, not a Slurm job id."""
+    return files.record.get("scheduler") == "local" or files.site == "local"
+
+
 def _local_state(files: runs.RunFiles) -> slurm.JobState:
     phase = files.state.get("phase", "")
     if files.job_id and slurm.local_job_alive(files.job_id):
@@ -56,13 +61,11 @@ def status(names: Sequence[str] = ()) -> list[RunStatus]:
     """Every run (or the named ones) joined with Slurm state from ONE batched query."""
     dirs = [runs.find_run(n) for n in names] if names else list(runs.indexed_runs().values())
     files = [runs.read_run(d) for d in dirs]
-    slurm_ids = [f.job_id for f in files if f.job_id and f.site != "local"
-                 and f.record.get("scheduler", "slurm") != "local"]
+    slurm_ids = [f.job_id for f in files if f.job_id and not _is_local(f)]
     states = slurm.query_states(slurm_ids) if slurm_ids else {}
     out = []
     for f in files:
-        local = f.site == "local"
-        js = _local_state(f) if local else states.get(f.job_id) or slurm.JobState(
+        js = _local_state(f) if _is_local(f) else states.get(f.job_id) or slurm.JobState(
             f.job_id, "UNKNOWN", False, slurm.STATE_MEANINGS["UNKNOWN"][1], "", "", "", 0, "")
         metrics = f.last_metrics
         max_steps = f.state.get("max_steps") or f.record.get("grpo_config", {}).get("max_steps", 0)
@@ -85,7 +88,7 @@ def cancel(name: str) -> str:
     files = runs.read_run(runs.find_run(name))
     if not files.job_id:
         raise UserError(f"run {files.run_id} has no job", field="run")
-    if files.site == "local":
+    if _is_local(files):
         slurm.cancel_local(files.job_id)
     else:
         slurm.cancel(files.job_id)
