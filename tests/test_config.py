@@ -109,3 +109,13 @@ def test_shipped_grpo_fields_match_installed_trl() -> None:
     assert trl.__version__.startswith("1.16")
     assert grpo_fields() == {f.name for f in dataclasses.fields(GRPOConfig)}, (
         "run: python scripts/update_grpo_fields.py")
+
+
+def test_scientific_notation_is_a_float(tmp_path: Path) -> None:
+    """YAML 1.1 reads ``1e-5`` as a string; TRL then fails deep inside the optimizer."""
+    assert parse_set(["learning_rate=1e-05", "x=3E2"]) == {"learning_rate": 1e-05, "x": 300.0}
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("learning_rate: 1e-6\nname: 1e5x\n")
+    from hpc_grpo.config.strict import read_yaml
+
+    assert read_yaml(recipe, "recipe") == {"learning_rate": 1e-6, "name": "1e5x"}

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import yaml
 
-from hpc_grpo.config.strict import from_mapping
+from hpc_grpo.config.strict import from_mapping, load_yaml_text
 from hpc_grpo.errors import UserError, did_you_mean
 
 # GRPOConfig fields that the plan owns: the user sets them through job-spec fields instead.
@@ -80,7 +80,7 @@ def parse_set(items: Iterable[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise UserError(f"'{item}' is not key=value", field="--set", hint="e.g. --set max_steps=50")
         try:
-            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+            out[key.strip()] = load_yaml_text(raw) if raw.strip() else ""
         except yaml.YAMLError:
             out[key.strip()] = raw
     return out

@@ -7,6 +7,7 @@ back to a default and surface as a hung job two hours later.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -20,10 +21,25 @@ from hpc_grpo.errors import UserError, did_you_mean
 T = TypeVar("T")
 
 
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that reads ``1e-5`` as a float: YAML 1.1 wants ``1.0e-5``, users write ``1e-5``."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def load_yaml_text(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+
+
 def read_yaml(path: Path, what: str) -> dict[str, Any]:
     """Parse a YAML mapping, turning every parser complaint into one user-facing line."""
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml_text(path.read_text())
     except FileNotFoundError:
         raise UserError(f"{what} {path} does not exist", field=what) from None
     except yaml.YAMLError as exc:
