@@ -79,7 +79,7 @@ def follow(run_id: str, poll: float = 1.0) -> int:
     summary = runs.read_json(run_dir / "summary.json")
     if summary:
         console.print(
-            f"reward {summary.get('reward_first', 0):.3f} -> {summary.get('reward_last', 0):.3f}"
+            f"reward {summary.get('reward_first_mean', 0):.3f} -> {summary.get('reward_last_mean', 0):.3f}"
             f" (change {summary.get('reward_delta', 0):+.3f}) over {summary.get('steps')} steps;"
             f" curve: {run_dir / 'reward_curve.png'}"
         )
