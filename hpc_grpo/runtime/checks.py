@@ -37,6 +37,7 @@ def expected_row(rank: int, procs_per_node: int, tp: int) -> dict[str, int]:
         "tp_group": rank // tp,
         "tp_rank": rank % tp,
         "vllm_seed": rank // tp,  # TRL seeds each colocated engine with process_index // tp
+        "dp_shard": rank,  # the trainer's data-parallel shard: every rank samples its own prompts
     }
 
 
