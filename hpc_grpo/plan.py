@@ -83,6 +83,8 @@ class JobPlan:
             "ranks": [row.to_dict() for row in self.ranks],
             "site": self.site.name,
             "scheduler": self.site.scheduler,
+            "max_requeues": self.site.max_requeues,
+            "signal_lead_s": self.site.signal_lead_s,
             "time_min": self.time_min,
             "memory_plan": self.memory.to_dict() if self.memory else None,
         }

@@ -161,6 +161,7 @@ class RunFiles:
     jobs: list[dict[str, Any]]
     state: dict[str, Any]
     last_metrics: dict[str, Any]
+    restarts: list[dict[str, Any]]
 
     @property
     def job_id(self) -> str:
@@ -180,4 +181,5 @@ def read_run(run_dir: Path) -> RunFiles:
         jobs=read_jsonl(run_dir / "jobs.jsonl"),
         state=read_json(run_dir / "state.json"),
         last_metrics=last_jsonl(run_dir / "metrics.jsonl"),
+        restarts=read_jsonl(run_dir / "restarts.jsonl"),
     )

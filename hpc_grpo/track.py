@@ -34,6 +34,7 @@ class RunStatus:
     checkpoint_time: float | None
     requeues: int
     nodes: str
+    restarts: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -78,8 +79,10 @@ def status(names: Sequence[str] = ()) -> list[RunStatus]:
             reward=metrics.get("reward_mean"), tokens_per_s=metrics.get("tokens_per_s"),
             checkpoint_step=f.state.get("last_checkpoint_step"),
             checkpoint_time=f.state.get("last_checkpoint_time"),
-            requeues=max(js.restarts, sum(1 for j in f.jobs if j.get("event") == "requeued")),
+            requeues=max(js.restarts, len(f.restarts)),
             nodes=js.nodes,
+            restarts=tuple({k: r.get(k) for k in ("cause", "stopped_at_step", "resumed_from_step",
+                                                  "steps_lost", "time")} for r in f.restarts),
         ))
     return out
 

@@ -21,6 +21,14 @@ def _age(timestamp: float | None, now: float) -> str:
     return f"{seconds // 3600}h"
 
 
+def _requeues(row: track.RunStatus) -> str:
+    """Count, then each restart's cause and the steps it lost: '2 (preempted -0, node failure -3)'."""
+    if not row.requeues:
+        return "0"
+    causes = ", ".join(f"{r.get('cause')} -{r.get('steps_lost') or 0}" for r in row.restarts)
+    return f"{row.requeues} ({causes})" if causes else str(row.requeues)
+
+
 def status_table(rows: Sequence[track.RunStatus]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -39,7 +47,7 @@ def status_table(rows: Sequence[track.RunStatus]) -> None:
             f"{r.reward:.3f}" if r.reward is not None else "-",
             f"{r.tokens_per_s:.0f}" if r.tokens_per_s else "-",
             str(r.checkpoint_step) if r.checkpoint_step is not None else "-",
-            _age(r.checkpoint_time, now), str(r.requeues), r.nodes or "-",
+            _age(r.checkpoint_time, now), _requeues(r), r.nodes or "-",
         )
     console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(table if rows else "no runs yet: hpc-grpo submit ...")

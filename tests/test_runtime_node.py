@@ -176,3 +176,32 @@ def test_stop_signals_include_the_sites_requeue_signal() -> None:
         signal.SIGTERM,
         signal.SIGUSR1,
     )
+
+
+# The requeue decision (pure): causes of signalled stops, bounded retries after crashes.
+from hpc_grpo.runtime import retry  # noqa: E402
+
+
+@pytest.mark.parametrize(("signals", "left", "cause"), [
+    (["SIGUSR2"], 40.0, "time limit"),
+    (["SIGUSR2"], 3000.0, "preempted"),
+    (["SIGUSR2"], None, "preempted"),
+    (["SIGTERM"], 3000.0, "requeued (TERM)"),
+    ([], None, "node failure"),
+])
+def test_stop_cause(signals: list[str], left: float | None, cause: str) -> None:
+    assert retry.stop_cause(signals, left, 30) == cause
+
+
+def test_retries_are_bounded() -> None:
+    earlier = [{"checkpoint_step": s} for s in (5, 10, 15)]
+    assert retry.decide_retry(earlier[:2], 15, 3).requeue
+    no = retry.decide_retry(earlier, 20, 3)
+    assert not no.requeue and "spent" in no.reason
+
+
+def test_no_progress_stops_retrying() -> None:
+    earlier = [{"checkpoint_step": 10}, {"checkpoint_step": 10}]
+    decision = retry.decide_retry(earlier, 10, 9)
+    assert not decision.requeue and "deterministic" in decision.reason
+    assert retry.decide_retry(earlier[:1], 10, 9).requeue

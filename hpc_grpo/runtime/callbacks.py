@@ -6,6 +6,7 @@ Imported only by the ranks (it imports torch and transformers).
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from hpc_grpo.runtime import checkpoints, rundir
 from hpc_grpo.runtime.gpumem import GpuMemorySampler, physical_gpu
 from hpc_grpo.runtime.stop import StopFlag
+
+FAULT_SAVE_DELAY = "HPC_GRPO_FAULT_SAVE_DELAY_S"  # tests only: hold a save open before its marker
 
 
 def _dist_ready() -> bool:
@@ -65,6 +68,10 @@ class CheckpointMarkerCallback(TrainerCallback):
     def on_save(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> TrainerControl:
+        delay = float(os.environ.get(FAULT_SAVE_DELAY, "0") or 0)
+        if delay and state.is_world_process_zero:  # fault injection: a window to kill mid-save
+            (self.run_dir / "fault-saving").write_text(str(state.global_step))
+            time.sleep(delay)
         if _dist_ready():
             dist.barrier()
         if state.is_world_process_zero:

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from hpc_grpo.runtime import rundir, vllm_server
+from hpc_grpo.runtime import retry, rundir, vllm_server
 
 PAYLOAD_MODULES = {"train": "hpc_grpo.runtime.train", "check": "hpc_grpo.runtime.check"}
 # The torchrun agent ignores the stop signals: the workers handle them; the agent would die of a
@@ -178,6 +178,8 @@ class NodeTask:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         code = exit_code(rc, rundir.read_state(self.run_dir), attempt)
+        if os.environ.get("SLURM_NODEID", "0") == "0":
+            self._after_exit(run, code)
         print(
             f"[node] torchrun exited {rc} after {time.time() - started:.1f} s; node task returns {code}",
             flush=True,
@@ -188,6 +190,32 @@ class NodeTask:
                 if callable(handler):
                     handler(signum, None)  # submitit's may requeue and exit here
         return code
+
+    def _after_exit(self, run: Mapping[str, Any], code: int) -> None:
+        """Rank-0 node: name the cause of a signalled stop; requeue a crash while retries last."""
+        state = rundir.read_state(self.run_dir)
+        names = [signal.Signals(s).name for s in dict.fromkeys(self._received)]
+        if names and state.get("phase") == "interrupted":
+            end = os.environ.get("SLURM_JOB_END_TIME")
+            left = float(end) - time.time() if end and end.isdigit() else None
+            cause = retry.stop_cause(names, left, float(run.get("signal_lead_s", 120)))
+            rundir.update_state(self.run_dir, stop_cause=cause)
+            return
+        job = os.environ.get("SLURM_JOB_ID")
+        if code == 0 or names or not job or state.get("phase") == "done":
+            return
+        path = Path(self.run_dir) / retry.RETRIES
+        earlier = rundir.read_jsonl(path)
+        step = int(state.get("last_checkpoint_step") or 0)
+        decision = retry.decide_retry(earlier, step, int(run.get("max_requeues", 3)))
+        print(f"[node] training failed (exit {code}): {decision.reason}", flush=True)
+        if not decision.requeue:
+            rundir.update_state(self.run_dir, phase="failed", message=decision.reason)
+            return
+        rundir.append_jsonl(path, {"time": time.time(), "checkpoint_step": step, "exit_code": code,
+                                   "job_id": job})
+        rundir.update_state(self.run_dir, stop_cause="node failure")
+        subprocess.run(["scontrol", "requeue", job], check=False)
 
     def checkpoint(self) -> Any:
         """submitit's requeue hook (its USR2 handler calls it on the rank-0 node task): resubmit

@@ -84,6 +84,7 @@ def train(run: dict[str, Any], run_dir: Path, flag: StopFlag, started: float) ->
     rank = dist.get_rank()
     attempt = os.environ.get("HPC_GRPO_ATTEMPT", f"rank0-pid-{os.getpid()}")
     max_steps = int((run.get("grpo_config") or {}).get("max_steps", -1))
+    previous = rundir.read_state(run_dir) if rank == 0 else {}
     if rank == 0:
         if rundir.consume_stale_stop_request(run_dir, started):
             print("[train] moved a stop-request left by an earlier attempt", flush=True)
@@ -130,7 +131,18 @@ def train(run: dict[str, Any], run_dir: Path, flag: StopFlag, started: float) ->
             resumed_from=str(resume) if resume else None,
             step=resume_step,
             metrics_lines_dropped=dropped,
+            stop_cause=None,
         )
+        if previous.get("attempt") and previous.get("attempt") != attempt:
+            from hpc_grpo.runtime import retry
+
+            rundir.append_jsonl(run_dir / retry.RESTARTS, {
+                "time": time.time(), "attempt": attempt, "previous_attempt": previous["attempt"],
+                "cause": previous.get("stop_cause") or (
+                    "ended" if previous.get("phase") == "done" else "killed (no stop recorded)"),
+                "previous_phase": previous.get("phase"), "stopped_at_step": previous.get("step"),
+                "resumed_from_step": resume_step or 0, "steps_lost": dropped,
+            })
     if resume is not None and args.max_steps > 0 and (resume_step or 0) >= args.max_steps:
         print(f"[train] {resume} is already at max_steps {args.max_steps}: done", flush=True)
         if rank == 0:

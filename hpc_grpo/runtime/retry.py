@@ -1,0 +1,46 @@
+"""Why a run stopped, and whether to requeue it: pure decisions, values in and values out.
+
+A signalled stop (preemption, time limit, a user's USR2) checkpoints and is requeued by
+submitit. A crash (a node's processes killed, a node lost) is requeued here, from the newest
+complete checkpoint, a bounded number of times: retrying forever on a deterministic crash is a
+bug, so two failures at the same checkpoint end the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+RESTARTS = "restarts.jsonl"  # one line per resumed attempt: cause, steps lost, resume step
+RETRIES = "retries.jsonl"  # one line per automatic requeue after a crash
+
+
+def stop_cause(signals: Sequence[str], seconds_left: float | None, lead_s: float) -> str:
+    """Name the cause of a signalled stop for status: time limit, preemption, or a requeue."""
+    if not signals:
+        return "node failure"
+    if seconds_left is not None and seconds_left <= lead_s + 60:
+        return "time limit"
+    if "SIGTERM" in signals and "SIGUSR2" not in signals and "SIGUSR1" not in signals:
+        return "requeued (TERM)"
+    return "preempted"
+
+
+@dataclass(frozen=True)
+class RetryDecision:
+    requeue: bool
+    reason: str
+
+
+def decide_retry(earlier: Sequence[Mapping[str, Any]], checkpoint_step: int,
+                 max_retries: int) -> RetryDecision:
+    """Requeue after a crash unless retries are spent or the run makes no progress."""
+    if len(earlier) >= max_retries:
+        return RetryDecision(False, f"{len(earlier)} automatic retries spent (max {max_retries})")
+    same = sum(1 for e in earlier if int(e.get("checkpoint_step", -1)) == checkpoint_step)
+    if same >= 2:
+        return RetryDecision(
+            False, f"failed {same + 1} times from checkpoint step {checkpoint_step}: no progress, "
+            "likely a deterministic crash")
+    return RetryDecision(True, f"retry {len(earlier) + 1} of {max_retries} from step {checkpoint_step}")
