@@ -82,3 +82,30 @@ def wait_no_processes(pattern: str, timeout: float = 30) -> dict[str, list[str]]
         time.sleep(1.0)
         left = node_processes(pattern)
     return left
+
+
+def wait_step(run_id: str, step: int, timeout: float = 240) -> dict[str, Any]:
+    """Until the run is RUNNING at ``step`` or later (training, not a resumed attempt's start)."""
+    return wait_for(run_id, lambda r: r["state"] == "RUNNING" and r["phase"] == "training"
+                    and r["step"] >= step, timeout=timeout)
+
+
+def kill_training(nodes: tuple[str, ...], run_dir: Path) -> int:
+    """kill -9 every rank process of this run on the given nodes; returns how many."""
+    killed = 0
+    for node in nodes:
+        for pid in subprocess.run(["ip", "netns", "pids", f"hpcgrpo-{node}"], capture_output=True,
+                                  text=True).stdout.split():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "hpc_grpo.runtime.train" in cmd and str(run_dir) in cmd:
+                subprocess.run(["kill", "-9", pid], check=False)
+                killed += 1
+    return killed
+
+
+def rewards(run_dir: Path) -> list[tuple[int, float]]:
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(int(r["step"]), float(r["reward_mean"])) for r in rows]

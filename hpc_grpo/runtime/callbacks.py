@@ -6,7 +6,6 @@ Imported only by the ranks (it imports torch and transformers).
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,9 @@ from hpc_grpo.runtime import checkpoints, rundir
 from hpc_grpo.runtime.gpumem import GpuMemorySampler, physical_gpu
 from hpc_grpo.runtime.stop import StopFlag
 
-FAULT_SAVE_DELAY = "HPC_GRPO_FAULT_SAVE_DELAY_S"  # tests only: hold a save open before its marker
+# Fault injection for tests: a file of this name in the run directory holds the next save open
+# (files written, completion marker not yet) for that many seconds, once.
+FAULT_SAVE_DELAY = "fault-save-delay"
 
 
 def _dist_ready() -> bool:
@@ -68,8 +69,10 @@ class CheckpointMarkerCallback(TrainerCallback):
     def on_save(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> TrainerControl:
-        delay = float(os.environ.get(FAULT_SAVE_DELAY, "0") or 0)
-        if delay and state.is_world_process_zero:  # fault injection: a window to kill mid-save
+        fault = self.run_dir / FAULT_SAVE_DELAY
+        if state.is_world_process_zero and fault.exists():  # tests: a window to kill mid-save
+            delay = float(fault.read_text() or 0)
+            fault.unlink()
             (self.run_dir / "fault-saving").write_text(str(state.global_step))
             time.sleep(delay)
         if _dist_ready():
