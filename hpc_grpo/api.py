@@ -21,7 +21,7 @@ from hpc_grpo.config.site import SiteProfile, load_site, site_dirs
 from hpc_grpo.config.spec import JobSpec, build_spec, parse_set
 from hpc_grpo.config.strict import read_yaml
 from hpc_grpo.errors import UserError
-from hpc_grpo.plan import JobPlan, build_plan
+from hpc_grpo.plan import JobPlan, Timings, build_plan, default_name
 from hpc_grpo.render import render_script, submitit_folder, summary_text
 
 
@@ -72,7 +72,10 @@ def prepare(request: Request) -> Prepared:
     for reward in spec.reward_funcs:
         inputs.check_reward(reward)
     spec = dataclasses.replace(spec, dataset=dataset)
-    plan = build_plan(site, spec, model)
+    name = spec.name or default_name(model.source)
+    measured = runs.measured_timings(name, site.name)
+    timings = Timings(*measured) if measured else None
+    plan = build_plan(site, spec, model, timings)
     root = Path(os.path.expandvars(request.output_root or site.output_root)).expanduser().resolve()
     run_id = request.run_id or runs.next_run_id(root, plan.job_name)
     run_dir = root / run_id

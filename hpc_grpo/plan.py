@@ -35,6 +35,31 @@ class ModelRef:
 
 
 @dataclass(frozen=True)
+class Timings:
+    """Measured by an earlier run of the same job on the same site (its state.json)."""
+
+    checkpoint_s: float
+    step_s: float
+    source_run: str
+
+
+def signal_lead(site_lead_s: int, timings: Timings | None) -> tuple[int, str]:
+    """Seconds of warning the job asks Slurm for before its time limit or a preemption kill.
+
+    Enough for the step in flight plus one checkpoint, with half the checkpoint again and 30 s
+    as margin; never less than the profile's own lead.
+    """
+    if timings is None:
+        return site_lead_s, f"{site_lead_s}s from the site profile (no measured checkpoint yet)"
+    needed = int(timings.step_s + 1.5 * timings.checkpoint_s + 30 + 0.999)
+    if needed <= site_lead_s:
+        return site_lead_s, (f"{site_lead_s}s from the profile covers a step ({timings.step_s:.1f}s) and a "
+                             f"checkpoint ({timings.checkpoint_s:.1f}s) measured by {timings.source_run}")
+    return needed, (f"{needed}s = step {timings.step_s:.1f}s + 1.5 x checkpoint {timings.checkpoint_s:.1f}s "
+                    f"+ 30s, measured by {timings.source_run}")
+
+
+@dataclass(frozen=True)
 class JobPlan:
     site: SiteProfile
     spec: JobSpec
@@ -50,6 +75,8 @@ class JobPlan:
     time_min: int
     job_name: str
     warnings: tuple[str, ...]
+    signal_lead_s: int = 0
+    signal_lead_reason: str = ""
 
     @property
     def nodes(self) -> int:
@@ -84,7 +111,7 @@ class JobPlan:
             "site": self.site.name,
             "scheduler": self.site.scheduler,
             "max_requeues": self.site.max_requeues,
-            "signal_lead_s": self.site.signal_lead_s,
+            "signal_lead_s": self.signal_lead_s,
             "time_min": self.time_min,
             "memory_plan": self.memory.to_dict() if self.memory else None,
         }
@@ -94,10 +121,17 @@ def _grpo(spec: JobSpec, key: str) -> Any:
     return spec.grpo.get(key, TRL_DEFAULTS[key])
 
 
-def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef) -> JobPlan:
+def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
+               timings: Timings | None = None) -> JobPlan:
     """Check the request against the site and choose the layout; raises UserError early."""
     warnings: list[str] = []
     time_min = minutes(spec.time, "time")
+    lead, lead_reason = signal_lead(site.signal_lead_s, timings)
+    if timings is not None and time_min * 60 < timings.step_s + timings.checkpoint_s:
+        warnings.append(
+            f"time limit {spec.time} is shorter than one step ({timings.step_s:.0f}s) plus one "
+            f"checkpoint ({timings.checkpoint_s:.0f}s) measured by {timings.source_run}: no progress "
+            "can be saved")
     if time_min > minutes(site.max_time, "max_time"):
         raise UserError(
             f"time limit {spec.time} exceeds the site's maximum {site.max_time}",
@@ -112,9 +146,9 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef) -> JobPlan:
         )
     if site.scheduler == "local" and spec.nodes != 1:
         raise UserError("the local site runs one node", field="nodes", hint="use --nodes 1")
-    if time_min * 60 <= site.signal_lead_s:
+    if time_min * 60 <= lead:
         warnings.append(
-            f"time limit {spec.time} is not longer than the signal lead {site.signal_lead_s}s:"
+            f"time limit {spec.time} is not longer than the signal lead {lead}s:"
             " the job will be asked to checkpoint right away"
         )
     device = site.device
@@ -195,15 +229,16 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef) -> JobPlan:
             "overlap_comm": device == "cuda",
             "contiguous_gradients": True,
         }
-    name = spec.name or _default_name(model.source)
+    name = spec.name or default_name(model.source)
     return JobPlan(
         site=site, spec=spec, model=model, device=device, procs_per_node=procs,
         tensor_parallel_size=tp, ranks=ranks, vllm=vllm, deepspeed=deepspeed, memory=memory,
         server=server, time_min=time_min, job_name=name, warnings=tuple(warnings),
+        signal_lead_s=lead, signal_lead_reason=lead_reason,
     )
 
 
-def _default_name(model: str) -> str:
+def default_name(model: str) -> str:
     base = model.rstrip("/").rsplit("/", 1)[-1].lower()
     safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in base)
     return f"grpo-{safe}"[:40]

@@ -101,6 +101,7 @@ def render_script(plan: JobPlan, *, run_id: str, run_dir: str, python: str) -> s
         python=shlex.quote(python),
         container_prefix=_container_prefix(plan),
         server_mode=plan.server is not None,
+        signal_lead_s=plan.signal_lead_s,
     )
 
 
@@ -150,6 +151,7 @@ def summary_text(plan: JobPlan) -> str:
             + (" + optimizer offload" if plan.deepspeed["offload_optimizer"] else "")
             if plan.deepspeed else "off"
         ),
+        f"# requeue signal: {plan.site.requeue_signal} {plan.signal_lead_reason}",
     ]
     if plan.server is not None:
         lines.append(

@@ -183,3 +183,20 @@ def read_run(run_dir: Path) -> RunFiles:
         last_metrics=last_jsonl(run_dir / "metrics.jsonl"),
         restarts=read_jsonl(run_dir / "restarts.jsonl"),
     )
+
+
+def measured_timings(job_name: str, site: str) -> tuple[float, float, str] | None:
+    """(checkpoint seconds, step seconds, run id) from the newest run of this job on this site.
+
+    Reads only the index and the candidates' small state files, newest first.
+    """
+    for run_id, run_dir in reversed(list(indexed_runs().items())):
+        if not run_id.startswith(f"{job_name}-"):
+            continue
+        record = read_json(run_dir / "run.json")
+        state = read_json(run_dir / "state.json")
+        if record.get("site") != site or not state.get("checkpoint_seconds"):
+            continue
+        step = float(last_jsonl(run_dir / "metrics.jsonl").get("step_time") or 0.0)
+        return float(state["checkpoint_seconds"]), step, run_id
+    return None

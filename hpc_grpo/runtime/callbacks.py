@@ -65,6 +65,13 @@ class CheckpointMarkerCallback(TrainerCallback):
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
+        self.step_end = time.time()
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
+    ) -> TrainerControl:
+        self.step_end = time.time()  # the save, if any, starts right after this
+        return control
 
     def on_save(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
@@ -86,6 +93,7 @@ class CheckpointMarkerCallback(TrainerCallback):
                 last_checkpoint_step=state.global_step,
                 last_checkpoint_time=time.time(),
                 last_checkpoint=str(folder),
+                checkpoint_seconds=round(time.time() - self.step_end, 3),
             )
         return control
 

@@ -107,6 +107,11 @@ def child_env(env: Mapping[str, str], attempt: str, run: Mapping[str, Any] | Non
     out.setdefault("PYTHONUNBUFFERED", "1")
     out.setdefault("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGINT,SIGHUP,SIGQUIT")
     out["HPC_GRPO_ATTEMPT"] = attempt
+    if run and run.get("run_dir"):  # compile caches live with the run: a requeue starts warm
+        cache = Path(str(run["run_dir"])) / "cache"
+        out.setdefault("VLLM_CACHE_ROOT", str(cache / "vllm"))
+        out.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
+        out.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
     root = str(Path(__file__).resolve().parents[2])
     out["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     return out
