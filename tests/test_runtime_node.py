@@ -205,3 +205,11 @@ def test_no_progress_stops_retrying() -> None:
     decision = retry.decide_retry(earlier, 10, 9)
     assert not decision.requeue and "deterministic" in decision.reason
     assert retry.decide_retry(earlier[:1], 10, 9).requeue
+
+
+def test_seconds_left_prefers_slurm_end_time() -> None:
+    from hpc_grpo.runtime.node import seconds_left
+
+    assert seconds_left({"SLURM_JOB_END_TIME": "1000"}, {"time_min": 2}, 0.0, now=970.0) == 30.0
+    assert seconds_left({}, {"time_min": 2}, 100.0, now=190.0) == 30.0
+    assert seconds_left({}, {}, 100.0, now=190.0) is None

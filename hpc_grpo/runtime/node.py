@@ -117,6 +117,19 @@ def child_env(env: Mapping[str, str], attempt: str, run: Mapping[str, Any] | Non
     return out
 
 
+def seconds_left(env: Mapping[str, str], run: Mapping[str, Any], started_at: float,
+                 now: float | None = None) -> float | None:
+    """Time left before the job's limit: Slurm's end time where it exports one (23.02+), else
+    the planned limit minus this attempt's age (the node task starts with the job)."""
+    now = time.time() if now is None else now
+    end = env.get("SLURM_JOB_END_TIME", "")
+    if end.isdigit():
+        return float(end) - now
+    if run.get("time_min"):
+        return float(run["time_min"]) * 60 - (now - started_at)
+    return None
+
+
 def _agent_ignores(signals: tuple[signal.Signals, ...]) -> Callable[[], None]:
     def ignore() -> None:  # runs in the child before exec; SIG_IGN survives exec
         for sig in signals:
@@ -144,6 +157,7 @@ class NodeTask:
         self.run_dir = str(run_dir)
         self.chain_signals = chain_signals  # hand received signals on once torchrun has exited
         self._received: list[int] = []
+        self._started_at = time.time()
 
     def __repr__(self) -> str:
         return f"NodeTask({self.run_dir!r})"
@@ -161,6 +175,7 @@ class NodeTask:
         (Path(self.run_dir) / "logs").mkdir(parents=True, exist_ok=True)
         print(f"[node] {socket.gethostname()} attempt {attempt}: {' '.join(argv)}", flush=True)
         self._received = []
+        self._started_at = time.time()
         on_main = threading.current_thread() is threading.main_thread()
         signals = stop_signals(run)
         previous = {s: signal.getsignal(s) for s in signals} if on_main else {}
@@ -201,8 +216,7 @@ class NodeTask:
         state = rundir.read_state(self.run_dir)
         names = [signal.Signals(s).name for s in dict.fromkeys(self._received)]
         if names and state.get("phase") == "interrupted":
-            end = os.environ.get("SLURM_JOB_END_TIME")
-            left = float(end) - time.time() if end and end.isdigit() else None
+            left = seconds_left(os.environ, run, self._started_at)
             cause = retry.stop_cause(names, left, float(run.get("signal_lead_s", 120)))
             rundir.update_state(self.run_dir, stop_cause=cause)
             return
