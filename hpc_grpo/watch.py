@@ -21,6 +21,11 @@ def _age(timestamp: float | None, now: float) -> str:
     return f"{seconds // 3600}h"
 
 
+def _state(row: track.RunStatus) -> str:
+    """A preempted, requeued or completing job is on its way back, not finished: say so."""
+    return f"{row.state} (not done)" if row.state in ("PREEMPTED", "REQUEUED", "COMPLETING") else row.state
+
+
 def _requeues(row: track.RunStatus) -> str:
     """Count, then each restart's cause and the steps it lost: '2 (preempted -0, node failure -3)'."""
     if not row.requeues:
@@ -41,8 +46,7 @@ def status_table(rows: Sequence[track.RunStatus]) -> None:
     for r in rows:
         table.add_row(
             r.run_id, r.job_id or "-",
-            r.state + ("" if r.finished or r.state in ("RUNNING", "PENDING") else " (not done)"
-                       if r.state in ("PREEMPTED", "REQUEUED", "COMPLETING") else ""),
+            _state(r),
             f"{r.step}/{r.max_steps}" if r.max_steps else str(r.step),
             f"{r.reward:.3f}" if r.reward is not None else "-",
             f"{r.tokens_per_s:.0f}" if r.tokens_per_s else "-",
