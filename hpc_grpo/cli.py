@@ -181,14 +181,15 @@ def cancel(run: str) -> None:
 @user_errors
 def example_model(directory: str) -> None:
     """Write the tiny offline Qwen2-shaped model and tokenizer used by the examples."""
-    try:
-        from hpc_grpo.runtime.tiny_model import build_tiny_model
-    except ImportError as exc:
-        raise UserError(f"the runtime stack is not installed ({exc.name})",
-                        hint="pip install 'hpc-grpo[runtime]'") from None
     from pathlib import Path
 
-    path = build_tiny_model(Path(directory))
+    from hpc_grpo.runtime.tiny_model import build_tiny_model
+
+    try:
+        path = build_tiny_model(Path(directory))
+    except ImportError as exc:  # torch, transformers, tokenizers load inside the builder
+        raise UserError(f"the runtime stack is not installed ({exc.name})",
+                        hint="pip install 'hpc-grpo[runtime]'") from None
     click.echo(f"wrote {path}")
 
 
