@@ -121,11 +121,11 @@ def test_time_limit_with_signal_lead(tmp_path: Path) -> None:
     """A 2-minute limit with a 30 s signal lead: checkpoint, requeue, resume, finish."""
     root = tmp_path / "runs"
     run_id, _, run_dir = submit(root, "--site", "sandbox", "--nodes", "2", "--recipe", str(RECIPE),
-                                "--set", "max_steps=250", "--set", "save_steps=1000",
+                                "--set", "max_steps=150", "--set", "save_steps=1000",
                                 "--time", "00:02:00")
     row = wait_for(run_id, finished, timeout=600)
-    assert row["state"] == "COMPLETED" and row["step"] == 250, row
+    assert row["state"] == "COMPLETED" and row["step"] == 150, row
     found = restarts(run_dir)
     assert found and all(r["cause"] == "time limit" and r["steps_lost"] <= 1 for r in found), found
-    assert [s for s, _ in rewards(run_dir)] == list(range(1, 251))
+    assert [s for s, _ in rewards(run_dir)] == list(range(1, 151))
     assert wait_no_processes(str(run_dir)) == {}
