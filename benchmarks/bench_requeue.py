@@ -17,10 +17,14 @@ C  plain ``scontrol requeue JOB`` on hpc-grpo as it is (SIGTERM, SIGKILL after K
    shows what its SIGTERM handling saves.
 
 For every interruption it reads, after the run has ended, restarts.jsonl (``steps_lost``,
-``resumed_from_step``, ``cause``, ``time``) and the ``time`` of the metrics.jsonl line of step
-``resumed_from_step + 1`` (the first new step of the resumed attempt), and prints a table, the
-mean steps lost and mean requeue-to-first-step time per way, the B/A ratios and whether A met
-the target of at most 1 step lost per signalled preemption. Exits 1 if a run fails (not
+``resumed_from_step``, ``cause``) and the ``time`` of the metrics.jsonl line of step
+``resumed_from_step + 1`` (the first new step of the resumed attempt), minus the moment the
+signal / requeue was sent. That time is split with ``sacct -D`` (one record per attempt, 1 s
+resolution) into: signal -> the attempt ended, -> Slurm started the next one, -> its first new
+step. It prints a table, the mean steps lost and mean signal-to-first-new-step time per way, the
+median step time of each run (a check that the machine was equally loaded: a warning is printed
+when they differ by more than 25%), the B/A ratios and whether A met the target of at most 1
+step lost per signalled preemption. Exits 1 if a run fails (not
 COMPLETED at max_steps, a step logged twice or missing, a wait timed out) and 2 if A misses the
 target.
 
@@ -36,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import re
 import shutil
@@ -81,6 +86,7 @@ class RunResult:
     run_dir: Path
     interruptions: list[Interruption] = field(default_factory=list)
     restarts: list[dict[str, Any]] = field(default_factory=list)
+    attempts: list[tuple[float | None, float | None]] = field(default_factory=list)
     metrics: dict[int, dict[str, Any]] = field(default_factory=dict)
     final: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
@@ -130,6 +136,25 @@ def wait_idle_cluster(timeout: float) -> None:
             print(f"  waiting for an idle cluster (squeue: {' | '.join(jobs.splitlines())})", flush=True)
             told = True
         time.sleep(5.0)
+
+
+def attempt_times(job: str) -> list[tuple[float | None, float | None]]:
+    """(start, end) of each attempt of ``job``, oldest first, from accounting (``sacct -D``: one
+    REQUEUED record per interrupted attempt); 1 s resolution; empty if accounting cannot tell."""
+    proc = subprocess.run(["sacct", "-D", "-X", "-n", "-P", "-j", job, "-o", "Start,End"],
+                          capture_output=True, text=True, timeout=30)
+    out: list[tuple[float | None, float | None]] = []
+    for line in proc.stdout.splitlines():
+        start, _, end = line.partition("|")
+        out.append((_sacct_time(start), _sacct_time(end)))
+    return out
+
+
+def _sacct_time(text: str) -> float | None:
+    try:
+        return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
 
 
 # ---------------------------------------------------------------- run directory -----------------
@@ -216,15 +241,29 @@ def requeue_term_fatal(job: str, run_dir: Path, world: int) -> float:
     procs = run_processes(run_dir)
     if sum(1 for _, is_rank in procs if is_rank) < world:
         raise BenchError(f"found {procs} for {run_dir}, expected {world} ranks")
+    stop_file = run_dir / "stop-request"  # what a node task writes when its SIGTERM arrives
     sent = time.time()
     for pid, _ in procs:  # frozen: no step end, no save, from this moment
         _kill(pid, signal.SIGSTOP)
     try:
         subprocess.run(["scontrol", "requeue", job], check=True, timeout=30)
+        # Kill once the node tasks have their SIGTERM: killed earlier, torchrun exits first and the
+        # rank-0 node task takes it for a crash ("node failure") and requeues the job itself too.
+        # slurmd sends SIGCONT with the SIGTERM, so the ranks run again from then: kill at once.
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline and not _written_since(stop_file, sent):
+            time.sleep(0.002)
     finally:
         for pid, _ in procs:
             _kill(pid, signal.SIGKILL)
     return sent
+
+
+def _written_since(path: Path, since: float) -> bool:
+    try:
+        return path.stat().st_mtime >= since - 1.0
+    except OSError:
+        return False
 
 
 def _kill(pid: int, sig: signal.Signals) -> None:
@@ -275,6 +314,7 @@ def one_run(mode: Mode, env: dict[str, str], root: Path, args: argparse.Namespac
         raise
     result.wall_s = time.monotonic() - start
     result.restarts = read_jsonl(run_dir / "restarts.jsonl")
+    result.attempts = attempt_times(job)
     rows = read_jsonl(run_dir / "metrics.jsonl")
     result.metrics = {int(r["step"]): r for r in rows}
     steps = [int(r["step"]) for r in rows]
@@ -299,8 +339,10 @@ class Row:
     stopped_at: Any
     resumed_from: int
     steps_lost: int
-    to_restart_s: float | None  # signal -> the resumed attempt's restarts.jsonl line
-    to_first_step_s: float | None  # signal -> its first new step
+    to_end_s: float | None  # signal -> the interrupted attempt ended (sacct, 1 s resolution)
+    to_start_s: float | None  # that end -> Slurm started the next attempt (sacct)
+    start_to_step_s: float | None  # that start -> its first new step
+    to_first_step_s: float | None  # signal -> the resumed attempt's first new step
     cause: str
 
 
@@ -317,9 +359,16 @@ def rows_of(result: RunResult) -> list[Row]:
                 first_s = None
         if first_s is None:
             result.problems.append(f"interruption {i}: no first new step after {resumed} to time")
-        restart_s = float(rec["time"]) - sig.sent_at if rec.get("time") else None
+        to_end = to_start = start_to_step = None
+        if len(result.attempts) == len(result.restarts) + 1:  # attempt i-1 interrupted, i resumed
+            end, start = result.attempts[i - 1][1], result.attempts[i][0]
+            to_end = end - math.floor(sig.sent_at) if end is not None else None  # sacct: whole seconds
+            to_start = start - end if start is not None and end is not None else None
+            if start is not None and first is not None and first_s is not None:
+                start_to_step = float(first["time"]) - start
         out.append(Row(result.mode, i, sig.step_at_send, rec.get("stopped_at_step"), resumed,
-                       int(rec.get("steps_lost") or 0), restart_s, first_s, str(rec.get("cause"))))
+                       int(rec.get("steps_lost") or 0), to_end, to_start, start_to_step, first_s,
+                       str(rec.get("cause"))))
     return out
 
 
@@ -335,7 +384,7 @@ def ratio(num: float | None, den: float | None) -> str:
     if num is None or den is None:
         return "n/a"
     if den == 0:
-        return "inf" if num > 0 else "1.0"
+        return "undefined (none lost with A)" if num > 0 else "1.0"
     return f"{num / den:.1f}x"
 
 
@@ -345,32 +394,43 @@ def report(results: list[RunResult], args: argparse.Namespace) -> bool:
     print(f"requeue benchmark: 2 nodes x 2 ranks, tiny-cpu, max_steps={args.steps}, "
           f"save_steps={args.save_steps}, interruptions at steps {','.join(map(str, args.at))}")
     print()
-    print("| way | # | signal at step | stopped at | resumed from | steps lost | "
-          "signal -> restart record (s) | signal -> first new step (s) | cause |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| way | # | signal at step | stopped at | resumed from | steps lost | signal -> job ended (s) | "
+          "ended -> next attempt started (s) | started -> first new step (s) | "
+          "**signal -> first new step (s)** | cause |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for mode, rows in all_rows.items():
         for row in rows:
             print(f"| {mode} | {row.index} | {row.step_at_send} | {row.stopped_at} | {row.resumed_from} | "
-                  f"{row.steps_lost} | {fmt(row.to_restart_s, 1)} | {fmt(row.to_first_step_s, 1)} | "
-                  f"{row.cause} |")
+                  f"{row.steps_lost} | {fmt(row.to_end_s, 0)} | {fmt(row.to_start_s, 0)} | "
+                  f"{fmt(row.start_to_step_s, 0)} | {fmt(row.to_first_step_s, 1)} | {row.cause} |")
     print()
     print("| way | what | mean steps lost / interruption | mean signal -> first new step (s) | "
-          "run wall time (s) |")
-    print("|---|---|---|---|---|")
+          "median step time (s) | run wall time (s) |")
+    print("|---|---|---|---|---|---|")
     lost: dict[str, float | None] = {}
     back: dict[str, float | None] = {}
+    pace: dict[str, float] = {}
     for result in results:
         rows = all_rows[result.mode]
         lost[result.mode] = mean([float(r.steps_lost) for r in rows])
         back[result.mode] = mean([r.to_first_step_s for r in rows if r.to_first_step_s is not None])
+        pace[result.mode] = statistics.median(float(m.get("step_time") or 0) for m in result.metrics.values())
         print(f"| {result.mode} | {MODES[result.mode].label} | {fmt(lost[result.mode])} | "
-              f"{fmt(back[result.mode], 1)} | {result.wall_s:.0f} |")
+              f"{fmt(back[result.mode], 1)} | {pace[result.mode]:.3f} | {result.wall_s:.0f} |")
     print()
     if "A" in lost and "B" in lost:
         print(f"steps lost per interruption, B / A: {ratio(lost['B'], lost['A'])} "
               f"({fmt(lost['B'])} vs {fmt(lost['A'])})")
         print(f"signal -> first new step, B / A: {ratio(back['B'], back['A'])} "
               f"({fmt(back['B'], 1)} s vs {fmt(back['A'], 1)} s)")
+    if pace and max(pace.values()) > 1.25 * min(pace.values()):
+        paces = ", ".join(f"{k} {v:.3f} s" for k, v in pace.items())
+        print(f"warning: median step times differ by more than 25% between runs ({paces}): the machine "
+              "was busier during some runs, so their times are not comparable")
+    odd = [r for r in all_rows.get("B", []) if r.cause != "killed (no stop recorded)"]
+    for row in odd:
+        print(f"note: B interruption {row.index} recorded cause {row.cause!r}, not a plain kill: the "
+              "emulated fatal SIGTERM raced hpc-grpo's own handling")
     met = True
     if "A" in all_rows:
         worst = max((r.steps_lost for r in all_rows["A"]), default=0)

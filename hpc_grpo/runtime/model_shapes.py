@@ -31,42 +31,17 @@ SHAPES = {
 
 def build_model(out_dir: Path, shape_name: str, *, seed: int = 0) -> Path:
     """Write a randomly initialised Qwen2 model of ``shape_name`` and its tokenizer."""
+    from hpc_grpo.runtime.tiny_model import build_tiny_model, write_qwen2
+
     if shape_name == "tiny":
-        from hpc_grpo.runtime.tiny_model import build_tiny_model
-
         return build_tiny_model(out_dir, seed=seed)
-    import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
-
-    from hpc_grpo.runtime.tiny_model import EOS, IM_END, PAD, build_tokenizer
-
     shape = SHAPES[shape_name]
-    tokenizer = build_tokenizer(seed)
-    tokenizer.model_max_length = shape.max_position_embeddings
-    eos_id, pad_id = tokenizer.convert_tokens_to_ids(EOS), tokenizer.convert_tokens_to_ids(PAD)
-    im_end_id = tokenizer.convert_tokens_to_ids(IM_END)
-    config = Qwen2Config(
-        vocab_size=max(shape.vocab_size, len(tokenizer)),
-        hidden_size=shape.hidden_size,
-        intermediate_size=shape.intermediate_size,
-        num_hidden_layers=shape.num_hidden_layers,
-        num_attention_heads=shape.num_attention_heads,
-        num_key_value_heads=shape.num_key_value_heads,
-        max_position_embeddings=shape.max_position_embeddings,
-        tie_word_embeddings=True,
-        eos_token_id=eos_id,
-        pad_token_id=pad_id,
-        bos_token_id=None,
+    return write_qwen2(
+        out_dir, seed=seed, hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size, num_hidden_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads, num_key_value_heads=shape.num_key_value_heads,
+        max_position_embeddings=shape.max_position_embeddings, vocab_size=shape.vocab_size, bf16=True,
     )
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config)
-    model = model.to(dtype=torch.bfloat16)  # type: ignore[call-arg]
-    model.generation_config = GenerationConfig(
-        eos_token_id=[eos_id, im_end_id], pad_token_id=pad_id, do_sample=True)
-    out_dir = Path(out_dir)
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    return out_dir
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -78,23 +78,38 @@ def build_tiny_model(
 
     4 query and 2 KV heads; vLLM's attention kernels need hidden_size 256 (head_dim 64).
     """
+    return write_qwen2(out_dir, seed=seed, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                       num_hidden_layers=num_hidden_layers, num_attention_heads=4,
+                       num_key_value_heads=2, max_position_embeddings=512)
+
+
+def write_qwen2(
+    out_dir: Path, *, seed: int, hidden_size: int, intermediate_size: int, num_hidden_layers: int,
+    num_attention_heads: int, num_key_value_heads: int, max_position_embeddings: int,
+    vocab_size: int = 0, bf16: bool = False,
+) -> Path:
+    """A randomly initialised Qwen2 causal LM of this shape plus the in-code tokenizer.
+
+    ``vocab_size`` 0 means the tokenizer's own size; a larger one pads the embedding to a real
+    model's size (ids past the tokenizer are simply never produced by it).
+    """
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     out_dir = Path(out_dir)
     tokenizer = build_tokenizer(seed)
-    vocab = len(tokenizer)
+    tokenizer.model_max_length = max_position_embeddings
     eos_id = tokenizer.convert_tokens_to_ids(EOS)
     im_end_id = tokenizer.convert_tokens_to_ids(IM_END)
     pad_id = tokenizer.convert_tokens_to_ids(PAD)
     config = Qwen2Config(
-        vocab_size=vocab,
+        vocab_size=max(vocab_size, len(tokenizer)),
         hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
+        intermediate_size=intermediate_size,
         num_hidden_layers=num_hidden_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads,
+        max_position_embeddings=max_position_embeddings,
         tie_word_embeddings=True,
         eos_token_id=eos_id,
         pad_token_id=pad_id,
@@ -102,6 +117,8 @@ def build_tiny_model(
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
+    if bf16:
+        model = model.to(dtype=torch.bfloat16)  # type: ignore[call-arg]
     model.generation_config = GenerationConfig(
         eos_token_id=[eos_id, im_end_id], pad_token_id=pad_id, do_sample=True
     )
