@@ -118,9 +118,13 @@ def test_five_different_interruptions_in_a_row(tmp_path: Path,
 
 
 def test_time_limit_with_signal_lead(tmp_path: Path) -> None:
-    """A 2-minute limit with a 30 s signal lead: checkpoint, requeue, resume, finish."""
+    """A 2-minute limit with a 30 s signal lead: checkpoint, requeue, resume, finish.
+
+    Steps take at least 0.5 s (a slow reward), so 150 steps cannot fit in one attempt.
+    """
     root = tmp_path / "runs"
     run_id, _, run_dir = submit(root, "--site", "sandbox", "--nodes", "2", "--recipe", str(RECIPE),
+                                "--reward", "tests.slow_reward:slow_length",
                                 "--set", "max_steps=150", "--set", "save_steps=1000",
                                 "--time", "00:02:00")
     row = wait_for(run_id, finished, timeout=600)
