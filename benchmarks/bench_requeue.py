@@ -241,17 +241,21 @@ def requeue_term_fatal(job: str, run_dir: Path, world: int) -> float:
     procs = run_processes(run_dir)
     if sum(1 for _, is_rank in procs if is_rank) < world:
         raise BenchError(f"found {procs} for {run_dir}, expected {world} ranks")
-    stop_file = run_dir / "stop-request"  # what a node task writes when its SIGTERM arrives
+    logs = sorted((run_dir / "submitit").glob(f"{job}_*_log.out"))  # one per node task
+    seen = {log: log.stat().st_size for log in logs}
     sent = time.time()
     for pid, _ in procs:  # frozen: no step end, no save, from this moment
         _kill(pid, signal.SIGSTOP)
     try:
         subprocess.run(["scontrol", "requeue", job], check=True, timeout=30)
-        # Kill once the node tasks have their SIGTERM: killed earlier, torchrun exits first and the
+        # Kill once every node task has its SIGTERM: killed earlier, torchrun exits first and the
         # rank-0 node task takes it for a crash ("node failure") and requeues the job itself too.
-        # slurmd sends SIGCONT with the SIGTERM, so the ranks run again from then: kill at once.
+        # The slurmds deliver SIGCONT+SIGTERM up to ~0.1 s apart; SIGCONT wakes the ranks, so they
+        # are stopped again and again until then.
         deadline = time.monotonic() + 3.0
-        while time.monotonic() < deadline and not _written_since(stop_file, sent):
+        while time.monotonic() < deadline and not all(_logged_since(log, seen[log]) for log in logs):
+            for pid, _ in procs:
+                _kill(pid, signal.SIGSTOP)
             time.sleep(0.002)
     finally:
         for pid, _ in procs:
@@ -259,9 +263,12 @@ def requeue_term_fatal(job: str, run_dir: Path, world: int) -> float:
     return sent
 
 
-def _written_since(path: Path, since: float) -> bool:
+def _logged_since(log: Path, offset: int) -> bool:
+    """Whether the node task wrote its "SIGTERM: stop requested" line after ``offset``."""
     try:
-        return path.stat().st_mtime >= since - 1.0
+        with log.open("rb") as fh:
+            fh.seek(offset)
+            return b"SIGTERM: stop requested" in fh.read()
     except OSError:
         return False
 

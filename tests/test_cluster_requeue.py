@@ -120,16 +120,16 @@ def test_five_different_interruptions_in_a_row(tmp_path: Path,
 def test_time_limit_with_signal_lead(tmp_path: Path) -> None:
     """A 2-minute limit with a 30 s signal lead: checkpoint, requeue, resume, finish.
 
-    Steps take at least 0.5 s (a slow reward), so 150 steps cannot fit in one attempt.
+    Steps take at least 0.5 s (a slow reward), so 110 steps cannot fit in the at most 90 s one attempt trains.
     """
     root = tmp_path / "runs"
     run_id, _, run_dir = submit(root, "--site", "sandbox", "--nodes", "2", "--recipe", str(RECIPE),
                                 "--reward", "tests.slow_reward:slow_length",
-                                "--set", "max_steps=150", "--set", "save_steps=1000",
+                                "--set", "max_steps=110", "--set", "save_steps=1000",
                                 "--time", "00:02:00")
     row = wait_for(run_id, finished, timeout=600)
-    assert row["state"] == "COMPLETED" and row["step"] == 150, row
+    assert row["state"] == "COMPLETED" and row["step"] == 110, row
     found = restarts(run_dir)
     assert found and all(r["cause"] == "time limit" and r["steps_lost"] <= 1 for r in found), found
-    assert [s for s, _ in rewards(run_dir)] == list(range(1, 151))
+    assert [s for s, _ in rewards(run_dir)] == list(range(1, 111))
     assert wait_no_processes(str(run_dir)) == {}
