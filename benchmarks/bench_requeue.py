@@ -11,8 +11,8 @@ B  the open-r1 way, periodic checkpoints only: ``scontrol requeue JOB`` to a job
    processes die of SIGTERM without saving (a plain TRL/accelerate process has no handler, so
    Python's default action ends it). hpc-grpo itself catches SIGTERM, so this is emulated: the
    run's torchrun agents and ranks are frozen (SIGSTOP) just before the requeue and killed
-   (SIGKILL) right after it, before they can reach a step end. The run resumes from the newest
-   periodic checkpoint.
+   (SIGKILL) as soon as every node task has logged its SIGTERM, before they can reach a step
+   end. The run resumes from the newest periodic checkpoint.
 C  plain ``scontrol requeue JOB`` on hpc-grpo as it is (SIGTERM, SIGKILL after KillWait=5 s):
    shows what its SIGTERM handling saves.
 
@@ -24,9 +24,8 @@ resolution) into: signal -> the attempt ended, -> Slurm started the next one, ->
 step. It prints a table, the mean steps lost and mean signal-to-first-new-step time per way, the
 median step time of each run (a check that the machine was equally loaded: a warning is printed
 when they differ by more than 25%), the B/A ratios and whether A met the target of at most 1
-step lost per signalled preemption. Exits 1 if a run fails (not
-COMPLETED at max_steps, a step logged twice or missing, a wait timed out) and 2 if A misses the
-target.
+step lost per signalled preemption. Exits 1 if a run fails (not COMPLETED at max_steps, a step
+logged twice or missing, a wait timed out) and 2 if A misses the target.
 
 Needs root and the cluster up (``bash tests/cluster/sandbox.sh status``). Waits (bounded) for an
 idle cluster before each run, as other tests may be using it. Run from the repository root:

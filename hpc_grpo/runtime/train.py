@@ -138,8 +138,11 @@ def train(run: dict[str, Any], run_dir: Path, flag: StopFlag, started: float) ->
 
             rundir.append_jsonl(run_dir / retry.RESTARTS, {
                 "time": time.time(), "attempt": attempt, "previous_attempt": previous["attempt"],
-                "cause": previous.get("stop_cause") or (
-                    "ended" if previous.get("phase") == "done" else "killed (no stop recorded)"),
+                "cause": previous.get("stop_cause") or {
+                    "done": "ended",
+                    # ranks saved at a signal, but the node task was killed before naming it
+                    "interrupted": "signal (cause not recorded)",
+                }.get(str(previous.get("phase")), "killed (no stop recorded)"),
                 "previous_phase": previous.get("phase"), "stopped_at_step": previous.get("step"),
                 "resumed_from_step": resume_step or 0, "steps_lost": dropped,
             })
