@@ -130,11 +130,11 @@ class Submitted:
 def submit(request: Request) -> Submitted:
     """Create the run directory atomically and submit it; either both happen or neither."""
     prepared = prepare(request)  # every check before anything is built or written
+    if prepared.plan.site.scheduler == "slurm":
+        _check_partition(prepared.plan)
     if ensure_builtin_model(prepared.plan.spec.model, prepared.python):
         prepared = prepare(request)  # again, now that the model's architecture can be read
     plan = prepared.plan
-    if plan.site.scheduler == "slurm":
-        _check_partition(plan)
     record = plan.run_record(prepared.run_id, str(prepared.run_dir))
     files = {
         "run.json": json.dumps(record, indent=2) + "\n",
