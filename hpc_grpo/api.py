@@ -85,19 +85,8 @@ def prepare(request: Request) -> Prepared:
 
 
 def _check_partition(plan: JobPlan) -> None:
-    partition = plan.spec.partition or plan.site.partition
-    if plan.site.max_nodes or not partition:
-        return
-    available = slurm.partition_node_count(partition)
-    if available == 0:
-        raise UserError(f"partition '{partition}' does not exist or has no nodes",
-                        field="partition", hint="`sinfo -s` lists the partitions")
-    if available is not None and plan.nodes > available:
-        raise UserError(
-            f"{plan.nodes} nodes requested but partition '{partition}' has {available}",
-            field="nodes",
-            hint=f"use --nodes {available} or fewer",
-        )
+    if not plan.site.max_nodes:  # a profile's own limit was already checked by the plan
+        slurm.require_partition_nodes(plan.spec.partition or plan.site.partition, plan.nodes)
 
 
 def ensure_builtin_model(name: str, python: str) -> bool:

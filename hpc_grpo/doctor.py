@@ -321,13 +321,7 @@ def run(site: SiteProfile, *, nodes: int, partition: str = "", output_root: str 
         raise UserError(f"{nodes} nodes requested but site '{site.name}' has {site.max_nodes}",
                         field="nodes", hint=f"use --nodes {site.max_nodes} or fewer")
     partition = partition or site.partition
-    available = slurm.partition_node_count(partition) if partition else None
-    if available == 0:
-        raise UserError(f"partition '{partition}' does not exist or has no nodes", field="partition",
-                        hint="sinfo lists the partitions")
-    if available is not None and nodes > available:  # srun would wait forever, not refuse
-        raise UserError(f"{nodes} nodes requested but partition '{partition}' has {available}",
-                        field="nodes", hint=f"use --nodes {available} or fewer")
+    slurm.require_partition_nodes(partition, nodes)  # srun would wait forever, not refuse
     root = Path(os.path.expandvars(output_root or site.output_root)).expanduser().resolve()
     low, high = site.port_range
     args = ["--port-low", str(low), "--port-high", str(high), "--share-dir", str(root),

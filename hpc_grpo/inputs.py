@@ -18,7 +18,6 @@ from hpc_grpo.errors import UserError, did_you_mean
 from hpc_grpo.plan import ModelRef
 from hpc_grpo.planner import ModelArch, arch_from_config, lookup_model
 
-TINY_MODEL = "builtin:tiny"
 BUILTIN_MODELS = ("builtin:tiny", "builtin:qwen2-0.5b")  # runtime/model_shapes.py SHAPES
 BUILTIN_DATASETS = ("builtin:digits", "builtin:sums")
 BUILTIN_REWARDS = ("builtin:digits", "builtin:length", "builtin:sum_correct")

@@ -346,6 +346,20 @@ def partition_node_count(partition: str) -> int | None:
     return len({line.strip() for line in out.splitlines() if line.strip()})
 
 
+def require_partition_nodes(partition: str, nodes: int) -> None:
+    """Refuse a request the partition can never hold: sbatch fails late and srun waits forever.
+
+    Does nothing where Slurm cannot be asked (no partition, no sinfo).
+    """
+    available = partition_node_count(partition) if partition else None
+    if available == 0:
+        raise UserError(f"partition '{partition}' does not exist or has no nodes",
+                        field="partition", hint="`sinfo -s` lists the partitions")
+    if available is not None and nodes > available:
+        raise UserError(f"{nodes} nodes requested but partition '{partition}' has {available}",
+                        field="nodes", hint=f"use --nodes {available} or fewer")
+
+
 def cluster_available() -> bool:
     """Whether this machine can submit: sbatch and sinfo exist and slurmctld answers."""
     if shutil.which("sbatch") is None or shutil.which("sinfo") is None:
