@@ -20,9 +20,12 @@ TRL_DEFAULTS = {
     "per_device_train_batch_size": 8,
     "num_generations": 8,
     "gradient_accumulation_steps": 1,
-    "max_prompt_length": 512,
+    "max_prompt_length": 512,  # not a GRPOConfig field in 1.16: a job setting (JobSpec)
     "max_completion_length": 256,
 }
+# Longest prompt of each built-in dataset, in tokens of any byte-level tokenizer (at most one
+# token per byte, plus BOS); tests/test_runtime_data.py checks it against the built-in models.
+BUILTIN_PROMPT_TOKENS = {"builtin:digits": 32, "builtin:sums": 32}
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,7 @@ class JobPlan:
             "payload": self.spec.payload,
             "model": self.model.source,
             "dataset": {"name": self.spec.dataset, "prompt_column": self.spec.prompt_column,
-                        "split": "train"},
+                        "split": "train", "max_prompt_length": prompt_bound(self.spec)},
             "reward_funcs": list(self.spec.reward_funcs),
             "seed": self.spec.seed,
             "nodes": self.nodes,
@@ -118,7 +121,16 @@ class JobPlan:
 
 
 def _grpo(spec: JobSpec, key: str) -> Any:
+    if key == "max_prompt_length":
+        return prompt_bound(spec)
     return spec.grpo.get(key, TRL_DEFAULTS[key])
+
+
+def prompt_bound(spec: JobSpec) -> int:
+    """The longest prompt (tokens) the plan sizes vLLM and activations for."""
+    if spec.max_prompt_length:
+        return spec.max_prompt_length
+    return BUILTIN_PROMPT_TOKENS.get(spec.dataset, TRL_DEFAULTS["max_prompt_length"])
 
 
 def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from click.testing import CliRunner
 
@@ -12,7 +13,7 @@ from hpc_grpo.planner import catalogue_names
 
 BIG = ["--site", "h100-pyxis", "--model", "Qwen2.5-Math-72B", "--nodes", "4",
        "--set", "max_completion_length=2048", "--set", "per_device_train_batch_size=8",
-       "--set", "num_generations=8"]
+       "--set", "num_generations=8", "--set", "max_prompt_length=512"]
 
 
 def invoke(*args: str) -> tuple[int, str, str]:
@@ -74,3 +75,17 @@ def test_list_models() -> None:
     code, out, _ = invoke("--list-models")
     assert code == 0 and out.splitlines() == list(catalogue_names())
     assert json.loads(invoke("--list-models", "--json")[1]) == list(catalogue_names())
+
+
+def test_prompt_bound_comes_from_the_builtin_dataset_unless_set(tmp_path: Path) -> None:
+    small = ["--site", "h100-pyxis", "--model", "Qwen2.5-1.5B", "--json",
+             "--set", "max_completion_length=256"]
+    code, out, _ = invoke(*small)
+    assert code == 0
+    data = json.loads(out)
+    assert data["memory_plan"]["vllm_max_model_length"] == 32 + 256  # builtin:digits' bound
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "a long question"}\n')
+    code, out, _ = invoke(*small, "--set", "max_prompt_length=1000", "--dataset", str(prompts))
+    assert code == 0, out
+    assert json.loads(out)["memory_plan"]["vllm_max_model_length"] == 1256

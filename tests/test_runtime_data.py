@@ -48,3 +48,34 @@ def test_missing_file_and_validate() -> None:
     validate_columns(["prompt"], "prompt", "x")
     with pytest.raises(DatasetError, match=r"columns found: \(none\)"):
         validate_columns([], "prompt", "x")
+
+
+def test_builtin_prompt_bounds_hold_for_the_builtin_tokenizer() -> None:
+    from hpc_grpo.plan import BUILTIN_PROMPT_TOKENS
+    from hpc_grpo.runtime.data import longest_prompt_tokens
+    from hpc_grpo.runtime.tiny_model import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    for name, bound in BUILTIN_PROMPT_TOKENS.items():
+        prompts = load_prompts({"name": name})
+        longest = longest_prompt_tokens(prompts, tokenizer)
+        assert 0 < longest <= bound, name
+        # the bound holds for any byte-level tokenizer: one token per byte at most, plus BOS
+        assert max(len(p.encode()) for p in prompts["prompt"]) + 1 <= bound, name
+
+
+def test_a_prompt_longer_than_the_plan_allows_is_refused_with_the_value_to_use(
+        tmp_path: Path) -> None:
+    from hpc_grpo.runtime.data import check_prompt_bound, longest_prompt_tokens
+    from hpc_grpo.runtime.tiny_model import build_tokenizer
+
+    path = tmp_path / "long.jsonl"
+    path.write_text(json.dumps({"prompt": "Count on: " + " ".join(map(str, range(200)))}) + "\n"
+                    + json.dumps({"prompt": "short"}) + "\n")
+    prompts = load_prompts({"name": str(path)})
+    longest = longest_prompt_tokens(prompts, build_tokenizer())
+    assert longest > 100
+    check_prompt_bound(longest, longest, str(path))  # exactly at the bound is fine
+    check_prompt_bound(longest, None, str(path))  # no bound recorded (older run.json)
+    with pytest.raises(DatasetError, match=f"--set max_prompt_length={longest}"):
+        check_prompt_bound(longest, 64, str(path))

@@ -41,6 +41,10 @@ class JobSpec:
     model: str
     dataset: str = "builtin:digits"
     prompt_column: str = "prompt"
+    # Longest prompt in tokens the plan allows for (vLLM's max_model_len = this + completion);
+    # TRL 1.16 no longer truncates prompts, so the ranks refuse a dataset with longer ones.
+    # 0: the built-in dataset's bound, else 512.
+    max_prompt_length: int = 0
     reward_funcs: tuple[str, ...] = ("builtin:length",)
     nodes: int = 1
     procs_per_node: int = 0  # 0: the site's default

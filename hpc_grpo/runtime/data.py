@@ -87,3 +87,25 @@ def load_prompts(spec: Mapping[str, Any]) -> Any:
             ds = ds.remove_columns("prompt")
         ds = ds.rename_column(prompt_column, "prompt")
     return ds
+
+
+def longest_prompt_tokens(dataset: Any, tokenizer: Any) -> int:
+    """Tokens of the longest prompt as the trainer will send it (chat template for messages)."""
+    longest = 0
+    for prompt in dataset["prompt"]:
+        if isinstance(prompt, str):
+            ids = tokenizer(prompt)["input_ids"]
+        else:  # conversational: a list of {"role", "content"} messages
+            ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+            ids = ids["input_ids"] if isinstance(ids, Mapping) else ids
+        longest = max(longest, len(ids))
+    return longest
+
+
+def check_prompt_bound(longest: int, bound: int | None, name: str) -> None:
+    """The plan sized vLLM's max_model_len for prompts of ``bound`` tokens; refuse longer ones."""
+    if bound and longest > bound:
+        raise DatasetError(
+            f"dataset {name!r} has a prompt of {longest} tokens, above max_prompt_length {bound} "
+            f"that the plan sized vLLM for; resubmit with --set max_prompt_length={longest}"
+        )
