@@ -441,3 +441,10 @@ def test_single_process_trains_without_deepspeed() -> None:
                                  num_generations=8))
     assert plan.zero_stage == 0
     assert dict(plan.reasons)["zero_stage"].startswith("0:")
+    # no DeepSpeed: fp32 weights as TRL loads them (their own master copy), fp32 grads, Adam m, v
+    params = arch.num_params / 2**30
+    assert plan.gib("training weights") == pytest.approx(4 * params, abs=0.01)
+    assert plan.gib("optimizer states") == pytest.approx(8 * params, abs=0.01)
+    sharded = make_plan(request("Qwen2.5-0.5B", gpus_per_node=2, zero_stage=2))
+    assert sharded.gib("training weights") == pytest.approx(2 * params, abs=0.01)  # bf16 + fp32 master
+    assert sharded.gib("optimizer states") == pytest.approx(12 * params / 2, abs=0.01)

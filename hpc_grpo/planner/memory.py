@@ -3,10 +3,13 @@
 Assumptions, each a round number on purpose (GiB = 2**30 bytes):
 
 * Training runs in bf16 with DeepSpeed: 2 B/param of weights, 4 B/param of fp32 gradients and
-  12 B/param of Adam state (fp32 master copy, m, v). ZeRO-2 shards gradients and Adam state over
-  all ranks (nodes × gpus_per_node); ZeRO-3 shards the weights too and gathers two layers (or the
-  embedding) at a time. Optimizer offload moves Adam state and fp32 gradients to CPU memory;
-  parameter offload (ZeRO-3 only) moves the weights as well.
+  12 B/param of Adam state (fp32 master copy, m, v). Without DeepSpeed (ZeRO stage 0) the model
+  stays as TRL 1.16 loads it, fp32 (its default when model_init_kwargs sets no dtype), under bf16
+  autocast: 4 B/param of weights that are their own master copy, 4 of gradients, 8 of m and v.
+  ZeRO-2 shards gradients and Adam state over all ranks (nodes × gpus_per_node); ZeRO-3 shards
+  the weights too and gathers two layers (or the embedding) at a time. Optimizer offload moves
+  Adam state and fp32 gradients to CPU memory; parameter offload (ZeRO-3 only) moves the
+  weights as well.
 * LoRA: rank-64 adapters on every linear layer train; the frozen base stays whole on every GPU,
   because TRL gathers the full model to merge adapters before each weight sync.
 * Activations with gradient checkpointing: one bf16 hidden state per layer per token, plus one
@@ -120,12 +123,15 @@ def estimate(req: PlanRequest, layout: Layout, share: float = UTIL_MAX) -> Estim
     weight_shards = world if layout.zero == 3 and not req.lora else 1
     state_shards = world if layout.zero >= 2 else 1
     on_cpu_weights = layout.offload_params and weight_shards > 1
-    weights = 0.0 if on_cpu_weights else 2 * params / weight_shards
+    # Without DeepSpeed the weights stay as TRL loaded them, fp32, and are their own master copy.
+    weight_bytes, adam_bytes = (4, 8) if layout.zero == 0 else (2, 12)
+    weights = 0.0 if on_cpu_weights else weight_bytes * params / weight_shards
     if req.lora:
         weights += 4 * trainable  # fp32 adapters
     grads = 0.0 if layout.offload_optimizer else 4 * trainable / state_shards
-    optim = 0.0 if layout.offload_optimizer else 12 * trainable / state_shards
-    reference = 0.0 if req.beta == 0 or req.lora or on_cpu_weights else 2 * params / weight_shards
+    optim = 0.0 if layout.offload_optimizer else adam_bytes * trainable / state_shards
+    reference = (0.0 if req.beta == 0 or req.lora or on_cpu_weights
+                 else weight_bytes * params / weight_shards)
     if weight_shards > 1:
         buffers = 2 * max(arch.layer_params, arch.embedding_params) * 2
     else:

@@ -72,7 +72,8 @@ def _offload(req: PlanRequest, est: Estimate) -> str:
 
 def _offload_params(req: PlanRequest, est: Estimate) -> str:
     if not est.layout.offload_params:
-        return f"False: bf16 weights ({est.gib('training weights'):.1f} GiB) stay on the GPU"
+        kind = "fp32" if est.layout.zero == 0 else "bf16"
+        return f"False: {kind} weights ({est.gib('training weights'):.1f} GiB) stay on the GPU"
     alt = _lenient(req, replace(est.layout, offload_params=False))
     return (f"True: with optimizer offload alone {alt.problem}; ZeRO-3 fetches each layer's "
             "weights from CPU memory (slow)")
