@@ -62,6 +62,15 @@ def test_child_env() -> None:
     assert "SIGTERM" not in env["TORCHELASTIC_SIGNALS_TO_HANDLE"]
 
 
+def test_ranks_share_the_node_cpus_they_may_use() -> None:
+    run = {"procs_per_node": 4}
+    assert child_env({}, "a", run, cpus=16)["OMP_NUM_THREADS"] == "4"
+    assert child_env({"SLURM_CPUS_ON_NODE": "8"}, "a", run, cpus=16)["OMP_NUM_THREADS"] == "2"
+    assert child_env({"SLURM_CPUS_ON_NODE": "64"}, "a", run, cpus=16)["OMP_NUM_THREADS"] == "4"
+    assert child_env({}, "a", run, cpus=2)["OMP_NUM_THREADS"] == "1"  # never zero
+    assert child_env({}, "a", {"procs_per_node": 1}, cpus=16)["OMP_NUM_THREADS"] == "16"
+
+
 def test_attempt_id_shared_by_node_tasks_of_one_job() -> None:
     env = {"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "2"}
     assert attempt_id(env) == attempt_id(dict(env)) == "slurm-77.2"

@@ -97,13 +97,32 @@ def trainer_visible_devices(run: Mapping[str, Any], env: Mapping[str, str]) -> s
     return ",".join(visible[i] for i in trainer)
 
 
-def child_env(env: Mapping[str, str], attempt: str, run: Mapping[str, Any] | None = None) -> dict[str, str]:
-    """torchrun's environment: one thread per rank by default, this package importable."""
+def threads_per_rank(env: Mapping[str, str], usable_cpus: int, procs_per_node: int) -> int:
+    """The node's CPUs split over its ranks: the fewer of Slurm's count and the CPUs this task
+    may run on (a cgroup or a shared login machine may allow fewer), at least one."""
+    cpus = usable_cpus
+    if env.get("SLURM_CPUS_ON_NODE", "").isdigit():
+        cpus = min(cpus, int(env["SLURM_CPUS_ON_NODE"]))
+    return max(1, cpus // max(1, procs_per_node))
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def child_env(env: Mapping[str, str], attempt: str, run: Mapping[str, Any] | None = None,
+              cpus: int = 1) -> dict[str, str]:
+    """torchrun's environment: the node's CPUs split over the ranks (torchrun alone would give
+    each rank one thread, or all of them with one rank), this package importable."""
     out = dict(env)
     devices = trainer_visible_devices(run or {}, env)
     if devices is not None:
         out["CUDA_VISIBLE_DEVICES"] = devices
-    out.setdefault("OMP_NUM_THREADS", "1")
+    procs = int((run or {}).get("procs_per_node") or 1)
+    out.setdefault("OMP_NUM_THREADS", str(threads_per_rank(env, cpus, procs)))
     out.setdefault("PYTHONUNBUFFERED", "1")
     out.setdefault("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGINT,SIGHUP,SIGQUIT")
     out["HPC_GRPO_ATTEMPT"] = attempt
@@ -184,7 +203,7 @@ class NodeTask:
         started = time.time()
         server = None
         try:
-            env = child_env(os.environ, attempt, run)
+            env = child_env(os.environ, attempt, run, usable_cpus())
             if vllm_server.server_mode(run) and vllm_server.is_server_node(run, os.environ):
                 log = str(Path(self.run_dir) / "logs" / "vllm-server.log")
                 server = vllm_server.start(run, os.environ, log)
