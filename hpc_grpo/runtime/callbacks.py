@@ -98,6 +98,16 @@ class CheckpointMarkerCallback(TrainerCallback):
         return control
 
 
+def _torch_memory(nvml_used: int | None) -> dict[str, float]:
+    """torch's allocator peaks (this process) next to NVML's device view, to split the total."""
+    gib = float(2**30)
+    out = {"torch_alloc_peak_gib": round(torch.cuda.max_memory_allocated() / gib, 3),
+           "torch_reserved_peak_gib": round(torch.cuda.max_memory_reserved() / gib, 3)}
+    if nvml_used is not None:
+        out["nvml_used_gib"] = round(nvml_used / gib, 3)
+    return out
+
+
 class MetricsCallback(TrainerCallback):
     """Rank 0 appends one metrics.jsonl line per logged optimizer step and updates state.json."""
 
@@ -116,6 +126,8 @@ class MetricsCallback(TrainerCallback):
         self.last_end = time.time()
         if torch.cuda.is_available() and state.is_world_process_zero:
             self.memory = GpuMemorySampler(physical_gpu(torch.cuda.current_device())).start()
+            if self.memory.available:  # model and vLLM engine loaded, nothing trained yet
+                rundir.update_state(self.run_dir, gpu_mem_train_begin=_torch_memory(self.memory.sample()))
         return control
 
     def on_step_end(
@@ -155,6 +167,7 @@ class MetricsCallback(TrainerCallback):
         }
         if self.memory is not None and self.memory.available:
             row["gpu_mem_peak_gib"] = round(self.memory.peak_gib, 3)
+            row.update(_torch_memory(None))
         row.update({k: v for k, v in logs.items() if k.startswith("rewards/")})
         rundir.append_jsonl(self.path, row)
         rundir.update_state(self.run_dir, phase="training", step=state.global_step, max_steps=state.max_steps)

@@ -68,6 +68,15 @@ def _pick_resume(run_dir: Path) -> Path | None:
     return Path(choice[0]) if choice[0] else None
 
 
+def _check_prompts(run: dict[str, Any], dataset: Any, tokenizer: Any) -> None:
+    """Every rank tokenizes the same prompts, so all fail alike before the model loads."""
+    from hpc_grpo.runtime.data import check_prompt_bound, longest_prompt_tokens
+
+    block = run["dataset"]
+    check_prompt_bound(longest_prompt_tokens(dataset, tokenizer), block.get("max_prompt_length"),
+                       str(block["name"]))
+
+
 def _finish(run_dir: Path, run: dict[str, Any], **state: Any) -> None:
     """Rank 0: summary.json, reward_curve.png and state.json phase "done"."""
     from hpc_grpo.runtime.summary import write_summary
@@ -111,15 +120,20 @@ def train(run: dict[str, Any], run_dir: Path, flag: StopFlag, started: float) ->
     if vllm_server.server_mode(run):
         kwargs.update(vllm_server.grpo_server_fields(os.environ))
     args = GRPOConfig(**kwargs)
+    if rank == 0:  # what TRL got, exactly: to reproduce or compare a run without hpc-grpo
+        rundir.write_json_atomic(run_dir / "grpo_config.json", kwargs)
     device_id, problems = _device_problems(run, args, device)
     checks.run_rank_checks(run, run_dir, device_id=device_id, extra=problems)
     print(f"[train] rank checks passed; notes: {notes or 'none'}", flush=True)
 
     from hpc_grpo.runtime.data import load_prompts
     from hpc_grpo.runtime.rewards import resolve_rewards
+    from hpc_grpo.runtime.tiny_model import load_tokenizer
 
     rewards = resolve_rewards(list(run.get("reward_funcs") or []))  # before the model loads
     dataset = load_prompts(run["dataset"])
+    tokenizer = load_tokenizer(run["model"])
+    _check_prompts(run, dataset, tokenizer)
 
     resume = _pick_resume(run_dir)
     resume_step = checkpoints.checkpoint_step(resume) if resume else 0
@@ -159,15 +173,13 @@ def train(run: dict[str, Any], run_dir: Path, flag: StopFlag, started: float) ->
         GracefulStopCallback,
         MetricsCallback,
     )
-    from hpc_grpo.runtime.tiny_model import load_tokenizer
-
     stop = GracefulStopCallback(run_dir, flag, device)
     trainer = GRPOTrainer(
         model=str(run["model"]),
         reward_funcs=rewards,  # type: ignore[arg-type]
         args=args,
         train_dataset=dataset,
-        processing_class=load_tokenizer(run["model"]),
+        processing_class=tokenizer,
         callbacks=[stop, CheckpointMarkerCallback(run_dir), MetricsCallback(run_dir)],
     )
     from hpc_grpo.runtime import generation_record
