@@ -28,6 +28,8 @@ def main() -> None:
     parser.add_argument("--gpu-util", type=float, default=0.3)
     parser.add_argument("--mode", default="colocate", choices=["colocate", "server", "none"])
     parser.add_argument("--server-port", type=int, default=8000)
+    parser.add_argument("--grpo-json", help="GRPOConfig kwargs (an hpc-grpo run's grpo_config.json); "
+                        "replaces every setting above but --steps")
     args = parser.parse_args()
 
     from transformers import PreTrainedTokenizerFast, TrainerCallback
@@ -38,7 +40,7 @@ def main() -> None:
     from hpc_grpo.runtime.rewards import resolve_reward
 
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    sampler = GpuMemorySampler(local_rank).start()
+    sampler = GpuMemorySampler(local_rank)  # from train begin, as hpc-grpo's metrics
     vllm = {}
     if args.mode != "none":
         vllm = dict(use_vllm=True, vllm_mode=args.mode)
@@ -47,19 +49,27 @@ def main() -> None:
                         vllm_enable_sleep_mode=args.sleep)
         else:
             vllm.update(vllm_server_host="127.0.0.1", vllm_server_port=args.server_port)
-    config = GRPOConfig(
-        output_dir=str(Path(args.out).with_suffix(".ckpt")), max_steps=args.steps,
-        per_device_train_batch_size=args.batch, num_generations=args.generations,
-        max_completion_length=args.completion, learning_rate=1e-5, logging_steps=1,
-        save_strategy="no", report_to="none", bf16=True, seed=42, disable_tqdm=True, **vllm,
-    )
+    if args.grpo_json:  # the very settings another run used, with its own output folder
+        kwargs = json.loads(Path(args.grpo_json).read_text())
+        kwargs.update(output_dir=str(Path(args.out).with_suffix(".ckpt")), max_steps=args.steps)
+    else:
+        kwargs = dict(
+            output_dir=str(Path(args.out).with_suffix(".ckpt")), max_steps=args.steps,
+            per_device_train_batch_size=args.batch, num_generations=args.generations,
+            max_completion_length=args.completion, learning_rate=1e-5, logging_steps=1,
+            save_strategy="no", report_to="none", bf16=True, seed=42, disable_tqdm=True, **vllm,
+        )
+    config = GRPOConfig(**kwargs)
     times: list[float] = []
 
     class StepTimer(TrainerCallback):  # type: ignore[misc]
+        """Step end to step end, the first from train begin: hpc-grpo's wall_step_time."""
+
         last = 0.0
 
-        def on_step_begin(self, *a: object, **k: object) -> None:
-            self.last = self.last or time.perf_counter()
+        def on_train_begin(self, *a: object, **k: object) -> None:
+            sampler.start()
+            self.last = time.perf_counter()
 
         def on_step_end(self, *a: object, **k: object) -> None:
             now = time.perf_counter()
@@ -77,7 +87,9 @@ def main() -> None:
     if int(os.environ.get("RANK", "0")) == 0:
         Path(args.out).write_text(json.dumps({
             "step_times": times, "build_s": build_s, "peak_gpu_gib": sampler.peak_gib,
-            "args": vars(args)}, indent=1))
+            "args": vars(args), "grpo_config": {k: v for k, v in kwargs.items()
+                                                if isinstance(v, (str, int, float, bool, type(None)))}},
+            indent=1))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,18 @@
 """GPU benchmark: hpc-grpo against bare TRL, side by side in one run, on the lent GPU machine.
 
-  python benchmarks/bench_gpu.py one --out DIR   # 1 GPU: colocate + sleep, hpc-grpo vs bare TRL,
-                                                 #        and the planner's own choice vs measured
-  python benchmarks/bench_gpu.py two --out DIR   # 2 GPUs: default plan, TP 2, server 1 + 1
+  python benchmarks/bench_gpu.py one --out DIR [--runs pair,planned]
+      1 GPU. pair: hpc-grpo (colocate + sleep) and bare TRL given the very GRPOConfig kwargs
+      the hpc-grpo run used (its grpo_config.json), in the order hpc, bare, bare, hpc so drift
+      over the job cancels. planned: the planner's own choice at two batch shapes, predicted
+      memory against measured.
+  python benchmarks/bench_gpu.py two --out DIR [--runs default_plan,server,tp2]
+      2 GPUs, the same 64 completions a step: the default plan (TP 1 x DP 2), server mode (one
+      GPU `vllm serve`, one GPU training the whole batch) and colocate TP 2.
+  python benchmarks/bench_gpu.py table DIR/bench-one.json   # print a saved result again
 
-Model: Qwen2-0.5B layer shapes, random weights, built offline (builtin:qwen2-0.5b). Prints a
-table (machine, versions, s/step, tokens/s, peak GPU memory, ratios) and writes DIR/NAME.json.
-Step time is the mean wall time of steps 2..N (step 1 includes compilation and warm-up).
+Model: Qwen2-0.5B layer shapes, random weights, built offline (builtin:qwen2-0.5b). Runs of one
+part merge into DIR/bench-PART.json, so a part may be split over several calls. s/step is the
+mean wall time of steps 2..N (step 1 includes compilation and warm-up).
 """
 
 from __future__ import annotations
@@ -14,15 +20,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
-from statistics import mean
+from statistics import mean, median
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-STEPS = int(os.environ.get("BENCH_STEPS", "8"))
 BATCH = dict(per_device_train_batch_size=32, num_generations=8, max_completion_length=256,
              learning_rate=1e-5, save_steps=100000)
 
@@ -51,9 +57,14 @@ def site_file(out: Path, gpus: int, memory_gib: float) -> Path:
     return path
 
 
-def hpc_grpo(site: Path, *extra: str, batch: dict[str, Any] | None = None) -> dict[str, Any]:
+def step_stats(times: list[float]) -> dict[str, float]:
+    later = times[1:] or times
+    return {"step_s": mean(later), "step_median_s": median(later), "steps_timed": len(later)}
+
+
+def hpc_grpo(site: Path, steps: int, *extra: str, batch: dict[str, Any] | None = None) -> dict[str, Any]:
     """One run through the project's own CLI; returns its step times, memory and records."""
-    sets = [f"--set={k}={v}" for k, v in {**BATCH, **(batch or {}), "max_steps": STEPS}.items()]
+    sets = [f"--set={k}={v}" for k, v in {**BATCH, **(batch or {}), "max_steps": steps}.items()]
     started = time.perf_counter()
     out = sh([sys.executable, "-m", "hpc_grpo.cli", "submit", "--site", str(site),
               "--model", "builtin:qwen2-0.5b", "--time", "01:00:00", "--wait", *sets, *extra])
@@ -61,30 +72,48 @@ def hpc_grpo(site: Path, *extra: str, batch: dict[str, Any] | None = None) -> di
     run_dir = Path(re.search(r"dir (\S+)", out).group(1))  # type: ignore[union-attr]
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     record = json.loads((run_dir / "run.json").read_text())
+    state = json.loads((run_dir / "state.json").read_text())
     gens = {p.stem: [json.loads(x) for x in p.read_text().splitlines()]
             for p in sorted((run_dir / "generations").glob("rank-*.jsonl"))}
     ranks = json.loads((run_dir / "ranks.json").read_text())
-    times = [m["wall_step_time"] for m in metrics[1:] if m.get("wall_step_time")]
-    return {
-        "run_dir": str(run_dir), "wall_s": wall, "step_s": mean(times),
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # GBs a run; the disk is small
+    first = metrics[0]
+    result: dict[str, Any] = {
+        "run_dir": str(run_dir), "wall_s": wall,
+        **step_stats([m["wall_step_time"] for m in metrics if m.get("wall_step_time")]),
+        "startup_s": first["time"] - first["wall_step_time"] - state["started"],
         "tokens_per_s": mean(m["tokens_per_s"] for m in metrics[1:] if m.get("tokens_per_s")),
         "peak_gpu_gib": max((m.get("gpu_mem_peak_gib") or 0) for m in metrics),
+        "torch_peaks_gib": {k: metrics[-1].get(k)
+                            for k in ("torch_alloc_peak_gib", "torch_reserved_peak_gib")},
+        "at_train_begin": state.get("gpu_mem_train_begin"),
         "planned": record.get("memory_plan"), "vllm": record["vllm"], "generations": gens,
-        "ranks": ranks, "reward_last": metrics[-1].get("reward_mean"),
+        "vllm_seeds": [r["vllm_seed"] for r in ranks["ranks"]], "reward_last": metrics[-1].get("reward_mean"),
+        "grpo_config": str(run_dir / "grpo_config.json"),
     }
+    budget, use = planned_peak(result["planned"])
+    if use:
+        result.update(planned_budget_gib=budget, planned_use_gib=use,
+                      use_error=(use - result["peak_gpu_gib"]) / result["peak_gpu_gib"])
+    return result
 
 
-def bare(out: Path, name: str, *flags: str, procs: int = 1) -> dict[str, Any]:
+def bare(out: Path, name: str, steps: int, *flags: str, procs: int = 1) -> dict[str, Any]:
+    """Bare TRL under torchrun, like hpc-grpo's ranks (one process is a world of one)."""
+    from hpc_grpo.runtime.node import threads_per_rank, usable_cpus
+
     target = out / f"{name}.json"
-    launcher = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={procs}",
-                "--master-port=29533"] if procs > 1 else [sys.executable]
     model = Path(os.environ["HPC_GRPO_HOME"]) / "models" / "qwen2-0.5b"
+    # the threads hpc-grpo's node task gives each rank (torchrun alone: all, or 1 for several)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads_per_rank(os.environ, usable_cpus(), procs))}
     started = time.perf_counter()
-    sh([*launcher, str(REPO / "benchmarks" / "bare_trl_grpo.py"), "--model", str(model),
-        "--out", str(target), "--steps", str(STEPS), *flags])
+    sh([sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={procs}",
+        "--master-port=29533", str(REPO / "benchmarks" / "bare_trl_grpo.py"), "--model", str(model),
+        "--out", str(target), "--steps", str(steps), *flags], env=env)
     data = json.loads(target.read_text())
-    return {"wall_s": time.perf_counter() - started, "step_s": mean(data["step_times"][1:]),
-            "peak_gpu_gib": data["peak_gpu_gib"]}
+    return {"wall_s": time.perf_counter() - started, **step_stats(data["step_times"]),
+            "startup_s": data["build_s"], "peak_gpu_gib": data["peak_gpu_gib"],
+            "grpo_config": data.get("grpo_config")}
 
 
 def attempt(fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -104,41 +133,51 @@ def planned_peak(plan: dict[str, Any] | None) -> tuple[float | None, float | Non
     return budget, budget - b.get("fragmentation reserve", 0.0)
 
 
-def part_one(out: Path) -> dict[str, Any]:
-    name, memory, _ = gpu_info()
+def part_one(out: Path, runs: list[str], steps: int) -> dict[str, Any]:
+    _, memory, _ = gpu_info()
     site = site_file(out, 1, memory)
     same = ["--set=vllm_enable_sleep_mode=true", "--set=vllm_gpu_memory_utilization=0.3"]
-    results: dict[str, Any] = {
-        "bare_trl": attempt(bare, out, "bare1", "--sleep", "--gpu-util", "0.3"),
-        "hpc_grpo": attempt(hpc_grpo, site, *same),
-        "hpc_grpo_planned": attempt(hpc_grpo, site),
-    }
-    results["step_ratio_hpc_over_bare"] = results["hpc_grpo"]["step_s"] / results["bare_trl"]["step_s"]
-    p = results["hpc_grpo_planned"]
-    if "error" not in p:
-        budget, use = planned_peak(p["planned"])
-        p["planned_budget_gib"], p["planned_use_gib"] = budget, use
-        p["use_error"] = (use - p["peak_gpu_gib"]) / p["peak_gpu_gib"] if use else None
-    results["gpu"] = name
+    results: dict[str, Any] = {}
+    if "pair" in runs:
+        results["hpc_grpo_1"] = attempt(hpc_grpo, site, steps, *same)
+        kwargs = results["hpc_grpo_1"].get("grpo_config")
+        flags = ["--grpo-json", kwargs] if kwargs else ["--sleep", "--gpu-util", "0.3"]
+        results["bare_trl_1"] = attempt(bare, out, "bare1", steps, *flags)
+        results["bare_trl_2"] = attempt(bare, out, "bare2", steps, *flags)
+        results["hpc_grpo_2"] = attempt(hpc_grpo, site, steps, *same)
+        hpc = [results[k]["step_s"] for k in ("hpc_grpo_1", "hpc_grpo_2")]
+        ref = [results[k]["step_s"] for k in ("bare_trl_1", "bare_trl_2")]
+        results["step_ratio_hpc_over_bare"] = mean(hpc) / mean(ref)
+    if "planned" in runs:
+        results["planned_a"] = attempt(hpc_grpo, site, steps)
+        results["planned_b"] = attempt(hpc_grpo, site, steps, batch={
+            "per_device_train_batch_size": 16, "max_completion_length": 1024})
     return results
 
 
-def part_two(out: Path) -> dict[str, Any]:
-    name, memory, count = gpu_info()
+def part_two(out: Path, runs: list[str], steps: int) -> dict[str, Any]:
+    _, memory, count = gpu_info()
     assert count >= 2, "part two needs 2 GPUs"
     site = site_file(out, 2, memory)
     zero = ["--zero-stage", "0"]  # plain data parallel on both sides, as the bare numbers ran
-    results: dict[str, Any] = {
-        "default_plan": attempt(hpc_grpo, site, *zero),
-        "tp2": attempt(hpc_grpo, site, *zero, "--tp", "2"),
-        # same 64 completions a step: one trainer takes the whole global batch
-        "server": attempt(hpc_grpo, site, *zero, "--vllm-mode", "server",
-                          batch={"per_device_train_batch_size": 64}),
-    }
-    for key in ("default_plan", "tp2"):
-        results[f"ratio_{key}_over_server"] = results["server"]["step_s"] / results[key]["step_s"]
-    results["gpu"] = name
+    results: dict[str, Any] = {}
+    if "default_plan" in runs:
+        results["default_plan"] = attempt(hpc_grpo, site, steps, *zero)
+    if "server" in runs:  # same 64 completions a step: one trainer takes the whole global batch
+        results["server"] = attempt(hpc_grpo, site, steps, *zero, "--vllm-mode", "server",
+                                    batch={"per_device_train_batch_size": 64})
+    if "tp2" in runs:
+        results["tp2"] = attempt(hpc_grpo, site, steps, *zero, "--tp", "2")
     return results
+
+
+def ratios(results: dict[str, Any]) -> None:
+    """Same completions per step on the same GPUs, so step-time ratios are throughput ratios."""
+    server = results.get("server", {}).get("step_s")
+    for key in ("default_plan", "tp2"):
+        mine = results.get(key, {}).get("step_s")
+        if server and mine:
+            results[f"ratio_{key}_over_server"] = server / mine
 
 
 def versions() -> dict[str, str]:
@@ -156,19 +195,57 @@ def versions() -> dict[str, str]:
     return out
 
 
+def _cell(value: Any, fmt: str) -> str:
+    return format(value, fmt) if isinstance(value, (int, float)) and value == value else "-"
+
+
+def table(results: dict[str, Any]) -> str:
+    v = results.get("versions", {})
+    lines = [f"machine: {results.get('gpu')} x {results.get('gpu_count')}, {results.get('date')}; "
+             + ", ".join(f"{k} {x}" for k, x in v.items()) + f"; {results.get('steps')} steps a run",
+             "| run | s/step (mean 2..N) | median | tokens/s | start s | peak GPU GiB | planned use GiB "
+             "| planned error | vLLM seeds |", "|---" * 9 + "|"]
+    for key, r in results.items():
+        if not isinstance(r, dict) or "step_s" not in r:
+            continue
+        if "error" in r:
+            lines.append(f"| {key} | failed: {r['error'][:80]} |" + " |" * 7)
+            continue
+        err = r.get("use_error")
+        lines.append(
+            f"| {key} | {_cell(r['step_s'], '.3f')} | {_cell(r.get('step_median_s'), '.3f')} "
+            f"| {_cell(r.get('tokens_per_s'), ',.0f')} | {_cell(r.get('startup_s'), '.0f')} "
+            f"| {_cell(r.get('peak_gpu_gib'), '.1f')} | {_cell(r.get('planned_use_gib'), '.1f')} "
+            f"| {(f'{err:+.1%}' if err is not None else '-')} | {r.get('vllm_seeds', '-')} |")
+    for key, value in results.items():
+        if key.startswith(("ratio", "step_ratio")):
+            lines.append(f"{key}: {value:.3f}")
+    return "\n".join(lines)
+
+
 def main() -> None:
-    part, out = sys.argv[1], Path(sys.argv[sys.argv.index("--out") + 1]).resolve()
+    part = sys.argv[1]
+    if part == "table":
+        print(table(json.loads(Path(sys.argv[2]).read_text())))
+        return
+    out = Path(sys.argv[sys.argv.index("--out") + 1]).resolve()
+    defaults = {"one": "pair,planned", "two": "default_plan,server,tp2"}[part]
+    runs = (sys.argv[sys.argv.index("--runs") + 1] if "--runs" in sys.argv else defaults).split(",")
+    steps = int(os.environ.get("BENCH_STEPS", "12" if part == "one" else "8"))
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HPC_GRPO_HOME", str(out / "home"))
     model = Path(os.environ["HPC_GRPO_HOME"]) / "models" / "qwen2-0.5b"
     if not (model / "config.json").exists():  # the bare baseline needs it before any submit
         sh([sys.executable, "-m", "hpc_grpo.runtime.model_shapes", "qwen2-0.5b", str(model)])
-    results = part_one(out) if part == "one" else part_two(out)
-    results["versions"] = versions()
-    results["steps"] = STEPS
-    results["date"] = time.strftime("%Y-%m-%d")
-    (out / f"bench-{part}.json").write_text(json.dumps(results, indent=1, default=str))
-    print(json.dumps({k: v for k, v in results.items()}, indent=1, default=str)[:6000])
+    saved = out / f"bench-{part}.json"
+    results = json.loads(saved.read_text()) if saved.exists() else {}
+    results.update(part_one(out, runs, steps) if part == "one" else part_two(out, runs, steps))
+    ratios(results)
+    name, _, count = gpu_info()
+    results.update(versions=versions(), steps=steps, date=time.strftime("%Y-%m-%d"), gpu=name,
+                   gpu_count=count)
+    saved.write_text(json.dumps(results, indent=1, default=str))
+    print(table(results), flush=True)
 
 
 if __name__ == "__main__":

@@ -88,3 +88,18 @@ def test_tp1_dp2_two_seeds_different_completions(tmp_path: Path) -> None:
     assert [r["vllm_seed"] for r in ranks] == [0, 1]
     gens = _generations(run_dir)
     assert gens[0][0]["sha256"] != gens[1][0]["sha256"]
+
+
+@needs_two
+def test_server_mode_one_gpu_generates_one_trains(tmp_path: Path) -> None:
+    run_dir = _run(_site(tmp_path, 2), "--vllm-mode", "server", "--zero-stage", "0")
+    record = json.loads((run_dir / "run.json").read_text())
+    server = record["vllm"]["server"]
+    assert record["vllm"]["mode"] == "server"
+    assert (server["gpus"], server["trainer_gpus"]) == ([1], [0])
+    assert json.loads((run_dir / "state.json").read_text())["phase"] == "done"
+    metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert json.loads((run_dir / "ranks.json").read_text())["world_size"] == 1
+    log = (run_dir / "logs" / "vllm-server.log").read_text()
+    assert "/v1/completions" in log, "the trainer never asked the server for completions"
