@@ -1,10 +1,10 @@
 """GPU benchmark: hpc-grpo against bare TRL, side by side in one run, on the lent GPU machine.
 
   python benchmarks/bench_gpu.py one --out DIR [--runs pair,planned]
-      1 GPU. pair: hpc-grpo (colocate + sleep) and bare TRL given the very GRPOConfig kwargs
-      the hpc-grpo run used (its grpo_config.json), in the order hpc, bare, bare, hpc so drift
-      over the job cancels. planned: the planner's own choice at two batch shapes, predicted
-      memory against measured.
+      1 GPU. pair: hpc-grpo (colocate + sleep, the planner's vLLM share) and bare TRL given the
+      very GRPOConfig kwargs the hpc-grpo run used (its grpo_config.json), in the order hpc,
+      bare, bare, hpc so drift over the job cancels. planned: the planner's own choice at two
+      batch shapes, predicted memory against measured.
   python benchmarks/bench_gpu.py two --out DIR [--runs default_plan,server,tp2]
       2 GPUs, the same 64 completions a step: the default plan (TP 1 x DP 2), server mode (one
       GPU `vllm serve`, one GPU training the whole batch) and colocate TP 2.
@@ -136,7 +136,10 @@ def planned_peak(plan: dict[str, Any] | None) -> tuple[float | None, float | Non
 def part_one(out: Path, runs: list[str], steps: int) -> dict[str, Any]:
     _, memory, _ = gpu_info()
     site = site_file(out, 1, memory)
-    same = ["--set=vllm_enable_sleep_mode=true", "--set=vllm_gpu_memory_utilization=0.3"]
+    # sleep mode on, vLLM's share from the planner; BENCH_UTIL=0.3 forces the bare-TRL README's
+    same = ["--set=vllm_enable_sleep_mode=true"]
+    if os.environ.get("BENCH_UTIL"):
+        same.append(f"--set=vllm_gpu_memory_utilization={os.environ['BENCH_UTIL']}")
     results: dict[str, Any] = {}
     if "pair" in runs:
         results["hpc_grpo_1"] = attempt(hpc_grpo, site, steps, *same)

@@ -62,6 +62,15 @@ def test_child_env() -> None:
     assert "SIGTERM" not in env["TORCHELASTIC_SIGNALS_TO_HANDLE"]
 
 
+def test_compile_caches_are_shared_by_the_runs_of_one_output_root() -> None:
+    a = child_env({}, "a", {"run_dir": "/out/runs/a-0001"})
+    b = child_env({}, "a", {"run_dir": "/out/runs/b-0001"})
+    assert a["VLLM_CACHE_ROOT"] == b["VLLM_CACHE_ROOT"] == "/out/runs/.compile-cache/vllm"
+    assert a["TORCHINDUCTOR_CACHE_DIR"].startswith("/out/runs/.compile-cache/")
+    mine = child_env({"VLLM_CACHE_ROOT": "/mine"}, "a", {"run_dir": "/out/runs/a"})
+    assert mine["VLLM_CACHE_ROOT"] == "/mine"
+
+
 def test_ranks_share_the_node_cpus_they_may_use() -> None:
     run = {"procs_per_node": 4}
     assert child_env({}, "a", run, cpus=16)["OMP_NUM_THREADS"] == "4"
