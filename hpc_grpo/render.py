@@ -22,6 +22,10 @@ _DIRECTIVE_SAFE = re.compile(r"^[A-Za-z0-9_.,:@%+=/-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+# Rendezvous at MASTER_PORT, `vllm serve` at +1, its weight-sync group at +2: a job owns 3.
+PORTS_PER_JOB = 3
+
+
 def templates_dir() -> Path:
     here = Path(__file__).resolve().parent
     for candidate in (here / "sbatch_templates", here.parent / "sbatch_templates"):
@@ -97,7 +101,8 @@ def render_script(plan: JobPlan, *, run_id: str, run_dir: str, python: str) -> s
         folder=submitit_folder(run_dir),
         env=sorted(plan.site.env.items()),
         port_low=low,
-        port_span=high - low + 1,
+        port_slots=(high - low + 1) // PORTS_PER_JOB,
+        port_stride=PORTS_PER_JOB,
         python=shlex.quote(python),
         container_prefix=_container_prefix(plan),
         server_mode=plan.server is not None,
@@ -113,11 +118,13 @@ class Rendezvous:
 
 def rendezvous(plan: JobPlan) -> Rendezvous:
     low, high = plan.site.port_range
+    slots = (high - low + 1) // PORTS_PER_JOB
     if plan.site.scheduler == "local":
-        return Rendezvous("127.0.0.1", f"{low} + (process id % {high - low + 1})")
+        return Rendezvous("127.0.0.1", f"{low} + (process id % {slots}) x {PORTS_PER_JOB}")
     return Rendezvous(
         "first host of $SLURM_JOB_NODELIST",
-        f"{low} + (SLURM_JOB_ID % {high - low + 1})  [range {low}-{high}]",
+        f"{low} + (SLURM_JOB_ID % {slots}) x {PORTS_PER_JOB}  [range {low}-{high}; +1 vLLM server, "
+        "+2 weight sync]",
     )
 
 

@@ -96,7 +96,7 @@ def test_server_mode_one_gpu_generates_one_trains(tmp_path: Path) -> None:
     record = json.loads((run_dir / "run.json").read_text())
     server = record["vllm"]["server"]
     assert record["vllm"]["mode"] == "server"
-    assert (server["gpus"], server["trainer_gpus"]) == ([1], [0])
+    assert (server["gpus"], server["trainer_gpus"]) == ([0], [1])
     assert json.loads((run_dir / "state.json").read_text())["phase"] == "done"
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]

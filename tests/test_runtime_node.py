@@ -54,6 +54,27 @@ def test_torchrun_argv_errors() -> None:
         torchrun_argv(run(payload="eval"), {"MASTER_PORT": "1"})
 
 
+def test_server_torchrun_and_ranks_agree_on_ports_without_slurm() -> None:
+    """Found on the GPU machine: the node task picked a port for torchrun but started the
+    server on a default one, so the trainer waited 240 s on a port nobody served."""
+    from hpc_grpo.runtime import vllm_server
+    from hpc_grpo.runtime.node import free_port, with_master_port
+
+    node_env = with_master_port({}, 1, lambda: 40100)
+    argv = torchrun_argv(run(nodes=1), node_env)
+    assert argv[argv.index("--master-port") + 1] == "40100"
+    rank_env = child_env(node_env, "a", run(nodes=1)) | {"MASTER_PORT": "40100"}  # torchrun's
+    assert vllm_server.address(node_env) == vllm_server.address(rank_env)
+    assert vllm_server.grpo_server_fields(rank_env)["vllm_server_port"] == 40101
+    assert with_master_port({"MASTER_PORT": "29611"}, 2, lambda: 1)["MASTER_PORT"] == "29611"
+    with pytest.raises(ValueError, match="MASTER_PORT"):
+        with_master_port({}, 2, free_port)
+    with pytest.raises(ValueError, match="MASTER_PORT"):
+        vllm_server.address({})
+    port = free_port()
+    assert 1024 <= port <= 65533
+
+
 def test_child_env() -> None:
     env = child_env({"PATH": "/bin", "OMP_NUM_THREADS": "4"}, "a1")
     assert env["OMP_NUM_THREADS"] == "4"

@@ -72,10 +72,13 @@ class SiteProfile:
     preempt_partition: str = ""
 
     def __post_init__(self) -> None:
-        if len(self.port_range) != 2 or not 1024 <= self.port_range[0] <= self.port_range[1] < 65536:
+        if (len(self.port_range) != 2 or not 1024 <= self.port_range[0] < 65536
+                or not self.port_range[0] + 2 <= self.port_range[1] < 65536):
             raise UserError(
-                f"port_range must be [low, high] within 1024-65535, got {list(self.port_range)}",
+                f"port_range must be [low, high] within 1024-65535, at least 3 ports, got "
+                f"{list(self.port_range)}",
                 field="port_range",
+                hint="each job takes 3 ports: rendezvous, vLLM server, weight-sync group",
             )
         if self.requeue_signal not in {"USR1", "USR2", "TERM"}:
             raise UserError(

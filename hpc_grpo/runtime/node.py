@@ -33,11 +33,36 @@ def stop_signals(run: Mapping[str, Any]) -> tuple[signal.Signals, ...]:
     return tuple(dict.fromkeys(signal.Signals["SIG" + n.upper().removeprefix("SIG")] for n in names))
 
 
-def free_port() -> int:
-    """A TCP port free on this host right now (single-node runs without MASTER_PORT)."""
+def free_port(span: int = 3) -> int:
+    """A TCP port free on this host right now with the next ``span - 1`` free too (a job's
+    rendezvous, vLLM server and weight-sync ports), for single-node runs without MASTER_PORT."""
+    for _ in range(50):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port + span - 1 < 65536 and all(_free(port + i) for i in range(span)):
+            return port
+    raise RuntimeError(f"found no {span} consecutive free TCP ports")
+
+
+def _free(port: int) -> bool:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def with_master_port(env: Mapping[str, str], nodes: int, pick: Callable[[], int]) -> dict[str, str]:
+    """The environment with MASTER_PORT fixed once: torchrun, the ranks and the vLLM server
+    (rendezvous port + 1, + 2) must all see the same one. Only one node may pick its own."""
+    out = dict(env)
+    if not out.get("MASTER_PORT"):
+        if nodes > 1:
+            raise ValueError("MASTER_PORT must be set when a run spans several nodes")
+        out["MASTER_PORT"] = str(pick())
+    return out
 
 
 def torchrun_argv(run: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
@@ -193,8 +218,9 @@ class NodeTask:
 
     def __call__(self) -> int:
         run = {**rundir.load_run(self.run_dir), "run_dir": self.run_dir}
-        attempt = attempt_id(os.environ)
-        argv = torchrun_argv(run, os.environ)
+        node_env = with_master_port(os.environ, int(run["nodes"]), free_port)
+        attempt = attempt_id(node_env)
+        argv = torchrun_argv(run, node_env)
         (Path(self.run_dir) / "logs").mkdir(parents=True, exist_ok=True)
         print(f"[node] {socket.gethostname()} attempt {attempt}: {' '.join(argv)}", flush=True)
         self._received = []
@@ -207,12 +233,13 @@ class NodeTask:
         started = time.time()
         server = None
         try:
-            env = child_env(os.environ, attempt, run, usable_cpus())
-            if vllm_server.server_mode(run) and vllm_server.is_server_node(run, os.environ):
+            env = child_env(node_env, attempt, run, usable_cpus())
+            if vllm_server.server_mode(run) and vllm_server.is_server_node(run, node_env):
                 log = str(Path(self.run_dir) / "logs" / "vllm-server.log")
-                server = vllm_server.start(run, os.environ, log)
-                print(f"[node] vllm serve starting (log {log})", flush=True)
-                vllm_server.wait_healthy(server, vllm_server.address(os.environ).port)
+                server = vllm_server.start(run, node_env, log)
+                port = vllm_server.address(node_env).port
+                print(f"[node] vllm serve starting on port {port} (log {log})", flush=True)
+                vllm_server.wait_healthy(server, port)
             proc = subprocess.Popen(argv, env=env, preexec_fn=_agent_ignores(signals))
             rc = proc.wait()  # signal handlers run while waiting (PEP 475 restarts the wait)
         finally:

@@ -33,8 +33,13 @@ def server_mode(run: Mapping[str, Any]) -> bool:
 
 
 def address(env: Mapping[str, str]) -> ServerAddress:
-    """Server port = rendezvous port + 1, weight-sync group port = + 2 (both per job)."""
-    master = int(env.get("MASTER_PORT", "29500"))
+    """Server port = rendezvous port + 1, weight-sync group port = + 2 (a job owns all three).
+
+    The node task sets MASTER_PORT before starting the server and torchrun, so both sides agree.
+    """
+    if not env.get("MASTER_PORT", "").isdigit():
+        raise ValueError("MASTER_PORT must be set: the vLLM server's ports follow it")
+    master = int(env["MASTER_PORT"])
     return ServerAddress(env.get(HOST_ENV, "127.0.0.1"), master + 1, master + 2)
 
 
