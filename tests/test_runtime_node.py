@@ -252,3 +252,60 @@ def test_seconds_left_prefers_slurm_end_time() -> None:
     assert seconds_left({"SLURM_JOB_END_TIME": "1000"}, {"time_min": 2}, 0.0, now=970.0) == 30.0
     assert seconds_left({}, {"time_min": 2}, 100.0, now=190.0) == 30.0
     assert seconds_left({}, {}, 100.0, now=190.0) is None
+
+
+FAKE_SERVER = """
+import http.server, sys
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404); self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+"""
+FAKE_RANK = """
+import json, os, sys, urllib.request
+from hpc_grpo.runtime import rundir, vllm_server
+fields = vllm_server.grpo_server_fields(os.environ)  # what train.py gives GRPOConfig
+url = f"http://{fields['vllm_server_host']}:{fields['vllm_server_port']}/health"
+status = urllib.request.urlopen(url, timeout=5).status
+open(os.path.join(sys.argv[1], "rank-saw"), "w").write(json.dumps([fields["vllm_server_port"], status]))
+rundir.update_state(sys.argv[1], phase="done", attempt=os.environ["HPC_GRPO_ATTEMPT"])
+"""
+
+
+def test_node_task_ranks_reach_the_server_it_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Server mode without Slurm, end to end through the node task: the server it starts and
+    waits for is the one the ranks' GRPOConfig points at (GPUs aside, vllm serve replaced)."""
+    import json
+
+    from hpc_grpo.runtime import node, vllm_server
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    record = {"schema": 1, **run(nodes=1, ppn=1), "run_dir": str(run_dir), "device": "cuda",
+              "model": "m", "vllm": {"enabled": True, "mode": "server",
+                                     "server": {"node": 0, "gpus": [0], "trainer_gpus": [1]}}}
+    (run_dir / "run.json").write_text(json.dumps(record))
+    for name in ("MASTER_PORT", "SLURM_JOB_ID", "SLURM_NODEID", vllm_server.HOST_ENV):
+        monkeypatch.delenv(name, raising=False)
+    started: list[int] = []
+
+    def fake_server_argv(_run: Any, port: int) -> list[str]:
+        started.append(port)
+        return [sys.executable, "-c", FAKE_SERVER, str(port)]
+
+    monkeypatch.setattr(vllm_server, "server_argv", fake_server_argv)
+    real = node.torchrun_argv
+
+    def fake_torchrun(run_: Any, env: Any) -> list[str]:  # sets the ranks' MASTER_PORT as torchrun
+        argv = real(run_, env)
+        port = argv[argv.index("--master-port") + 1]
+        return ["env", f"MASTER_PORT={port}", sys.executable, "-c", FAKE_RANK, str(run_dir)]
+
+    monkeypatch.setattr(node, "torchrun_argv", fake_torchrun)
+    assert node.NodeTask(str(run_dir))() == 0
+    port, status = json.loads((run_dir / "rank-saw").read_text())
+    assert (port, status) == (started[0], 200)
