@@ -179,7 +179,7 @@ def ratios(results: dict[str, Any]) -> None:
     server = results.get("server", {}).get("step_s")
     for key in ("default_plan", "tp2"):
         mine = results.get(key, {}).get("step_s")
-        if server and mine:
+        if server and mine and server == server and mine == mine:  # neither failed (NaN)
             results[f"ratio_{key}_over_server"] = server / mine
 
 
