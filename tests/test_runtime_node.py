@@ -170,6 +170,33 @@ def test_node_task_turns_signal_into_stop_request_and_chains(
     assert "SIGUSR2 to node task" in (run_dir / "stop-request").read_text()
 
 
+def test_a_signal_after_the_last_step_is_not_handed_to_submitit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen on the sandbox: training ended, the time-limit USR2 came before torchrun exited;
+    submitit's handler found nothing to requeue (checkpoint() is None once done) and raised, so
+    a finished run ended FAILED."""
+    import json
+    import signal
+
+    from hpc_grpo.runtime import node, rundir
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text(json.dumps({"schema": 1, **run(nodes=1)}))
+    monkeypatch.setattr(node.subprocess, "Popen", FakeTorchrun)
+    monkeypatch.setenv("SLURM_JOB_ID", "6")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    rundir.update_state(run_dir, phase="done", attempt="slurm-6.1", step=110)
+    seen: list[int] = []
+    old = signal.signal(signal.SIGUSR2, lambda s, f: seen.append(s))
+    try:
+        assert node.NodeTask(str(run_dir))() == 0
+    finally:
+        signal.signal(signal.SIGUSR2, old)
+    assert seen == []
+
+
 def test_checkpoint_resubmits_through_loaded_submitit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -247,14 +247,16 @@ class NodeTask:
                 vllm_server.stop(server)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        code = exit_code(rc, rundir.read_state(self.run_dir), attempt)
+        state = rundir.read_state(self.run_dir)
+        code = exit_code(rc, state, attempt)
         if os.environ.get("SLURM_NODEID", "0") == "0":
             self._after_exit(run, code)
         print(
             f"[node] torchrun exited {rc} after {time.time() - started:.1f} s; node task returns {code}",
             flush=True,
         )
-        if self.chain_signals:
+        finished = state.get("attempt") == attempt and state.get("phase") == "done"
+        if self.chain_signals and not finished:  # a signal after the last step: nothing to requeue
             for signum in dict.fromkeys(self._received):  # each signal once, in arrival order
                 handler = previous.get(signal.Signals(signum))
                 if callable(handler):
