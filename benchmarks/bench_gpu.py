@@ -1,6 +1,6 @@
 """GPU benchmark: hpc-grpo against bare TRL, side by side in one run, on the lent GPU machine.
 
-  python benchmarks/bench_gpu.py one --out DIR [--runs pair,planned]
+  python benchmarks/bench_gpu.py one --out DIR [--runs pair,planned]   # BENCH_ROUNDS=2: 8 pair runs
       1 GPU. pair: hpc-grpo (colocate + sleep, the planner's vLLM share) and bare TRL given the
       very GRPOConfig kwargs the hpc-grpo run used (its grpo_config.json), in the order hpc,
       bare, bare, hpc so drift over the job cancels. planned: the planner's own choice at two
@@ -142,20 +142,32 @@ def part_one(out: Path, runs: list[str], steps: int) -> dict[str, Any]:
         same.append(f"--set=vllm_gpu_memory_utilization={os.environ['BENCH_UTIL']}")
     results: dict[str, Any] = {}
     if "pair" in runs:
-        results["hpc_grpo_1"] = attempt(hpc_grpo, site, steps, *same)
-        kwargs = results["hpc_grpo_1"].get("grpo_config")
-        flags = ["--grpo-json", kwargs] if kwargs else ["--sleep", "--gpu-util", "0.3"]
-        results["bare_trl_1"] = attempt(bare, out, "bare1", steps, *flags)
-        results["bare_trl_2"] = attempt(bare, out, "bare2", steps, *flags)
-        results["hpc_grpo_2"] = attempt(hpc_grpo, site, steps, *same)
-        hpc = [results[k]["step_s"] for k in ("hpc_grpo_1", "hpc_grpo_2")]
-        ref = [results[k]["step_s"] for k in ("bare_trl_1", "bare_trl_2")]
-        results["step_ratio_hpc_over_bare"] = mean(hpc) / mean(ref)
+        flags: list[str] = []
+        for r in range(1, 2 * int(os.environ.get("BENCH_ROUNDS", "1")) + 1, 2):  # hpc, bare, bare, hpc
+            results[f"hpc_grpo_{r}"] = attempt(hpc_grpo, site, steps, *same)
+            kwargs = results[f"hpc_grpo_{r}"].get("grpo_config")
+            flags = flags or (["--grpo-json", kwargs] if kwargs else ["--sleep"])
+            results[f"bare_trl_{r}"] = attempt(bare, out, f"bare{r}", steps, *flags)
+            results[f"bare_trl_{r + 1}"] = attempt(bare, out, f"bare{r + 1}", steps, *flags)
+            results[f"hpc_grpo_{r + 1}"] = attempt(hpc_grpo, site, steps, *same)
+        results.update(pair_ratio(results))
     if "planned" in runs:
         results["planned_a"] = attempt(hpc_grpo, site, steps)
         results["planned_b"] = attempt(hpc_grpo, site, steps, batch={
             "per_device_train_batch_size": 16, "max_completion_length": 1024})
     return results
+
+
+def pair_ratio(results: dict[str, Any]) -> dict[str, float]:
+    """hpc-grpo over bare TRL: the ratio of the means, and the range over every pairing of one
+    hpc-grpo run with one bare run, which says how far run-to-run noise alone moves it."""
+    hpc = [r["step_s"] for k, r in results.items() if k.startswith("hpc_grpo_") and "error" not in r]
+    ref = [r["step_s"] for k, r in results.items() if k.startswith("bare_trl_") and "error" not in r]
+    if not hpc or not ref:
+        return {}
+    pairs = [h / b for h in hpc for b in ref]
+    return {"step_ratio_hpc_over_bare": mean(hpc) / mean(ref),
+            "step_ratio_lowest_pairing": min(pairs), "step_ratio_highest_pairing": max(pairs)}
 
 
 def part_two(out: Path, runs: list[str], steps: int) -> dict[str, Any]:
