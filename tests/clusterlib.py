@@ -25,11 +25,16 @@ def cli(*args: str, check: bool = True, timeout: float = 120) -> subprocess.Comp
     return proc
 
 
-def submit(root: Path, *args: str) -> tuple[str, str, Path]:
-    out = cli("submit", "--output-root", str(root), "--no-wait", *args).stdout
+def submitted(out: str) -> tuple[str, str, Path]:
+    """(run id, job id, run directory) from submit's first line; the output root also holds
+    other entries (the shared compile cache), so a test must not pick its first folder."""
     match = re.search(r"run (\S+)\s+job (\S+)\s+dir (\S+)", out)
     assert match, out
     return match.group(1), match.group(2), Path(match.group(3))
+
+
+def submit(root: Path, *args: str) -> tuple[str, str, Path]:
+    return submitted(cli("submit", "--output-root", str(root), "--no-wait", *args).stdout)
 
 
 def status(run_id: str) -> dict[str, Any]:

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.clusterlib import RECIPE, cli, finished, submit, wait_for, wait_no_processes
+from tests.clusterlib import (
+    RECIPE,
+    cli,
+    finished,
+    submit,
+    submitted,
+    wait_for,
+    wait_no_processes,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("sandbox_cluster")]
 
@@ -61,7 +69,7 @@ def test_local_site_runs_same_payload(tmp_path: Path) -> None:
     root = tmp_path / "runs"
     proc = cli("submit", "--site", "local", "--model", "builtin:tiny", "--payload", "check",
                "--output-root", str(root), "--wait", timeout=180)
-    run_dir = next(root.iterdir())
+    run_dir = submitted(proc.stdout)[2]
     ranks = [json.loads(p.read_text()) for p in sorted((run_dir / "check").glob("rank-*.json"))]
     assert len(ranks) == 2 and all(r["allreduce"] == r["expected"] == 3 for r in ranks)
     assert ranks[0]["master_addr"] == "127.0.0.1"

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.clusterlib import submitted
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -20,7 +22,7 @@ def test_readme_main_job(tmp_path: Path) -> None:
                            "--output-root", str(tmp_path / "runs")],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    run_dir = next((tmp_path / "runs").iterdir())
+    run_dir = submitted(proc.stdout)[2]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 100
     assert summary["reward_delta"] > 10, summary  # measured here: about +27 over 100 steps
