@@ -143,9 +143,10 @@ class FakeTorchrun:
         return 138  # what torchrun may return after a user signal
 
 
-def test_node_task_turns_signal_into_stop_request_and_chains(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def usr2_during_torchrun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, job: str,
+                         phase: str) -> tuple[int, list[int], Path]:
+    """Run a node task whose torchrun stand-in gets SIGUSR2, rank 0 having left ``phase`` for
+    Slurm attempt ``job``.0; returns its code, the signals the earlier handler saw, the run dir."""
     import json
     import signal
 
@@ -155,17 +156,27 @@ def test_node_task_turns_signal_into_stop_request_and_chains(
     run_dir.mkdir()
     (run_dir / "run.json").write_text(json.dumps({"schema": 1, **run(nodes=1)}))
     monkeypatch.setattr(node.subprocess, "Popen", FakeTorchrun)
-    monkeypatch.setenv("SLURM_JOB_ID", "5")
+    monkeypatch.setenv("SLURM_JOB_ID", job)
     monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
-    # What the ranks' rank 0 would have written for this attempt after a clean stop.
-    rundir.update_state(run_dir, phase="interrupted", attempt="slurm-5.0", step=3)
+    rundir.update_state(run_dir, phase=phase, attempt=f"slurm-{job}.0", step=3)
     seen: list[int] = []
     old = signal.signal(signal.SIGUSR2, lambda s, f: seen.append(s))
     try:
         code = node.NodeTask(str(run_dir))()  # chain_signals is on by default
-        assert signal.getsignal(signal.SIGUSR2) is not None and seen == [signal.SIGUSR2]
+        assert signal.getsignal(signal.SIGUSR2) is not None
     finally:
         signal.signal(signal.SIGUSR2, old)
+    return code, seen, run_dir
+
+
+def test_node_task_turns_signal_into_stop_request_and_chains(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import signal
+
+    # What the ranks' rank 0 would have written for this attempt after a clean stop.
+    code, seen, run_dir = usr2_during_torchrun(tmp_path, monkeypatch, "5", "interrupted")
+    assert seen == [signal.SIGUSR2]
     assert code == 0  # torchrun's 138 is not read alone: state says interrupted
     assert "SIGUSR2 to node task" in (run_dir / "stop-request").read_text()
 
@@ -176,24 +187,8 @@ def test_a_signal_after_the_last_step_is_not_handed_to_submitit(
     """Seen on the sandbox: training ended, the time-limit USR2 came before torchrun exited;
     submitit's handler found nothing to requeue (checkpoint() is None once done) and raised, so
     a finished run ended FAILED."""
-    import json
-    import signal
-
-    from hpc_grpo.runtime import node, rundir
-
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    (run_dir / "run.json").write_text(json.dumps({"schema": 1, **run(nodes=1)}))
-    monkeypatch.setattr(node.subprocess, "Popen", FakeTorchrun)
-    monkeypatch.setenv("SLURM_JOB_ID", "6")
-    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
-    rundir.update_state(run_dir, phase="done", attempt="slurm-6.1", step=110)
-    seen: list[int] = []
-    old = signal.signal(signal.SIGUSR2, lambda s, f: seen.append(s))
-    try:
-        assert node.NodeTask(str(run_dir))() == 0
-    finally:
-        signal.signal(signal.SIGUSR2, old)
+    code, seen, _ = usr2_during_torchrun(tmp_path, monkeypatch, "6", "done")
+    assert code == 0
     assert seen == []
 
 

@@ -250,7 +250,7 @@ class NodeTask:
         state = rundir.read_state(self.run_dir)
         code = exit_code(rc, state, attempt)
         if os.environ.get("SLURM_NODEID", "0") == "0":
-            self._after_exit(run, code)
+            self._after_exit(run, code, state)
         print(
             f"[node] torchrun exited {rc} after {time.time() - started:.1f} s; node task returns {code}",
             flush=True,
@@ -263,9 +263,8 @@ class NodeTask:
                     handler(signum, None)  # submitit's may requeue and exit here
         return code
 
-    def _after_exit(self, run: Mapping[str, Any], code: int) -> None:
+    def _after_exit(self, run: Mapping[str, Any], code: int, state: Mapping[str, Any]) -> None:
         """Rank-0 node: name the cause of a signalled stop; requeue a crash while retries last."""
-        state = rundir.read_state(self.run_dir)
         names = [signal.Signals(s).name for s in dict.fromkeys(self._received)]
         if names and state.get("phase") == "interrupted":
             left = seconds_left(os.environ, run, self._started_at)
