@@ -26,6 +26,12 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PORTS_PER_JOB = 3
 
 
+def _port_slots(plan: JobPlan) -> int:
+    """How many jobs' port triples fit the profile's range (the script and summary agree)."""
+    low, high = plan.site.port_range
+    return (high - low + 1) // PORTS_PER_JOB
+
+
 def templates_dir() -> Path:
     here = Path(__file__).resolve().parent
     for candidate in (here / "sbatch_templates", here.parent / "sbatch_templates"):
@@ -85,7 +91,7 @@ def render_script(plan: JobPlan, *, run_id: str, run_dir: str, python: str) -> s
     for key in plan.site.env:
         if not _ENV_NAME.match(key):
             raise UserError(f"'{key}' is not a valid environment variable name", field="env")
-    low, high = plan.site.port_range
+    low = plan.site.port_range[0]
     hours, mins = divmod(plan.time_min, 60)
     template = "local.sh.j2" if plan.site.scheduler == "local" else "slurm.sbatch.j2"
     return _environment().get_template(template).render(
@@ -101,7 +107,7 @@ def render_script(plan: JobPlan, *, run_id: str, run_dir: str, python: str) -> s
         folder=submitit_folder(run_dir),
         env=sorted(plan.site.env.items()),
         port_low=low,
-        port_slots=(high - low + 1) // PORTS_PER_JOB,
+        port_slots=_port_slots(plan),
         port_stride=PORTS_PER_JOB,
         python=shlex.quote(python),
         container_prefix=_container_prefix(plan),
@@ -118,7 +124,7 @@ class Rendezvous:
 
 def rendezvous(plan: JobPlan) -> Rendezvous:
     low, high = plan.site.port_range
-    slots = (high - low + 1) // PORTS_PER_JOB
+    slots = _port_slots(plan)
     if plan.site.scheduler == "local":
         return Rendezvous("127.0.0.1", f"{low} + (process id % {slots}) x {PORTS_PER_JOB}")
     return Rendezvous(

@@ -91,14 +91,14 @@ def load_prompts(spec: Mapping[str, Any]) -> Any:
 
 def longest_prompt_tokens(dataset: Any, tokenizer: Any) -> int:
     """Tokens of the longest prompt as the trainer will send it (chat template for messages)."""
-    longest = 0
-    for prompt in dataset["prompt"]:
-        if isinstance(prompt, str):
-            ids = tokenizer(prompt)["input_ids"]
-        else:  # conversational: a list of {"role", "content"} messages
+    prompts = dataset["prompt"]
+    texts = [p for p in prompts if isinstance(p, str)]  # one batched call: start-up stays short
+    longest = max((len(ids) for ids in tokenizer(texts)["input_ids"]), default=0) if texts else 0
+    for prompt in prompts:
+        if not isinstance(prompt, str):  # conversational: a list of {"role", "content"} messages
             ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
             ids = ids["input_ids"] if isinstance(ids, Mapping) else ids
-        longest = max(longest, len(ids))
+            longest = max(longest, len(ids))
     return longest
 
 
