@@ -3,11 +3,13 @@
   python benchmarks/bench_gpu.py one --out DIR [--runs pair,planned]   # BENCH_ROUNDS=2: 8 pair runs
       1 GPU. pair: hpc-grpo (colocate + sleep, the planner's vLLM share) and bare TRL given the
       very GRPOConfig kwargs the hpc-grpo run used (its grpo_config.json), in the order hpc,
-      bare, bare, hpc so drift over the job cancels. planned: the planner's own choice at two
-      batch shapes, predicted memory against measured.
-  python benchmarks/bench_gpu.py two --out DIR [--runs default_plan,server,tp2]
-      2 GPUs, the same 64 completions a step: the default plan (TP 1 x DP 2), server mode (one
-      GPU `vllm serve`, one GPU training the whole batch) and colocate TP 2.
+      bare, bare, hpc so drift over the job cancels. hpc1,bare1,bare2,hpc2,... name single pair
+      runs, so the rounds can be split over calls (each call is limited to 10 minutes).
+      planned: the planner's own choice at two batch shapes, predicted memory against measured.
+  python benchmarks/bench_gpu.py two --out DIR [--runs default_plan,bare_dp2,server,tp2]
+      2 GPUs, the same 64 completions a step: the default plan (TP 1 x DP 2), bare TRL given the
+      default plan's GRPOConfig under torchrun on both GPUs, server mode (one GPU `vllm serve`,
+      one GPU training the whole batch) and colocate TP 2.
   python benchmarks/bench_gpu.py table DIR/bench-one.json   # print a saved result again
 
 Model: Qwen2-0.5B layer shapes, random weights, built offline (builtin:qwen2-0.5b). Runs of one
@@ -57,9 +59,10 @@ def site_file(out: Path, gpus: int, memory_gib: float) -> Path:
     return path
 
 
-def step_stats(times: list[float]) -> dict[str, float]:
+def step_stats(times: list[float]) -> dict[str, Any]:
     later = times[1:] or times
-    return {"step_s": mean(later), "step_median_s": median(later), "steps_timed": len(later)}
+    return {"step_s": mean(later), "step_median_s": median(later), "steps_timed": len(later),
+            "step_times": [round(t, 4) for t in times]}
 
 
 def hpc_grpo(site: Path, steps: int, *extra: str, batch: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -133,7 +136,7 @@ def planned_peak(plan: dict[str, Any] | None) -> tuple[float | None, float | Non
     return budget, budget - b.get("fragmentation reserve", 0.0)
 
 
-def part_one(out: Path, runs: list[str], steps: int) -> dict[str, Any]:
+def part_one(out: Path, runs: list[str], steps: int, saved: dict[str, Any]) -> dict[str, Any]:
     _, memory, _ = gpu_info()
     site = site_file(out, 1, memory)
     # sleep mode on, vLLM's share from the planner; BENCH_UTIL=0.3 forces the bare-TRL README's
@@ -141,16 +144,23 @@ def part_one(out: Path, runs: list[str], steps: int) -> dict[str, Any]:
     if os.environ.get("BENCH_UTIL"):
         same.append(f"--set=vllm_gpu_memory_utilization={os.environ['BENCH_UTIL']}")
     results: dict[str, Any] = {}
-    if "pair" in runs:
-        flags: list[str] = []
-        for r in range(1, 2 * int(os.environ.get("BENCH_ROUNDS", "1")) + 1, 2):  # hpc, bare, bare, hpc
-            results[f"hpc_grpo_{r}"] = attempt(hpc_grpo, site, steps, *same)
-            kwargs = results[f"hpc_grpo_{r}"].get("grpo_config")
-            flags = flags or (["--grpo-json", kwargs] if kwargs else ["--sleep"])
-            results[f"bare_trl_{r}"] = attempt(bare, out, f"bare{r}", steps, *flags)
-            results[f"bare_trl_{r + 1}"] = attempt(bare, out, f"bare{r + 1}", steps, *flags)
-            results[f"hpc_grpo_{r + 1}"] = attempt(hpc_grpo, site, steps, *same)
-        results.update(pair_ratio(results))
+    pair = runs
+    if "pair" in runs:  # hpc, bare, bare, hpc per round
+        rounds = range(1, 2 * int(os.environ.get("BENCH_ROUNDS", "1")) + 1, 2)
+        pair = [name for r in rounds for name in (f"hpc{r}", f"bare{r}", f"bare{r + 1}", f"hpc{r + 1}")]
+    for name in pair:
+        number = name.removeprefix("hpc").removeprefix("bare")
+        if not number.isdigit():
+            continue
+        if name.startswith("hpc"):
+            results[f"hpc_grpo_{number}"] = attempt(hpc_grpo, site, steps, *same)
+        else:  # the very GRPOConfig an hpc-grpo run of this output folder used
+            kwargs = next((r["grpo_config"] for k, r in {**saved, **results}.items()
+                           if k.startswith("hpc_grpo_") and r.get("grpo_config")), None)
+            flags = ["--grpo-json", kwargs] if kwargs else ["--sleep"]
+            results[f"bare_trl_{number}"] = attempt(bare, out, f"bare{number}", steps, *flags)
+    if any(k.startswith(("hpc_grpo_", "bare_trl_")) for k in results):
+        results.update(pair_ratio({**saved, **results}))
     if "planned" in runs:
         results["planned_a"] = attempt(hpc_grpo, site, steps)
         results["planned_b"] = attempt(hpc_grpo, site, steps, batch={
@@ -161,16 +171,21 @@ def part_one(out: Path, runs: list[str], steps: int) -> dict[str, Any]:
 def pair_ratio(results: dict[str, Any]) -> dict[str, float]:
     """hpc-grpo over bare TRL: the ratio of the means, and the range over every pairing of one
     hpc-grpo run with one bare run, which says how far run-to-run noise alone moves it."""
-    hpc = [r["step_s"] for k, r in results.items() if k.startswith("hpc_grpo_") and "error" not in r]
-    ref = [r["step_s"] for k, r in results.items() if k.startswith("bare_trl_") and "error" not in r]
+    ok = {k: r for k, r in results.items() if isinstance(r, dict) and "error" not in r}
+    hpc = [r for k, r in ok.items() if k.startswith("hpc_grpo_")]
+    ref = [r for k, r in ok.items() if k.startswith("bare_trl_")]
     if not hpc or not ref:
         return {}
-    pairs = [h / b for h in hpc for b in ref]
-    return {"step_ratio_hpc_over_bare": mean(hpc) / mean(ref),
-            "step_ratio_lowest_pairing": min(pairs), "step_ratio_highest_pairing": max(pairs)}
+    pairs = [h["step_s"] / b["step_s"] for h in hpc for b in ref]
+    out = {"step_ratio_hpc_over_bare": mean(h["step_s"] for h in hpc) / mean(b["step_s"] for b in ref),
+           "step_ratio_lowest_pairing": min(pairs), "step_ratio_highest_pairing": max(pairs)}
+    if all("step_median_s" in r for r in hpc + ref):  # robust to a slow step or two
+        out["step_ratio_medians_hpc_over_bare"] = (median(h["step_median_s"] for h in hpc)
+                                                   / median(b["step_median_s"] for b in ref))
+    return out
 
 
-def part_two(out: Path, runs: list[str], steps: int) -> dict[str, Any]:
+def part_two(out: Path, runs: list[str], steps: int, saved: dict[str, Any]) -> dict[str, Any]:
     _, memory, count = gpu_info()
     assert count >= 2, "part two needs 2 GPUs"
     site = site_file(out, 2, memory)
@@ -178,6 +193,10 @@ def part_two(out: Path, runs: list[str], steps: int) -> dict[str, Any]:
     results: dict[str, Any] = {}
     if "default_plan" in runs:
         results["default_plan"] = attempt(hpc_grpo, site, steps, *zero)
+    if "bare_dp2" in runs:  # bare TRL, the default plan's very GRPOConfig, torchrun on both GPUs
+        kwargs = {**saved, **results}.get("default_plan", {}).get("grpo_config")
+        flags = ["--grpo-json", kwargs] if kwargs else ["--gpu-util", "0.1"]
+        results["bare_dp2"] = attempt(bare, out, "bare_dp2", steps, *flags, procs=2)
     if "server" in runs:  # same 64 completions a step: one trainer takes the whole global batch
         results["server"] = attempt(hpc_grpo, site, steps, *zero, "--vllm-mode", "server",
                                     batch={"per_device_train_batch_size": 64})
@@ -193,6 +212,9 @@ def ratios(results: dict[str, Any]) -> None:
         mine = results.get(key, {}).get("step_s")
         if server and mine and server == server and mine == mine:  # neither failed (NaN)
             results[f"ratio_{key}_over_server"] = server / mine
+    mine, ref = (results.get(k, {}).get("step_s") for k in ("default_plan", "bare_dp2"))
+    if mine and ref and mine == mine and ref == ref:
+        results["step_ratio_default_plan_over_bare_dp2"] = mine / ref
 
 
 def versions() -> dict[str, str]:
@@ -254,7 +276,8 @@ def main() -> None:
         sh([sys.executable, "-m", "hpc_grpo.runtime.model_shapes", "qwen2-0.5b", str(model)])
     saved = out / f"bench-{part}.json"
     results = json.loads(saved.read_text()) if saved.exists() else {}
-    results.update(part_one(out, runs, steps) if part == "one" else part_two(out, runs, steps))
+    results.update(part_one(out, runs, steps, results) if part == "one"
+                   else part_two(out, runs, steps, results))
     ratios(results)
     name, _, count = gpu_info()
     results.update(versions=versions(), steps=steps, date=time.strftime("%Y-%m-%d"), gpu=name,
