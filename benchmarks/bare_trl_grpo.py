@@ -61,6 +61,7 @@ def main() -> None:
         )
     config = GRPOConfig(**kwargs)
     times: list[float] = []
+    trl_times: list[float] = []  # TRL's own step_time: generation, forward and backward only
 
     class StepTimer(TrainerCallback):  # type: ignore[misc]
         """Step end to step end, the first from train begin: hpc-grpo's wall_step_time."""
@@ -76,6 +77,10 @@ def main() -> None:
             times.append(now - self.last)
             self.last = now
 
+        def on_log(self, *a: object, logs: dict[str, float] | None = None, **k: object) -> None:
+            if logs and logs.get("step_time") is not None:
+                trl_times.append(float(logs["step_time"]))
+
     tokenizer = PreTrainedTokenizerFast.from_pretrained(args.model)
     started = time.perf_counter()
     trainer = GRPOTrainer(model=args.model, reward_funcs=[resolve_reward("builtin:length")], args=config,
@@ -86,7 +91,8 @@ def main() -> None:
     sampler.stop()
     if int(os.environ.get("RANK", "0")) == 0:
         Path(args.out).write_text(json.dumps({
-            "step_times": times, "build_s": build_s, "peak_gpu_gib": sampler.peak_gib,
+            "step_times": times, "trl_step_times": trl_times, "build_s": build_s,
+            "peak_gpu_gib": sampler.peak_gib,
             "args": vars(args), "grpo_config": {k: v for k, v in kwargs.items()
                                                 if isinstance(v, (str, int, float, bool, type(None)))}},
             indent=1))

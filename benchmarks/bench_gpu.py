@@ -84,6 +84,7 @@ def hpc_grpo(site: Path, steps: int, *extra: str, batch: dict[str, Any] | None =
     result: dict[str, Any] = {
         "run_dir": str(run_dir), "wall_s": wall,
         **step_stats([m["wall_step_time"] for m in metrics if m.get("wall_step_time")]),
+        "trl_step_times": [round(m["step_time"], 4) for m in metrics if m.get("step_time")],
         "startup_s": first["time"] - first["wall_step_time"] - state["started"],
         "tokens_per_s": mean(m["tokens_per_s"] for m in metrics[1:] if m.get("tokens_per_s")),
         "peak_gpu_gib": max((m.get("gpu_mem_peak_gib") or 0) for m in metrics),
@@ -115,6 +116,7 @@ def bare(out: Path, name: str, steps: int, *flags: str, procs: int = 1) -> dict[
         "--out", str(target), "--steps", str(steps), *flags], env=env)
     data = json.loads(target.read_text())
     return {"wall_s": time.perf_counter() - started, **step_stats(data["step_times"]),
+            "trl_step_times": [round(t, 4) for t in data.get("trl_step_times", [])],
             "startup_s": data["build_s"], "peak_gpu_gib": data["peak_gpu_gib"],
             "grpo_config": data.get("grpo_config")}
 
