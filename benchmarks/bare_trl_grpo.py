@@ -36,11 +36,11 @@ def main() -> None:
     from trl import GRPOConfig, GRPOTrainer
 
     from hpc_grpo.runtime.data import load_prompts
-    from hpc_grpo.runtime.gpumem import GpuMemorySampler
+    from hpc_grpo.runtime.gpumem import GpuMemorySampler, physical_gpu
     from hpc_grpo.runtime.rewards import resolve_reward
 
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    sampler = GpuMemorySampler(local_rank)  # from train begin, as hpc-grpo's metrics
+    sampler = GpuMemorySampler(physical_gpu(local_rank))  # from train begin, as hpc-grpo's metrics
     vllm = {}
     if args.mode != "none":
         vllm = dict(use_vllm=True, vllm_mode=args.mode)

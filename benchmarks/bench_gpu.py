@@ -5,6 +5,8 @@
       very GRPOConfig kwargs the hpc-grpo run used (its grpo_config.json), in the order hpc,
       bare, bare, hpc so drift over the job cancels. hpc1,bare1,bare2,hpc2,... name single pair
       runs, so the rounds can be split over calls (each call is limited to 10 minutes).
+      concurrent (2 GPUs): hpc-grpo and bare TRL at the same time on different GPUs and CPU
+      halves, then swapped; BENCH_ROUNDS=N gives 2N slots. Drift over the job cancels per slot.
       planned: the planner's own choice at two batch shapes, predicted memory against measured.
   python benchmarks/bench_gpu.py two --out DIR [--runs default_plan,bare_dp2,server,tp2]
       2 GPUs, the same 64 completions a step: the default plan (TP 1 x DP 2), bare TRL given the
@@ -26,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from statistics import mean, median
 from typing import Any
@@ -65,12 +68,33 @@ def step_stats(times: list[float]) -> dict[str, Any]:
             "step_times": [round(t, 4) for t in times]}
 
 
-def hpc_grpo(site: Path, steps: int, *extra: str, batch: dict[str, Any] | None = None) -> dict[str, Any]:
+class Launch:
+    """Where one side of a concurrent pair runs: one GPU and its own half of the CPUs."""
+
+    def __init__(self, gpu: int | None = None, cpus: list[int] | None = None) -> None:
+        self.gpu, self.cpus = gpu, cpus
+
+    def prefix(self) -> list[str]:
+        if not self.cpus or shutil.which("taskset") is None:  # then only the thread count differs
+            return []
+        return ["taskset", "-c", ",".join(map(str, self.cpus))]
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = str(self.gpu)
+        return env
+
+
+def hpc_grpo(site: Path, steps: int, *extra: str, batch: dict[str, Any] | None = None,
+             launch: Launch | None = None) -> dict[str, Any]:
     """One run through the project's own CLI; returns its step times, memory and records."""
+    launch = launch or Launch()
     sets = [f"--set={k}={v}" for k, v in {**BATCH, **(batch or {}), "max_steps": steps}.items()]
     started = time.perf_counter()
-    out = sh([sys.executable, "-m", "hpc_grpo.cli", "submit", "--site", str(site),
-              "--model", "builtin:qwen2-0.5b", "--time", "01:00:00", "--wait", *sets, *extra])
+    out = sh([*launch.prefix(), sys.executable, "-m", "hpc_grpo.cli", "submit", "--site", str(site),
+              "--model", "builtin:qwen2-0.5b", "--time", "01:00:00", "--wait", *sets, *extra],
+             env=launch.env())
     wall = time.perf_counter() - started
     run_dir = Path(re.search(r"dir (\S+)", out).group(1))  # type: ignore[union-attr]
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -102,17 +126,20 @@ def hpc_grpo(site: Path, steps: int, *extra: str, batch: dict[str, Any] | None =
     return result
 
 
-def bare(out: Path, name: str, steps: int, *flags: str, procs: int = 1) -> dict[str, Any]:
+def bare(out: Path, name: str, steps: int, *flags: str, procs: int = 1,
+         launch: Launch | None = None, port: int = 29533) -> dict[str, Any]:
     """Bare TRL under torchrun, like hpc-grpo's ranks (one process is a world of one)."""
     from hpc_grpo.runtime.node import threads_per_rank, usable_cpus
 
     target = out / f"{name}.json"
     model = Path(os.environ["HPC_GRPO_HOME"]) / "models" / "qwen2-0.5b"
     # the threads hpc-grpo's node task gives each rank (torchrun alone: all, or 1 for several)
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads_per_rank(os.environ, usable_cpus(), procs))}
+    launch = launch or Launch()
+    cpus = len(launch.cpus) if launch.cpus else usable_cpus()
+    env = {**launch.env(), "OMP_NUM_THREADS": str(threads_per_rank(os.environ, cpus, procs))}
     started = time.perf_counter()
-    sh([sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={procs}",
-        "--master-port=29533", str(REPO / "benchmarks" / "bare_trl_grpo.py"), "--model", str(model),
+    sh([*launch.prefix(), sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={procs}",
+        f"--master-port={port}", str(REPO / "benchmarks" / "bare_trl_grpo.py"), "--model", str(model),
         "--out", str(target), "--steps", str(steps), *flags], env=env)
     data = json.loads(target.read_text())
     return {"wall_s": time.perf_counter() - started, **step_stats(data["step_times"]),
@@ -163,6 +190,8 @@ def part_one(out: Path, runs: list[str], steps: int, saved: dict[str, Any]) -> d
             results[f"bare_trl_{number}"] = attempt(bare, out, f"bare{number}", steps, *flags)
     if any(k.startswith(("hpc_grpo_", "bare_trl_")) for k in results):
         results.update(pair_ratio({**saved, **results}))
+    if "concurrent" in runs:
+        results.update(concurrent_pairs(out, site, steps, same, {**saved, **results}))
     if "planned" in runs:
         results["planned_a"] = attempt(hpc_grpo, site, steps)
         results["planned_b"] = attempt(hpc_grpo, site, steps, batch={
@@ -170,10 +199,54 @@ def part_one(out: Path, runs: list[str], steps: int, saved: dict[str, Any]) -> d
     return results
 
 
+def concurrent_pairs(out: Path, site: Path, steps: int, same: list[str],
+                     known: dict[str, Any]) -> dict[str, Any]:
+    """hpc-grpo on one GPU while bare TRL runs on the other, each on half the CPUs, then swapped.
+
+    Both sides of a slot see the same machine at the same moment, so drift over the job (which
+    moved sequential runs of one program by up to 8%) cancels within the slot, and swapping the
+    GPUs cancels a difference between them. Needs 2 GPUs.
+    """
+    assert gpu_info()[2] >= 2, "concurrent pairs need 2 GPUs"
+    cpus = sorted(os.sched_getaffinity(0))
+    sides = [Launch(0, cpus[: len(cpus) // 2]), Launch(1, cpus[len(cpus) // 2:])]
+    results: dict[str, Any] = {}
+    kwargs = next((r["grpo_config"] for k, r in known.items()
+                   if k.startswith("hpc_grpo_") and r.get("grpo_config")), None)
+    if kwargs is None:  # the bare side needs an hpc-grpo run's GRPOConfig; this also warms caches
+        results["warmup_hpc"] = attempt(hpc_grpo, site, 3, *same, launch=sides[0])
+        kwargs = results["warmup_hpc"].get("grpo_config")
+    slot = sum(1 for k in known if k.startswith("hpc_grpo_c"))
+    for _ in range(int(os.environ.get("BENCH_ROUNDS", "1"))):
+        for mine, theirs in ((0, 1), (1, 0)):
+            slot += 1
+            with ThreadPoolExecutor(2) as pool:
+                hpc = pool.submit(attempt, hpc_grpo, site, steps, *same, launch=sides[mine])
+                ref = pool.submit(attempt, bare, out, f"bare_c{slot}", steps, "--grpo-json", str(kwargs),
+                                  launch=sides[theirs])
+                results[f"hpc_grpo_c{slot}"] = {**hpc.result(), "gpu": mine}
+                results[f"bare_trl_c{slot}"] = {**ref.result(), "gpu": theirs}
+    return {**results, **concurrent_ratio({**known, **results})}
+
+
+def concurrent_ratio(results: dict[str, Any]) -> dict[str, float]:
+    """hpc-grpo over bare TRL per concurrent slot (both ran at the same time), and their spread."""
+    slots = []
+    for key, mine in results.items():
+        theirs = results.get(key.replace("hpc_grpo_c", "bare_trl_c"), {})
+        if key.startswith("hpc_grpo_c") and "error" not in mine and theirs and "error" not in theirs:
+            slots.append(mine["step_s"] / theirs["step_s"])
+    if not slots:
+        return {}
+    return {"concurrent_ratio_mean": mean(slots), "concurrent_ratio_lowest": min(slots),
+            "concurrent_ratio_highest": max(slots), "concurrent_slots": float(len(slots))}
+
+
 def pair_ratio(results: dict[str, Any]) -> dict[str, float]:
     """hpc-grpo over bare TRL: the ratio of the means, and the range over every pairing of one
     hpc-grpo run with one bare run, which says how far run-to-run noise alone moves it."""
-    ok = {k: r for k, r in results.items() if isinstance(r, dict) and "error" not in r}
+    ok = {k: r for k, r in results.items()  # sequential runs only: hpc_grpo_N, bare_trl_N
+          if isinstance(r, dict) and "error" not in r and k.rsplit("_", 1)[-1].isdigit()}
     hpc = [r for k, r in ok.items() if k.startswith("hpc_grpo_")]
     ref = [r for k, r in ok.items() if k.startswith("bare_trl_")]
     if not hpc or not ref:
@@ -257,7 +330,7 @@ def table(results: dict[str, Any]) -> str:
             f"| {_cell(r.get('peak_gpu_gib'), '.1f')} | {_cell(r.get('planned_use_gib'), '.1f')} "
             f"| {(f'{err:+.1%}' if err is not None else '-')} | {r.get('vllm_seeds', '-')} |")
     for key, value in results.items():
-        if key.startswith(("ratio", "step_ratio")):
+        if key.startswith(("ratio", "step_ratio", "concurrent_ratio", "concurrent_slots")):
             lines.append(f"{key}: {value:.3f}")
     return "\n".join(lines)
 
