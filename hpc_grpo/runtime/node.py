@@ -71,11 +71,7 @@ def torchrun_argv(run: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
     if payload not in PAYLOAD_MODULES:
         raise ValueError(f"unknown payload {payload!r}; expected one of {sorted(PAYLOAD_MODULES)}")
     nodes = int(run["nodes"])
-    port = env.get("MASTER_PORT", "")
-    if not port:
-        if nodes > 1:
-            raise ValueError("MASTER_PORT must be set when a run spans several nodes")
-        port = str(free_port())
+    port = with_master_port(env, nodes, free_port)["MASTER_PORT"]
     return [
         sys.executable,
         "-m",
