@@ -165,6 +165,12 @@ def planned_peak(plan: dict[str, Any] | None) -> tuple[float | None, float | Non
     return budget, budget - b.get("fragmentation reserve", 0.0)
 
 
+def hpc_grpo_config(results: dict[str, Any]) -> str | None:
+    """The grpo_config.json of an hpc-grpo run of this output folder: what bare TRL is given."""
+    return next((r["grpo_config"] for k, r in results.items()
+                 if k.startswith("hpc_grpo_") and r.get("grpo_config")), None)
+
+
 def part_one(out: Path, runs: list[str], steps: int, saved: dict[str, Any]) -> dict[str, Any]:
     _, memory, _ = gpu_info()
     site = site_file(out, 1, memory)
@@ -183,9 +189,8 @@ def part_one(out: Path, runs: list[str], steps: int, saved: dict[str, Any]) -> d
             continue
         if name.startswith("hpc"):
             results[f"hpc_grpo_{number}"] = attempt(hpc_grpo, site, steps, *same)
-        else:  # the very GRPOConfig an hpc-grpo run of this output folder used
-            kwargs = next((r["grpo_config"] for k, r in {**saved, **results}.items()
-                           if k.startswith("hpc_grpo_") and r.get("grpo_config")), None)
+        else:
+            kwargs = hpc_grpo_config({**saved, **results})
             flags = ["--grpo-json", kwargs] if kwargs else ["--sleep"]
             results[f"bare_trl_{number}"] = attempt(bare, out, f"bare{number}", steps, *flags)
     if any(k.startswith(("hpc_grpo_", "bare_trl_")) for k in results):
@@ -211,8 +216,7 @@ def concurrent_pairs(out: Path, site: Path, steps: int, same: list[str],
     cpus = sorted(os.sched_getaffinity(0))
     sides = [Launch(0, cpus[: len(cpus) // 2]), Launch(1, cpus[len(cpus) // 2:])]
     results: dict[str, Any] = {}
-    kwargs = next((r["grpo_config"] for k, r in known.items()
-                   if k.startswith("hpc_grpo_") and r.get("grpo_config")), None)
+    kwargs = hpc_grpo_config(known)
     if kwargs is None:  # the bare side needs an hpc-grpo run's GRPOConfig; this also warms caches
         results["warmup_hpc"] = attempt(hpc_grpo, site, 3, *same, launch=sides[0])
         kwargs = results["warmup_hpc"].get("grpo_config")
