@@ -16,14 +16,11 @@ import jinja2
 from hpc_grpo import __version__
 from hpc_grpo.errors import UserError
 from hpc_grpo.plan import JobPlan
+from hpc_grpo.runtime.vllm_server import PORTS_PER_JOB
 
 # sbatch parses #SBATCH lines itself (no shell), so their values must be plain tokens.
 _DIRECTIVE_SAFE = re.compile(r"^[A-Za-z0-9_.,:@%+=/-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-# Rendezvous at MASTER_PORT, `vllm serve` at +1, its weight-sync group at +2: a job owns 3.
-PORTS_PER_JOB = 3
 
 
 def _port_slots(plan: JobPlan) -> int:

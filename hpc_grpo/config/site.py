@@ -14,6 +14,7 @@ from typing import Literal
 
 from hpc_grpo.config.strict import from_mapping, read_yaml
 from hpc_grpo.errors import UserError, did_you_mean
+from hpc_grpo.runtime.vllm_server import PORTS_PER_JOB
 
 _TIME = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)$|^(\d+)$")
 
@@ -73,12 +74,12 @@ class SiteProfile:
 
     def __post_init__(self) -> None:
         if (len(self.port_range) != 2 or not 1024 <= self.port_range[0] < 65536
-                or not self.port_range[0] + 2 <= self.port_range[1] < 65536):
+                or not self.port_range[0] + PORTS_PER_JOB - 1 <= self.port_range[1] < 65536):
             raise UserError(
-                f"port_range must be [low, high] within 1024-65535, at least 3 ports, got "
-                f"{list(self.port_range)}",
+                f"port_range must be [low, high] within 1024-65535, at least {PORTS_PER_JOB} ports, "
+                f"got {list(self.port_range)}",
                 field="port_range",
-                hint="each job takes 3 ports: rendezvous, vLLM server, weight-sync group",
+                hint=f"each job takes {PORTS_PER_JOB} ports: rendezvous, vLLM server, weight-sync group",
             )
         if self.requeue_signal not in {"USR1", "USR2", "TERM"}:
             raise UserError(

@@ -33,7 +33,7 @@ def stop_signals(run: Mapping[str, Any]) -> tuple[signal.Signals, ...]:
     return tuple(dict.fromkeys(signal.Signals["SIG" + n.upper().removeprefix("SIG")] for n in names))
 
 
-def free_port(span: int = 3) -> int:
+def free_port(span: int = vllm_server.PORTS_PER_JOB) -> int:
     """A TCP port free on this host right now with the next ``span - 1`` free too (a job's
     rendezvous, vLLM server and weight-sync ports), for single-node runs without MASTER_PORT."""
     for _ in range(50):

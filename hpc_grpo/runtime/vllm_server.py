@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 HOST_ENV = "HPC_GRPO_VLLM_SERVER_HOST"
+# Rendezvous at MASTER_PORT, `vllm serve` at +1, its weight-sync group at +2: a job owns 3
+# (the rendered scripts space jobs by it, a single-node run picks that many free ports).
+PORTS_PER_JOB = 3
 
 
 @dataclass(frozen=True)
