@@ -101,6 +101,16 @@ def test_ranks_share_the_node_cpus_they_may_use() -> None:
     assert child_env({}, "a", {"procs_per_node": 1}, cpus=16)["OMP_NUM_THREADS"] == "16"
 
 
+def test_gpu_ranks_get_one_thread_unless_adam_runs_on_the_host() -> None:
+    gpu = {"procs_per_node": 2, "device": "cuda"}
+    assert child_env({}, "a", gpu, cpus=32)["OMP_NUM_THREADS"] == "1"
+    assert child_env({}, "a", {**gpu, "deepspeed": {"zero_stage": 3}}, cpus=32)["OMP_NUM_THREADS"] == "1"
+    offload = {**gpu, "deepspeed": {"zero_stage": 3, "offload_optimizer": True}}
+    assert child_env({}, "a", offload, cpus=32)["OMP_NUM_THREADS"] == "16"  # CPU Adam's threads
+    assert child_env({}, "a", {**gpu, "device": "cpu"}, cpus=32)["OMP_NUM_THREADS"] == "16"
+    assert child_env({"OMP_NUM_THREADS": "6"}, "a", gpu, cpus=32)["OMP_NUM_THREADS"] == "6"  # yours
+
+
 def test_attempt_id_shared_by_node_tasks_of_one_job() -> None:
     env = {"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "2"}
     assert attempt_id(env) == attempt_id(dict(env)) == "slurm-77.2"

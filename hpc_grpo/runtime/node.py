@@ -121,9 +121,22 @@ def trainer_visible_devices(run: Mapping[str, Any], env: Mapping[str, str]) -> s
 COMPILE_CACHE = ".compile-cache"  # in the output root, next to the run directories
 
 
-def threads_per_rank(env: Mapping[str, str], usable_cpus: int, procs_per_node: int) -> int:
-    """The node's CPUs split over its ranks: the fewer of Slurm's count and the CPUs this task
-    may run on (a cgroup or a shared login machine may allow fewer), at least one."""
+def host_compute(run: Mapping[str, Any]) -> bool:
+    """Whether the ranks compute on the CPU: CPU training, or DeepSpeed's CPU Adam when the
+    optimizer is offloaded. Only then do OpenMP threads beyond one earn their cores."""
+    offload = bool((run.get("deepspeed") or {}).get("offload_optimizer"))
+    return run.get("device") != "cuda" or offload
+
+
+def threads_per_rank(env: Mapping[str, str], usable_cpus: int, procs_per_node: int,
+                     computes_on_host: bool = True) -> int:
+    """OpenMP threads for one rank. Host compute gets the node's CPUs split over its ranks: the
+    fewer of Slurm's count and the CPUs this task may run on (a cgroup or a shared login machine
+    may allow fewer), at least one. A GPU rank's host work is one Python thread launching
+    kernels (vLLM's decode loop included), and idle OpenMP workers spinning between parallel
+    regions take cores from it: one thread, as torchrun and accelerate give multi-GPU ranks."""
+    if not computes_on_host:
+        return 1
     cpus = usable_cpus
     if env.get("SLURM_CPUS_ON_NODE", "").isdigit():
         cpus = min(cpus, int(env["SLURM_CPUS_ON_NODE"]))
@@ -139,14 +152,15 @@ def usable_cpus() -> int:
 
 def child_env(env: Mapping[str, str], attempt: str, run: Mapping[str, Any] | None = None,
               cpus: int = 1) -> dict[str, str]:
-    """torchrun's environment: the node's CPUs split over the ranks (torchrun alone would give
-    each rank one thread, or all of them with one rank), this package importable."""
+    """torchrun's environment: OpenMP threads per rank as threads_per_rank says (torchrun alone
+    would give each rank one thread, or all of them with one rank), this package importable."""
     out = dict(env)
     devices = trainer_visible_devices(run or {}, env)
     if devices is not None:
         out["CUDA_VISIBLE_DEVICES"] = devices
     procs = int((run or {}).get("procs_per_node") or 1)
-    out.setdefault("OMP_NUM_THREADS", str(threads_per_rank(env, cpus, procs)))
+    threads = threads_per_rank(env, cpus, procs, host_compute(run or {}))
+    out.setdefault("OMP_NUM_THREADS", str(threads))
     out.setdefault("PYTHONUNBUFFERED", "1")
     out.setdefault("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGINT,SIGHUP,SIGQUIT")
     out["HPC_GRPO_ATTEMPT"] = attempt
