@@ -116,6 +116,9 @@ def test_node_run_trains_to_done(reference: Path) -> None:
     for row in rows:
         assert row["max_steps"] == STEPS and row["reward_mean"] is not None
         assert row["step_time"] > 0 and row["tokens_per_s"] > 0 and row["completion_length"] > 0
+        split = row["phases_s"]  # TRL's own blocks of this step (generation inside the inputs)
+        assert 0 < split["generate_s"] < split["prepare_inputs_s"] < row["step_time"]
+        assert split["loss_forward_s"] > 0 and "sync_weights_s" not in split  # no vLLM on CPU
     ranks = json.loads((reference / "ranks.json").read_text())["ranks"]
     assert [(r["rank"], r["local_rank"], r["node"], r["vllm_seed"]) for r in ranks] == [
         (0, 0, 0, 0),

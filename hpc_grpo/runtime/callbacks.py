@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from hpc_grpo.runtime import checkpoints, rundir
+from hpc_grpo.runtime import checkpoints, phases, rundir
 from hpc_grpo.runtime.gpumem import GpuMemorySampler, physical_gpu
 from hpc_grpo.runtime.stop import StopFlag
 
@@ -146,7 +146,10 @@ class MetricsCallback(TrainerCallback):
         logs: dict[str, Any] | None = None,
         **_: Any,
     ) -> TrainerControl:
-        if not state.is_world_process_zero or not logs or "reward" not in logs:
+        if not logs or "reward" not in logs:
+            return control
+        split = phases.STEP.take()  # on every rank, so each line covers its own steps only
+        if not state.is_world_process_zero:
             return control
         step_time = logs.get("step_time") or self.wall
         tokens = float(logs.get("num_tokens") or 0.0)
@@ -169,6 +172,8 @@ class MetricsCallback(TrainerCallback):
             row["gpu_mem_peak_gib"] = round(self.memory.peak_gib, 3)
             row.update(_torch_memory(None))
         row.update({k: v for k, v in logs.items() if k.startswith("rewards/")})
+        if split:
+            row["phases_s"] = split  # rank 0's TRL blocks since the previous line (phases.py)
         rundir.append_jsonl(self.path, row)
         rundir.update_state(self.run_dir, phase="training", step=state.global_step, max_steps=state.max_steps)
         return control

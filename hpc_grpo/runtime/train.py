@@ -167,12 +167,17 @@ def train(run: dict[str, Any], run_dir: Path, flag: StopFlag, started: float) ->
         return 0
 
     from trl import GRPOTrainer
+    from trl.extras import profiling
 
+    from hpc_grpo.runtime import phases
     from hpc_grpo.runtime.callbacks import (
         CheckpointMarkerCallback,
         GracefulStopCallback,
         MetricsCallback,
     )
+
+    if not phases.install(profiling):  # metrics lines then carry no step split
+        print("[train] this TRL has no ProfilingContext hook: no per-phase step times", flush=True)
     stop = GracefulStopCallback(run_dir, flag, device)
     trainer = GRPOTrainer(
         model=str(run["model"]),
