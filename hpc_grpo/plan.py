@@ -16,12 +16,14 @@ from hpc_grpo.planner import MemoryPlan, ModelArch, PlanRequest, check_batch_rul
 from hpc_grpo.topology import RankRow, ServerSplit, rank_table, server_split
 
 # TRL 1.16 GRPOConfig defaults the batch rules depend on.
-TRL_DEFAULTS = {
+TRL_DEFAULTS: dict[str, Any] = {
     "per_device_train_batch_size": 8,
     "num_generations": 8,
     "gradient_accumulation_steps": 1,
     "max_prompt_length": 512,  # not a GRPOConfig field in 1.16: a job setting (JobSpec)
     "max_completion_length": 256,
+    "beta": 0.0,
+    "gradient_checkpointing": True,
 }
 # Longest prompt of each built-in dataset, in tokens of any byte-level tokenizer (at most one
 # token per byte, plus BOS); tests/test_runtime_data.py checks it against the built-in models.
@@ -201,6 +203,8 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
                 gradient_accumulation_steps=_grpo(spec, "gradient_accumulation_steps"),
                 steps_per_generation=spec.grpo.get("steps_per_generation"),
                 lora=bool(spec.grpo.get("use_peft", False)),
+                beta=float(_grpo(spec, "beta")),
+                gradient_checkpointing=bool(_grpo(spec, "gradient_checkpointing")),
                 tensor_parallel_size=spec.tensor_parallel_size or None,
                 zero_stage=spec.zero_stage,
                 offload_optimizer=spec.offload_optimizer,

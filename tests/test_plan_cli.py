@@ -89,3 +89,21 @@ def test_prompt_bound_comes_from_the_builtin_dataset_unless_set(tmp_path: Path) 
     code, out, _ = invoke(*small, "--set", "max_prompt_length=1000", "--dataset", str(prompts))
     assert code == 0, out
     assert json.loads(out)["memory_plan"]["vllm_max_model_length"] == 1256
+
+
+def test_recipe_recomputation_and_reference_model_are_counted() -> None:
+    """gradient_checkpointing=False and beta > 0 from the recipe change the plan's memory."""
+    small = ["--site", "h100-pyxis", "--model", "Qwen2.5-1.5B", "--set", "max_prompt_length=512",
+             "--json"]
+
+    def memory(*sets: str) -> dict[str, object]:
+        code, out, err = invoke(*small, *(x for s in sets for x in ("--set", s)))
+        assert code == 0, err
+        return json.loads(out)["memory_plan"]
+
+    default, no_gc, kl = memory(), memory("gradient_checkpointing=false"), memory("beta=0.04")
+    assert default["gradient_checkpointing"] is True and no_gc["gradient_checkpointing"] is False
+    assert no_gc["reasons"]["gradient_checkpointing"].startswith("False: set by you")
+    assert no_gc["breakdown_gib"]["activations"] > 2 * default["breakdown_gib"]["activations"]
+    assert "reference model" not in default["breakdown_gib"]
+    assert kl["breakdown_gib"]["reference model"] > 0

@@ -14,6 +14,7 @@ from hpc_grpo.planner.memory import (
     activations_gib,
     sequence_length,
 )
+from hpc_grpo.planner.reasons import checkpointing
 from hpc_grpo.planner.types import MemoryPlan, PlanRequest
 
 PROCESS_GIB = 2.0  # Python, torch and tokenizer per process
@@ -29,7 +30,7 @@ def cpu_plan(req: PlanRequest) -> MemoryPlan:
     items += [("gradients", 4 * trainable), ("optimizer states", 8 * trainable)]
     resident = sum(value for _, value in items) / GIB + PROCESS_GIB
     kv_cache = 2 * arch.kv_bytes_per_token * length * seqs / GIB  # fp32 on CPU
-    activations = 2 * activations_gib(req, True)  # fp32
+    activations = 2 * activations_gib(req, req.gradient_checkpointing)  # fp32
     training, generation = resident + activations, resident + kv_cache
     per_node = req.gpus_per_node * max(training, generation)
     usable = CPU_USABLE_FRACTION * req.cpu_memory_gib_per_node
@@ -47,7 +48,8 @@ def cpu_plan(req: PlanRequest) -> MemoryPlan:
     no_vllm = "device=cpu: no vLLM"
     return MemoryPlan(
         tensor_parallel_size=1, zero_stage=0, offload_optimizer=False, offload_params=False,
-        gradient_checkpointing=True, vllm_gpu_memory_utilization=0.0, enable_sleep_mode=False,
+        gradient_checkpointing=req.gradient_checkpointing, vllm_gpu_memory_utilization=0.0,
+        enable_sleep_mode=False,
         max_num_seqs=seqs, vllm_max_model_length=length,
         breakdown=tuple((name, round(value, 2)) for name, value in breakdown),
         reasons=(
@@ -55,7 +57,7 @@ def cpu_plan(req: PlanRequest) -> MemoryPlan:
             ("zero_stage", "0: device=cpu trains plain DDP over gloo"),
             ("offload_optimizer", "False: on CPU everything is in CPU memory already"),
             ("offload_params", "False: on CPU everything is in CPU memory already"),
-            ("gradient_checkpointing", "True: TRL's default"),
+            ("gradient_checkpointing", checkpointing(req)),
             ("vllm_gpu_memory_utilization", f"0.0: {no_vllm}"),
             ("enable_sleep_mode", f"False: {no_vllm}"),
             ("max_num_seqs", f"{seqs} = per_device_train_batch_size × steps_per_generation: "

@@ -55,7 +55,6 @@ class Layout:
     offload_optimizer: bool = False
     offload_params: bool = False
     sleep: bool = False
-    gradient_checkpointing: bool = True
 
 
 @dataclass(frozen=True)
@@ -149,7 +148,7 @@ def estimate(req: PlanRequest, layout: Layout, share: float = UTIL_MAX) -> Estim
     if weight_shards == 1:
         resident += buffers / GIB  # ZeRO-2 buckets live as long as the engine
     train_only = (weights + grads + optim + reference + buffers + lm_head) / GIB + activations_gib(
-        req, layout.gradient_checkpointing)
+        req, req.gradient_checkpointing)
     training_sleep = train_only + overhead + reserve
     training_awake = training_sleep + budget
     training = training_sleep if layout.sleep else training_awake
@@ -166,7 +165,7 @@ def estimate(req: PlanRequest, layout: Layout, share: float = UTIL_MAX) -> Estim
         items.append(("reference model", reference / GIB))
     items += [
         ("ZeRO buffers", buffers / GIB),
-        ("activations", activations_gib(req, layout.gradient_checkpointing)),
+        ("activations", activations_gib(req, req.gradient_checkpointing)),
         ("lm head tile", lm_head / GIB),
         ("vLLM weights per TP shard", vllm_weights),
         ("KV cache", kv),

@@ -121,7 +121,7 @@ def make_plan(req: PlanRequest) -> MemoryPlan:
     return MemoryPlan(
         tensor_parallel_size=layout.tp, zero_stage=layout.zero,
         offload_optimizer=layout.offload_optimizer, offload_params=layout.offload_params,
-        gradient_checkpointing=layout.gradient_checkpointing,
+        gradient_checkpointing=req.gradient_checkpointing,
         vllm_gpu_memory_utilization=round(found.util, 2), enable_sleep_mode=layout.sleep,
         max_num_seqs=req.per_device_train_batch_size * layout.tp * req.generation_steps,
         vllm_max_model_length=sequence_length(req),

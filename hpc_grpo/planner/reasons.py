@@ -17,6 +17,12 @@ from hpc_grpo.planner.search import share_for, valid_tps
 from hpc_grpo.planner.types import PlanRequest
 
 
+def checkpointing(req: PlanRequest) -> str:
+    """The recipe decides recomputation; the plan only counts its memory."""
+    return f"{req.gradient_checkpointing}: " + (
+        "TRL's default" if req.gradient_checkpointing else "set by you")
+
+
 def _lenient(req: PlanRequest, layout: Layout) -> Estimate:
     """The layout with sleep mode on unless the user forbade it: the best case of an alternative."""
     sleep = req.enable_sleep_mode if req.enable_sleep_mode is not None else True
@@ -123,7 +129,7 @@ def explain(req: PlanRequest, est: Estimate) -> tuple[tuple[str, str], ...]:
         ("offload_optimizer", _offload(req, est)),
         ("offload_params", _offload_params(req, est)),
         ("gradient_checkpointing",
-         f"True: TRL's default; activations take {with_gc:.1f} GiB with recomputation, "
+         f"{checkpointing(req)}; activations take {with_gc:.1f} GiB with recomputation, "
          f"{without:.1f} GiB without"),
         ("vllm_gpu_memory_utilization", _util(req, est)),
         ("enable_sleep_mode", _sleep(req, est)),

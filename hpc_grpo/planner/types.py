@@ -26,6 +26,7 @@ class PlanRequest:
     lora: bool = False
     device: str = "cuda"
     beta: float = 0.0  # KL weight; > 0 loads a reference model (not with LoRA: adapters off)
+    gradient_checkpointing: bool = True  # the recipe's value (TRL's default): not chosen here
     tensor_parallel_size: int | None = None
     zero_stage: int | None = None
     offload_optimizer: bool | None = None
