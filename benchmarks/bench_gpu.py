@@ -11,7 +11,10 @@
   python benchmarks/bench_gpu.py two --out DIR [--runs default_plan,bare_dp2,server,tp2]
       2 GPUs, the same 64 completions a step: the default plan (TP 1 x DP 2), bare TRL given the
       default plan's GRPOConfig under torchrun on both GPUs, server mode (one GPU `vllm serve`,
-      one GPU training the whole batch) and colocate TP 2.
+      one GPU training the whole batch) and colocate TP 2. Diagnostics: bare_trl_defaults (bare
+      TRL with TRL's and torchrun's own defaults: the bare-TRL README's run), split_threads (the
+      default plan with the node's CPUs split over the ranks as OpenMP threads, hpc-grpo's
+      choice before 2026-11-23), no_grad_ckpt (the default plan with gradient_checkpointing off).
   python benchmarks/bench_gpu.py table DIR/bench-one.json   # print a saved result again
 
 Model: Qwen2-0.5B layer shapes, random weights, built offline (builtin:qwen2-0.5b). Runs of one
@@ -69,10 +72,12 @@ def step_stats(times: list[float]) -> dict[str, Any]:
 
 
 class Launch:
-    """Where one side of a concurrent pair runs: one GPU and its own half of the CPUs."""
+    """Where one run goes: one GPU and its own half of the CPUs (a side of a concurrent pair),
+    and OpenMP threads per rank other than hpc-grpo's own choice (a diagnostic run)."""
 
-    def __init__(self, gpu: int | None = None, cpus: list[int] | None = None) -> None:
-        self.gpu, self.cpus = gpu, cpus
+    def __init__(self, gpu: int | None = None, cpus: list[int] | None = None,
+                 threads: int | None = None) -> None:
+        self.gpu, self.cpus, self.threads = gpu, cpus, threads
 
     def prefix(self) -> list[str]:
         if not self.cpus or shutil.which("taskset") is None:  # then only the thread count differs
@@ -83,6 +88,8 @@ class Launch:
         env = dict(os.environ)
         if self.gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(self.gpu)
+        if self.threads is not None:  # the node task keeps a set OMP_NUM_THREADS
+            env["OMP_NUM_THREADS"] = str(self.threads)
         return env
 
 
@@ -105,6 +112,7 @@ def hpc_grpo(site: Path, steps: int, *extra: str, batch: dict[str, Any] | None =
     ranks = json.loads((run_dir / "ranks.json").read_text())
     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # GBs a run; the disk is small
     first = metrics[0]
+    split = [m["phases_s"] for m in metrics[1:] if m.get("phases_s")]
     result: dict[str, Any] = {
         "run_dir": str(run_dir), "wall_s": wall,
         **step_stats([m["wall_step_time"] for m in metrics if m.get("wall_step_time")]),
@@ -118,7 +126,12 @@ def hpc_grpo(site: Path, steps: int, *extra: str, batch: dict[str, Any] | None =
         "planned": record.get("memory_plan"), "vllm": record["vllm"], "generations": gens,
         "vllm_seeds": [r["vllm_seed"] for r in ranks["ranks"]], "reward_last": metrics[-1].get("reward_mean"),
         "grpo_config": str(run_dir / "grpo_config.json"),
+        "omp_threads": launch.env().get("OMP_NUM_THREADS", "hpc-grpo's choice"),
+        "phases_s": {k: mean(p.get(k, 0.0) for p in split) for k in sorted({k for p in split for k in p})},
     }
+    server_log = run_dir / "logs" / "vllm-server.log"
+    if server_log.exists():  # uvicorn's access lines: the trainer really generated there
+        result["server_requests"] = server_log.read_text(errors="replace").count('"POST /v1/completions HTTP')
     budget, use = planned_peak(result["planned"])
     if use:
         result.update(planned_budget_gib=budget, planned_use_gib=use,
@@ -127,16 +140,22 @@ def hpc_grpo(site: Path, steps: int, *extra: str, batch: dict[str, Any] | None =
 
 
 def bare(out: Path, name: str, steps: int, *flags: str, procs: int = 1,
-         launch: Launch | None = None, port: int = 29533) -> dict[str, Any]:
-    """Bare TRL under torchrun, like hpc-grpo's ranks (one process is a world of one)."""
+         launch: Launch | None = None, port: int = 29533, torchrun_threads: bool = False
+         ) -> dict[str, Any]:
+    """Bare TRL under torchrun, like hpc-grpo's ranks (one process is a world of one), with
+    the OpenMP threads hpc-grpo's node task would give a GPU rank; ``torchrun_threads`` leaves
+    them to torchrun (1 per rank with several, all CPUs with one), as a user's script gets."""
     from hpc_grpo.runtime.node import threads_per_rank, usable_cpus
 
     target = out / f"{name}.json"
     model = Path(os.environ["HPC_GRPO_HOME"]) / "models" / "qwen2-0.5b"
-    # the threads hpc-grpo's node task gives each rank (torchrun alone: all, or 1 for several)
     launch = launch or Launch()
     cpus = len(launch.cpus) if launch.cpus else usable_cpus()
-    env = {**launch.env(), "OMP_NUM_THREADS": str(threads_per_rank(os.environ, cpus, procs))}
+    env = launch.env()
+    if torchrun_threads:
+        env.pop("OMP_NUM_THREADS", None)
+    elif launch.threads is None:
+        env["OMP_NUM_THREADS"] = str(threads_per_rank(os.environ, cpus, procs, computes_on_host=False))
     started = time.perf_counter()
     sh([*launch.prefix(), sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={procs}",
         f"--master-port={port}", str(REPO / "benchmarks" / "bare_trl_grpo.py"), "--model", str(model),
@@ -144,6 +163,7 @@ def bare(out: Path, name: str, steps: int, *flags: str, procs: int = 1,
     data = json.loads(target.read_text())
     return {"wall_s": time.perf_counter() - started, **step_stats(data["step_times"]),
             "trl_step_times": [round(t, 4) for t in data.get("trl_step_times", [])],
+            "omp_threads": env.get("OMP_NUM_THREADS", "torchrun's default"),
             "startup_s": data["build_s"], "peak_gpu_gib": data["peak_gpu_gib"],
             "grpo_config": data.get("grpo_config")}
 
@@ -279,6 +299,17 @@ def part_two(out: Path, runs: list[str], steps: int, saved: dict[str, Any]) -> d
     if "server" in runs:  # same 64 completions a step: one trainer takes the whole global batch
         results["server"] = attempt(hpc_grpo, site, steps, *zero, "--vllm-mode", "server",
                                     batch={"per_device_train_batch_size": 64})
+    if "bare_trl_defaults" in runs:  # the bare-TRL README's colocate DP 2: TRL's and torchrun's defaults
+        results["bare_trl_defaults"] = attempt(bare, out, "bare_trl_defaults", steps, procs=2,
+                                               torchrun_threads=True)
+    if "split_threads" in runs:  # the default plan with the node's CPUs split over the 2 ranks
+        from hpc_grpo.runtime.node import threads_per_rank, usable_cpus
+
+        split = Launch(threads=threads_per_rank(os.environ, usable_cpus(), 2))
+        results["split_threads"] = attempt(hpc_grpo, site, steps, *zero, launch=split)
+    if "no_grad_ckpt" in runs:  # the default plan without recomputation (the plan keeps it on)
+        results["no_grad_ckpt"] = attempt(hpc_grpo, site, steps, *zero,
+                                          batch={"gradient_checkpointing": "false"})
     if "tp2" in runs:
         results["tp2"] = attempt(hpc_grpo, site, steps, *zero, "--tp", "2")
     return results
@@ -291,9 +322,11 @@ def ratios(results: dict[str, Any]) -> None:
         mine = results.get(key, {}).get("step_s")
         if server and mine and server == server and mine == mine:  # neither failed (NaN)
             results[f"ratio_{key}_over_server"] = server / mine
-    mine, ref = (results.get(k, {}).get("step_s") for k in ("default_plan", "bare_dp2"))
-    if mine and ref and mine == mine and ref == ref:
-        results["step_ratio_default_plan_over_bare_dp2"] = mine / ref
+    plan = results.get("default_plan", {}).get("step_s")
+    for key in ("bare_dp2", "bare_trl_defaults", "split_threads", "no_grad_ckpt"):
+        other = results.get(key, {}).get("step_s")
+        if plan and other and plan == plan and other == other:
+            results[f"step_ratio_default_plan_over_{key}"] = plan / other
 
 
 def versions() -> dict[str, str]:
@@ -333,6 +366,17 @@ def table(results: dict[str, Any]) -> str:
             f"| {_cell(r.get('tokens_per_s'), ',.0f')} | {_cell(r.get('startup_s'), '.0f')} "
             f"| {_cell(r.get('peak_gpu_gib'), '.1f')} | {_cell(r.get('planned_use_gib'), '.1f')} "
             f"| {(f'{err:+.1%}' if err is not None else '-')} | {r.get('vllm_seeds', '-')} |")
+    split = {key: r["phases_s"] for key, r in results.items()
+             if isinstance(r, dict) and r.get("phases_s") and "error" not in r}
+    if split:  # TRL's profiled blocks, rank 0, mean of steps 2..N (phases.py)
+        lines += ["", "| run | generate | sync weights | rewards | prepare inputs | loss forward | rest "
+                  "of TRL step | OMP threads |", "|---" * 8 + "|"]
+        for key, p in split.items():
+            rest = median(results[key]["trl_step_times"][1:] or [float("nan")]) \
+                - p.get("prepare_inputs_s", 0.0) - p.get("loss_forward_s", 0.0)
+            lines.append(f"| {key} | " + " | ".join(_cell(p.get(k), ".3f") for k in (
+                "generate_s", "sync_weights_s", "rewards_s", "prepare_inputs_s", "loss_forward_s"))
+                + f" | {_cell(rest, '.3f')} | {results[key].get('omp_threads', '-')} |")
     for key, value in results.items():
         if key.startswith(("ratio", "step_ratio", "concurrent_ratio", "concurrent_slots")):
             lines.append(f"{key}: {value:.3f}")
