@@ -448,3 +448,28 @@ def test_single_process_trains_without_deepspeed() -> None:
     sharded = make_plan(request("Qwen2.5-0.5B", gpus_per_node=2, zero_stage=2))
     assert sharded.gib("training weights") == pytest.approx(2 * params, abs=0.01)  # bf16 + fp32 master
     assert sharded.gib("optimizer states") == pytest.approx(12 * params / 2, abs=0.01)
+
+
+def test_recomputation_saving_matches_the_gpu_measurement() -> None:
+    """The planner's activations with and without gradient checkpointing, against two runs of
+    one GPU job that differed only in that (docs/results, 2 x H200): the rise of torch's
+    allocated peak is what turning recomputation off costs."""
+    from hpc_grpo.runtime.model_shapes import SHAPES
+
+    saved = Path(__file__).resolve().parent.parent / "docs/results/2026-11-23-bench-two-16-steps.json"
+    runs = json.loads(saved.read_text())
+    measured = (runs["no_grad_ckpt"]["torch_peaks_gib"]["torch_alloc_peak_gib"]
+                - runs["default_plan"]["torch_peaks_gib"]["torch_alloc_peak_gib"])
+    shape = SHAPES["qwen2-0.5b"]
+    arch = arch_from_config({
+        "hidden_size": shape.hidden_size, "intermediate_size": shape.intermediate_size,
+        "num_hidden_layers": shape.num_hidden_layers, "num_attention_heads": shape.num_attention_heads,
+        "num_key_value_heads": shape.num_key_value_heads, "vocab_size": shape.vocab_size,
+        "max_position_embeddings": shape.max_position_embeddings,
+        "tie_word_embeddings": True}, "qwen2-0.5b")
+    req = PlanRequest(arch=arch, nodes=1, gpus_per_node=2, gpu_memory_gib=140.0,
+                      cpu_memory_gib_per_node=100.0, prompt_length=32, completion_length=256,
+                      per_device_train_batch_size=32, num_generations=8, zero_stage=0)
+    with_gc = make_plan(req).gib("activations")
+    without = make_plan(replace(req, gradient_checkpointing=False)).gib("activations")
+    assert abs((without - with_gc) - measured) <= 0.1 * measured, (without - with_gc, measured)
