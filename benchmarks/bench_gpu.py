@@ -372,7 +372,7 @@ def table(results: dict[str, Any]) -> str:
         lines += ["", "| run | generate | sync weights | rewards | prepare inputs | loss forward | rest "
                   "of TRL step | OMP threads |", "|---" * 8 + "|"]
         for key, p in split.items():
-            rest = median(results[key]["trl_step_times"][1:] or [float("nan")]) \
+            rest = mean(results[key]["trl_step_times"][1:] or [float("nan")]) \
                 - p.get("prepare_inputs_s", 0.0) - p.get("loss_forward_s", 0.0)
             lines.append(f"| {key} | " + " | ".join(_cell(p.get(k), ".3f") for k in (
                 "generate_s", "sync_weights_s", "rewards_s", "prepare_inputs_s", "loss_forward_s"))
