@@ -120,11 +120,12 @@ def test_five_different_interruptions_in_a_row(tmp_path: Path,
 def test_time_limit_with_signal_lead(tmp_path: Path) -> None:
     """A 2-minute limit with a 30 s signal lead: checkpoint, requeue, resume, finish.
 
-    Steps take at least 0.5 s (a slow reward), so 110 steps cannot fit in the at most 90 s one attempt trains.
+    Steps take at least 1 s (a slow reward), so 110 steps cannot fit in the at most 90 s one
+    attempt trains (at 0.5 s they did once, on an idle machine, and nothing was requeued).
     """
     root = tmp_path / "runs"
     run_id, _, run_dir = submit(root, "--site", "sandbox", "--nodes", "2", "--recipe", str(RECIPE),
-                                "--reward", "tests.slow_reward:slow_length",
+                                "--reward", "tests.slow_reward:one_second_length",
                                 "--set", "max_steps=110", "--set", "save_steps=1000",
                                 "--time", "00:02:00")
     row = wait_for(run_id, finished, timeout=600)

@@ -29,8 +29,9 @@ def _checked_rows(run_dir: Path) -> list[dict[str, int]]:
 
 def test_two_nodes_train_and_status_follows(tmp_path: Path) -> None:
     root = tmp_path / "runs"
+    # steps of at least 0.5 s, so status (polled about every 1.5 s) sees training advance
     args = ["--site", "sandbox", "--nodes", "2", "--recipe", str(RECIPE), "--set", "max_steps=12",
-            "--run-id", "train-0001"]
+            "--reward", "tests.slow_reward:slow_length", "--run-id", "train-0001"]
     rendered = cli("render", "--output-root", str(root), *args)
     run_id, _, run_dir = submit(root, *args)
 
