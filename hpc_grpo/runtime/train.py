@@ -253,5 +253,15 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def exit_now(code: int) -> None:
+    """Leave without interpreter teardown once everything is written. A rank that aborted there
+    ("terminate called without an active exception", SIGABRT, after the group was destroyed)
+    made its torchrun agent fail, and the other nodes' agents then waited 300 s in torchelastic's
+    exit barrier, holding a finished job's nodes (seen on the sandbox cluster)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
