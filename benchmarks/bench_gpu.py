@@ -145,7 +145,7 @@ def bare(out: Path, name: str, steps: int, *flags: str, procs: int = 1,
     """Bare TRL under torchrun, like hpc-grpo's ranks (one process is a world of one), with
     the OpenMP threads hpc-grpo's node task would give a GPU rank; ``torchrun_threads`` leaves
     them to torchrun (1 per rank with several, all CPUs with one), as a user's script gets."""
-    from hpc_grpo.runtime.node import threads_per_rank, usable_cpus
+    from hpc_grpo.runtime.node.task import threads_per_rank, usable_cpus
 
     target = out / f"{name}.json"
     model = Path(os.environ["HPC_GRPO_HOME"]) / "models" / "qwen2-0.5b"
@@ -303,7 +303,7 @@ def part_two(out: Path, runs: list[str], steps: int, saved: dict[str, Any]) -> d
         results["bare_trl_defaults"] = attempt(bare, out, "bare_trl_defaults", steps, procs=2,
                                                torchrun_threads=True)
     if "split_threads" in runs:  # the default plan with the node's CPUs split over the 2 ranks
-        from hpc_grpo.runtime.node import threads_per_rank, usable_cpus
+        from hpc_grpo.runtime.node.task import threads_per_rank, usable_cpus
 
         split = Launch(threads=threads_per_rank(os.environ, usable_cpus(), 2))
         results["split_threads"] = attempt(hpc_grpo, site, steps, *zero, launch=split)
@@ -396,7 +396,7 @@ def main() -> None:
     os.environ.setdefault("HPC_GRPO_HOME", str(out / "home"))
     model = Path(os.environ["HPC_GRPO_HOME"]) / "models" / "qwen2-0.5b"
     if not (model / "config.json").exists():  # the bare baseline needs it before any submit
-        sh([sys.executable, "-m", "hpc_grpo.runtime.model_shapes", "qwen2-0.5b", str(model)])
+        sh([sys.executable, "-m", "hpc_grpo.runtime.models.shapes", "qwen2-0.5b", str(model)])
     saved = out / f"bench-{part}.json"
     results = json.loads(saved.read_text()) if saved.exists() else {}
     results.update(part_one(out, runs, steps, results) if part == "one"

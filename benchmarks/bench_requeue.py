@@ -56,7 +56,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPE = REPO / "recipes" / "tiny-cpu.yaml"
-TRAIN_MODULE = "hpc_grpo.runtime.train"
+TRAIN_MODULE = "hpc_grpo.runtime.rank.train"
 POLL_S = 0.05  # state.json polling while waiting for a step (cheap: one small file read)
 
 

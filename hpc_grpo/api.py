@@ -16,13 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo import inputs, runs, slurm
 from hpc_grpo.config.site import SiteProfile, load_site, site_dirs
 from hpc_grpo.config.spec import JobSpec, build_spec, parse_set
 from hpc_grpo.config.strict import read_yaml
 from hpc_grpo.errors import UserError
-from hpc_grpo.plan import JobPlan, Timings, build_plan, default_name
-from hpc_grpo.render import render_script, submitit_folder, summary_text
+from hpc_grpo.planner.job import JobPlan, build_plan, default_name
+from hpc_grpo.planner.timing import Timings
+from hpc_grpo.preflight import inputs
+from hpc_grpo.runs import registry
+from hpc_grpo.scheduler import slurm
+from hpc_grpo.scheduler.render import render_script, submitit_folder, summary_text
 
 
 def user_site_dirs() -> list[Path]:
@@ -67,17 +70,17 @@ def load_spec(request: Request) -> tuple[SiteProfile, JobSpec]:
 def prepare(request: Request) -> Prepared:
     """Everything short of submitting: validated inputs, plan and the exact script."""
     site, spec = load_spec(request)
-    model = inputs.resolve_model(spec.model, runs.home_dir())
+    model = inputs.resolve_model(spec.model, registry.home_dir())
     dataset = inputs.check_dataset(spec.dataset, spec.prompt_column)
     for reward in spec.reward_funcs:
         inputs.check_reward(reward)
     spec = dataclasses.replace(spec, dataset=dataset)
     name = spec.name or default_name(model.source)
-    measured = runs.measured_timings(name, site.name)
+    measured = registry.measured_timings(name, site.name)
     timings = Timings(*measured) if measured else None
     plan = build_plan(site, spec, model, timings)
     root = Path(os.path.expandvars(request.output_root or site.output_root)).expanduser().resolve()
-    run_id = request.run_id or runs.next_run_id(root, plan.job_name)
+    run_id = request.run_id or registry.next_run_id(root, plan.job_name)
     run_dir = root / run_id
     python = request.python or site.python or sys.executable
     script = render_script(plan, run_id=run_id, run_dir=str(run_dir), python=python)
@@ -93,12 +96,12 @@ def ensure_builtin_model(name: str, python: str) -> bool:
     """Build an offline example model once, on first use (no hub needed); True if built now."""
     if not name.startswith("builtin:"):
         return False
-    target = inputs.builtin_model_dir(name, runs.home_dir())
+    target = inputs.builtin_model_dir(name, registry.home_dir())
     if (target / "config.json").exists():
         return False
     shape = name.split(":", 1)[1]
     proc = subprocess.run(
-        [python, "-m", "hpc_grpo.runtime.model_shapes", shape, str(target)],
+        [python, "-m", "hpc_grpo.runtime.models.shapes", shape, str(target)],
         capture_output=True, text=True, check=False,
     )
     if proc.returncode != 0:
@@ -130,9 +133,9 @@ def submit(request: Request) -> Submitted:
         "job.sbatch": prepared.script,
         "plan.txt": prepared.summary,
     }
-    from hpc_grpo.runtime.node import NodeTask  # cheap: no torch at import
+    from hpc_grpo.runtime.node.task import NodeTask  # cheap: no torch at import
 
-    with runs.create_run_dir(prepared.root, prepared.run_id, files) as run_dir:
+    with registry.create_run_dir(prepared.root, prepared.run_id, files) as run_dir:
         task = NodeTask(str(run_dir))
         if plan.site.scheduler == "local":
             job_id = slurm.submit_local(folder=run_dir / "submitit", task=task,
@@ -147,6 +150,6 @@ def submit(request: Request) -> Submitted:
                 max_requeues=plan.site.max_requeues,
                 python=shlex.quote(prepared.python),
             )
-        runs.record_job(run_dir, job_id, "submitted")
-        runs.register(prepared.run_id, run_dir)
+        registry.record_job(run_dir, job_id, "submitted")
+        registry.register(prepared.run_id, run_dir)
     return Submitted(prepared.run_id, run_dir, job_id, plan.warnings)

@@ -127,7 +127,7 @@ def submit(dry_run: bool, wait: bool | None, **kwargs: Any) -> None:
         click.echo(f"warning: {warning}", err=True)
     click.echo(f"run {result.run_id}  job {result.job_id}  dir {result.run_dir}")
     if wait if wait is not None else request.site == "local":
-        from hpc_grpo.watch import follow
+        from hpc_grpo.runs.views import follow
 
         sys.exit(follow(result.run_id))
 
@@ -139,8 +139,8 @@ def submit(dry_run: bool, wait: bool | None, **kwargs: Any) -> None:
 @user_errors
 def status(runs: tuple[str, ...], as_json: bool, watch: bool) -> None:
     """Slurm state joined with training progress, requeues and checkpoint age."""
-    from hpc_grpo import track
-    from hpc_grpo.watch import status_table, watch_status
+    from hpc_grpo.runs import track
+    from hpc_grpo.runs.views import status_table, watch_status
 
     if watch:
         watch_status(runs)
@@ -159,8 +159,8 @@ def status(runs: tuple[str, ...], as_json: bool, watch: bool) -> None:
 @user_errors
 def logs(run: str, rank: int | None, follow: bool) -> None:
     """Print a run's per-rank logs (and the node tasks' Slurm logs)."""
-    from hpc_grpo import track
-    from hpc_grpo.watch import print_logs
+    from hpc_grpo.runs import track
+    from hpc_grpo.runs.views import print_logs
 
     print_logs(track.log_paths(run, rank), follow=follow)
 
@@ -170,7 +170,7 @@ def logs(run: str, rank: int | None, follow: bool) -> None:
 @user_errors
 def cancel(run: str) -> None:
     """Cancel a run's job (all nodes)."""
-    from hpc_grpo import track
+    from hpc_grpo.runs import track
 
     job_id = track.cancel(run)
     click.echo(f"cancelled job {job_id}")
@@ -183,7 +183,7 @@ def example_model(directory: str) -> None:
     """Write the tiny offline Qwen2-shaped model and tokenizer used by the examples."""
     from pathlib import Path
 
-    from hpc_grpo.runtime.tiny_model import build_tiny_model
+    from hpc_grpo.runtime.models.tiny import build_tiny_model
 
     try:
         path = build_tiny_model(Path(directory))
@@ -301,9 +301,9 @@ def plan(as_json: bool, list_models: bool, **kwargs: Any) -> None:
 def doctor(site_name: str, nodes: int | None, partition: str, output_root: str, timeout_s: int,
            as_json: bool) -> None:
     """Check the cluster with a short job: exit 0 all pass, 1 a check failed, 2 bad input."""
-    from hpc_grpo import doctor as checks
     from hpc_grpo.api import user_site_dirs
     from hpc_grpo.config.site import load_site, site_dirs
+    from hpc_grpo.preflight import doctor as checks
 
     profile = load_site(site_name, site_dirs(user_site_dirs()))
     result = checks.run(profile, nodes=nodes or min(2, profile.max_nodes or 2), partition=partition,
@@ -329,7 +329,7 @@ def site_group() -> None:
 @user_errors
 def site_init(name: str, partition: str, output: str, force: bool) -> None:
     """Write a starting profile from the live cluster (sinfo/scontrol): check it, then doctor."""
-    from hpc_grpo import siteinit
+    from hpc_grpo.preflight import siteinit
 
     path = siteinit.init_site(name, partition=partition, output=output, force=force)
     info = siteinit.summary(path)

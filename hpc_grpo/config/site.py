@@ -14,7 +14,7 @@ from typing import Literal
 
 from hpc_grpo.config.strict import from_mapping, read_yaml
 from hpc_grpo.errors import UserError, did_you_mean
-from hpc_grpo.runtime.vllm_server import PORTS_PER_JOB
+from hpc_grpo.runtime.node.vllm_server import PORTS_PER_JOB
 
 _TIME = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)$|^(\d+)$")
 

@@ -1,7 +1,7 @@
 """The on-node half of ``hpc-grpo doctor``: collect facts on one node and print them as JSON.
 
 ``python -m hpc_grpo.runtime.probe ...`` runs once per node under srun. It only reports what it
-sees (versions, names, interfaces, ports, files, GPUs); ``hpc_grpo.doctor`` judges. Stdlib only
+sees (versions, names, interfaces, ports, files, GPUs); ``hpc_grpo.preflight.doctor`` judges. Stdlib only
 (torch is imported only to count GPUs where nvidia-smi is missing), so a node without the training
 stack still reports why it cannot train instead of crashing before it says anything.
 """

@@ -1,0 +1,1 @@
+"""Checks before anything is queued: inputs on the login node, doctor on the nodes, site init."""

@@ -1,0 +1,378 @@
+"""``hpc-grpo doctor``: one short real job that checks what a training job will rely on.
+
+srun starts ``hpc_grpo.runtime.probe`` once per node; each prints what it sees as JSON. The pure
+functions here judge those reports (version ranges, known-bad combinations, names, ports, the
+interface, the shared output directory, GPUs) and fold them into rows: one per check and outcome,
+naming the nodes, so a bad node stands out from the good ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from hpc_grpo import __version__
+from hpc_grpo.config.site import SiteProfile, minutes
+from hpc_grpo.errors import UserError
+from hpc_grpo.runtime.probe import MARKER, PACKAGES
+from hpc_grpo.scheduler import slurm
+
+Status = Literal["pass", "warn", "fail", "skip"]
+
+# The tested stack (pyproject's runtime and vllm extras): specifier, and how to show it.
+MATRIX: Mapping[str, tuple[str, str]] = {
+    "torch": (">=2.6,<2.15", "2.6-2.14"),
+    "trl": (">=1.16,<1.17", "1.16.x"),
+    "vllm": (">=0.22,<0.32", "0.22-0.31"),
+    "transformers": (">=4.56", ">= 4.56"),
+    "deepspeed": (">=0.17", ">= 0.17"),
+    "accelerate": (">=1.4", ">= 1.4"),
+    "peft": (">=0.15", ">= 0.15"),
+}
+TRL_VLLM_FALLBACK = ">=0.22.0,<=0.31.0"  # TRL 1.16's vllm extra, when the node's TRL says nothing
+CHECK_ORDER = ("job", *PACKAGES, "known: ZeRO-3 + LoRA", "known: vLLM vs TRL", "known: vLLM TP seeds",
+               "same stack", "hpc-grpo", "node names", "scontrol", "interface", "rendezvous port",
+               "shared output", "gpus")
+_SPEC = re.compile(r"^\s*(~=|==|!=|>=|<=|>|<)\s*([0-9][0-9a-zA-Z.*+!-]*)\s*$")
+
+
+@dataclass(frozen=True)
+class Row:
+    check: str
+    status: Status
+    nodes: tuple[str, ...]
+    detail: str
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What the profile promises, to compare each node against."""
+
+    gpus_per_node: int
+    interface: str
+
+
+# ---- versions ------------------------------------------------------------------------------
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """Leading release numbers: ``2.6.0+cu124`` -> (2, 6, 0). Pre-releases count as the release."""
+    match = re.match(r"\s*v?(\d+(?:\.\d+)*)", text)
+    if not match:
+        raise ValueError(f"not a version: {text!r}")
+    return tuple(int(part) for part in match.group(1).split("."))
+
+
+def _compare(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    width = max(len(a), len(b))
+    a, b = a + (0,) * (width - len(a)), b + (0,) * (width - len(b))
+    return (a > b) - (a < b)
+
+
+def satisfies(version: str, spec: str) -> bool:
+    """Whether ``version`` meets a PEP 440-style specifier list such as ``>=0.22.0,<=0.31.0``."""
+    have = parse_version(version)
+    for clause in filter(None, (c.strip() for c in spec.split(","))):
+        match = _SPEC.match(clause)
+        if not match:
+            raise ValueError(f"not a version specifier: {clause!r}")
+        op, text = match.groups()
+        if op in ("==", "!=") and text.endswith(".*"):
+            prefix = parse_version(text[:-2])
+            ok = have[: len(prefix)] == prefix
+            ok = ok if op == "==" else not ok
+        elif op == "~=":
+            want = parse_version(text)
+            ok = _compare(have, want) >= 0 and have[: len(want) - 1] == want[:-1]
+        else:
+            cmp = _compare(have, parse_version(text))
+            ok = {"==": cmp == 0, "!=": cmp != 0, ">=": cmp >= 0, "<=": cmp <= 0,
+                  ">": cmp > 0, "<": cmp < 0}[op]
+        if not ok:
+            return False
+    return True
+
+
+def judge_package(name: str, version: str | None, *, gpu_site: bool) -> tuple[Status, str]:
+    """One package against the supported matrix."""
+    spec, shown = MATRIX[name]
+    if version is None:
+        if name == "vllm" and not gpu_site:
+            return "pass", "absent (CPU site: generation through transformers)"
+        why = " (colocated generation needs it)" if name == "vllm" else ""
+        return "fail", f"not installed; supported {shown}{why}"
+    try:
+        ok = satisfies(version, spec)
+    except ValueError:
+        return "fail", f"{version}: not a version this check can read; supported {shown}"
+    if name == "vllm" and not gpu_site:
+        return ("pass" if ok else "warn"), f"{version} (unused on a CPU site; supported {shown})"
+    return ("pass" if ok else "fail"), f"{version} ({'' if ok else 'outside '}supported {shown})"
+
+
+def _within(version: str | None, spec: str) -> bool | None:
+    """satisfies(), or None where either side is missing or unreadable."""
+    try:
+        return satisfies(version, spec) if version and spec else None
+    except ValueError:
+        return None
+
+
+def known_bad(versions: Mapping[str, str | None], trl_vllm: str) -> list[tuple[str, Status, str]]:
+    """Combinations known to fail at run time, even where each version is in range."""
+    rows: list[tuple[str, Status, str]] = []
+    deepspeed, vllm, trl = versions.get("deepspeed"), versions.get("vllm"), versions.get("trl")
+    old_deepspeed = _within(deepspeed, "<=0.19.2")
+    if old_deepspeed:
+        rows.append(("known: ZeRO-3 + LoRA", "warn",
+                     f"deepspeed {deepspeed} <= 0.19.2: LoRA with modules_to_save under ZeRO-3 "
+                     "fails with ds_grads_remaining; upgrade deepspeed or drop modules_to_save"))
+    elif old_deepspeed is False:
+        rows.append(("known: ZeRO-3 + LoRA", "pass",
+                     f"deepspeed {deepspeed} > 0.19.2 (ds_grads_remaining is known up to 0.19.2)"))
+    if _within(vllm, ">=0") is None:
+        return rows  # no vLLM (or an unreadable version, which the matrix row reports)
+    spec = trl_vllm if _within("0", trl_vllm) is not None else TRL_VLLM_FALLBACK
+    ok = _within(vllm, spec)
+    rows.append(("known: vLLM vs TRL", "pass" if ok else "fail",
+                 f"vllm {vllm} {'within' if ok else 'outside'} the range trl {trl or '?'} "
+                 f"declares ({spec})"))
+    if _within(vllm, "<0.8.3"):
+        rows.append(("known: vLLM TP seeds", "warn",
+                     f"vllm {vllm} < 0.8.3: colocated TP engines (external_launcher) sample "
+                     "differently per rank unless every engine gets its group's seed"))
+    return rows
+
+
+# ---- one node's report -> (check, status, detail) ------------------------------------------
+
+def _fact(report: Mapping[str, Any], key: str) -> tuple[bool, str] | None:
+    fact = report.get(key)
+    return None if fact is None else (bool(fact.get("ok")), str(fact.get("detail", "")))
+
+
+def _resolve_row(report: Mapping[str, Any]) -> tuple[Status, str]:
+    results: Mapping[str, Any] = report.get("resolve", {})
+    if "detail" in results:  # the probe could not even try
+        return "fail", str(results["detail"])
+    failed = [f"{name} ({r.get('detail')})" for name, r in results.items() if not r.get("ok")]
+    if failed:
+        return "fail", "does not resolve: " + ", ".join(failed)
+    loop = [f"{name} -> {r['detail']}" for name, r in results.items()
+            if str(r.get("detail", "")).startswith(("127.", "::1"))]
+    if loop:
+        return "warn", ("resolves to loopback: " + ", ".join(loop)
+                        + "; set network_interface so Gloo/NCCL do not bind to it")
+    return "pass", f"all {len(results)} node name(s) of the allocation resolve"
+
+
+def node_checks(report: Mapping[str, Any], expect: Expect) -> list[tuple[str, Status, str]]:
+    """Every check one node's report answers, in table order."""
+    rows: list[tuple[str, Status, str]] = []
+    versions: Mapping[str, str | None] = report.get("versions", {})
+    gpu_site = expect.gpus_per_node > 0
+    for name in PACKAGES:
+        rows.append((name, *judge_package(name, versions.get(name), gpu_site=gpu_site)))
+    rows += known_bad(versions, str(report.get("trl_vllm_requirement", "")))
+    theirs = report.get("hpc_grpo") or "not importable"
+    rows.append(("hpc-grpo", "pass" if theirs == __version__ else "warn",
+                 f"{theirs} on the node, {__version__} here; python {report.get('python', '?')}"))
+    rows.append(("node names", *_resolve_row(report)))
+    scontrol = _fact(report, "scontrol")
+    if scontrol is not None:
+        ok, detail = scontrol
+        rows.append(("scontrol", "pass" if ok else "fail",
+                     detail if not ok else f"{detail} (rendezvous and requeue from the job use it)"))
+    interface = _fact(report, "interface")
+    if not expect.interface:
+        rows.append(("interface", "skip", "network_interface not set: NCCL and Gloo pick one"))
+    elif interface is None:
+        rows.append(("interface", "fail", f"{expect.interface}: the node did not report it"))
+    else:
+        ok, detail = interface
+        rows.append(("interface", "pass" if ok else "fail", f"{expect.interface}: {detail}"))
+    for check, key in (("rendezvous port", "port"), ("shared output", "share_write"),
+                       ("shared output", "share_read")):
+        fact = _fact(report, key)
+        if fact is not None:
+            rows.append((check, "pass" if fact[0] else "fail", fact[1]))
+    gpus = report.get("gpus", {})
+    count, source = int(gpus.get("count", 0)), str(gpus.get("source") or gpus.get("detail", "?"))
+    want = expect.gpus_per_node
+    status: Status = "pass" if count == want else ("warn" if count > want else "fail")
+    rows.append(("gpus", status, f"{count} seen ({source}), profile says {want}"))
+    return rows
+
+
+# ---- all nodes -> rows -----------------------------------------------------------------------
+
+def parse_reports(stdout: str) -> list[dict[str, Any]]:
+    """The probe's JSON lines out of srun's merged stdout, one per node (first wins)."""
+    reports: dict[str, dict[str, Any]] = {}
+    for line in stdout.splitlines():
+        if line.startswith(MARKER):
+            try:
+                report = json.loads(line[len(MARKER):])
+            except json.JSONDecodeError:
+                continue
+            reports.setdefault(str(report.get("node")), report)
+    return sorted(reports.values(), key=lambda r: int(r.get("node_id", 0)))
+
+
+def aggregate(reports: Sequence[Mapping[str, Any]], expect: Expect, job_note: str = "") -> list[Row]:
+    """Group identical outcomes of a check across nodes into one row naming those nodes."""
+    if not reports:
+        return [Row("job", "fail", (), job_note or "no node reported")]
+    expected = list(reports[0].get("hosts", []))
+    seen = [str(r.get("node")) for r in reports]
+    missing = [name for name in expected if name not in seen]
+    if missing:
+        detail = f"no report from {len(missing)} of {len(expected)} node(s)"
+        rows = [Row("job", "fail", tuple(missing), detail + (f": {job_note}" if job_note else ""))]
+    else:
+        rows = [Row("job", "pass", tuple(seen), f"job {reports[0].get('job_id')}: every node reported")]
+    grouped: dict[tuple[str, Status, str], list[str]] = {}
+    for report in reports:
+        for check, status, detail in node_checks(report, expect):
+            grouped.setdefault((check, status, detail), []).append(str(report.get("node")))
+    rows += [Row(check, status, tuple(nodes), detail)
+             for (check, status, detail), nodes in grouped.items()]
+    stacks = {json.dumps(r.get("versions", {}), sort_keys=True) for r in reports}
+    rows.append(Row("same stack", "pass" if len(stacks) == 1 else "warn", tuple(seen),
+                    "identical package versions on every node" if len(stacks) == 1
+                    else f"{len(stacks)} different package sets: ranks would run different code"))
+    order = {check: i for i, check in enumerate(CHECK_ORDER)}
+    return sorted(rows, key=lambda row: order.get(row.check, len(order)))
+
+
+def exit_code(rows: Sequence[Row]) -> int:
+    return 1 if any(row.status == "fail" for row in rows) else 0
+
+
+# ---- the job ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Result:
+    site: str
+    rows: tuple[Row, ...]
+    reports: tuple[dict[str, Any], ...]
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"site": self.site, "exit_code": self.exit_code,
+                "rows": [asdict(row) for row in self.rows], "reports": list(self.reports)}
+
+
+def last_lines(text: str, count: int) -> str:
+    """srun's last words, minus its progress chatter, as one line."""
+    lines = [line.strip() for line in text.splitlines()
+             if line.strip() and not re.search(r"job \d+ (queued|has been allocated)", line)]
+    return "; ".join(lines[-count:])[:400]
+
+
+def srun_options(site: SiteProfile, nodes: int, partition: str, time_min: int) -> list[str]:
+    """The allocation: the job's partition, account, QOS and GPUs, but one CPU per node."""
+    options = [f"--nodes={nodes}", "--ntasks-per-node=1", "--cpus-per-task=1",
+               "--job-name=hpc-grpo-doctor", f"--time={time_min}", "--kill-on-bad-exit=0"]
+    for flag, value in (("partition", partition), ("account", site.account), ("qos", site.qos)):
+        if value:
+            options.append(f"--{flag}={value}")
+    if site.gpus_per_node:
+        gpus = f"{site.gpu_type + ':' if site.gpu_type else ''}{site.gpus_per_node}"
+        options.append(f"--gres=gpu:{gpus}" if site.gpu_request == "gres" else f"--gpus-per-node={gpus}")
+    box = site.container
+    if box is not None and box.runtime == "pyxis":
+        options += ["--container-image", box.image]
+        if box.mounts:
+            options += ["--container-mounts", ",".join(box.mounts)]
+    return options
+
+
+def node_command(site: SiteProfile, python: str, probe_args: Sequence[str]) -> list[str]:
+    """What srun runs on each node: the probe under the job's modules and container."""
+    words = [python, "-m", "hpc_grpo.runtime.probe", *probe_args]
+    box = site.container
+    if box is not None and box.runtime == "apptainer":
+        binds = [w for mount in box.mounts for w in ("--bind", mount)]
+        words = ["apptainer", "exec", *(["--nv"] if site.gpus_per_node else []), *binds, box.image,
+                 *words]
+    if not site.modules:
+        return words
+    loads = "; ".join(f"module load {shlex.quote(m)}" for m in site.modules)
+    return ["bash", "-c", f"set -e; {loads}; exec {shlex.join(words)}"]
+
+
+def run(site: SiteProfile, *, nodes: int, partition: str = "", output_root: str = "",
+        python: str = "", timeout_s: float = 180, share_wait_s: float = 20) -> Result:
+    """Submit the probe job, wait for it (at most ``timeout_s``) and judge what came back."""
+    if site.scheduler != "slurm":
+        raise UserError(f"site '{site.name}' has no Slurm: doctor checks cluster nodes",
+                        field="site", hint="pick a Slurm site: `hpc-grpo sites` lists them")
+    if site.max_nodes and nodes > site.max_nodes:
+        raise UserError(f"{nodes} nodes requested but site '{site.name}' has {site.max_nodes}",
+                        field="nodes", hint=f"use --nodes {site.max_nodes} or fewer")
+    partition = partition or site.partition
+    slurm.require_partition_nodes(partition, nodes)  # srun would wait forever, not refuse
+    root = Path(os.path.expandvars(output_root or site.output_root)).expanduser().resolve()
+    low, high = site.port_range
+    args = ["--port-low", str(low), "--port-high", str(high), "--share-dir", str(root),
+            "--token", secrets.token_hex(8), "--share-wait", f"{share_wait_s:g}",
+            "--gpus", str(site.gpus_per_node)]
+    if site.network_interface:
+        args += ["--interface", site.network_interface]
+    time_min = max(1, min(int(timeout_s // 60) + 1, minutes(site.max_time, "max_time")))
+    step = slurm.run_on_nodes(
+        node_command(site, python or site.python or sys.executable, args),
+        options=srun_options(site, nodes, partition, time_min),
+        timeout_s=timeout_s, env=site.env,
+    )
+    reports = parse_reports(step.stdout)
+    said = last_lines(step.stderr, 3)
+    if not reports and not step.timed_out and "allocate" in step.stderr.lower():
+        raise UserError(f"srun refused the job: {said}",
+                        hint="check --nodes and --partition against sinfo, and the profile's "
+                             "account, qos and GPU settings")
+    if step.timed_out:
+        note = f"no answer within {timeout_s:g} s (queued or stuck); srun said: {said or 'nothing'}"
+    else:
+        note = f"srun exit code {step.returncode}" + (f": {said}" if said else "")
+    rows = aggregate(reports, Expect(site.gpus_per_node, site.network_interface),
+                     job_note=note if (step.timed_out or step.returncode or not reports) else "")
+    return Result(site.name, tuple(rows), tuple(reports))
+
+
+# ---- output --------------------------------------------------------------------------------
+
+_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
+
+
+def _nodes_text(nodes: Sequence[str]) -> str:
+    return ", ".join(nodes) if len(nodes) <= 6 else f"{', '.join(nodes[:5])}, ... ({len(nodes)})"
+
+
+def print_table(result: Result) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold", title=f"hpc-grpo doctor: site {escape(result.site)}",
+                  title_justify="left")
+    for column in ("check", "result", "nodes", "detail"):
+        table.add_column(column, overflow="fold")
+    for row in result.rows:
+        table.add_row(escape(row.check), f"[{_STYLE[row.status]}]{row.status.upper()}[/]",
+                      escape(_nodes_text(row.nodes)), escape(row.detail))
+    counts = {s: sum(r.status == s for r in result.rows) for s in ("pass", "warn", "fail")}
+    console = Console(width=None if sys.stdout.isatty() else 200, highlight=False)
+    console.print(table)
+    console.print(f"{counts['pass']} passed, {counts['warn']} warning(s), {counts['fail']} failed")

@@ -1,0 +1,239 @@
+"""``hpc-grpo site init``: a starting site profile written from what the live cluster says.
+
+``scontrol show partition`` gives the partitions, the default one and their time and node limits;
+``scontrol show node`` gives each node's CPUs, memory and GPUs (Gres). The parsers are pure; the
+one function that asks Slurm and writes the file validates it with the strict loader, so what
+lands on disk always loads. What Slurm cannot know (account, interface, shared output root) is
+left as a commented line to fill in.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import socket
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpc_grpo.config.site import load_site, minutes, site_dirs
+from hpc_grpo.errors import UserError, did_you_mean
+from hpc_grpo.scheduler import slurm
+
+_RECORD_START = re.compile(r"\n\s*\n|\n(?=(?:NodeName|PartitionName)=)")
+_KEY = re.compile(r"\s+(?=[A-Za-z][A-Za-z0-9_]*=)")
+# Usable memory of common GPU types; where a type comes in several sizes, the smallest.
+GPU_GIB = {"h100": 80, "h200": 141, "gh200": 96, "b200": 180, "a100": 40, "a40": 48, "l40s": 48,
+           "l40": 48, "l4": 24, "a10": 24, "a10g": 24, "v100": 16, "mi250": 64, "mi300x": 192}
+
+
+def parse_records(text: str) -> list[dict[str, str]]:
+    """``scontrol show node|partition`` (multi-line or --oneliner) as one mapping per record.
+
+    Values may hold spaces (``OS=Linux 6.1 #1 SMP``), so a field ends only where the next
+    ``Key=`` begins."""
+    records = []
+    for chunk in _RECORD_START.split(text.strip()):
+        fields: dict[str, str] = {}
+        for token in _KEY.split(chunk.strip()):
+            key, sep, value = token.partition("=")
+            if sep:
+                fields[key] = value.strip()
+        if fields:
+            records.append(fields)
+    return records
+
+
+def parse_gres(gres: str) -> tuple[int, str]:
+    """GPUs in a Gres string: ``gpu:h100:8(S:0-1)`` -> (8, "h100"); per-socket entries add up;
+    with several types, the most numerous (one job asks for one type)."""
+    counts: Counter[str] = Counter()
+    for entry in re.sub(r"\([^)]*\)", "", gres).split(","):
+        parts = entry.strip().split(":")
+        if parts[0] != "gpu" or len(parts) < 2:
+            continue
+        number = re.match(r"\d+", parts[-1])
+        if number:
+            counts[parts[1] if len(parts) > 2 else ""] += int(number.group())
+    if not counts:
+        return 0, ""
+    kind, count = counts.most_common(1)[0]
+    return count, kind
+
+
+def gpu_memory_gib(gpu_type: str) -> float:
+    """GiB per GPU from its Gres type (``nvidia_a100-sxm4-80gb``, ``h100``); 0 when unknown."""
+    lowered = gpu_type.lower()
+    size = re.search(r"(\d+)\s*gi?b\b", lowered)
+    if size:
+        return float(size.group(1))
+    for name in sorted(GPU_GIB, key=len, reverse=True):
+        if name in re.split(r"[^a-z0-9]+", lowered):
+            return float(GPU_GIB[name])
+    return 0.0
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    cpus: int
+    memory_mb: int
+    gpus: int
+    gpu_type: str
+    partitions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    default: bool
+    max_time: str  # "" when unlimited
+    max_nodes: int  # 0 when unlimited
+    total_nodes: int
+    preempt_mode: str
+
+
+def _int(value: str) -> int:
+    match = re.match(r"\d+", value or "")
+    return int(match.group()) if match else 0
+
+
+def nodes_from(text: str) -> list[Node]:
+    nodes = []
+    for rec in parse_records(text):
+        if "NodeName" not in rec:
+            continue
+        gpus, kind = parse_gres(rec.get("Gres", ""))
+        nodes.append(Node(
+            rec["NodeName"], _int(rec.get("CPUEfctv") or rec.get("CPUTot", "")),
+            _int(rec.get("RealMemory", "")), gpus, kind,
+            tuple(p for p in rec.get("Partitions", "").split(",") if p),
+        ))
+    return nodes
+
+
+def partitions_from(text: str) -> list[Partition]:
+    found = []
+    for rec in parse_records(text):
+        if "PartitionName" not in rec:
+            continue
+        limit = rec.get("MaxTime", "")
+        found.append(Partition(
+            rec["PartitionName"], rec.get("Default") == "YES",
+            "" if limit.upper() in ("UNLIMITED", "INFINITE", "") else limit,
+            _int(rec.get("MaxNodes", "")), _int(rec.get("TotalNodes", "")),
+            rec.get("PreemptMode", ""),
+        ))
+    return found
+
+
+def _time(value: str) -> str:
+    """Slurm's MaxTime as the profile writes it (``2-00:00:00``, ``02:00:00``)."""
+    total = minutes(value, "max_time")
+    days, rest = divmod(total, 1440)
+    return (f"{days}-" if days else "") + f"{rest // 60:02d}:{rest % 60:02d}:00"
+
+
+def choose_partition(partitions: Sequence[Partition], wanted: str = "") -> Partition:
+    if not partitions:
+        raise UserError("Slurm lists no partitions", hint="run this on a login node of the cluster")
+    by_name = {p.name: p for p in partitions}
+    if wanted:
+        if wanted not in by_name:
+            raise UserError(f"no partition '{wanted}'", field="partition",
+                            hint=did_you_mean(wanted, by_name))
+        return by_name[wanted]
+    return next((p for p in partitions if p.default), partitions[0])
+
+
+def profile_lines(partition: Partition, nodes: Sequence[Node], partitions: Sequence[Partition],
+                  header: str) -> str:
+    """The profile YAML (with comments) for ``partition``: the smallest node of it, so that a
+    job the profile allows fits on every node."""
+    members = [n for n in nodes if partition.name in n.partitions] or list(nodes)
+    if not members:
+        raise UserError(f"partition '{partition.name}' has no nodes", field="partition")
+    small = min(members, key=lambda n: (n.gpus, n.cpus, n.memory_mb))
+    mixed = len({(n.gpus, n.cpus, n.memory_mb) for n in members}) > 1
+    gpus = f"{small.gpus} x {small.gpu_type or 'GPU'}" if small.gpus else "no GPUs"
+    gib = round(small.memory_mb / 1024, 1)
+    memory = gpu_memory_gib(small.gpu_type) if small.gpus else 0.0
+    requeued = [p.name for p in partitions if p.preempt_mode.upper().startswith("REQUEUE")]
+    # One preemptible partition beside a non-preemptible one is a clear choice; a cluster-wide
+    # PreemptMode=REQUEUE marks them all, and then there is nothing to infer.
+    preempt = requeued[0] if len(requeued) == 1 and partition.name not in requeued else ""
+    described = f"{partition.name}: {len(members)} nodes x {small.cpus} CPUs, {gib} GiB, {gpus}"
+    value = json.dumps  # JSON scalars are YAML scalars, quoted where YAML would misread them
+    lines = [
+        f"# {header}",
+        "# Every value below is a starting point: check it, then `hpc-grpo doctor --site NAME`.",
+        f"description: {value(described)}",
+        "scheduler: slurm",
+        f"partition: {value(partition.name)}",
+        'account: ""  # set it where the cluster requires one (sacctmgr show assoc user=$USER)',
+        'qos: ""',
+        f"gpus_per_node: {small.gpus}",
+        f"gpu_type: {value(small.gpu_type)}",
+        f"gpu_memory_gib: {memory:g}"
+        + ("  # guessed from the type; the planner relies on it" if small.gpus and memory
+           else "  # unknown type: set the GiB per GPU, the planner relies on it" if small.gpus
+           else ""),
+        "gpu_request: gres",
+        f"cpus_per_node: {small.cpus}",
+        f"cpu_memory_gib: {gib:g}" + ("  # nodes differ: the smallest is shown" if mixed else ""),
+        f"max_time: {value(_time(partition.max_time) if partition.max_time else '24:00:00')}"
+        + ("" if partition.max_time else "  # the partition has no limit"),
+        f"max_nodes: {partition.max_nodes}"
+        + ("" if partition.max_nodes else f"  # 0: ask Slurm at submit (it has {len(members)})"),
+        'network_interface: ""  # e.g. ib0 (NCCL/GLOO_SOCKET_IFNAME); doctor checks it on every node',
+        "output_root: ~/hpc-grpo-runs  # must be visible from every node: doctor checks it",
+    ]
+    if preempt:
+        lines.append(f"preempt_partition: {value(preempt)}")
+    return "\n".join(lines) + "\n"
+
+
+def default_dir() -> Path:
+    """Where ``--site NAME`` finds user profiles first ($HPC_GRPO_SITES, else ~/.config/...)."""
+    from hpc_grpo.api import user_site_dirs
+
+    return user_site_dirs()[0]
+
+
+def init_site(name: str, *, partition: str = "", output: str = "", force: bool = False) -> Path:
+    """Ask Slurm, write the profile (never over an existing one unless ``force``), and prove it
+    loads; returns its path."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        raise UserError(f"'{name}' is not a usable profile name", field="name",
+                        hint="letters, digits, '.', '_' and '-' only")
+    path = Path(output).expanduser() if output else default_dir() / f"{name}.yaml"
+    if path.exists() and not force:
+        raise UserError(f"{path} already exists", field="output",
+                        hint="use --force to replace it, or --output FILE")
+    parts = partitions_from(slurm.scontrol_show("partition"))
+    chosen = choose_partition(parts, partition)
+    nodes = nodes_from(slurm.scontrol_show("node"))
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    text = profile_lines(chosen, nodes, parts,
+                         f"Written by `hpc-grpo site init {name}` on {socket.gethostname()}, {stamp}.")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    try:
+        load_site(str(tmp), site_dirs([]))
+    except UserError as err:
+        tmp.unlink()
+        raise UserError(f"internal error: the generated profile does not load: {err.message}") from err
+    os.replace(tmp, path)
+    return path
+
+
+def summary(path: Path) -> dict[str, Any]:
+    """The written profile as loaded, for the CLI's report."""
+    site = load_site(str(path), site_dirs([]))
+    return {"path": str(path), "partition": site.partition, "cpus_per_node": site.cpus_per_node,
+            "gpus_per_node": site.gpus_per_node, "max_time": site.max_time}

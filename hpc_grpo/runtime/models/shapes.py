@@ -1,0 +1,59 @@
+"""Offline example models of real shapes, built in code (no hub on the nodes or here).
+
+``tiny`` is for CPU tests; ``qwen2-0.5b`` has Qwen2-0.5B's layer shapes (24 layers, hidden 896,
+14 query and 2 KV heads) with a 32k vocabulary, so GPU timings and memory are those of a real
+small model while the weights stay random.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Shape:
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    vocab_size: int  # 0: the tokenizer's own size
+    max_position_embeddings: int
+
+
+SHAPES = {
+    "tiny": Shape(64, 128, 2, 4, 2, 0, 512),
+    "qwen2-0.5b": Shape(896, 4864, 24, 14, 2, 32768, 4096),
+}
+
+
+def build_model(out_dir: Path, shape_name: str, *, seed: int = 0) -> Path:
+    """Write a randomly initialised Qwen2 model of ``shape_name`` and its tokenizer."""
+    from hpc_grpo.runtime.models.tiny import build_tiny_model, write_qwen2
+
+    if shape_name == "tiny":
+        return build_tiny_model(out_dir, seed=seed)
+    shape = SHAPES[shape_name]
+    return write_qwen2(
+        out_dir, seed=seed, hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size, num_hidden_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads, num_key_value_heads=shape.num_key_value_heads,
+        max_position_embeddings=shape.max_position_embeddings, vocab_size=shape.vocab_size, bf16=True,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m hpc_grpo.runtime.models.shapes SHAPE DIR``."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or args[0] not in SHAPES:
+        print(f"usage: python -m hpc_grpo.runtime.models.shapes {{{','.join(SHAPES)}}} DIR",
+              file=sys.stderr)
+        return 2
+    print(f"model written to {build_model(Path(args[1]), args[0])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,325 @@
+"""The per-node task: start torchrun for this node and turn signals into a stop request.
+
+Imported by the launcher's submitit pickle on every node, so it stays stdlib-only and cheap.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from hpc_grpo.runtime import rundir
+from hpc_grpo.runtime.node import retry, vllm_server
+
+PAYLOAD_MODULES = {"train": "hpc_grpo.runtime.rank.train", "check": "hpc_grpo.runtime.rank.smoke"}
+# The torchrun agent ignores the stop signals: the workers handle them; the agent would die of a
+# user signal (exit 138) or SIGKILL the workers 30 s after forwarding SIGTERM, mid-checkpoint.
+DEFAULT_STOP = ("USR2", "TERM")
+CLEAN_END = ("done", "interrupted")
+
+
+def stop_signals(run: Mapping[str, Any]) -> tuple[signal.Signals, ...]:
+    """USR2, TERM and whatever run.json's stop block adds (a site may requeue on USR1)."""
+    names = [*DEFAULT_STOP, *((run.get("stop") or {}).get("signals") or [])]
+    return tuple(dict.fromkeys(signal.Signals["SIG" + n.upper().removeprefix("SIG")] for n in names))
+
+
+def free_port(span: int = vllm_server.PORTS_PER_JOB) -> int:
+    """A TCP port free on this host right now with the next ``span - 1`` free too (a job's
+    rendezvous, vLLM server and weight-sync ports), for single-node runs without MASTER_PORT."""
+    for _ in range(50):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port + span - 1 < 65536 and all(_free(port + i) for i in range(span)):
+            return port
+    raise RuntimeError(f"found no {span} consecutive free TCP ports")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def with_master_port(env: Mapping[str, str], nodes: int, pick: Callable[[], int]) -> dict[str, str]:
+    """The environment with MASTER_PORT fixed once: torchrun, the ranks and the vLLM server
+    (rendezvous port + 1, + 2) must all see the same one. Only one node may pick its own."""
+    out = dict(env)
+    if not out.get("MASTER_PORT"):
+        if nodes > 1:
+            raise ValueError("MASTER_PORT must be set when a run spans several nodes")
+        out["MASTER_PORT"] = str(pick())
+    return out
+
+
+def torchrun_argv(run: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
+    """The torchrun command for this node: static rendezvous, so global ranks follow node order."""
+    payload = run.get("payload", "train")
+    if payload not in PAYLOAD_MODULES:
+        raise ValueError(f"unknown payload {payload!r}; expected one of {sorted(PAYLOAD_MODULES)}")
+    nodes = int(run["nodes"])
+    port = with_master_port(env, nodes, free_port)["MASTER_PORT"]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        str(nodes),
+        "--nproc-per-node",
+        str(int(run["procs_per_node"])),
+        "--node-rank",
+        env.get("SLURM_NODEID") or "0",
+        "--master-addr",
+        env.get("MASTER_ADDR") or "127.0.0.1",
+        "--master-port",
+        port,
+        "--max-restarts",
+        "0",
+        "-m",
+        PAYLOAD_MODULES[payload],
+        str(run["run_dir"]),
+    ]
+
+
+def attempt_id(env: Mapping[str, str]) -> str:
+    """One id shared by all node tasks of one Slurm attempt (job id + restart count)."""
+    job = env.get("SLURM_JOB_ID")
+    if job:
+        return f"slurm-{job}.{env.get('SLURM_RESTART_COUNT', '0')}"
+    return f"local-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def trainer_visible_devices(run: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
+    """Server mode: hide the vLLM server's GPUs from the trainers, so LOCAL_RANK 0 never lands
+    on a GPU the server uses ("Duplicate GPU detected"). None when nothing is to be hidden."""
+    vllm = run.get("vllm") or {}
+    server = vllm.get("server") or {}
+    if run.get("device") != "cuda" or vllm.get("mode") != "server" or not server:
+        return None
+    trainer = [int(i) for i in server.get("trainer_gpus") or []]
+    visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if not visible:
+        return ",".join(str(i) for i in trainer)
+    if max(trainer, default=-1) >= len(visible):
+        raise ValueError(f"trainer GPUs {trainer} but CUDA_VISIBLE_DEVICES={','.join(visible)}")
+    return ",".join(visible[i] for i in trainer)
+
+
+COMPILE_CACHE = ".compile-cache"  # in the output root, next to the run directories
+
+
+def host_compute(run: Mapping[str, Any]) -> bool:
+    """Whether the ranks compute on the CPU: CPU training, or DeepSpeed's CPU Adam when the
+    optimizer is offloaded. Only then do OpenMP threads beyond one earn their cores."""
+    offload = bool((run.get("deepspeed") or {}).get("offload_optimizer"))
+    return run.get("device") != "cuda" or offload
+
+
+def threads_per_rank(env: Mapping[str, str], usable_cpus: int, procs_per_node: int,
+                     computes_on_host: bool = True) -> int:
+    """OpenMP threads for one rank. Host compute gets the node's CPUs split over its ranks: the
+    fewer of Slurm's count and the CPUs this task may run on (a cgroup or a shared login machine
+    may allow fewer), at least one. A GPU rank's host work is one Python thread launching
+    kernels (vLLM's decode loop included), and idle OpenMP workers spinning between parallel
+    regions take cores from it: one thread, as torchrun and accelerate give multi-GPU ranks."""
+    if not computes_on_host:
+        return 1
+    cpus = usable_cpus
+    if env.get("SLURM_CPUS_ON_NODE", "").isdigit():
+        cpus = min(cpus, int(env["SLURM_CPUS_ON_NODE"]))
+    return max(1, cpus // max(1, procs_per_node))
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def child_env(env: Mapping[str, str], attempt: str, run: Mapping[str, Any] | None = None,
+              cpus: int = 1) -> dict[str, str]:
+    """torchrun's environment: OpenMP threads per rank as threads_per_rank says (torchrun alone
+    would give each rank one thread, or all of them with one rank), this package importable."""
+    out = dict(env)
+    devices = trainer_visible_devices(run or {}, env)
+    if devices is not None:
+        out["CUDA_VISIBLE_DEVICES"] = devices
+    procs = int((run or {}).get("procs_per_node") or 1)
+    threads = threads_per_rank(env, cpus, procs, host_compute(run or {}))
+    out.setdefault("OMP_NUM_THREADS", str(threads))
+    out.setdefault("PYTHONUNBUFFERED", "1")
+    out.setdefault("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGINT,SIGHUP,SIGQUIT")
+    out["HPC_GRPO_ATTEMPT"] = attempt
+    if run and run.get("run_dir"):  # compile caches shared by the runs of one output root: a
+        # requeue and the next run of a model start warm (about 50 s less for a 0.5B model)
+        cache = Path(str(run["run_dir"])).parent / COMPILE_CACHE
+        out.setdefault("VLLM_CACHE_ROOT", str(cache / "vllm"))
+        out.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
+        out.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
+    root = str(Path(__file__).resolve().parents[3])
+    out["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return out
+
+
+def seconds_left(env: Mapping[str, str], run: Mapping[str, Any], started_at: float,
+                 now: float | None = None) -> float | None:
+    """Time left before the job's limit: Slurm's end time where it exports one (23.02+), else
+    the planned limit minus this attempt's age (the node task starts with the job)."""
+    now = time.time() if now is None else now
+    end = env.get("SLURM_JOB_END_TIME", "")
+    if end.isdigit():
+        return float(end) - now
+    if run.get("time_min"):
+        return float(run["time_min"]) * 60 - (now - started_at)
+    return None
+
+
+def _agent_ignores(signals: tuple[signal.Signals, ...]) -> Callable[[], None]:
+    def ignore() -> None:  # runs in the child before exec; SIG_IGN survives exec
+        for sig in signals:
+            signal.signal(sig, signal.SIG_IGN)  # the workers inherit it until they set handlers
+
+    return ignore
+
+
+def exit_code(torchrun_rc: int, state: Mapping[str, Any], attempt: str) -> int:
+    """0 when this attempt's rank 0 recorded a clean end; torchrun's own code otherwise."""
+    if state.get("attempt") == attempt and state.get("phase") in CLEAN_END:
+        return 0
+    return torchrun_rc
+
+
+class NodeTask:
+    """Run this node's share of a run; picklable (holds only the run directory and a flag).
+
+    Under submitit: a USR2/TERM first becomes a stop request for the ranks; once torchrun has
+    exited (checkpoint saved), the handler submitit had installed runs with that signal, so
+    its checkpoint-and-requeue happens after the save, never in the middle of it.
+    """
+
+    def __init__(self, run_dir: str, *, chain_signals: bool = True) -> None:
+        self.run_dir = str(run_dir)
+        self.chain_signals = chain_signals  # hand received signals on once torchrun has exited
+        self._received: list[int] = []
+        self._started_at = time.time()
+
+    def __repr__(self) -> str:
+        return f"NodeTask({self.run_dir!r})"
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        self._received.append(signum)
+        rundir.request_stop(self.run_dir, f"{name} to node task on {socket.gethostname()}")
+        print(f"[node] {name}: stop requested; waiting for torchrun", flush=True)
+
+    def __call__(self) -> int:
+        run = {**rundir.load_run(self.run_dir), "run_dir": self.run_dir}
+        node_env = with_master_port(os.environ, int(run["nodes"]), free_port)
+        attempt = attempt_id(node_env)
+        argv = torchrun_argv(run, node_env)
+        (Path(self.run_dir) / "logs").mkdir(parents=True, exist_ok=True)
+        print(f"[node] {socket.gethostname()} attempt {attempt}: {' '.join(argv)}", flush=True)
+        self._received = []
+        self._started_at = time.time()
+        on_main = threading.current_thread() is threading.main_thread()
+        signals = stop_signals(run)
+        previous = {s: signal.getsignal(s) for s in signals} if on_main else {}
+        for sig in previous:
+            signal.signal(sig, self._on_signal)
+        started = time.time()
+        server = None
+        try:
+            env = child_env(node_env, attempt, run, usable_cpus())
+            if vllm_server.server_mode(run) and vllm_server.is_server_node(run, node_env):
+                log = str(Path(self.run_dir) / "logs" / "vllm-server.log")
+                server = vllm_server.start(run, node_env, log)
+                port = vllm_server.address(node_env).port
+                print(f"[node] vllm serve starting on port {port} (log {log})", flush=True)
+                vllm_server.wait_healthy(server, port)
+            proc = subprocess.Popen(argv, env=env, preexec_fn=_agent_ignores(signals))
+            rc = proc.wait()  # signal handlers run while waiting (PEP 475 restarts the wait)
+        finally:
+            if server is not None:
+                vllm_server.stop(server)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        state = rundir.read_state(self.run_dir)
+        code = exit_code(rc, state, attempt)
+        if os.environ.get("SLURM_NODEID", "0") == "0":
+            self._after_exit(run, code, state)
+        print(
+            f"[node] torchrun exited {rc} after {time.time() - started:.1f} s; node task returns {code}",
+            flush=True,
+        )
+        finished = state.get("attempt") == attempt and state.get("phase") == "done"
+        if self.chain_signals and not finished:  # a signal after the last step: nothing to requeue
+            for signum in dict.fromkeys(self._received):  # each signal once, in arrival order
+                handler = previous.get(signal.Signals(signum))
+                if callable(handler):
+                    handler(signum, None)  # submitit's may requeue and exit here
+        return code
+
+    def _after_exit(self, run: Mapping[str, Any], code: int, state: Mapping[str, Any]) -> None:
+        """Rank-0 node: name the cause of a signalled stop; requeue a crash while retries last."""
+        names = [signal.Signals(s).name for s in dict.fromkeys(self._received)]
+        if names and state.get("phase") == "interrupted":
+            left = seconds_left(os.environ, run, self._started_at)
+            cause = retry.stop_cause(names, left, float(run.get("signal_lead_s", 120)))
+            rundir.update_state(self.run_dir, stop_cause=cause)
+            return
+        job = os.environ.get("SLURM_JOB_ID")
+        if code == 0 or names or not job or state.get("phase") == "done":
+            return
+        path = Path(self.run_dir) / retry.RETRIES
+        earlier = rundir.read_jsonl(path)
+        step = int(state.get("last_checkpoint_step") or 0)
+        decision = retry.decide_retry(earlier, step, int(run.get("max_requeues", 3)))
+        print(f"[node] training failed (exit {code}): {decision.reason}", flush=True)
+        if not decision.requeue:
+            rundir.update_state(self.run_dir, phase="failed", message=decision.reason)
+            return
+        rundir.append_jsonl(path, {"time": time.time(), "checkpoint_step": step, "exit_code": code,
+                                   "job_id": job})
+        rundir.update_state(self.run_dir, stop_cause="node failure")
+        subprocess.run(["scontrol", "requeue", job], check=False)
+
+    def checkpoint(self) -> Any:
+        """submitit's requeue hook (its USR2 handler calls it on the rank-0 node task): resubmit
+        this same task, which resumes from the newest complete checkpoint; None once done.
+
+        submitit is found in sys.modules, never imported: it is loaded whenever this is called.
+        """
+        if rundir.read_state(self.run_dir).get("phase") == "done":
+            return None
+        utils = sys.modules.get("submitit.core.utils")
+        if utils is None:
+            return None
+        return utils.DelayedSubmission(NodeTask(self.run_dir, chain_signals=self.chain_signals))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m hpc_grpo.runtime.node RUN_DIR`."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m hpc_grpo.runtime.node RUN_DIR", file=sys.stderr)
+        return 2
+    return NodeTask(args[0])()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One training rank: placement checks, GRPOConfig arguments, data, rewards, TRL callbacks."""

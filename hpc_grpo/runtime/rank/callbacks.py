@@ -1,0 +1,180 @@
+"""Trainer callbacks on the ranks: metrics lines, a graceful stop all ranks agree on, and the
+completion marker that makes a checkpoint eligible for resume.
+
+Imported only by the ranks (it imports torch and transformers).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from hpc_grpo.runtime import rundir
+from hpc_grpo.runtime.rank import checkpoints, phases
+from hpc_grpo.runtime.rank.gpumem import GpuMemorySampler, physical_gpu
+from hpc_grpo.runtime.rank.stop import StopFlag
+
+# Fault injection for tests: a file of this name in the run directory holds the next save open
+# (files written, completion marker not yet) for that many seconds, once.
+FAULT_SAVE_DELAY = "fault-save-delay"
+
+
+def _dist_ready() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+class GracefulStopCallback(TrainerCallback):
+    """At every step end all ranks all_reduce(MAX) their stop flag, so they stop on ONE step.
+
+    The collective runs every step (not only when a flag is set): otherwise a rank that saw the
+    signal would enter a collective its peers never join, and gloo/NCCL would abort or hang.
+    """
+
+    def __init__(self, run_dir: Path, flag: StopFlag, device: torch.device) -> None:
+        self.stop_file = run_dir / rundir.STOP_REQUEST
+        self.flag = flag
+        self.device = device
+        self.stopped_at: int | None = None
+        self.reason: str | None = None
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
+    ) -> TrainerControl:
+        if self.flag.reason is None and self.stop_file.exists():
+            self.flag.reason = f"{rundir.STOP_REQUEST} file"
+        local = torch.tensor([1 if self.flag.reason else 0], dtype=torch.int32, device=self.device)
+        if _dist_ready():
+            dist.all_reduce(local, op=dist.ReduceOp.MAX)
+        if state.global_step >= state.max_steps:
+            control.should_save = True  # a final checkpoint makes a restart of a done run a no-op
+        if int(local.item()):
+            control.should_save = True
+            control.should_training_stop = True
+            self.stopped_at = state.global_step
+            self.reason = self.flag.reason or "another rank's stop request"
+            print(f"[stop] step {state.global_step}: stopping ({self.reason})", flush=True)
+        return control
+
+
+class CheckpointMarkerCallback(TrainerCallback):
+    """After a save, wait for every rank, then rank 0 marks the checkpoint complete."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.step_end = time.time()
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
+    ) -> TrainerControl:
+        self.step_end = time.time()  # the save, if any, starts right after this
+        return control
+
+    def on_save(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
+    ) -> TrainerControl:
+        fault = self.run_dir / FAULT_SAVE_DELAY
+        if state.is_world_process_zero and fault.exists():  # tests: a window to kill mid-save
+            delay = float(fault.read_text() or 0)
+            fault.unlink()
+            (self.run_dir / "fault-saving").write_text(str(state.global_step))
+            time.sleep(delay)
+        if _dist_ready():
+            dist.barrier()
+        if state.is_world_process_zero:
+            folder = Path(str(args.output_dir)) / f"checkpoint-{state.global_step}"
+            world = dist.get_world_size() if _dist_ready() else 1
+            checkpoints.write_marker(folder, state.global_step, world)
+            rundir.update_state(
+                self.run_dir,
+                last_checkpoint_step=state.global_step,
+                last_checkpoint_time=time.time(),
+                last_checkpoint=str(folder),
+                checkpoint_seconds=round(time.time() - self.step_end, 3),
+            )
+        return control
+
+
+def _torch_memory(nvml_used: int | None) -> dict[str, float]:
+    """torch's allocator peaks (this process) next to NVML's device view, to split the total."""
+    gib = float(2**30)
+    out = {"torch_alloc_peak_gib": round(torch.cuda.max_memory_allocated() / gib, 3),
+           "torch_reserved_peak_gib": round(torch.cuda.max_memory_reserved() / gib, 3)}
+    if nvml_used is not None:
+        out["nvml_used_gib"] = round(nvml_used / gib, 3)
+    return out
+
+
+class MetricsCallback(TrainerCallback):
+    """Rank 0 appends one metrics.jsonl line per logged optimizer step and updates state.json."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / rundir.METRICS_JSONL
+        self.run_dir = run_dir
+        self.last_tokens: float | None = None
+        self.last_end: float | None = None
+        self.wall: float | None = None
+        self.memory: GpuMemorySampler | None = None
+
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
+    ) -> TrainerControl:
+        self.last_tokens = float(state.num_input_tokens_seen or 0)
+        self.last_end = time.time()
+        if torch.cuda.is_available() and state.is_world_process_zero:
+            self.memory = GpuMemorySampler(physical_gpu(torch.cuda.current_device())).start()
+            if self.memory.available:  # model and vLLM engine loaded, nothing trained yet
+                rundir.update_state(self.run_dir, gpu_mem_train_begin=_torch_memory(self.memory.sample()))
+        return control
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
+    ) -> TrainerControl:
+        now = time.time()
+        self.wall = now - self.last_end if self.last_end is not None else None
+        self.last_end = now
+        return control
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, Any] | None = None,
+        **_: Any,
+    ) -> TrainerControl:
+        if not logs or "reward" not in logs:
+            return control
+        split = phases.STEP.take()  # on every rank, so each line covers its own steps only
+        if not state.is_world_process_zero:
+            return control
+        step_time = logs.get("step_time") or self.wall
+        tokens = float(logs.get("num_tokens") or 0.0)
+        new = tokens - (self.last_tokens or 0.0)
+        self.last_tokens = tokens
+        row = {
+            "step": state.global_step,
+            "max_steps": state.max_steps,
+            "reward_mean": logs.get("reward"),
+            "reward_std": logs.get("reward_std"),
+            "completion_length": logs.get("completions/mean_length"),
+            "step_time": step_time,
+            "wall_step_time": self.wall,
+            "tokens_per_s": new / step_time if step_time else None,
+            "loss": logs.get("loss"),
+            "learning_rate": logs.get("learning_rate"),
+            "time": time.time(),
+        }
+        if self.memory is not None and self.memory.available:
+            row["gpu_mem_peak_gib"] = round(self.memory.peak_gib, 3)
+            row.update(_torch_memory(None))
+        row.update({k: v for k, v in logs.items() if k.startswith("rewards/")})
+        if split:
+            row["phases_s"] = split  # rank 0's TRL blocks since the previous line (phases.py)
+        rundir.append_jsonl(self.path, row)
+        rundir.update_state(self.run_dir, phase="training", step=state.global_step, max_steps=state.max_steps)
+        return control

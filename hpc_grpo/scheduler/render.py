@@ -1,0 +1,172 @@
+"""Render the job script and the rank table from a plan: pure text in, text out.
+
+No Slurm call, clock or hostname: the same plan and run id always give the same bytes, which is
+what makes ``render`` a faithful dry run and golden files possible.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from hpc_grpo import __version__
+from hpc_grpo.errors import UserError
+from hpc_grpo.planner.job import JobPlan
+from hpc_grpo.runtime.node.vllm_server import PORTS_PER_JOB
+
+# sbatch parses #SBATCH lines itself (no shell), so their values must be plain tokens.
+_DIRECTIVE_SAFE = re.compile(r"^[A-Za-z0-9_.,:@%+=/-]+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _port_slots(plan: JobPlan) -> int:
+    """How many jobs' port triples fit the profile's range (the script and summary agree)."""
+    low, high = plan.site.port_range
+    return (high - low + 1) // PORTS_PER_JOB
+
+
+def templates_dir() -> Path:
+    package = Path(__file__).resolve().parents[1]  # the wheel puts them inside the package
+    for candidate in (package / "sbatch_templates", package.parent / "sbatch_templates"):
+        if candidate.is_dir():
+            return candidate
+    raise UserError("no sbatch_templates directory found", hint="reinstall hpc-grpo")
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=False,
+    )
+    env.filters["q"] = lambda value: shlex.quote(str(value))
+    return env
+
+
+def _directive(value: str, field: str) -> str:
+    if value and not _DIRECTIVE_SAFE.match(value):
+        raise UserError(
+            f"{value!r} cannot go into an #SBATCH line",
+            field=field,
+            hint="use letters, digits and . _ - : / only",
+        )
+    return value
+
+
+def _container_prefix(plan: JobPlan) -> str:
+    box = plan.site.container
+    if box is None:
+        return ""
+    if box.runtime == "pyxis":
+        words = ["--container-image", box.image]
+        if box.mounts:
+            words += ["--container-mounts", ",".join(box.mounts)]
+        return " ".join(shlex.quote(w) for w in words) + " "
+    words = ["apptainer", "exec"] + (["--nv"] if plan.site.gpus_per_node else [])
+    for mount in box.mounts:
+        words += ["--bind", mount]
+    words.append(box.image)
+    return " ".join(shlex.quote(w) for w in words) + " "
+
+
+def submitit_folder(run_dir: str) -> str:
+    return f"{run_dir}/submitit"
+
+
+def render_script(plan: JobPlan, *, run_id: str, run_dir: str, python: str) -> str:
+    """The exact text ``submit`` hands to sbatch (or, for the local site, runs)."""
+    _directive(run_dir, "output_root")
+    for value, field in ((plan.site.account, "account"), (plan.site.qos, "qos"),
+                         (plan.site.gpu_type, "gpu_type")):
+        _directive(value, field)
+    for key in plan.site.env:
+        if not _ENV_NAME.match(key):
+            raise UserError(f"'{key}' is not a valid environment variable name", field="env")
+    low = plan.site.port_range[0]
+    hours, mins = divmod(plan.time_min, 60)
+    template = "local.sh.j2" if plan.site.scheduler == "local" else "slurm.sbatch.j2"
+    return _environment().get_template(template).render(
+        version=__version__,
+        run_id=run_id,
+        run_dir=run_dir,
+        site=plan.site,
+        job_name=_directive(plan.job_name, "name"),
+        partition=_directive(plan.spec.partition or plan.site.partition, "partition"),
+        nodes=plan.nodes,
+        procs_per_node=plan.procs_per_node,
+        time=f"{hours:02d}:{mins:02d}:00",
+        folder=submitit_folder(run_dir),
+        env=sorted(plan.site.env.items()),
+        port_low=low,
+        port_slots=_port_slots(plan),
+        port_stride=PORTS_PER_JOB,
+        python=shlex.quote(python),
+        container_prefix=_container_prefix(plan),
+        server_mode=plan.server is not None,
+        signal_lead_s=plan.signal_lead_s,
+    )
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    master_addr: str
+    master_port: str
+
+
+def rendezvous(plan: JobPlan) -> Rendezvous:
+    low, high = plan.site.port_range
+    slots = _port_slots(plan)
+    if plan.site.scheduler == "local":
+        return Rendezvous("127.0.0.1", f"{low} + (process id % {slots}) x {PORTS_PER_JOB}")
+    return Rendezvous(
+        "first host of $SLURM_JOB_NODELIST",
+        f"{low} + (SLURM_JOB_ID % {slots}) x {PORTS_PER_JOB}  [range {low}-{high}; +1 vLLM server, "
+        "+2 weight sync]",
+    )
+
+
+def rank_table_text(plan: JobPlan) -> str:
+    """node -> rank -> TP group -> vLLM seed -> data shard, as a fixed-width table."""
+    header = ("node", "rank", "local", "tp_group", "tp_rank", "vllm_seed", "dp_shard")
+    rows = [header] + [
+        tuple(str(v) for v in (r.node, r.rank, r.local_rank, r.tp_group, r.tp_rank,
+                               r.vllm_seed, r.dp_shard))
+        for r in plan.ranks
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in rows) + "\n"
+
+
+def summary_text(plan: JobPlan) -> str:
+    """What render prints after the script: rendezvous, layout and the rank table."""
+    rdzv = rendezvous(plan)
+    vllm = plan.vllm
+    lines = [
+        f"# rendezvous: MASTER_ADDR = {rdzv.master_addr}; MASTER_PORT = {rdzv.master_port}",
+        f"# layout: {plan.nodes} node(s) x {plan.procs_per_node} process(es) = world size "
+        f"{plan.world_size}; device {plan.device}; TP {plan.tensor_parallel_size}",
+        "# vLLM: " + (
+            f"{vllm['mode']}, gpu_memory_utilization {vllm['gpu_memory_utilization']}, "
+            f"sleep mode {'on' if vllm['enable_sleep_mode'] else 'off'}"
+            if vllm["enabled"] else "off (CPU site: generation through transformers)"
+        ),
+        "# DeepSpeed: " + (
+            f"ZeRO-{plan.deepspeed['zero_stage']}"
+            + (" + optimizer offload" if plan.deepspeed["offload_optimizer"] else "")
+            if plan.deepspeed else "off"
+        ),
+        f"# requeue signal: {plan.site.requeue_signal} {plan.signal_lead_reason}",
+    ]
+    if plan.server is not None:
+        lines.append(
+            f"# server mode: node {plan.server.server_node} GPUs {list(plan.server.server_gpus)}"
+            f" run vllm serve; GPUs {list(plan.server.trainer_gpus)} train on every node"
+        )
+    lines += [f"# warning: {w}" for w in plan.warnings]
+    return "\n".join(lines) + "\n" + rank_table_text(plan)

@@ -1,0 +1,116 @@
+"""Helpers for tests on the real sandbox cluster: run the real CLI, wait, look inside nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+CLI = str(Path(sys.executable).with_name("hpc-grpo"))
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "tiny-cpu.yaml"
+NODES = ("node1", "node2", "node3", "node4")
+
+
+def cli(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ))
+    if check and proc.returncode != 0:
+        raise AssertionError(f"hpc-grpo {' '.join(args)} -> {proc.returncode}\n{proc.stderr}")
+    return proc
+
+
+def submitted(out: str) -> tuple[str, str, Path]:
+    """(run id, job id, run directory) from submit's first line; the output root also holds
+    other entries (the shared compile cache), so a test must not pick its first folder."""
+    match = re.search(r"run (\S+)\s+job (\S+)\s+dir (\S+)", out)
+    assert match, out
+    return match.group(1), match.group(2), Path(match.group(3))
+
+
+def submit(root: Path, *args: str) -> tuple[str, str, Path]:
+    return submitted(cli("submit", "--output-root", str(root), "--no-wait", *args).stdout)
+
+
+def status(run_id: str) -> dict[str, Any]:
+    rows = json.loads(cli("status", "--json", run_id).stdout)
+    assert len(rows) == 1
+    return dict(rows[0])
+
+
+def wait_for(run_id: str, done: Callable[[dict[str, Any]], bool], timeout: float = 240,
+             seen: list[str] | None = None) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    row = status(run_id)
+    while time.monotonic() < deadline:
+        row = status(run_id)
+        if seen is not None and (not seen or seen[-1] != row["state"]):
+            seen.append(row["state"])
+        if done(row):
+            return row
+        time.sleep(1.0)
+    raise AssertionError(f"timed out waiting on {run_id}: last status {row}")
+
+
+def finished(row: dict[str, Any]) -> bool:
+    return bool(row["finished"])
+
+
+def node_processes(pattern: str) -> dict[str, list[str]]:
+    """Command lines matching ``pattern`` in each node namespace (slurmd itself excluded)."""
+    found: dict[str, list[str]] = {}
+    for node in NODES:
+        pids = subprocess.run(["ip", "netns", "pids", f"hpcgrpo-{node}"], capture_output=True,
+                              text=True).stdout.split()
+        for pid in pids:
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                continue
+            if stat.rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            if pattern in cmd and "slurmd" not in cmd:
+                found.setdefault(node, []).append(cmd)
+    return found
+
+
+def wait_no_processes(pattern: str, timeout: float = 30) -> dict[str, list[str]]:
+    deadline = time.monotonic() + timeout
+    left = node_processes(pattern)
+    while left and time.monotonic() < deadline:
+        time.sleep(1.0)
+        left = node_processes(pattern)
+    return left
+
+
+def wait_step(run_id: str, step: int, timeout: float = 240) -> dict[str, Any]:
+    """Until the run is RUNNING at ``step`` or later (training, not a resumed attempt's start)."""
+    return wait_for(run_id, lambda r: r["state"] == "RUNNING" and r["phase"] == "training"
+                    and r["step"] >= step, timeout=timeout)
+
+
+def kill_training(nodes: tuple[str, ...], run_dir: Path) -> int:
+    """kill -9 every rank process of this run on the given nodes; returns how many."""
+    killed = 0
+    for node in nodes:
+        for pid in subprocess.run(["ip", "netns", "pids", f"hpcgrpo-{node}"], capture_output=True,
+                                  text=True).stdout.split():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "hpc_grpo.runtime.rank.train" in cmd and str(run_dir) in cmd:
+                subprocess.run(["kill", "-9", pid], check=False)
+                killed += 1
+    return killed
+
+
+def rewards(run_dir: Path) -> list[tuple[int, float]]:
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(int(r["step"]), float(r["reward_mean"])) for r in rows]

@@ -1,0 +1,54 @@
+"""doctor and site init on the real sandbox Slurm cluster (4 namespace nodes)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from hpc_grpo.config.site import load_site
+from tests.cluster.clusterlib import NODES, cli
+
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("sandbox_cluster")]
+SANDBOX = Path(__file__).resolve().parents[2] / "site_configs" / "sandbox.yaml"
+
+
+def test_doctor_passes_on_two_nodes(tmp_path: Path) -> None:
+    proc = cli("doctor", "--site", "sandbox", "--nodes", "2", "--output-root", str(tmp_path),
+               "--json", timeout=150)
+    data = json.loads(proc.stdout)
+    assert data["exit_code"] == 0, proc.stdout
+    names = [r["node"] for r in data["reports"]]
+    assert len(names) == 2 and set(names) <= set(NODES)
+    checks = {row["check"]: row for row in data["rows"]}
+    assert checks["shared output"]["status"] == "pass"
+    assert checks["rendezvous port"]["status"] == "pass" and "21" in checks["rendezvous port"]["detail"]
+    assert checks["gpus"]["detail"].startswith("0 seen")
+    assert not list(tmp_path.iterdir())  # the shared-directory token was removed
+
+
+def test_doctor_reports_missing_interface(tmp_path: Path) -> None:
+    profile = tmp_path / "sandbox-ib9.yaml"
+    profile.write_text(SANDBOX.read_text() + "network_interface: ib9\n")
+    proc = cli("doctor", "--site", str(profile), "--nodes", "2", "--output-root", str(tmp_path),
+               check=False, timeout=150)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    row = next(line for line in proc.stdout.splitlines() if line.split()[:1] == ["interface"])
+    assert "FAIL" in row and "ib9 missing" in row
+    assert sum(node in row for node in NODES) == 2  # both nodes named
+    assert "Traceback" not in proc.stderr
+
+
+def test_site_init_then_render(tmp_path: Path) -> None:
+    out = cli("site", "init", "sandbox-live").stdout
+    path = Path(os.environ["HPC_GRPO_SITES"]) / "sandbox-live.yaml"
+    assert str(path) in out
+    site = load_site(str(path), [])
+    assert (site.partition, site.cpus_per_node, site.gpus_per_node, site.max_time) == \
+        ("debug", 4, 0, "02:00:00")
+    script = cli("render", "--site", str(path), "--model", "builtin:tiny", "--nodes", "2",
+                 "--output-root", str(tmp_path / "runs")).stdout
+    assert "#SBATCH --nodes=2" in script and "#SBATCH --partition=debug" in script
+    assert "#SBATCH --cpus-per-task=4" in script

@@ -1,0 +1,136 @@
+"""Preemption, time limits, requeues and crashes lose nothing: on the real sandbox cluster.
+
+One uninterrupted reference run; one run interrupted five times in a row, each time differently
+(USR2 signal, partition preemption, plain ``scontrol requeue``, ``kill -9`` of one node's ranks,
+``kill -9`` in the middle of a checkpoint write); one run that hits its time limit. Every run
+must end at the planned last step, log each step once, and (same seed) log the same per-step
+rewards as the reference; no process of a run may survive on any node.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster.clusterlib import (
+    RECIPE,
+    finished,
+    kill_training,
+    rewards,
+    status,
+    submit,
+    wait_for,
+    wait_no_processes,
+    wait_step,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("sandbox_cluster")]
+STEPS = 60
+ARGS = ("--site", "sandbox", "--nodes", "2", "--recipe", str(RECIPE),
+        "--set", f"max_steps={STEPS}", "--set", "save_steps=10")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[int, float]]:
+    root = tmp_path_factory.mktemp("reference") / "runs"
+    run_id, _, run_dir = submit(root, *ARGS)
+    row = wait_for(run_id, finished, timeout=300)
+    assert row["state"] == "COMPLETED", row
+    return rewards(run_dir)
+
+
+def restarts(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "restarts.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def wait_restarts(run_dir: Path, count: int, timeout: float = 180) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = restarts(run_dir)
+        if len(found) >= count:
+            return found[count - 1]
+        time.sleep(1.0)
+    raise AssertionError(f"no restart {count} in {run_dir}: {restarts(run_dir)}")
+
+
+def test_five_different_interruptions_in_a_row(tmp_path: Path,
+                                               reference: list[tuple[int, float]]) -> None:
+    root = tmp_path / "runs"
+    run_id, job, run_dir = submit(root, *ARGS, "--partition", "low")
+
+    # 1. USR2 to the job (what --signal=USR2@lead and preemption deliver): checkpoint at one step.
+    wait_step(run_id, 4)
+    subprocess.run(["scancel", "--signal=USR2", job], check=True)
+    first = wait_restarts(run_dir, 1)
+    assert first["cause"] == "preempted" and first["steps_lost"] == 0, first
+
+    # 2. Partition preemption: a high-priority job needs every node.
+    wait_step(run_id, first["resumed_from_step"] + 4)
+    high = subprocess.run(["sbatch", "--parsable", "--partition", "high", "--nodes", "4",
+                           "--exclusive", "--time", "00:02:00", "--wrap", "sleep 5"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    second = wait_restarts(run_dir, 2, timeout=240)
+    assert second["cause"] == "preempted" and second["steps_lost"] <= 1, second
+    assert subprocess.run(["sacct", "-n", "-X", "-j", high, "-o", "State"], capture_output=True,
+                          text=True).stdout.split()[0] in ("COMPLETED", "RUNNING", "COMPLETING")
+
+    # 3. Plain `scontrol requeue`: SIGTERM then SIGKILL after KillWait; periodic checkpoints.
+    wait_step(run_id, second["resumed_from_step"] + 12)
+    subprocess.run(["scontrol", "requeue", job], check=True)
+    third = wait_restarts(run_dir, 3)
+    assert third["resumed_from_step"] % 10 == 0 or third["cause"] != "killed (no stop recorded)"
+
+    # 4. kill -9 of one node's training processes: a crash, retried from the newest checkpoint.
+    wait_step(run_id, third["resumed_from_step"] + 12)
+    assert kill_training(("node2",), run_dir) >= 1
+    fourth = wait_restarts(run_dir, 4)
+    assert fourth["cause"] == "node failure", fourth
+    assert json.loads((run_dir / "retries.jsonl").read_text().splitlines()[0])["exit_code"] != 0
+
+    # 5. kill -9 while a checkpoint is being written: the half-written one is never picked.
+    (run_dir / "fault-save-delay").write_text("30")
+    deadline = time.monotonic() + 120
+    while not (run_dir / "fault-saving").exists():
+        assert time.monotonic() < deadline, "the fault window never opened"
+        time.sleep(0.2)
+    half = int((run_dir / "fault-saving").read_text())
+    time.sleep(1.0)
+    kill_training(("node1", "node2"), run_dir)
+    fifth = wait_restarts(run_dir, 5)
+    assert fifth["resumed_from_step"] < half, (fifth, half)
+    assert not (run_dir / "checkpoints" / f"checkpoint-{half}" / "hpc_grpo_complete.json").exists() \
+        or fifth["resumed_from_step"] != half
+
+    row = wait_for(run_id, finished, timeout=300)
+    assert row["state"] == "COMPLETED" and row["step"] == STEPS, row
+    assert row["requeues"] == 5
+    got = rewards(run_dir)
+    assert [s for s, _ in got] == list(range(1, STEPS + 1))  # each step once
+    assert got == reference  # same per-step rewards as the uninterrupted run
+    assert wait_no_processes(str(run_dir)) == {}
+    assert [r["cause"] for r in status(run_id)["restarts"]][:2] == ["preempted", "preempted"]
+
+
+def test_time_limit_with_signal_lead(tmp_path: Path) -> None:
+    """A 2-minute limit with a 30 s signal lead: checkpoint, requeue, resume, finish.
+
+    Steps take at least 1 s (a slow reward), so 110 steps cannot fit in the at most 90 s one
+    attempt trains (at 0.5 s they did once, on an idle machine, and nothing was requeued).
+    """
+    root = tmp_path / "runs"
+    run_id, _, run_dir = submit(root, "--site", "sandbox", "--nodes", "2", "--recipe", str(RECIPE),
+                                "--reward", "tests.slow.slow_reward:one_second_length",
+                                "--set", "max_steps=110", "--set", "save_steps=1000",
+                                "--time", "00:02:00")
+    row = wait_for(run_id, finished, timeout=600)
+    assert row["state"] == "COMPLETED" and row["step"] == 110, row
+    found = restarts(run_dir)
+    assert found and all(r["cause"] == "time limit" and r["steps_lost"] <= 1 for r in found), found
+    assert [s for s, _ in rewards(run_dir)] == list(range(1, 111))
+    assert wait_no_processes(str(run_dir)) == {}

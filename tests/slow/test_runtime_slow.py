@@ -1,0 +1,213 @@
+"""End to end on this machine: the node task runs torchrun 1 node x 2 processes (gloo, CPU).
+
+Slow: each training run takes 15-25 s on 2 cores. `pytest -m slow tests/test_runtime_slow.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpc_grpo.runtime.rank.checkpoints import is_complete
+from hpc_grpo.runtime.rank.placement import expected_row
+
+pytestmark = pytest.mark.slow
+STEPS = 8
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from hpc_grpo.runtime.models.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("model"), seed=0)
+
+
+def write_run(run_dir: Path, model: Path, steps: int = STEPS, **over: Any) -> dict[str, Any]:
+    """A run.json as the launcher would write it for 1 node x 2 processes."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    nodes, ppn = 1, 2
+    run = {
+        "schema": 1,
+        "run_id": run_dir.name,
+        "run_dir": str(run_dir),
+        "payload": "train",
+        "model": str(model),
+        "dataset": {"name": "builtin:digits", "prompt_column": "prompt", "split": "train"},
+        "reward_funcs": ["builtin:length"],
+        "seed": 42,
+        "nodes": nodes,
+        "procs_per_node": ppn,
+        "world_size": nodes * ppn,
+        "device": "cpu",
+        "dist_backend": "gloo",
+        "grpo_config": {
+            "max_steps": steps,
+            "learning_rate": 0.01,
+            "per_device_train_batch_size": 4,
+            "num_generations": 4,
+            "max_completion_length": 32,
+            "save_steps": 1000,
+        },
+        "vllm": {
+            "enabled": False,
+            "mode": "colocate",
+            "tensor_parallel_size": 1,
+            "gpu_memory_utilization": 0.3,
+            "enable_sleep_mode": False,
+            "max_model_length": None,
+            "server": None,
+        },  # fmt: skip
+        "deepspeed": None,
+        "stop": {"signals": ["USR2", "TERM"]},
+        "ranks": [expected_row(r, ppn, 1) | {"dp_shard": r} for r in range(nodes * ppn)],
+    }
+    run.update(over)
+    (run_dir / "run.json").write_text(json.dumps(run, indent=2))
+    return run
+
+
+def node_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return env | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+
+
+def node_cmd(run_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "hpc_grpo.runtime.node.task", str(run_dir)]
+
+
+def run_node(run_dir: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(node_cmd(run_dir), env=node_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def state(run_dir: Path) -> dict[str, Any]:
+    return json.loads((run_dir / "state.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One uninterrupted run, shared by the tests below."""
+    run_dir = tmp_path_factory.mktemp("runs") / "reference"
+    write_run(run_dir, tiny_model)
+    proc = run_node(run_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return run_dir
+
+
+def test_node_run_trains_to_done(reference: Path) -> None:
+    rows = metrics(reference)
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
+    for row in rows:
+        assert row["max_steps"] == STEPS and row["reward_mean"] is not None
+        assert row["step_time"] > 0 and row["tokens_per_s"] > 0 and row["completion_length"] > 0
+        split = row["phases_s"]  # TRL's own blocks of this step (generation inside the inputs)
+        assert 0 < split["generate_s"] < split["prepare_inputs_s"] < row["step_time"]
+        assert split["loss_forward_s"] > 0 and "sync_weights_s" not in split  # no vLLM on CPU
+    ranks = json.loads((reference / "ranks.json").read_text())["ranks"]
+    assert [(r["rank"], r["local_rank"], r["node"], r["vllm_seed"]) for r in ranks] == [
+        (0, 0, 0, 0),
+        (1, 1, 0, 1),
+    ]
+    assert {r["hostname"] for r in ranks} == {socket.gethostname()}
+    st = state(reference)
+    assert st["phase"] == "done" and st["step"] == STEPS and st["last_checkpoint_step"] == STEPS
+    summary = json.loads((reference / "summary.json").read_text())
+    assert summary["steps"] == STEPS and summary["reward_delta"] is not None
+    assert (reference / "reward_curve.png").stat().st_size > 1000
+    assert is_complete(reference / "checkpoints" / f"checkpoint-{STEPS}")
+    assert (reference / "logs" / "rank-1.log").exists()
+    # A restart of a finished run is a no-op that exits 0 (no extra step).
+    again = run_node(reference)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert [r["step"] for r in metrics(reference)] == list(range(1, STEPS + 1))
+    assert state(reference)["phase"] == "done"
+
+
+def signal_tree(pid: int, sig: int) -> list[int]:
+    """Signal a process and all its descendants, like Slurm signalling a whole job step."""
+    import psutil
+
+    parent = psutil.Process(pid)
+    procs = [parent, *parent.children(recursive=True)]
+    for proc in procs:
+        proc.send_signal(sig)
+    return [p.pid for p in procs]
+
+
+def test_stop_and_resume_matches_uninterrupted(reference: Path, tiny_model: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "stopped"
+    write_run(run_dir, tiny_model)
+    proc = subprocess.Popen(node_cmd(run_dir), env=node_env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    deadline = time.time() + 90
+    while len(metrics(run_dir)) < 3 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert proc.poll() is None, "run ended before it could be signalled"
+    signalled = signal_tree(proc.pid, signal.SIGUSR2)
+    out, _ = proc.communicate(timeout=90)
+    assert proc.returncode == 0, out
+    assert len(signalled) >= 4  # node task, torchrun agent, two workers
+
+    st = state(run_dir)
+    stopped = st["step"]
+    assert st["phase"] == "interrupted" and 3 <= stopped < STEPS, st
+    assert st["last_checkpoint_step"] == stopped
+    assert [p.name for p in (run_dir / "checkpoints").glob("checkpoint-*")] == [f"checkpoint-{stopped}"]
+    assert is_complete(run_dir / "checkpoints" / f"checkpoint-{stopped}")
+    for rank in (0, 1):  # both ranks agreed on one step
+        log = (run_dir / "logs" / f"rank-{rank}.log").read_text()
+        assert f"[stop] step {stopped}: stopping" in log
+    assert [r["step"] for r in metrics(run_dir)] == list(range(1, stopped + 1))
+
+    again = run_node(run_dir)
+    assert again.returncode == 0, again.stdout + again.stderr
+    st = state(run_dir)
+    assert st["phase"] == "done" and st["step"] == STEPS
+    assert st["resumed_from"].endswith(f"checkpoint-{stopped}")
+    resumed, ref = metrics(run_dir), metrics(reference)
+    assert [r["step"] for r in resumed] == list(range(1, STEPS + 1))
+    assert [(r["reward_mean"], r["reward_std"]) for r in resumed] == [
+        (r["reward_mean"], r["reward_std"]) for r in ref
+    ]
+
+
+def test_check_payload(tiny_model: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "check"
+    write_run(run_dir, tiny_model, payload="check")
+    proc = run_node(run_dir, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for rank in (0, 1):
+        seen = json.loads((run_dir / "check" / f"rank-{rank}.json").read_text())
+        assert seen["rank"] == rank and seen["world_size"] == 2
+        assert seen["allreduce"] == seen["expected"] == 3
+        assert seen["master_addr"] == "127.0.0.1"
+        assert seen["hostnames"] == [socket.gethostname()] * 2
+
+
+def test_wrong_rank_table_fails_before_training(tiny_model: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "bad"
+    run = write_run(run_dir, tiny_model)
+    run["ranks"][1]["vllm_seed"] = 5
+    (run_dir / "run.json").write_text(json.dumps(run))
+    proc = run_node(run_dir, timeout=60)
+    assert proc.returncode != 0
+    st = state(run_dir)
+    assert st["phase"] == "failed"
+    assert "rank 1: run.json has vllm_seed=5, rank computes 1" in st["message"]
+    assert not (run_dir / "metrics.jsonl").exists()

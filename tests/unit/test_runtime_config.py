@@ -1,0 +1,74 @@
+"""run.json -> GRPOConfig kwargs, DeepSpeed config, summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpc_grpo.runtime.rank.grpo_args import ConfigError, deepspeed_config, grpo_kwargs, unknown_keys
+from hpc_grpo.runtime.rank.summary import summarize
+
+KNOWN = ["max_steps", "learning_rate", "bf16", "fp16", "output_dir", "seed", "use_cpu",
+         "use_vllm", "vllm_mode", "deepspeed", "logging_steps", "num_generations"]  # fmt: skip
+
+
+def run(**over: Any) -> dict[str, Any]:
+    base = {"seed": 7, "device": "cpu", "grpo_config": {"max_steps": 5, "learning_rate": 0.01},
+            "vllm": {"enabled": False}, "deepspeed": None}  # fmt: skip
+    return base | over
+
+
+def test_cpu_kwargs(tmp_path: Path) -> None:
+    kwargs, notes = grpo_kwargs(run(), tmp_path, KNOWN)
+    assert kwargs["output_dir"] == str(tmp_path / "checkpoints")
+    assert kwargs["seed"] == 7 and kwargs["use_cpu"] is True
+    assert kwargs["bf16"] is False and kwargs["use_vllm"] is False
+    assert kwargs["logging_steps"] == 1 and kwargs["max_steps"] == 5
+    assert notes == []
+
+
+def test_vllm_on_cpu_is_noted(tmp_path: Path) -> None:
+    _, notes = grpo_kwargs(run(vllm={"enabled": True}), tmp_path, KNOWN)
+    assert "use_vllm=False" in notes[0]
+
+
+def test_cuda_vllm_fields(tmp_path: Path) -> None:
+    vllm = {"enabled": True, "mode": "colocate", "tensor_parallel_size": 2,
+            "gpu_memory_utilization": 0.4, "enable_sleep_mode": True}  # fmt: skip
+    kwargs, _ = grpo_kwargs(run(device="cuda", vllm=vllm), tmp_path, KNOWN)
+    assert kwargs["use_vllm"] and kwargs["vllm_tensor_parallel_size"] == 2
+    assert kwargs["vllm_enable_sleep_mode"] is True and kwargs["bf16"] is True
+    assert kwargs["use_cpu"] is False
+
+
+def test_unknown_and_conflicting_keys(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="'learning_rat' \\(did you mean 'learning_rate'\\?\\)"):
+        grpo_kwargs(run(grpo_config={"learning_rat": 1}), tmp_path, KNOWN)
+    with pytest.raises(ConfigError, match="seed=1"):
+        grpo_kwargs(run(grpo_config={"seed": 1}), tmp_path, KNOWN)
+    with pytest.raises(ConfigError, match="bf16=True is not supported on device cpu"):
+        grpo_kwargs(run(grpo_config={"bf16": True}), tmp_path, KNOWN)
+    assert unknown_keys(["zzz"], KNOWN) == ["'zzz'"]
+
+
+def test_deepspeed_file(tmp_path: Path) -> None:
+    ds = {"zero_stage": 3, "offload_optimizer": True, "overlap_comm": False}
+    kwargs, _ = grpo_kwargs(run(deepspeed=ds), tmp_path, KNOWN)
+    assert Path(kwargs["deepspeed"]).is_file()
+    cfg = deepspeed_config(ds)["zero_optimization"]
+    assert cfg["stage"] == 3 and cfg["offload_optimizer"]["device"] == "cpu"
+    assert cfg["overlap_comm"] is False and cfg["contiguous_gradients"] is True
+    with pytest.raises(ConfigError):
+        deepspeed_config({"zero_stage": 4})
+
+
+def test_summary_windows() -> None:
+    rows = [{"step": s, "reward_mean": float(s), "step_time": 0.5} for s in range(1, 31)]
+    rows.append({"step": 30, "reward_mean": 30.0, "step_time": 0.5})  # duplicate line
+    s = summarize(rows)
+    assert s["steps"] == 30 and s["reward_first_mean"] == 5.5 and s["reward_last_mean"] == 25.5
+    assert s["reward_delta"] == 20.0 and s["train_time_s"] == 15.0
+    short = summarize(rows[:6])
+    assert short["window"] == 3 and short["reward_delta"] == 3.0

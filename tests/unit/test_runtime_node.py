@@ -1,0 +1,345 @@
+"""The node task's pure parts: torchrun argv, child environment, exit code."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpc_grpo.runtime.node.task import (
+    NodeTask,
+    attempt_id,
+    child_env,
+    exit_code,
+    stop_signals,
+    torchrun_argv,
+    trainer_visible_devices,
+)
+
+
+def run(nodes: int = 2, ppn: int = 4, payload: str = "train") -> dict[str, Any]:
+    return {"nodes": nodes, "procs_per_node": ppn, "payload": payload, "run_dir": "/runs/r1"}
+
+
+def test_torchrun_argv_from_slurm_env() -> None:
+    env = {"SLURM_NODEID": "1", "MASTER_ADDR": "node1", "MASTER_PORT": "29611"}
+    argv = torchrun_argv(run(), env)
+    assert argv[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    flags = dict(zip(argv[3:13:2], argv[4:14:2], strict=True))
+    assert flags == {
+        "--nnodes": "2",
+        "--nproc-per-node": "4",
+        "--node-rank": "1",
+        "--master-addr": "node1",
+        "--master-port": "29611",
+    }
+    assert argv[-3:] == ["-m", "hpc_grpo.runtime.rank.train", "/runs/r1"]
+
+
+def test_torchrun_argv_defaults_single_node() -> None:
+    argv = torchrun_argv(run(nodes=1, payload="check"), {})
+    assert argv[argv.index("--node-rank") + 1] == "0"
+    assert argv[argv.index("--master-addr") + 1] == "127.0.0.1"
+    assert 0 < int(argv[argv.index("--master-port") + 1]) < 65536
+    assert argv[-2] == "hpc_grpo.runtime.rank.smoke"
+
+
+def test_torchrun_argv_errors() -> None:
+    with pytest.raises(ValueError, match="MASTER_PORT"):
+        torchrun_argv(run(nodes=2), {"MASTER_ADDR": "node1"})
+    with pytest.raises(ValueError, match="unknown payload"):
+        torchrun_argv(run(payload="eval"), {"MASTER_PORT": "1"})
+
+
+def test_server_torchrun_and_ranks_agree_on_ports_without_slurm() -> None:
+    """Found on the GPU machine: the node task picked a port for torchrun but started the
+    server on a default one, so the trainer waited 240 s on a port nobody served."""
+    from hpc_grpo.runtime.node.task import free_port, vllm_server, with_master_port
+
+    node_env = with_master_port({}, 1, lambda: 40100)
+    argv = torchrun_argv(run(nodes=1), node_env)
+    assert argv[argv.index("--master-port") + 1] == "40100"
+    rank_env = child_env(node_env, "a", run(nodes=1)) | {"MASTER_PORT": "40100"}  # torchrun's
+    assert vllm_server.address(node_env) == vllm_server.address(rank_env)
+    assert vllm_server.grpo_server_fields(rank_env)["vllm_server_port"] == 40101
+    assert with_master_port({"MASTER_PORT": "29611"}, 2, lambda: 1)["MASTER_PORT"] == "29611"
+    with pytest.raises(ValueError, match="MASTER_PORT"):
+        with_master_port({}, 2, free_port)
+    with pytest.raises(ValueError, match="MASTER_PORT"):
+        vllm_server.address({})
+    port = free_port()
+    assert 1024 <= port <= 65533
+
+
+def test_child_env() -> None:
+    env = child_env({"PATH": "/bin", "OMP_NUM_THREADS": "4"}, "a1")
+    assert env["OMP_NUM_THREADS"] == "4"
+    assert child_env({}, "a1")["OMP_NUM_THREADS"] == "1"
+    assert env["HPC_GRPO_ATTEMPT"] == "a1"
+    assert "SIGTERM" not in env["TORCHELASTIC_SIGNALS_TO_HANDLE"]
+
+
+def test_compile_caches_are_shared_by_the_runs_of_one_output_root() -> None:
+    a = child_env({}, "a", {"run_dir": "/out/runs/a-0001"})
+    b = child_env({}, "a", {"run_dir": "/out/runs/b-0001"})
+    assert a["VLLM_CACHE_ROOT"] == b["VLLM_CACHE_ROOT"] == "/out/runs/.compile-cache/vllm"
+    assert a["TORCHINDUCTOR_CACHE_DIR"].startswith("/out/runs/.compile-cache/")
+    mine = child_env({"VLLM_CACHE_ROOT": "/mine"}, "a", {"run_dir": "/out/runs/a"})
+    assert mine["VLLM_CACHE_ROOT"] == "/mine"
+
+
+def test_ranks_share_the_node_cpus_they_may_use() -> None:
+    run = {"procs_per_node": 4}
+    assert child_env({}, "a", run, cpus=16)["OMP_NUM_THREADS"] == "4"
+    assert child_env({"SLURM_CPUS_ON_NODE": "8"}, "a", run, cpus=16)["OMP_NUM_THREADS"] == "2"
+    assert child_env({"SLURM_CPUS_ON_NODE": "64"}, "a", run, cpus=16)["OMP_NUM_THREADS"] == "4"
+    assert child_env({}, "a", run, cpus=2)["OMP_NUM_THREADS"] == "1"  # never zero
+    assert child_env({}, "a", {"procs_per_node": 1}, cpus=16)["OMP_NUM_THREADS"] == "16"
+
+
+def test_gpu_ranks_get_one_thread_unless_adam_runs_on_the_host() -> None:
+    gpu = {"procs_per_node": 2, "device": "cuda"}
+    assert child_env({}, "a", gpu, cpus=32)["OMP_NUM_THREADS"] == "1"
+    assert child_env({}, "a", {**gpu, "deepspeed": {"zero_stage": 3}}, cpus=32)["OMP_NUM_THREADS"] == "1"
+    offload = {**gpu, "deepspeed": {"zero_stage": 3, "offload_optimizer": True}}
+    assert child_env({}, "a", offload, cpus=32)["OMP_NUM_THREADS"] == "16"  # CPU Adam's threads
+    assert child_env({}, "a", {**gpu, "device": "cpu"}, cpus=32)["OMP_NUM_THREADS"] == "16"
+    assert child_env({"OMP_NUM_THREADS": "6"}, "a", gpu, cpus=32)["OMP_NUM_THREADS"] == "6"  # yours
+
+
+def test_attempt_id_shared_by_node_tasks_of_one_job() -> None:
+    env = {"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "2"}
+    assert attempt_id(env) == attempt_id(dict(env)) == "slurm-77.2"
+    assert attempt_id({}).startswith("local-")
+
+
+def test_exit_code_trusts_state_of_this_attempt_only() -> None:
+    assert exit_code(138, {"phase": "interrupted", "attempt": "a"}, "a") == 0
+    assert exit_code(138, {"phase": "done", "attempt": "a"}, "a") == 0
+    assert exit_code(138, {"phase": "done", "attempt": "old"}, "a") == 138
+    assert exit_code(1, {"phase": "failed", "attempt": "a"}, "a") == 1
+    assert exit_code(0, {}, "a") == 0
+
+
+def test_node_task_pickles() -> None:
+    task = pickle.loads(pickle.dumps(NodeTask("/runs/r1")))
+    assert task.run_dir == "/runs/r1"
+
+
+def test_node_import_is_light() -> None:
+    import subprocess
+
+    heavy = "{'torch', 'trl', 'transformers', 'click', 'jinja2', 'submitit', 'yaml', 'rich'}"
+    code = f"import sys, hpc_grpo.runtime.node.task; print(sorted({heavy} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+class FakeTorchrun:
+    """Stands in for torchrun: while 'running', the node task itself gets SIGUSR2."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], preexec_fn: Any) -> None:
+        self.argv, self.env = argv, env
+
+    def wait(self) -> int:
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGUSR2)
+        return 138  # what torchrun may return after a user signal
+
+
+def usr2_during_torchrun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, job: str,
+                         phase: str) -> tuple[int, list[int], Path]:
+    """Run a node task whose torchrun stand-in gets SIGUSR2, rank 0 having left ``phase`` for
+    Slurm attempt ``job``.0; returns its code, the signals the earlier handler saw, the run dir."""
+    import json
+    import signal
+
+    from hpc_grpo.runtime import rundir
+    from hpc_grpo.runtime.node import task as node
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text(json.dumps({"schema": 1, **run(nodes=1)}))
+    monkeypatch.setattr(node.subprocess, "Popen", FakeTorchrun)
+    monkeypatch.setenv("SLURM_JOB_ID", job)
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
+    rundir.update_state(run_dir, phase=phase, attempt=f"slurm-{job}.0", step=3)
+    seen: list[int] = []
+    old = signal.signal(signal.SIGUSR2, lambda s, f: seen.append(s))
+    try:
+        code = node.NodeTask(str(run_dir))()  # chain_signals is on by default
+        assert signal.getsignal(signal.SIGUSR2) is not None
+    finally:
+        signal.signal(signal.SIGUSR2, old)
+    return code, seen, run_dir
+
+
+def test_node_task_turns_signal_into_stop_request_and_chains(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import signal
+
+    # What the ranks' rank 0 would have written for this attempt after a clean stop.
+    code, seen, run_dir = usr2_during_torchrun(tmp_path, monkeypatch, "5", "interrupted")
+    assert seen == [signal.SIGUSR2]
+    assert code == 0  # torchrun's 138 is not read alone: state says interrupted
+    assert "SIGUSR2 to node task" in (run_dir / "stop-request").read_text()
+
+
+def test_a_signal_after_the_last_step_is_not_handed_to_submitit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen on the sandbox: training ended, the time-limit USR2 came before torchrun exited;
+    submitit's handler found nothing to requeue (checkpoint() is None once done) and raised, so
+    a finished run ended FAILED."""
+    code, seen, _ = usr2_during_torchrun(tmp_path, monkeypatch, "6", "done")
+    assert code == 0
+    assert seen == []
+
+
+def test_checkpoint_resubmits_through_loaded_submitit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import types
+
+    from hpc_grpo.runtime import rundir
+
+    task = NodeTask(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "submitit.core.utils", raising=False)
+    assert task.checkpoint() is None  # outside submitit: nothing to resubmit with
+
+    class Delayed:
+        def __init__(self, function: Any) -> None:
+            self.function = function
+
+    monkeypatch.setitem(sys.modules, "submitit.core.utils", types.SimpleNamespace(DelayedSubmission=Delayed))
+    rundir.update_state(tmp_path, phase="interrupted")
+    again = task.checkpoint()
+    assert isinstance(again, Delayed) and again.function.run_dir == str(tmp_path)
+    rundir.update_state(tmp_path, phase="done")
+    assert task.checkpoint() is None  # a finished run is not requeued
+
+
+def test_server_mode_hides_server_gpus_from_trainers() -> None:
+    server = {"node": 1, "gpus": [0], "trainer_gpus": [1, 2, 3]}
+    cuda = {"device": "cuda", "vllm": {"enabled": True, "mode": "server", "server": server}}
+    assert trainer_visible_devices(cuda, {}) == "1,2,3"
+    assert trainer_visible_devices(cuda, {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}) == "5,6,7"
+    assert child_env({}, "a", cuda)["CUDA_VISIBLE_DEVICES"] == "1,2,3"
+    colocate = {"device": "cuda", "vllm": {"enabled": True, "mode": "colocate", "server": None}}
+    assert trainer_visible_devices(colocate, {}) is None
+    assert "CUDA_VISIBLE_DEVICES" not in child_env({}, "a", colocate)
+    with pytest.raises(ValueError, match="trainer GPUs"):
+        trainer_visible_devices(cuda, {"CUDA_VISIBLE_DEVICES": "0,1"})
+
+
+def test_stop_signals_include_the_sites_requeue_signal() -> None:
+    import signal
+
+    assert stop_signals({}) == (signal.SIGUSR2, signal.SIGTERM)
+    assert stop_signals({"stop": {"signals": ["USR1", "TERM"]}}) == (
+        signal.SIGUSR2,
+        signal.SIGTERM,
+        signal.SIGUSR1,
+    )
+
+
+# The requeue decision (pure): causes of signalled stops, bounded retries after crashes.
+from hpc_grpo.runtime.node import retry  # noqa: E402
+
+
+@pytest.mark.parametrize(("signals", "left", "cause"), [
+    (["SIGUSR2"], 40.0, "time limit"),
+    (["SIGUSR2"], 3000.0, "preempted"),
+    (["SIGUSR2"], None, "preempted"),
+    (["SIGTERM"], 3000.0, "requeued (TERM)"),
+    ([], None, "node failure"),
+])
+def test_stop_cause(signals: list[str], left: float | None, cause: str) -> None:
+    assert retry.stop_cause(signals, left, 30) == cause
+
+
+def test_retries_are_bounded() -> None:
+    earlier = [{"checkpoint_step": s} for s in (5, 10, 15)]
+    assert retry.decide_retry(earlier[:2], 15, 3).requeue
+    no = retry.decide_retry(earlier, 20, 3)
+    assert not no.requeue and "spent" in no.reason
+
+
+def test_no_progress_stops_retrying() -> None:
+    earlier = [{"checkpoint_step": 10}, {"checkpoint_step": 10}]
+    decision = retry.decide_retry(earlier, 10, 9)
+    assert not decision.requeue and "deterministic" in decision.reason
+    assert retry.decide_retry(earlier[:1], 10, 9).requeue
+
+
+def test_seconds_left_prefers_slurm_end_time() -> None:
+    from hpc_grpo.runtime.node.task import seconds_left
+
+    assert seconds_left({"SLURM_JOB_END_TIME": "1000"}, {"time_min": 2}, 0.0, now=970.0) == 30.0
+    assert seconds_left({}, {"time_min": 2}, 100.0, now=190.0) == 30.0
+    assert seconds_left({}, {}, 100.0, now=190.0) is None
+
+
+FAKE_SERVER = """
+import http.server, sys
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404); self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+"""
+FAKE_RANK = """
+import json, os, sys, urllib.request
+from hpc_grpo.runtime import rundir
+from hpc_grpo.runtime.node import vllm_server
+fields = vllm_server.grpo_server_fields(os.environ)  # what train.py gives GRPOConfig
+url = f"http://{fields['vllm_server_host']}:{fields['vllm_server_port']}/health"
+status = urllib.request.urlopen(url, timeout=5).status
+open(os.path.join(sys.argv[1], "rank-saw"), "w").write(json.dumps([fields["vllm_server_port"], status]))
+rundir.update_state(sys.argv[1], phase="done", attempt=os.environ["HPC_GRPO_ATTEMPT"])
+"""
+
+
+def test_node_task_ranks_reach_the_server_it_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Server mode without Slurm, end to end through the node task: the server it starts and
+    waits for is the one the ranks' GRPOConfig points at (GPUs aside, vllm serve replaced)."""
+    import json
+
+    from hpc_grpo.runtime.node import task as node
+    from hpc_grpo.runtime.node import vllm_server
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    record = {"schema": 1, **run(nodes=1, ppn=1), "run_dir": str(run_dir), "device": "cuda",
+              "model": "m", "vllm": {"enabled": True, "mode": "server",
+                                     "server": {"node": 0, "gpus": [0], "trainer_gpus": [1]}}}
+    (run_dir / "run.json").write_text(json.dumps(record))
+    for name in ("MASTER_PORT", "SLURM_JOB_ID", "SLURM_NODEID", vllm_server.HOST_ENV):
+        monkeypatch.delenv(name, raising=False)
+    started: list[int] = []
+
+    def fake_server_argv(_run: Any, port: int) -> list[str]:
+        started.append(port)
+        return [sys.executable, "-c", FAKE_SERVER, str(port)]
+
+    monkeypatch.setattr(vllm_server, "server_argv", fake_server_argv)
+    real = node.torchrun_argv
+
+    def fake_torchrun(run_: Any, env: Any) -> list[str]:  # sets the ranks' MASTER_PORT as torchrun
+        argv = real(run_, env)
+        port = argv[argv.index("--master-port") + 1]
+        return ["env", f"MASTER_PORT={port}", sys.executable, "-c", FAKE_RANK, str(run_dir)]
+
+    monkeypatch.setattr(node, "torchrun_argv", fake_torchrun)
+    assert node.NodeTask(str(run_dir))() == 0
+    port, status = json.loads((run_dir / "rank-saw").read_text())
+    assert (port, status) == (started[0], 200)
