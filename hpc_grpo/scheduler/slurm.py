@@ -57,10 +57,19 @@ _ALIASES = {
 # sacct 22.05 has no Restarts column: with --duplicates each requeue leaves an older record in one
 # of these states, and counting them gives the restarts.
 _RESTART_STATES = frozenset({"REQUEUED", "PREEMPTED", "NODE_FAIL"})
-SACCT_FIELDS = "JobID,State,NodeList,Elapsed,ExitCode,Reason,Submit"
-SQUEUE_FORMAT = "%i|%T|%N|%M|%r"
+# The first seven columns say what a job is doing; the last three say whose it is (job ids repeat:
+# see hpc_grpo/runs/identity.py). SubmitLine (sacct 22.05+) holds the script path sbatch got and
+# comes last, so a '|' inside it cannot shift the other columns.
+SACCT_FIELDS = "JobID,State,NodeList,Elapsed,ExitCode,Reason,Submit,JobName,Cluster,SubmitLine"
+_SACCT_FIELDS_BEFORE_22_05 = SACCT_FIELDS.removesuffix(",SubmitLine")
+# squeue's --Format (not --format: only it has Cluster); "name:|" prints the field unpadded and
+# '|' after it. Command (the script path of a batch job) comes last for the same reason.
+SQUEUE_FORMAT = ",".join(
+    [f"{f}:|" for f in ("JobID", "State", "NodeList", "TimeUsed", "Reason", "SubmitTime",
+                         "Cluster", "Name")] + ["Command:"]
+)
 _SACCT = ["sacct", "--parsable2", "--noheader", "--allocations", "--duplicates"]
-_SQUEUE = ["squeue", "--noheader", "--states=all", f"--format={SQUEUE_FORMAT}"]
+_SQUEUE = ["squeue", "--noheader", "--states=all", f"--Format={SQUEUE_FORMAT}"]
 _JOB_ID = re.compile(r"\d+(_\d+)?")
 _NO_SLURM_HINT = "run this on a login node of the cluster (where sbatch works), or use --local"
 
@@ -101,32 +110,73 @@ def _job_state(
     return JobState(job_id, state, *STATE_MEANINGS[state], nodes, elapsed, code, restarts, reason)
 
 
-def parse_sacct(text: str) -> dict[str, JobState]:
-    """Read `sacct --parsable2 --noheader -X -D -o SACCT_FIELDS`: the newest record per job wins."""
-    rows: dict[str, list[tuple[str, int, list[str]]]] = {}
-    for index, line in enumerate(text.splitlines()):
+@dataclass(frozen=True)
+class JobRecord:
+    """One record Slurm holds under a job id: what the job does, and what tells whose it is.
+
+    ``command`` is squeue's Command or sacct's SubmitLine: for a batch job, the script path sbatch
+    was given (submitit names it ``.submission_file_<uuid>.sh``, fresh for every submission).
+    Empty where Slurm does not say (older sacct, ``--wrap`` jobs).
+    """
+
+    job_id: str
+    state: JobState
+    submit: str = ""
+    name: str = ""
+    cluster: str = ""
+    command: str = ""
+
+
+def _record(cols: list[str], state: JobState, extra: list[str]) -> JobRecord:
+    submit, name, cluster, command = (_clean(v) for v in (extra + ["", "", "", ""])[:4])
+    return JobRecord(cols[0].strip(), state, submit, name, cluster, command)
+
+
+def parse_sacct_records(text: str) -> dict[str, list[JobRecord]]:
+    """Every allocation record of `sacct -X -D -o SACCT_FIELDS`, per job id, in sacct's order.
+
+    Requeues leave one record each; a job id reused (restarted cluster, wrapped ids) leaves
+    records of unrelated jobs under the same id: callers pick theirs by identity."""
+    records: dict[str, list[JobRecord]] = {}
+    for line in text.splitlines():
         cols = line.split("|")
         job_id = cols[0].strip()
         if len(cols) < 7 or not job_id or "." in job_id:
             continue  # blank line, or a step record when -X was not honoured
-        rows.setdefault(job_id, []).append((cols[6].strip(), index, cols))
-    states: dict[str, JobState] = {}
-    for job_id, records in rows.items():
-        records.sort()  # a requeue resets Submit, so the newest run sorts last; ties keep order
-        *older, (_, _, cols) = records
-        restarts = sum(normalise_state(old[2][1]) in _RESTART_STATES for old in older)
-        states[job_id] = _job_state(job_id, cols[1], cols[2], cols[3], cols[4], restarts, cols[5])
-    return states
+        state = _job_state(job_id, cols[1], cols[2], cols[3], cols[4], 0, cols[5])
+        extra = [cols[6], *cols[7:9], "|".join(cols[9:])]
+        records.setdefault(job_id, []).append(_record(cols, state, extra))
+    return records
+
+
+def fold_sacct(records: Sequence[JobRecord]) -> JobState:
+    """One job's state from its records: the newest (by Submit) wins, older requeues count."""
+    ordered = sorted(enumerate(records), key=lambda pair: (pair[1].submit, pair[0]))
+    *older, (_, newest) = ordered  # a requeue resets Submit, so the newest run sorts last
+    restarts = sum(old.state.state in _RESTART_STATES for _, old in older)
+    return replace(newest.state, restarts=restarts)
+
+
+def parse_sacct(text: str) -> dict[str, JobState]:
+    """Read `sacct --parsable2 --noheader -X -D -o SACCT_FIELDS`: the newest record per job wins."""
+    return {job_id: fold_sacct(recs) for job_id, recs in parse_sacct_records(text).items()}
+
+
+def parse_squeue_records(text: str) -> dict[str, JobRecord]:
+    """Read `squeue --noheader --Format=SQUEUE_FORMAT` (no exit code nor restarts there)."""
+    records: dict[str, JobRecord] = {}
+    for line in text.splitlines():
+        cols = line.strip().split("|", 8)
+        if len(cols) >= 5 and cols[0]:
+            state = _job_state(cols[0], cols[1], cols[2], cols[3], "", 0, cols[4])
+            submit, cluster, name, command = (cols[5:] + ["", "", "", ""])[:4]
+            records[cols[0]] = _record(cols, state, [submit, name, cluster, command])
+    return records
 
 
 def parse_squeue(text: str) -> dict[str, JobState]:
-    """Read `squeue --noheader --format=SQUEUE_FORMAT` (no exit code nor restarts there)."""
-    states: dict[str, JobState] = {}
-    for line in text.splitlines():
-        cols = line.strip().split("|")
-        if len(cols) >= 5 and cols[0]:
-            states[cols[0]] = _job_state(cols[0], cols[1], cols[2], cols[3], "", 0, cols[4])
-    return states
+    """Read `squeue --noheader --Format=SQUEUE_FORMAT` (no exit code nor restarts there)."""
+    return {job_id: rec.state for job_id, rec in parse_squeue_records(text).items()}
 
 
 def _check_id(job_id: str) -> str:
@@ -136,42 +186,100 @@ def _check_id(job_id: str) -> str:
     return job_id
 
 
-def query_states(job_ids: Sequence[str]) -> dict[str, JobState]:
-    """States of any number of jobs from one sacct and one squeue call.
+@dataclass(frozen=True)
+class JobRecords:
+    """What one sacct and one squeue call said about some job ids, failures included.
 
-    sacct is the record (exit code, restarts, old jobs) but lags slurmctld by seconds; squeue is
-    slurmctld's live view, so it wins unless both say the job is over. squeue gets every id: a
-    job requeued after NODE_FAIL looks finished in sacct until its new record lands."""
-    ids = list(dict.fromkeys(str(j) for j in job_ids))
-    valid = [j for j in ids if _JOB_ID.fullmatch(j)]  # a bad record must not break a status
-    if not valid:
-        return {j: _job_state(j, "UNKNOWN", "", "", "", 0, "not a Slurm job id") for j in ids}
-    joined = ",".join(valid)
+    ``queue`` is slurmctld's live view (also jobs ended less than MinJobAge ago); ``acct`` the
+    accounting records, several per id (requeues, reused ids)."""
+
+    acct: Mapping[str, Sequence[JobRecord]]
+    queue: Mapping[str, JobRecord]
     sacct_error: UserError | None = None
+    squeue_error: UserError | None = None
+
+    @property
+    def unreachable(self) -> UserError | None:
+        """sacct's error when neither command answered: nothing is known about any job."""
+        return self.sacct_error if self.sacct_error and self.squeue_error else None
+
+
+def _sacct_text(joined: str) -> str:
     try:
-        acct = parse_sacct(run_slurm([*_SACCT, f"--format={SACCT_FIELDS}", f"--jobs={joined}"]))
+        return run_slurm([*_SACCT, f"--format={SACCT_FIELDS}", f"--jobs={joined}"])
+    except UserError as err:  # sacct before 22.05 has no SubmitLine: identity from squeue only
+        if "invalid field" not in err.message.lower():
+            raise
+        return run_slurm([*_SACCT, f"--format={_SACCT_FIELDS_BEFORE_22_05}", f"--jobs={joined}"])
+
+
+def query_records(job_ids: Sequence[str]) -> JobRecords:
+    """All records of any number of jobs from one sacct and one squeue call; never raises.
+
+    Ids that are not Slurm job ids are left out (a bad record must not break a status)."""
+    valid = [j for j in dict.fromkeys(str(j) for j in job_ids) if _JOB_ID.fullmatch(j)]
+    if not valid:
+        return JobRecords({}, {})
+    joined = ",".join(valid)
+    acct: dict[str, list[JobRecord]] = {}
+    queue: dict[str, JobRecord] = {}
+    sacct_error = squeue_error = None
+    try:
+        acct = parse_sacct_records(_sacct_text(joined))
     except UserError as err:  # no slurmdbd, or it is down: squeue still knows live jobs
-        acct, sacct_error = {}, err
+        sacct_error = err
     try:
-        queue = parse_squeue(run_slurm([*_SQUEUE, f"--jobs={joined}"]))
+        queue = parse_squeue_records(run_slurm([*_SQUEUE, f"--jobs={joined}"]))
     except UserError as err:
-        if "invalid job id" not in err.message.lower() and sacct_error is not None:
-            raise sacct_error from err
-        queue = {}  # squeue rejects a single id it no longer holds; sacct's view stands
+        if "invalid job id" not in err.message.lower():
+            squeue_error = err  # else: squeue rejects a single id it no longer holds
+    return JobRecords(acct, queue, sacct_error, squeue_error)
+
+
+def combine(job_id: str, acct: JobState | None, live: JobState | None, why: str = "") -> JobState:
+    """sacct is the record (exit code, restarts, old jobs) but lags slurmctld by seconds; squeue is
+    slurmctld's live view, so it wins unless both say the job is over. A job requeued after
+    NODE_FAIL looks finished in sacct until its new record lands. ``why``: reason for UNKNOWN."""
+    if live is not None and (acct is None or not live.finished or not acct.finished):
+        return live if acct is None else replace(live, exit_code=acct.exit_code,
+                                                 restarts=acct.restarts)
+    if acct is not None:
+        return acct
+    return _job_state(job_id, "UNKNOWN", "", "", "", 0, why)
+
+
+def query_states(job_ids: Sequence[str]) -> dict[str, JobState]:
+    """States of any number of jobs from one sacct and one squeue call, by job id alone.
+
+    Raises when neither command answers. Tracking a run's job goes through ``query_records``
+    instead, so that records of other jobs under the same id are left out."""
+    ids = list(dict.fromkeys(str(j) for j in job_ids))
+    records = query_records(ids)
+    if records.unreachable is not None:
+        raise records.unreachable from records.squeue_error
     states: dict[str, JobState] = {}
     for job_id in ids:
-        rec, live = acct.get(job_id), queue.get(job_id)
-        if live is not None and (rec is None or not live.finished or not rec.finished):
-            if rec is not None:
-                live = replace(live, exit_code=rec.exit_code, restarts=rec.restarts)
-            states[job_id] = live
-        elif rec is not None:
-            states[job_id] = rec
-        else:
-            why = f"sacct failed: {sacct_error.message}" if sacct_error else ""
-            why = why if _JOB_ID.fullmatch(job_id) else "not a Slurm job id"
-            states[job_id] = _job_state(job_id, "UNKNOWN", "", "", "", 0, why)
+        if not _JOB_ID.fullmatch(job_id):
+            states[job_id] = _job_state(job_id, "UNKNOWN", "", "", "", 0, "not a Slurm job id")
+            continue
+        acct = records.acct.get(job_id)
+        live = records.queue.get(job_id)
+        why = f"sacct failed: {records.sacct_error.message}" if records.sacct_error else ""
+        states[job_id] = combine(job_id, fold_sacct(acct) if acct else None,
+                                 live.state if live else None, why)
     return states
+
+
+def live_record(job_id: str) -> JobRecord | None:
+    """squeue's record of one job (None once slurmctld no longer holds it); UserError if squeue
+    cannot be asked. What cancel and requeue check before they act."""
+    try:
+        out = run_slurm([*_SQUEUE, f"--jobs={_check_id(job_id)}"])
+    except UserError as err:
+        if "invalid job id" in err.message.lower():
+            return None
+        raise
+    return parse_squeue_records(out).get(job_id)
 
 
 def wait_for_state(
@@ -204,7 +312,21 @@ def _checked_script(script_text: str, command: str) -> str:
     return script_text
 
 
-def submit(
+@dataclass(frozen=True)
+class SubmittedJob:
+    """A job just submitted: its id, the script path sbatch got, and Slurm's first record of it
+    (None if squeue could not be asked right then): what the run records to know its job later."""
+
+    job_id: str
+    script: str
+    name: str
+    record: JobRecord | None
+
+
+_JOB_NAME_LINE = re.compile(r"^#SBATCH\s+(?:--job-name[= ]|-J\s*)(\S+)\s*$", re.MULTILINE)
+
+
+def submit_job(
     *,
     script_text: str,
     folder: Path,
@@ -213,19 +335,24 @@ def submit(
     timeout_min: int,
     max_requeues: int,
     python: str,
-) -> str:
+) -> SubmittedJob:
     """sbatch `script_text` as is, through SlurmExecutor so that each node task unpickles `task`
-    and, on USR2, rank 0 calls `task.checkpoint()` and requeues; returns the job id."""
+    and, on USR2, rank 0 calls `task.checkpoint()` and requeues; then read the job back once."""
     from submitit.core.utils import FailedJobError, FailedSubmissionError
     from submitit.slurm.slurm import SlurmExecutor
 
     for binary in ("sbatch", "srun"):  # SlurmExecutor refuses to exist without srun
         if shutil.which(binary) is None:
             raise UserError(f"Slurm command {binary} not found", hint=_NO_SLURM_HINT)
+    given: list[str] = []
 
     class _ScriptExecutor(SlurmExecutor):
         def _make_submission_file_text(self, command: str, uid: str) -> str:
             return _checked_script(script_text, command)
+
+        def _make_submission_command(self, submission_file_path: Path) -> list[str]:
+            given.append(str(submission_file_path))  # a fresh uuid name: the job's identity
+            return list(super()._make_submission_command(submission_file_path))
 
     executor = _ScriptExecutor(folder, max_num_timeout=max_requeues, python=python)
     # time: the countdown submitit stores with the pickle to tell a time-out from a preemption
@@ -244,7 +371,28 @@ def submit(
     except FailedSubmissionError as err:
         raise UserError(f"sbatch gave no job id: {_one_line(str(err))}") from err
     sys.stderr.write(captured.getvalue())
-    return str(job.job_id)
+    job_id = str(job.job_id)
+    try:
+        record = live_record(job_id)
+    except UserError:
+        record = None  # the script path alone still tells this job from any other
+    name = _JOB_NAME_LINE.search(script_text)
+    return SubmittedJob(job_id, given[-1] if given else "", name.group(1) if name else "", record)
+
+
+def submit(
+    *,
+    script_text: str,
+    folder: Path,
+    task: Callable[[], object],
+    nodes: int,
+    timeout_min: int,
+    max_requeues: int,
+    python: str,
+) -> str:
+    """``submit_job`` for callers that only need the job id."""
+    return submit_job(script_text=script_text, folder=folder, task=task, nodes=nodes,
+                      timeout_min=timeout_min, max_requeues=max_requeues, python=python).job_id
 
 
 @contextlib.contextmanager
@@ -283,8 +431,10 @@ def submit_local(*, folder: Path, task: Callable[[], object], timeout_min: int, 
     return str(job.job_id)
 
 
-def local_job_alive(job_id: str) -> bool:
-    """Whether a local run's controller still runs (not a zombie, not a reused pid)."""
+def local_job_alive(job_id: str, folder: Path | None = None) -> bool:
+    """Whether a local run's controller still runs (not a zombie, not a reused pid). With
+    `folder`, also that it is the controller of that submitit folder, not another run's that
+    got the same pid."""
     if not job_id.isdigit():
         return False
     if not Path("/proc/self").exists():  # not Linux: the pid exists, nothing more to check
@@ -300,29 +450,41 @@ def local_job_alive(job_id: str) -> bool:
         cmdline = Path(f"/proc/{job_id}/cmdline").read_bytes()
     except OSError:
         return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z" and b"submitit.local._local" in cmdline
+    if stat.rsplit(")", 1)[-1].split()[0] == "Z" or b"submitit.local._local" not in cmdline:
+        return False
+    if folder is None:
+        return True
+    wanted = {str(folder), str(Path(folder).resolve())}
+    return any(arg.decode(errors="replace") in wanted for arg in cmdline.split(b"\0"))
 
 
-def cancel_local(job_id: str) -> None:
+def cancel_local(job_id: str, folder: Path | None = None) -> None:
     """Stop a local run as submitit does: SIGINT to the controller, which then kills its tasks."""
-    if local_job_alive(job_id):
+    if local_job_alive(job_id, folder):
         os.kill(int(job_id), _signal.SIGINT)
 
 
-def cancel(job_id: str) -> None:
+def _name_filter(name: str) -> list[str]:
+    """scancel's --name: it then acts on the job only while it still has this name, a last
+    guard should the id change hands between the caller's check and scancel. Left out for a
+    name scancel would read as a list."""
+    return [f"--name={name}"] if name and "," not in name else []
+
+
+def cancel(job_id: str, *, name: str = "") -> None:
     """Cancel a Slurm job (SIGTERM, which submitit ignores, then SIGKILL after KillWait)."""
-    run_slurm(["scancel", _check_id(job_id)])
+    run_slurm(["scancel", *_name_filter(name), _check_id(job_id)])
 
 
 def signal_job(
-    job_id: str, signal: str, scope: Literal["steps", "batch", "full"] = "steps"
+    job_id: str, signal: str, scope: Literal["steps", "batch", "full"] = "steps", *, name: str = ""
 ) -> None:
     """Send a signal. "steps" (the default) reaches the srun tasks, where submitit's handler
     lives, and not the batch shell, which a USR2 would kill; "batch"/"full" are scancel's."""
     if not re.fullmatch(r"[A-Za-z0-9]+", signal):
         raise UserError(f"not a signal name: {signal!r}", field="signal")
     flags = {"steps": [], "batch": ["--batch"], "full": ["--full"]}[scope]
-    run_slurm(["scancel", f"--signal={signal}", *flags, _check_id(job_id)])
+    run_slurm(["scancel", f"--signal={signal}", *flags, *_name_filter(name), _check_id(job_id)])
 
 
 def requeue(job_id: str) -> None:

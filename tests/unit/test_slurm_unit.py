@@ -3,25 +3,21 @@
 from __future__ import annotations
 
 import functools
-import json
 import os
 import pickle
-import stat
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from hpc_grpo.errors import UserError
 from hpc_grpo.scheduler import slurm
+from tests.unit.slurmfake import FAKED, FakeSlurm, install
 
-FAKE = Path(__file__).resolve().parents[1] / "fakebin" / "fake_slurm.py"
 REPO = Path(__file__).resolve().parents[2]
-FAKED = ("sacct", "squeue", "sbatch", "scancel", "scontrol", "srun", "sinfo")
 FINISHED = {
     "TIMEOUT",
     "NODE_FAIL",
@@ -34,35 +30,8 @@ FINISHED = {
 }
 
 
-class FakeSlurm:
-    """Fake Slurm binaries first on PATH; canned answers in, recorded calls out."""
-
-    def __init__(self, root: Path, names: tuple[str, ...] = FAKED) -> None:
-        self.dir = root / "fake-state"
-        self.bin = root / "fake-bin"
-        self.dir.mkdir()
-        self.bin.mkdir()
-        for name in names:
-            wrapper = self.bin / name
-            wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" {name} "$@"\n')
-            wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
-
-    def answer(self, name: str, out: str = "", err: str = "", rc: int = 0) -> None:
-        (self.dir / f"{name}.out").write_text(out)
-        (self.dir / f"{name}.err").write_text(err)
-        (self.dir / f"{name}.rc").write_text(str(rc))
-
-    def calls(self, name: str | None = None) -> list[dict[str, Any]]:
-        path = self.dir / "calls.jsonl"
-        lines = path.read_text().splitlines() if path.exists() else []
-        return [c for c in map(json.loads, lines) if name is None or c["name"] == name]
-
-
 def _install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, names: tuple[str, ...]) -> FakeSlurm:
-    fake = FakeSlurm(tmp_path, names)
-    monkeypatch.setenv("FAKE_SLURM_DIR", str(fake.dir))
-    monkeypatch.setenv("PATH", f"{fake.bin}{os.pathsep}{os.environ['PATH']}")
-    return fake
+    return install(tmp_path, monkeypatch, names)
 
 
 @pytest.fixture
