@@ -23,7 +23,7 @@ from hpc_grpo.errors import UserError
 from hpc_grpo.planner.job import JobPlan, build_plan, default_name
 from hpc_grpo.planner.timing import Timings
 from hpc_grpo.preflight import inputs
-from hpc_grpo.runs import registry
+from hpc_grpo.runs import identity, registry
 from hpc_grpo.scheduler import slurm
 from hpc_grpo.scheduler.render import render_script, submitit_folder, summary_text
 
@@ -137,11 +137,12 @@ def submit(request: Request) -> Submitted:
 
     with registry.create_run_dir(prepared.root, prepared.run_id, files) as run_dir:
         task = NodeTask(str(run_dir))
+        known: dict[str, str] = {}  # what tells this run's job from others with its id
         if plan.site.scheduler == "local":
             job_id = slurm.submit_local(folder=run_dir / "submitit", task=task,
                                         timeout_min=plan.time_min, gpus=plan.site.gpus_per_node)
         else:
-            job_id = slurm.submit(
+            job = slurm.submit_job(
                 script_text=prepared.script,
                 folder=Path(submitit_folder(str(run_dir))),
                 task=task,
@@ -150,6 +151,7 @@ def submit(request: Request) -> Submitted:
                 max_requeues=plan.site.max_requeues,
                 python=shlex.quote(prepared.python),
             )
-        registry.record_job(run_dir, job_id, "submitted")
+            job_id, known = job.job_id, identity.of_submission(job, str(run_dir)).fields()
+        registry.record_job(run_dir, job_id, "submitted", **known)
         registry.register(prepared.run_id, run_dir)
     return Submitted(prepared.run_id, run_dir, job_id, plan.warnings)

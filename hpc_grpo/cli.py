@@ -129,7 +129,7 @@ def submit(dry_run: bool, wait: bool | None, **kwargs: Any) -> None:
     if wait if wait is not None else request.site == "local":
         from hpc_grpo.runs.views import follow
 
-        sys.exit(follow(result.run_id))
+        sys.exit(follow(str(result.run_dir)))  # its id may also name a run in another root
 
 
 @main.command()
@@ -172,8 +172,7 @@ def cancel(run: str) -> None:
     """Cancel a run's job (all nodes)."""
     from hpc_grpo.runs import track
 
-    job_id = track.cancel(run)
-    click.echo(f"cancelled job {job_id}")
+    click.echo(track.cancel(run).message)  # only ever this run's own job
 
 
 @main.command("example-model")

@@ -80,54 +80,89 @@ def register(run_id: str, run_dir: Path) -> None:
         handle.write(json.dumps({"run_id": run_id, "run_dir": str(run_dir)}) + "\n")
 
 
-def indexed_runs() -> dict[str, Path]:
-    """Run id -> directory for every registered run that still exists, oldest first."""
+@dataclass(frozen=True)
+class IndexedRun:
+    """One index entry. Runs are told apart by directory: two output roots (or two checkouts)
+    may each hold a run with the same id."""
+
+    run_id: str
+    run_dir: Path
+
+
+def indexed_runs() -> list[IndexedRun]:
+    """Every registered run whose directory still exists, once each, oldest registration first.
+
+    A directory that exists without a readable run.json stays listed, so that ``status`` can say
+    what is wrong with it; an unreadable index line is skipped."""
     path = index_path()
-    runs: dict[str, Path] = {}
-    if not path.exists():
-        return runs
-    for line in path.read_text().splitlines():
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return []
+    runs: dict[str, IndexedRun] = {}
+    for line in lines:
         try:
             entry = json.loads(line)
         except json.JSONDecodeError:
             continue
-        run_dir = Path(entry["run_dir"])
-        if (run_dir / "run.json").exists():
-            runs[entry["run_id"]] = run_dir
-    return runs
+        if not isinstance(entry, dict) or not isinstance(entry.get("run_dir"), str):
+            continue
+        run_dir = Path(os.path.abspath(entry["run_dir"]))
+        run_id = entry.get("run_id")
+        runs.pop(str(run_dir), None)  # registered again: it moves to the end
+        runs[str(run_dir)] = IndexedRun(run_id if isinstance(run_id, str) else run_dir.name,
+                                        run_dir)
+    return [run for run in runs.values() if run.run_dir.is_dir()]
+
+
+def _ambiguous(name: str, runs: list[IndexedRun]) -> UserError:
+    listed = ", ".join(f"{r.run_id} ({r.run_dir})" for r in runs)
+    return UserError(f"'{name}' matches {len(runs)} runs: {listed}", field="run",
+                     hint=f"name one by its directory, e.g. {runs[-1].run_dir}")
 
 
 def find_run(name: str) -> Path:
-    """A run by id, by unique id prefix, or by directory path."""
+    """A run by directory path, by id, or by unique id prefix; a name that fits several runs
+    (the same id under two output roots) is refused with the list, never guessed."""
     as_path = Path(name).expanduser()
     if (as_path / "run.json").exists():
         return as_path.resolve()
     runs = indexed_runs()
-    if name in runs:
-        return runs[name]
-    matches = [r for r in runs if r.startswith(name)]
-    if len(matches) == 1:
-        return runs[matches[0]]
-    raise UserError(f"no run '{name}'", field="run", hint=did_you_mean(name, runs))
+    for fits in (lambda r: r.run_id == name, lambda r: r.run_id.startswith(name)):
+        found = [r for r in runs if fits(r)]
+        if len(found) == 1:
+            return found[0].run_dir
+        if found:
+            raise _ambiguous(name, found)
+    if as_path.is_dir() and any(r.run_dir == Path(os.path.abspath(as_path)) for r in runs):
+        return Path(os.path.abspath(as_path))  # an indexed run whose run.json is unreadable
+    raise UserError(f"no run '{name}'", field="run",
+                    hint=did_you_mean(name, {r.run_id for r in runs}))
 
 
 def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object file's content; {} if it is absent, unreadable or not an object."""
     try:
         data = json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
+    """The JSON object lines of a file; others (a line being written right now) are skipped."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
         return []
     out = []
-    for line in path.read_text().splitlines():
+    for line in lines:
         try:
-            out.append(json.loads(line))
+            data = json.loads(line)
         except json.JSONDecodeError:
-            continue  # a line being written right now
+            continue
+        if isinstance(data, dict):
+            out.append(data)
     return out
 
 
@@ -139,7 +174,7 @@ def last_jsonl(path: Path, tail_bytes: int = 4096) -> dict[str, Any]:
             size = handle.tell()
             handle.seek(max(0, size - tail_bytes))
             chunk = handle.read().decode(errors="replace")
-    except FileNotFoundError:
+    except OSError:
         return {}
     for line in reversed(chunk.splitlines()):
         try:
@@ -151,52 +186,22 @@ def last_jsonl(path: Path, tail_bytes: int = 4096) -> dict[str, Any]:
     return {}
 
 
-@dataclass(frozen=True)
-class RunFiles:
-    """What the launcher and the ranks wrote into one run directory, read without Slurm."""
-
-    run_id: str
-    run_dir: Path
-    record: dict[str, Any]
-    jobs: list[dict[str, Any]]
-    state: dict[str, Any]
-    last_metrics: dict[str, Any]
-    restarts: list[dict[str, Any]]
-
-    @property
-    def job_id(self) -> str:
-        return str(self.jobs[-1]["job_id"]) if self.jobs else ""
-
-    @property
-    def site(self) -> str:
-        return str(self.record.get("site", ""))
-
-
-def read_run(run_dir: Path) -> RunFiles:
-    record = read_json(run_dir / "run.json")
-    return RunFiles(
-        run_id=str(record.get("run_id", run_dir.name)),
-        run_dir=run_dir,
-        record=record,
-        jobs=read_jsonl(run_dir / "jobs.jsonl"),
-        state=read_json(run_dir / "state.json"),
-        last_metrics=last_jsonl(run_dir / "metrics.jsonl"),
-        restarts=read_jsonl(run_dir / "restarts.jsonl"),
-    )
-
-
 def measured_timings(job_name: str, site: str) -> tuple[float, float, str] | None:
     """(checkpoint seconds, step seconds, run id) from the newest run of this job on this site.
 
     Reads only the index and the candidates' small state files, newest first.
     """
-    for run_id, run_dir in reversed(list(indexed_runs().items())):
-        if not run_id.startswith(f"{job_name}-"):
+    for run in reversed(indexed_runs()):
+        if not run.run_id.startswith(f"{job_name}-"):
             continue
-        record = read_json(run_dir / "run.json")
-        state = read_json(run_dir / "state.json")
-        if record.get("site") != site or not state.get("checkpoint_seconds"):
+        record = read_json(run.run_dir / "run.json")
+        state = read_json(run.run_dir / "state.json")
+        try:
+            checkpoint_s = float(state.get("checkpoint_seconds") or 0.0)
+            step_s = float(last_jsonl(run.run_dir / "metrics.jsonl").get("step_time") or 0.0)
+        except (TypeError, ValueError):
+            continue  # a damaged run teaches nothing
+        if record.get("site") != site or not checkpoint_s:
             continue
-        step = float(last_jsonl(run_dir / "metrics.jsonl").get("step_time") or 0.0)
-        return float(state["checkpoint_seconds"]), step, run_id
+        return checkpoint_s, step_s, run.run_id
     return None

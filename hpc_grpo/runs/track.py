@@ -1,21 +1,25 @@
-"""Tracking: what every run is doing, from its run directory and one batched Slurm query.
+"""Tracking: what every run is doing, from its run directory and one batched Slurm query; and
+the actions on a run's job (cancel, requeue, signal), taken only once Slurm's job is this run's.
 
 Kept apart from ``api`` (which plans and renders) so ``status`` never loads Jinja, YAML or the
-planner: it must stay fast over a thousand runs on a busy login node.
+planner: it must stay fast over a thousand runs on a busy login node. A job is never taken by
+its number alone (``identity``), and one run directory never breaks the status of the others.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runs import registry
-
-from hpc_grpo.scheduler import slurm
 from hpc_grpo.errors import UserError
+from hpc_grpo.runs import registry
+from hpc_grpo.runs.identity import match
+from hpc_grpo.runs.jobstate import JobView, local_view, slurm_view
+from hpc_grpo.runs.runfiles import RunFiles, read_run
+from hpc_grpo.scheduler import slurm
 
 
 @dataclass(frozen=True)
@@ -37,68 +41,142 @@ class RunStatus:
     requeues: int
     nodes: str
     restarts: tuple[dict[str, Any], ...] = ()
+    cluster: str = ""
+    source: str = "slurm"  # "slurm", "local", or "run directory" where Slurm cannot speak for it
+    note: str = ""  # why the state came from the run directory, or what is wrong in it
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
-def _is_local(files: registry.RunFiles) -> bool:
-    """Runs of a local-scheduler site (whatever its name) have a pid, not a Slurm job id."""
-    return files.record.get("scheduler") == "local" or files.site == "local"
+def _row(files: RunFiles, view: JobView) -> RunStatus:
+    js, progress = view.state, files.progress
+    identity = files.identity
+    return RunStatus(
+        run_id=files.run_id, run_dir=str(files.run_dir), site=files.site, job_id=files.job_id,
+        state=js.state, finished=js.finished, meaning=js.meaning, phase=progress.phase,
+        step=progress.step, max_steps=progress.max_steps, reward=progress.reward,
+        tokens_per_s=progress.tokens_per_s, checkpoint_step=progress.checkpoint_step,
+        checkpoint_time=progress.checkpoint_time,
+        requeues=max(js.restarts, len(files.restarts)), nodes=js.nodes,
+        restarts=tuple({k: r.get(k) for k in ("cause", "stopped_at_step", "resumed_from_step",
+                                              "steps_lost", "time")} for r in files.restarts),
+        cluster=identity.cluster if identity else "", source=view.source,
+        note="; ".join([*files.problems, *([view.note] if view.note else [])]),
+    )
 
 
-def _local_state(files: registry.RunFiles) -> slurm.JobState:
-    phase = files.state.get("phase", "")
-    if files.job_id and slurm.local_job_alive(files.job_id):
-        state = "RUNNING"
-    elif phase == "done" or (files.record.get("payload") == "check" and phase != "failed"
-                             and (files.run_dir / "check").exists()):
-        state = "COMPLETED"
-    else:
-        state = "FAILED"
-    finished, meaning = slurm.STATE_MEANINGS[state]
-    return slurm.JobState(files.job_id, state, finished, meaning, "localhost", "", "", 0, "")
+def _broken(run_dir: Path, error: Exception) -> RunStatus:
+    """The row of a run directory that could not be read at all: what went wrong, nothing more."""
+    return RunStatus(
+        run_id=run_dir.name, run_dir=str(run_dir), site="", job_id="", state="BROKEN",
+        finished=False, meaning="the run directory could not be read", phase="", step=0,
+        max_steps=0, reward=None, tokens_per_s=None, checkpoint_step=None, checkpoint_time=None,
+        requeues=0, nodes="", source="run directory",
+        note=f"cannot read the run directory: {type(error).__name__}: {error}",
+    )
+
+
+def _read(run_dir: Path) -> RunFiles | Exception:
+    try:
+        return read_run(run_dir)
+    except Exception as err:  # noqa: BLE001 - one run directory must not break every status
+        return err
 
 
 def status(names: Sequence[str] = ()) -> list[RunStatus]:
-    """Every run (or the named ones) joined with Slurm state from ONE batched query."""
-    dirs = [registry.find_run(n) for n in names] if names else list(registry.indexed_runs().values())
-    files = [registry.read_run(d) for d in dirs]
-    slurm_ids = [f.job_id for f in files if f.job_id and not _is_local(f)]
-    states = slurm.query_states(slurm_ids) if slurm_ids else {}
+    """Every run (or the named ones) joined with Slurm state from ONE batched query.
+
+    Slurm failing or absent is not an error: the rows then say what the run directories know."""
+    dirs = [registry.find_run(n) for n in names] if names else \
+        [run.run_dir for run in registry.indexed_runs()]
+    read = {d: _read(d) for d in dict.fromkeys(dirs)}
+    runs = [f for f in read.values() if isinstance(f, RunFiles)]
+    slurm_ids = [i.job_id for f in runs if not f.is_local and (i := f.identity) and i.job_id]
+    records = slurm.query_records(slurm_ids) if slurm_ids else slurm.JobRecords({}, {})
     out = []
-    for f in files:
-        js = _local_state(f) if _is_local(f) else states.get(f.job_id) or slurm.JobState(
-            f.job_id, "UNKNOWN", False, slurm.STATE_MEANINGS["UNKNOWN"][1], "", "", "", 0, "")
-        metrics = f.last_metrics
-        max_steps = f.state.get("max_steps") or f.record.get("grpo_config", {}).get("max_steps", 0)
-        out.append(RunStatus(
-            run_id=f.run_id, run_dir=str(f.run_dir), site=f.site, job_id=f.job_id,
-            state=js.state, finished=js.finished, meaning=js.meaning,
-            phase=str(f.state.get("phase", "")),
-            step=int(metrics.get("step", f.state.get("step", 0)) or 0),
-            max_steps=int(max_steps or 0),
-            reward=metrics.get("reward_mean"), tokens_per_s=metrics.get("tokens_per_s"),
-            checkpoint_step=f.state.get("last_checkpoint_step"),
-            checkpoint_time=f.state.get("last_checkpoint_time"),
-            requeues=max(js.restarts, len(f.restarts)),
-            nodes=js.nodes,
-            restarts=tuple({k: r.get(k) for k in ("cause", "stopped_at_step", "resumed_from_step",
-                                                  "steps_lost", "time")} for r in f.restarts),
-        ))
+    for run_dir, files in read.items():
+        if not isinstance(files, RunFiles):
+            out.append(_broken(run_dir, files))
+            continue
+        try:
+            view = local_view(files) if files.is_local else slurm_view(files, records)
+            out.append(_row(files, view))
+        except Exception as err:  # noqa: BLE001 - a case nobody foresaw stays on its own row
+            out.append(_broken(run_dir, err))
     return out
 
 
-def cancel(name: str) -> str:
-    files = registry.read_run(registry.find_run(name))
-    if not files.job_id:
-        raise UserError(f"run {files.run_id} has no job", field="run")
-    if _is_local(files):
-        slurm.cancel_local(files.job_id)
-    else:
-        slurm.cancel(files.job_id)
-    registry.record_job(files.run_dir, files.job_id, "cancelled")
-    return files.job_id
+@dataclass(frozen=True)
+class Action:
+    """What an action on a run's job did: ``done`` False when there was nothing to act on."""
+
+    run_id: str
+    job_id: str
+    done: bool
+    message: str
+
+
+def _act(name: str, verb: str, act: Callable[[str, str], None],
+         act_local: Callable[[RunFiles], None] | None = None) -> Action:
+    """Act on the run's job only after squeue shows that the job under its id is this run's.
+
+    A job that is over, forgotten or now someone else's is left alone (``done`` False); where
+    it cannot be told (squeue failing, Slurm not saying which script the job runs, another
+    cluster) nothing is done and the reason is a UserError."""
+    files = read_run(registry.find_run(name))
+    identity = files.identity
+    if identity is None or not identity.job_id:
+        raise UserError(f"run {files.run_id} has no job", field="run",
+                        hint=f"{files.run_dir / 'jobs.jsonl'} names none")
+    run, job_id = files.run_id, identity.job_id
+    if files.is_local:
+        if act_local is None:
+            raise UserError(f"a local run cannot be {verb}", field="run")
+        if not slurm.local_job_alive(job_id, files.run_dir / "submitit"):
+            return Action(run, job_id, False, f"run {run} is not running: nothing {verb}")
+        act_local(files)
+        return Action(run, job_id, True, f"{verb} local run {run} (pid {job_id})")
+    try:
+        record = slurm.live_record(job_id)
+    except UserError as err:
+        raise UserError(f"cannot check that job {job_id} is run {run}'s: {err.message}",
+                        field="run", hint=f"nothing was {verb}; try again once squeue answers"
+                        ) from err
+    if record is None:
+        return Action(run, job_id, False, f"nothing {verb}: Slurm no longer has job {job_id} "
+                      f"of run {run} (phase {files.progress.phase or 'not started'})")
+    verdict = match(identity, record)
+    if verdict.verdict == "other":
+        return Action(run, job_id, False, f"nothing {verb}: {verdict.why}; run {run}'s own job "
+                      f"is over (phase {files.progress.phase or 'not started'})")
+    if verdict.verdict != "ours":
+        raise UserError(f"cannot tell that job {job_id} is run {run}'s: {verdict.why}",
+                        field="run", hint=f"nothing was {verb}; check `scontrol show job "
+                        f"{job_id}` and use Slurm's own commands if it is")
+    if record.state.finished:
+        return Action(run, job_id, False,
+                      f"nothing {verb}: job {job_id} of run {run} already ended ({record.state.state})")
+    act(job_id, record.name)
+    registry.record_job(files.run_dir, job_id, verb)
+    return Action(run, job_id, True, f"{verb} job {job_id} (run {run})")
+
+
+def cancel(name: str) -> Action:
+    """Cancel the run's job on all nodes, if it is still this run's and not over."""
+    return _act(name, "cancelled", lambda job, job_name: slurm.cancel(job, name=job_name),
+                lambda files: slurm.cancel_local(files.job_id, files.run_dir / "submitit"))
+
+
+def requeue(name: str) -> Action:
+    """Requeue the run's job (no checkpoint first: ``signal(name, "USR2")`` takes one)."""
+    return _act(name, "requeued", lambda job, _: slurm.requeue(job))
+
+
+def signal(name: str, signal_name: str) -> Action:
+    """Send a signal to the run's node tasks (USR2: checkpoint at the next step, then requeue)."""
+    return _act(name, "signalled",
+                lambda job, job_name: slurm.signal_job(job, signal_name, name=job_name))
 
 
 def log_paths(name: str, rank: int | None) -> list[Path]:

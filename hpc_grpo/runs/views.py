@@ -7,9 +7,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpc_grpo.runs import registry
-
-from hpc_grpo.runs import track
+from hpc_grpo.runs import registry, track
 
 
 def _age(timestamp: float | None, now: float) -> str:
@@ -69,25 +67,28 @@ def watch_status(names: Sequence[str], interval: float = 5.0) -> None:
         pass
 
 
-def follow(run_id: str, poll: float = 1.0) -> int:
-    """Progress bar over metrics.jsonl until the job ends; exit code 0 only if training ended."""
+def follow(run: str, poll: float = 1.0) -> int:
+    """Progress bar over metrics.jsonl until the job ends; exit code 0 only if training ended.
+
+    `run` is best the run directory: an id may also name a run under another output root."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     console = Console(stderr=True)
-    run_dir = registry.find_run(run_id)
+    run_dir = registry.find_run(run)
+    row = track.status([str(run_dir)])[0]
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[info]}"), console=console) as progress:
-        task = progress.add_task(run_id, total=None, info="starting")
+        task = progress.add_task(row.run_id, total=None, info="starting")
         while True:
-            row = track.status([run_id])[0]
-            metrics = registry.last_jsonl(run_dir / "metrics.jsonl")
+            row = track.status([str(run_dir)])[0]
+            step_time = registry.last_jsonl(run_dir / "metrics.jsonl").get("step_time")
             info = row.state
-            if metrics:
-                info = (f"reward {metrics.get('reward_mean', 0):.3f}  "
-                        f"{metrics.get('step_time', 0):.2f}s/step")
+            if row.reward is not None:
+                per_step = f"  {step_time:.2f}s/step" if isinstance(step_time, int | float) else ""
+                info = f"reward {row.reward:.3f}{per_step}"
             progress.update(task, total=row.max_steps or None, completed=row.step, info=info)
-            if row.finished:
+            if row.finished or row.state == "BROKEN":
                 break
             time.sleep(poll)
     summary = registry.read_json(run_dir / "summary.json")
@@ -97,8 +98,7 @@ def follow(run_id: str, poll: float = 1.0) -> int:
             f" (change {summary.get('reward_delta', 0):+.3f}) over {summary.get('steps')} steps;"
             f" curve: {run_dir / 'reward_curve.png'}"
         )
-    state = registry.read_json(run_dir / "state.json")
-    console.print(f"run {run_id}: {row.state}, phase {state.get('phase', '-')}")
+    console.print(f"run {row.run_id}: {row.state}, phase {row.phase or '-'}")
     return 0 if row.state == "COMPLETED" else 1
 
 

@@ -1,0 +1,113 @@
+"""Which Slurm job is a run's: a job id alone does not say.
+
+Job ids repeat: a restarted cluster counts from 1 again, ids wrap on busy clusters, and one home
+directory (one run index) often serves several clusters. So a run records, when it is submitted,
+its job as Slurm sees it: cluster, job id, submit time, job name, and the submission file that
+submitit handed to sbatch (``<run>/submitit/.submission_file_<uuid>.sh``: a fresh name for every
+submission, which Slurm keeps through requeues as squeue's Command and sacct's SubmitLine).
+
+A record Slurm returns under that id is this run's only if it agrees. The script path decides
+where Slurm gives it; without it (sacct before 22.05) the name, submit time and cluster can only
+rule a record out, so it is "likely" this run's: good enough to show, not to act on.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from hpc_grpo.scheduler import slurm
+
+Verdict = Literal["ours", "likely", "other", "elsewhere"]
+
+
+@dataclass(frozen=True)
+class JobIdentity:
+    """One submission of a run, as recorded in its jobs.jsonl ("" where not known)."""
+
+    job_id: str
+    run_dir: str
+    cluster: str = ""
+    submit_time: str = ""
+    name: str = ""
+    script: str = ""
+
+    def fields(self) -> dict[str, str]:
+        """The keys jobs.jsonl's "submitted" line carries beside job_id."""
+        return {"cluster": self.cluster, "submit_time": self.submit_time,
+                "job_name": self.name, "script": self.script}
+
+
+def of_submission(job: slurm.SubmittedJob, run_dir: str) -> JobIdentity:
+    record = job.record
+    return JobIdentity(
+        job_id=job.job_id, run_dir=run_dir,
+        cluster=record.cluster if record else "",
+        submit_time=record.submit if record else "",
+        name=(record.name if record else "") or job.name,
+        script=job.script or (record.command if record else ""),
+    )
+
+
+def from_jobs(run_dir: str, jobs: Sequence[Mapping[str, Any]]) -> JobIdentity | None:
+    """The current job: the last "submitted" line (older runs' lines have only job_id)."""
+    submitted = [j for j in jobs if j.get("event") == "submitted"] or list(jobs)
+    if not submitted:
+        return None
+    line = submitted[-1]
+
+    def text(key: str) -> str:
+        value = line.get(key)
+        return str(value) if isinstance(value, str | int) else ""
+
+    return JobIdentity(text("job_id"), run_dir, text("cluster"), text("submit_time"),
+                       text("job_name"), text("script"))
+
+
+@dataclass(frozen=True)
+class Match:
+    verdict: Verdict
+    why: str = ""
+
+
+def _time(value: str) -> datetime.datetime | None:
+    try:
+        return datetime.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def _runs(command: str, path: str, *, prefix: bool = False) -> bool:
+    """Whether `command` (a script path, or "sbatch ... PATH") names `path` as a whole word."""
+    padded = f" {command}"
+    if prefix:
+        return f" {path}" in padded
+    return padded.endswith(f" {path}") or f" {path} " in padded
+
+
+def describe(record: slurm.JobRecord) -> str:
+    name = f"'{record.name}'" if record.name else "unnamed"
+    when = f", submitted {record.submit}" if record.submit else ""
+    return f"job {record.job_id} is now another job ({name}{when})"
+
+
+def match(identity: JobIdentity, record: slurm.JobRecord) -> Match:
+    """Whether `record` (what Slurm holds under this run's job id) is this run's job."""
+    if identity.cluster and record.cluster and identity.cluster != record.cluster:
+        return Match("elsewhere", f"job {identity.job_id} of this run is on cluster "
+                                  f"{identity.cluster}; this is cluster {record.cluster}")
+    if record.command:
+        if identity.script:
+            ours = _runs(record.command, identity.script)
+        else:  # recorded before identities were: its scripts lie in the run's submitit folder
+            ours = _runs(record.command, f"{identity.run_dir}/submitit/.submission_file_",
+                         prefix=True)
+        return Match("ours") if ours else Match("other", describe(record))
+    if identity.name and record.name and identity.name != record.name:
+        return Match("other", describe(record))
+    ours_at, theirs_at = _time(identity.submit_time), _time(record.submit)
+    if ours_at and theirs_at and theirs_at < ours_at:  # a requeue only moves Submit later
+        return Match("other", describe(record))
+    return Match("likely", f"Slurm does not say which script job {identity.job_id} runs")

@@ -1,0 +1,107 @@
+"""A run's job state: from Slurm's records that are this run's own, else from its run directory.
+
+Slurm can only speak for a run while it still holds the run's job. Once it forgot the job
+(accounting purged, no slurmdbd), once the job id names another job (a restarted cluster, wrapped
+ids), when the run was submitted on another cluster sharing this home directory, or when Slurm
+cannot be asked at all, the run directory still knows how far training got: the state then
+comes from there, marked as such, and never from whatever job now has the number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from hpc_grpo.runs.identity import Match, match
+from hpc_grpo.runs.runfiles import RunFiles
+from hpc_grpo.scheduler import slurm
+
+Source = Literal["slurm", "run directory", "local"]
+
+
+@dataclass(frozen=True)
+class JobView:
+    state: slurm.JobState
+    source: Source
+    note: str = ""
+
+
+def _state(job_id: str, state: str, finished: bool, meaning: str, nodes: str = "") -> slurm.JobState:
+    return slurm.JobState(job_id, state, finished, meaning, nodes, "", "", 0, "")
+
+
+def training_ended(files: RunFiles) -> bool:
+    """The run directory says the payload finished (training done, or every check written)."""
+    phase = files.progress.phase
+    return phase == "done" or (files.record.get("payload") == "check" and phase != "failed"
+                               and (files.run_dir / "check").exists())
+
+
+def from_run_dir(files: RunFiles, job_id: str, *, over: bool, why: str) -> JobView:
+    """What the run directory says, for a job Slurm cannot speak for. `over`: the job is known
+    to have left Slurm (its id now names another job on the same cluster)."""
+    phase = files.progress.phase or "not started"
+    if training_ended(files):
+        state = _state(job_id, "COMPLETED", True, "training ended (from the run directory)")
+    elif files.progress.phase == "failed":
+        state = _state(job_id, "FAILED", True, "training failed (from the run directory)")
+    elif over:
+        state = _state(job_id, "ENDED", True, f"the job is gone; training stopped at phase {phase}")
+    else:
+        state = _state(job_id, "UNKNOWN", False, f"Slurm cannot tell; the run directory says "
+                                                 f"phase {phase}")
+    return JobView(state, "run directory", f"{why}: state from the run directory")
+
+
+def local_view(files: RunFiles) -> JobView:
+    job_id = files.job_id
+    if job_id and slurm.local_job_alive(job_id, files.run_dir / "submitit"):
+        state = "RUNNING"
+    elif training_ended(files):
+        state = "COMPLETED"
+    else:
+        state = "FAILED"
+    finished, meaning = slurm.STATE_MEANINGS[state]
+    return JobView(_state(job_id, state, finished, meaning, "localhost"), "local")
+
+
+def slurm_view(files: RunFiles, records: slurm.JobRecords) -> JobView:
+    """This run's state from one batched query, using only the records that are its job's."""
+    identity = files.identity
+    if identity is None or not identity.job_id:
+        return from_run_dir(files, "", over=False, why="no job recorded in jobs.jsonl")
+    job_id = identity.job_id
+    if records.unreachable is not None:
+        return from_run_dir(files, job_id, over=False,
+                            why=f"Slurm unreachable ({records.unreachable.message})")
+    ours: list[slurm.JobRecord] = []
+    live: slurm.JobRecord | None = None
+    unsure = ""
+    refused: list[tuple[Match, slurm.JobRecord]] = []
+    found = list(records.acct.get(job_id, ()))
+    queued = records.queue.get(job_id)
+    for record in [*found, *([queued] if queued else [])]:
+        verdict = match(identity, record)
+        if verdict.verdict in ("ours", "likely"):
+            unsure = unsure or (verdict.why if verdict.verdict == "likely" else "")
+            if record is queued:
+                live = record
+            else:
+                ours.append(record)
+        else:
+            refused.append((verdict, record))
+    if ours or live:
+        state = slurm.combine(job_id, slurm.fold_sacct(ours) if ours else None,
+                              live.state if live else None)
+        return JobView(state, "slurm", f"not confirmed as this run's job: {unsure}" if unsure else "")
+    elsewhere = [m for m, _ in refused if m.verdict == "elsewhere"]
+    if elsewhere:
+        return from_run_dir(files, job_id, over=False, why=elsewhere[-1].why)
+    if refused:
+        verdict, record = refused[-1]
+        same_cluster = bool(identity.cluster) and identity.cluster == record.cluster
+        return from_run_dir(files, job_id, over=same_cluster, why=verdict.why)
+    why = f"Slurm no longer knows job {job_id}"
+    if records.sacct_error is not None:
+        why = f"squeue no longer has job {job_id} and sacct failed ({records.sacct_error.message})"
+    return from_run_dir(files, job_id, over=False, why=why)

@@ -1,0 +1,164 @@
+"""What one run directory holds, read so that nothing in it can break ``status`` as a whole.
+
+The launcher and the ranks write these files, but people edit, copy, truncate and half-delete
+run directories, and a status over a thousand runs must not end in a traceback because one of
+them holds something unexpected. Every value is checked for the type it should have; what is
+wrong goes into ``problems`` (shown on that run's row) and the value is left out.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpc_grpo.runs import registry
+from hpc_grpo.runs.identity import JobIdentity, from_jobs
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Training progress as the ranks recorded it (state.json, the last metrics line)."""
+
+    phase: str = ""
+    step: int = 0
+    max_steps: int = 0
+    reward: float | None = None
+    tokens_per_s: float | None = None
+    checkpoint_step: int | None = None
+    checkpoint_time: float | None = None
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """What the launcher and the ranks wrote into one run directory, read without Slurm."""
+
+    run_id: str
+    run_dir: Path
+    record: dict[str, Any]
+    jobs: list[dict[str, Any]]
+    state: dict[str, Any]
+    last_metrics: dict[str, Any]
+    restarts: list[dict[str, Any]]
+    progress: Progress = Progress()
+    problems: tuple[str, ...] = field(default=())
+
+    @property
+    def job_id(self) -> str:
+        return str(self.jobs[-1]["job_id"]) if self.jobs else ""
+
+    @property
+    def site(self) -> str:
+        return str(self.record.get("site", ""))
+
+    @property
+    def identity(self) -> JobIdentity | None:
+        return from_jobs(str(self.run_dir), self.jobs)
+
+    @property
+    def is_local(self) -> bool:
+        """Runs of a local-scheduler site (whatever its name) have a pid, not a Slurm job id."""
+        return self.record.get("scheduler") == "local" or self.site == "local"
+
+
+def _object(path: Path, problems: list[str], *, required: bool) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        if required:
+            problems.append(f"{path.name} is missing")
+        return {}
+    except (OSError, ValueError) as err:
+        problems.append(f"{path.name} cannot be read ({type(err).__name__}: {err})")
+        return {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        problems.append(f"{path.name} is not JSON ({err})")
+        return {}
+    if not isinstance(data, dict):
+        problems.append(f"{path.name} holds a {type(data).__name__}, not a JSON object")
+        return {}
+    return data
+
+
+def _jobs(path: Path, problems: list[str]) -> list[dict[str, Any]]:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return []
+    except OSError as err:
+        problems.append(f"{path.name} cannot be read ({type(err).__name__}: {err})")
+        return []
+    jobs = []
+    for number, line in enumerate(lines, 1):
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            if number < len(lines):  # the last line may be being written right now
+                problems.append(f"{path.name} line {number} is not JSON")
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("job_id"), str | int) \
+                and not isinstance(entry.get("job_id"), bool):
+            jobs.append(entry)
+        else:
+            problems.append(f"{path.name} line {number} has no job_id")
+    return jobs
+
+
+def _number(source: str, data: dict[str, Any], key: str, problems: list[str]) -> float | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        problems.append(f"{source}: {key} is {json.dumps(value)[:40]}, not a number")
+        return None
+    return float(value)
+
+
+def _whole(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def _progress(record: dict[str, Any], state: dict[str, Any], metrics: dict[str, Any],
+              problems: list[str]) -> Progress:
+    phase = state.get("phase", "")
+    if not isinstance(phase, str):
+        problems.append(f"state.json: phase is {json.dumps(phase)[:40]}, not a word")
+        phase = ""
+    config = record.get("grpo_config", {})
+    if not isinstance(config, dict):
+        problems.append("run.json: grpo_config is not an object")
+        config = {}
+    step = _number("metrics.jsonl", metrics, "step", problems)
+    state_step = _number("state.json", state, "step", problems)
+    step = state_step if step is None else step
+    max_steps = _number("state.json", state, "max_steps", problems) \
+        or _number("run.json", config, "max_steps", problems)
+    return Progress(
+        phase=phase, step=int(step or 0), max_steps=int(max_steps or 0),
+        reward=_number("metrics.jsonl", metrics, "reward_mean", problems),
+        tokens_per_s=_number("metrics.jsonl", metrics, "tokens_per_s", problems),
+        checkpoint_step=_whole(_number("state.json", state, "last_checkpoint_step", problems)),
+        checkpoint_time=_number("state.json", state, "last_checkpoint_time", problems),
+    )
+
+
+def read_run(run_dir: Path) -> RunFiles:
+    """Everything ``status`` shows about one run directory; never raises for its content."""
+    problems: list[str] = []
+    if not run_dir.is_dir():
+        problems.append("the run directory is gone")
+    record = _object(run_dir / "run.json", problems, required=run_dir.is_dir())
+    run_id = record.get("run_id")
+    state = _object(run_dir / "state.json", problems, required=False)
+    metrics = registry.last_jsonl(run_dir / "metrics.jsonl")
+    jobs = _jobs(run_dir / "jobs.jsonl", problems)
+    progress = _progress(record, state, metrics, problems)
+    return RunFiles(
+        run_id=run_id if isinstance(run_id, str) and run_id else run_dir.name,
+        run_dir=run_dir, record=record, jobs=jobs, state=state, last_metrics=metrics,
+        restarts=registry.read_jsonl(run_dir / "restarts.jsonl"),
+        progress=progress, problems=tuple(problems),
+    )

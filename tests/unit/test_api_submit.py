@@ -1,0 +1,80 @@
+"""api.submit with fake Slurm binaries: the exact script, the job's identity, atomic run dirs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hpc_grpo import api
+from hpc_grpo.cli import main
+from hpc_grpo.errors import UserError
+from hpc_grpo.runs import registry, track
+from tests.unit.slurmfake import FakeSlurm, install, squeue_line
+
+T0 = "2026-01-01T10:00:00"
+MODEL = "Qwen/Qwen2.5-0.5B"  # a catalogue model: nothing to build or download
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
+    fake = install(tmp_path, monkeypatch)
+    fake.answer("sinfo", "node1\nnode2\nnode3\nnode4\n")
+    return fake
+
+
+def _request(root: Path, run_id: str | None = None) -> api.Request:
+    return api.Request(site="sandbox", flags={"model": MODEL, "nodes": 2}, run_id=run_id,
+                       output_root=str(root), python="/usr/bin/python3")
+
+
+def test_submit_records_the_job_as_slurm_sees_it(fake: FakeSlurm, tmp_path: Path) -> None:
+    fake.answer("squeue", squeue_line("4242", "PENDING", T0, name="grpo-qwen2.5-0.5b",
+                                      nodes=""))
+    result = api.submit(_request(tmp_path / "runs"))
+    run_dir = result.run_dir
+    assert (result.job_id, run_dir.name) == ("4242", "grpo-qwen2.5-0.5b-0001")
+    (sbatch,) = fake.calls("sbatch")
+    assert sbatch["script"] == (run_dir / "job.sbatch").read_text()  # as rendered, untouched
+    (line,) = [json.loads(x) for x in (run_dir / "jobs.jsonl").read_text().splitlines()]
+    assert {k: line[k] for k in ("job_id", "event", "cluster", "submit_time", "job_name")} == {
+        "job_id": "4242", "event": "submitted", "cluster": "sandbox", "submit_time": T0,
+        "job_name": "grpo-qwen2.5-0.5b"}
+    assert line["script"] == sbatch["argv"][-1]
+    assert line["script"].startswith(f"{run_dir}/submitit/.submission_file_")
+    assert [r.run_dir for r in registry.indexed_runs()] == [run_dir]
+
+    fake.answer("squeue", squeue_line("4242", "RUNNING", T0, command=line["script"]))
+    assert track.status()[0].state == "RUNNING"
+    fake.answer("squeue", squeue_line("4242", "RUNNING", "2026-01-02T00:00:00", name="sleep"))
+    row = track.status()[0]
+    # same cluster, the id now another job's: this run's job is gone, it never trained
+    assert (row.state, row.finished, row.source, row.phase) == ("ENDED", True, "run directory", "")
+    assert "now another job ('sleep'" in row.note
+
+
+def test_sbatch_refusing_leaves_no_run(fake: FakeSlurm, tmp_path: Path) -> None:
+    fake.answer("sbatch", err="sbatch: error: Batch job submission failed: Invalid account\n",
+                rc=1)
+    with pytest.raises(UserError, match="Invalid account"):
+        api.submit(_request(tmp_path / "runs"))
+    assert [p.name for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")] == []
+    assert registry.indexed_runs() == []
+    assert fake.calls("squeue") == []
+
+
+def test_the_same_run_id_in_two_output_roots(fake: FakeSlurm, tmp_path: Path) -> None:
+    first = api.submit(_request(tmp_path / "a", run_id="same-0001"))
+    second = api.submit(_request(tmp_path / "b", run_id="same-0001"))
+    assert first.run_dir != second.run_dir
+    assert {r.run_dir for r in track.status()} == {str(first.run_dir), str(second.run_dir)}
+    result = CliRunner().invoke(main, ["status", "same-0001"])
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: run: 'same-0001' matches 2 runs")
+    assert str(first.run_dir) in line and str(second.run_dir) in line
+    one = CliRunner().invoke(main, ["status", "--json", str(second.run_dir)])
+    assert one.exit_code == 0 and [r["run_dir"] for r in json.loads(one.stdout)] == [
+        str(second.run_dir)]

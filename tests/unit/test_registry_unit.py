@@ -1,0 +1,73 @@
+"""The run index: runs told apart by directory, names that fit several runs refused with the list."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hpc_grpo.errors import UserError
+from hpc_grpo.runs import registry
+from tests.unit.slurmfake import make_run
+
+
+def test_the_same_id_under_two_output_roots_stays_two_runs(tmp_path: Path) -> None:
+    first = make_run(tmp_path / "root-a", "grpo-tiny-0001", phase="done", step=10)
+    second = make_run(tmp_path / "root-b", "grpo-tiny-0001", phase="training", step=3)
+    assert [(r.run_id, r.run_dir) for r in registry.indexed_runs()] == [
+        ("grpo-tiny-0001", first), ("grpo-tiny-0001", second)]
+    for name in ("grpo-tiny-0001", "grpo-tiny"):  # by id, and by a prefix that fits both
+        with pytest.raises(UserError) as info:
+            registry.find_run(name)
+        line = info.value.one_line()
+        assert "\n" not in line and f"'{name}' matches 2 runs" in line
+        assert str(first) in line and str(second) in line
+        assert info.value.field == "run" and "directory" in info.value.hint
+    assert registry.find_run(str(first)) == first
+    assert registry.find_run(str(second)) == second
+
+
+def test_a_run_registered_twice_is_listed_once(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "runs", "grpo-tiny-0001")
+    other = make_run(tmp_path / "runs", "grpo-tiny-0002")
+    registry.register("grpo-tiny-0001", Path(f"{run}/"))
+    assert [r.run_dir for r in registry.indexed_runs()] == [other, run]  # newest registration last
+    assert registry.find_run("grpo-tiny-0001") == run
+
+
+def test_unreadable_index_lines_and_deleted_runs_are_skipped(tmp_path: Path) -> None:
+    kept = make_run(tmp_path / "runs", "kept-0001")
+    gone = make_run(tmp_path / "runs", "gone-0001")
+    shutil.rmtree(gone)
+    broken = make_run(tmp_path / "runs", "broken-0001")
+    (broken / "run.json").unlink()  # still listed: status says what is wrong with it
+    with registry.index_path().open("a") as index:
+        index.write('not json\n[1, 2]\n{"run_id": "x"}\n{"run_dir": 5}\n\xff\n')
+        index.write(json.dumps({"run_dir": str(kept)}) + "\n")  # id from the folder name
+    assert [(r.run_id, r.run_dir) for r in registry.indexed_runs()] == [
+        ("broken-0001", broken), ("kept-0001", kept)]
+    assert registry.find_run("broken-0001") == broken
+
+
+def test_names_that_fit_one_run_or_none(tmp_path: Path) -> None:
+    make_run(tmp_path / "runs", "grpo-tiny-0001")
+    make_run(tmp_path / "runs", "grpo-tiny-0010")
+    make_run(tmp_path / "runs", "check-0001")
+    assert registry.find_run("check").name == "check-0001"  # a unique prefix
+    assert registry.find_run("grpo-tiny-0001").name == "grpo-tiny-0001"  # exact beats prefix
+    with pytest.raises(UserError, match="'grpo-tiny-00' matches 2 runs"):
+        registry.find_run("grpo-tiny-00")
+    with pytest.raises(UserError, match="no run 'grpo-tiny-0002'") as info:
+        registry.find_run("grpo-tiny-0002")
+    assert "did you mean" in info.value.hint
+
+
+def test_measured_timings_skip_damaged_runs(tmp_path: Path) -> None:
+    good = make_run(tmp_path / "a", "grpo-tiny-0001")
+    (good / "state.json").write_text(json.dumps({"checkpoint_seconds": 4.0}))
+    (good / "metrics.jsonl").write_text(json.dumps({"step": 1, "step_time": 2.0}) + "\n")
+    bad = make_run(tmp_path / "b", "grpo-tiny-0001")
+    (bad / "state.json").write_text(json.dumps({"checkpoint_seconds": "slow"}))
+    assert registry.measured_timings("grpo-tiny", "sandbox") == (4.0, 2.0, "grpo-tiny-0001")

@@ -1,0 +1,194 @@
+"""Tracking with fake Slurm binaries: a run's job is never taken by its number alone.
+
+The configurations these were not written against are the point: job ids restarted (the same id,
+another job), a run from another cluster sharing the home directory, requeue records mixed with
+an older job's records under one id, sacct too old to say which script a job runs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hpc_grpo.errors import UserError
+from hpc_grpo.runs import track
+from tests.unit.slurmfake import FakeSlurm, identity, install, make_run, sacct_line, squeue_line
+
+T0 = "2026-01-01T10:00:00"  # when the run's job was submitted
+LATER = "2026-01-01T11:00:00"
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
+    return install(tmp_path, monkeypatch)
+
+
+def _only(rows: list[track.RunStatus]) -> track.RunStatus:
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def _jobs(run_dir: Path) -> list[dict[str, object]]:
+    return [json.loads(x) for x in (run_dir / "jobs.jsonl").read_text().splitlines()]
+
+
+def test_job_id_restarted_finished_run_reports_from_its_run_directory(
+    fake: FakeSlurm, tmp_path: Path
+) -> None:
+    """The issue: the cluster restarted, job 2 is now someone's `sleep`; the run ended earlier."""
+    run = make_run(tmp_path / "runs", "topo-check", phase="done", step=10,
+                   job=identity(tmp_path / "runs" / "topo-check", "2"))
+    fake.answer("sacct", sacct_line("2", "RUNNING", LATER, name="sleep",
+                                    submit_line="sbatch --wrap sleep 600"))
+    fake.answer("squeue", squeue_line("2", "RUNNING", LATER, name="sleep"))
+    row = _only(track.status())
+    assert (row.state, row.finished, row.source) == ("COMPLETED", True, "run directory")
+    assert (row.step, row.max_steps, row.nodes) == (10, 10, "")  # not the sleep job's nodes
+    assert "job 2 is now another job ('sleep', submitted 2026-01-01T11:00:00)" in row.note
+
+    action = track.cancel("topo-check")
+    assert not action.done and "nothing cancelled" in action.message
+    assert "now another job ('sleep'" in action.message
+    assert fake.calls("scancel") == []  # the sleep job is left alone
+    assert [j["event"] for j in _jobs(run)] == ["submitted"]
+
+
+def test_job_id_taken_by_another_hpc_grpo_run_with_the_same_name(
+    fake: FakeSlurm, tmp_path: Path
+) -> None:
+    run = make_run(tmp_path / "runs", "grpo-tiny-0001", phase="training", step=4,
+                   job=identity(tmp_path / "runs" / "grpo-tiny-0001", "7"))
+    stranger = tmp_path / "elsewhere" / "grpo-tiny-0001" / "submitit" / ".submission_file_9.sh"
+    fake.answer("sacct", "")
+    fake.answer("squeue", squeue_line("7", "RUNNING", LATER, command=str(stranger)))
+    row = _only(track.status())
+    # same cluster, its id now someone else's: this run's job is over, training did not finish
+    assert (row.state, row.finished, row.source, row.phase) == (
+        "ENDED", True, "run directory", "training")
+    for act in (track.cancel, track.requeue, lambda n: track.signal(n, "USR2")):
+        assert not act("grpo-tiny-0001").done
+    assert fake.calls("scancel") == fake.calls("scontrol") == []
+    assert run.exists()
+
+
+def test_a_requeued_job_is_still_the_runs_and_its_restarts_count(
+    fake: FakeSlurm, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "runs" / "grpo-tiny-0001"
+    job = identity(run_dir, "5")
+    make_run(tmp_path / "runs", "grpo-tiny-0001", phase="training", step=6, job=job)
+    ours = f"sbatch {job['script']}"
+    fake.answer("sacct",
+                # an older job that had id 5 before the ids wrapped: newest by Submit, not ours
+                sacct_line("5", "NODE_FAIL", "2026-01-01T12:00:00", name="grpo-tiny",
+                           submit_line="sbatch /old/run/submitit/.submission_file_5.sh")
+                + sacct_line("5", "PREEMPTED", T0, submit_line=ours)
+                + sacct_line("5", "REQUEUED", "2026-01-01T10:10:00", submit_line=ours)
+                + sacct_line("5", "RUNNING", "2026-01-01T10:20:00", submit_line=ours))
+    fake.answer("squeue", squeue_line("5", "RUNNING", "2026-01-01T10:20:00",
+                                      command=str(job["script"])))
+    row = _only(track.status())
+    assert (row.state, row.source, row.requeues, row.nodes, row.note) == (
+        "RUNNING", "slurm", 2, "node[1-2]", "")
+
+    action = track.cancel("grpo-tiny-0001")
+    assert action.done and action.message == "cancelled job 5 (run grpo-tiny-0001)"
+    assert [c["argv"] for c in fake.calls("scancel")] == [["--name=grpo-tiny", "5"]]
+    assert [j["event"] for j in _jobs(run_dir)] == ["submitted", "cancelled"]
+    assert track.requeue("grpo-tiny-0001").done
+    assert [c["argv"] for c in fake.calls("scontrol")] == [["requeue", "5"]]
+    assert track.signal("grpo-tiny-0001", "USR2").done
+    assert fake.calls("scancel")[-1]["argv"] == ["--signal=USR2", "--name=grpo-tiny", "5"]
+
+
+def test_a_run_of_another_cluster_is_not_given_this_clusters_job(
+    fake: FakeSlurm, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "runs" / "grpo-tiny-0001"
+    job = identity(run_dir, "5", cluster="alpha")
+    make_run(tmp_path / "runs", "grpo-tiny-0001", phase="training", step=3, job=job)
+    fake.answer("sacct", sacct_line("5", "PENDING", LATER, cluster="sandbox",
+                                    submit_line=f"sbatch {job['script']}"))
+    fake.answer("squeue", squeue_line("5", "PENDING", LATER, cluster="sandbox",
+                                      command=str(job["script"])))
+    row = _only(track.status())
+    assert (row.state, row.finished, row.source, row.cluster) == (
+        "UNKNOWN", False, "run directory", "alpha")
+    assert "on cluster alpha; this is cluster sandbox" in row.note
+    with pytest.raises(UserError, match="on cluster alpha; this is cluster sandbox"):
+        track.cancel("grpo-tiny-0001")
+    assert fake.calls("scancel") == []
+
+
+def test_a_run_recorded_before_identities_is_checked_by_its_folder(
+    fake: FakeSlurm, tmp_path: Path
+) -> None:
+    run = make_run(tmp_path / "runs", "old-0001", phase="training", step=2, job={"job_id": "3"})
+    fake.answer("sacct", "")
+    fake.answer("squeue", squeue_line("3", "RUNNING", LATER,
+                                      command=f"{run}/submitit/.submission_file_ab12.sh"))
+    assert _only(track.status()).state == "RUNNING"
+    assert track.cancel("old-0001").done
+    fake.answer("squeue", squeue_line("3", "RUNNING", LATER,
+                                      command=f"/x{run}/submitit/.submission_file_ab12.sh"))
+    assert _only(track.status()).source == "run directory"  # a look-alike path is not ours
+    assert not track.cancel("old-0001").done
+    assert len(fake.calls("scancel")) == 1
+
+
+def test_without_a_script_to_compare_status_shows_but_actions_refuse(
+    fake: FakeSlurm, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "runs" / "grpo-tiny-0001"
+    make_run(tmp_path / "runs", "grpo-tiny-0001", phase="training", step=2,
+             job=identity(run_dir, "4"))
+    # sacct before 22.05 (no SubmitLine), squeue without a Command for the job
+    fake.answer("sacct", "4|RUNNING|n1|00:00:10|0:0|None|2026-01-01T10:00:00|grpo-tiny|sandbox\n")
+    fake.answer("squeue", squeue_line("4", "RUNNING", T0))
+    row = _only(track.status())
+    assert (row.state, row.source) == ("RUNNING", "slurm")
+    assert "not confirmed" in row.note
+    with pytest.raises(UserError, match="cannot tell that job 4 is run grpo-tiny-0001's") as info:
+        track.cancel("grpo-tiny-0001")
+    assert "nothing was cancelled" in info.value.hint
+    # ... but an older job under the id, or another name, is ruled out without a script
+    fake.answer("sacct", "4|COMPLETED|n1|00:00:10|0:0|None|2025-12-31T10:00:00|grpo-tiny|sandbox\n")
+    fake.answer("squeue", squeue_line("4", "RUNNING", LATER, name="wrap"))
+    assert _only(track.status()).source == "run directory"
+    assert fake.calls("scancel") == []
+
+
+def test_cancel_of_a_job_that_already_ended_or_was_forgotten(fake: FakeSlurm, tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "grpo-tiny-0001"
+    job = identity(run_dir, "6")
+    make_run(tmp_path / "runs", "grpo-tiny-0001", phase="done", step=10, job=job)
+    fake.answer("squeue", squeue_line("6", "COMPLETED", T0, command=str(job["script"])))
+    action = track.cancel("grpo-tiny-0001")
+    assert not action.done and "already ended (COMPLETED)" in action.message
+    fake.answer("squeue", err="slurm_load_jobs error: Invalid job id specified\n", rc=1)
+    assert "Slurm no longer has job 6" in track.cancel("grpo-tiny-0001").message
+    fake.answer("squeue", err="squeue: error: Unable to contact slurm controller\n", rc=1)
+    with pytest.raises(UserError, match="cannot check that job 6 is run grpo-tiny-0001's"):
+        track.cancel("grpo-tiny-0001")
+    assert fake.calls("scancel") == []
+
+
+def test_a_run_without_a_job(fake: FakeSlurm, tmp_path: Path) -> None:
+    make_run(tmp_path / "runs", "nojob-0001")
+    with pytest.raises(UserError, match="has no job"):
+        track.cancel("nojob-0001")
+    row = _only(track.status())
+    assert (row.job_id, row.state, row.source) == ("", "UNKNOWN", "run directory")
+    assert fake.calls() == []  # nothing to ask Slurm
+
+
+def test_one_batched_query_for_every_run(fake: FakeSlurm, tmp_path: Path) -> None:
+    for i in range(30):
+        run_dir = tmp_path / "runs" / f"r-{i:04d}"
+        make_run(tmp_path / "runs", f"r-{i:04d}", phase="training", step=1,
+                 job=identity(run_dir, str(100 + i)))
+    rows = track.status()
+    assert len(rows) == 30 and len(fake.calls("sacct")) == len(fake.calls("squeue")) == 1
+    assert all(r.source == "run directory" and "no longer knows" in r.note for r in rows)
