@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -21,40 +22,63 @@ def _age(timestamp: float | None, now: float) -> str:
     return f"{seconds // 3600}h"
 
 
-def _state(row: track.RunStatus) -> str:
-    """A preempted, requeued or completing job is on its way back, not finished: say so."""
-    return f"{row.state} (not done)" if row.state in ("PREEMPTED", "REQUEUED", "COMPLETING") else row.state
+def _requeue_causes(row: track.RunStatus) -> str:
+    """Each restart's cause and the steps it lost: 'preempted -0, node failure -3'."""
+    return ", ".join(f"{r.get('cause')} -{r.get('steps_lost') or 0}" for r in row.restarts)
 
 
-def _requeues(row: track.RunStatus) -> str:
-    """Count, then each restart's cause and the steps it lost: '2 (preempted -0, node failure -3)'."""
-    if not row.requeues:
-        return "0"
-    causes = ", ".join(f"{r.get('cause')} -{r.get('steps_lost') or 0}" for r in row.restarts)
-    return f"{row.requeues} ({causes})" if causes else str(row.requeues)
+def _notes(row: track.RunStatus) -> list[str]:
+    """What does not fit a column: a state on its way back, restarts, where the state came from
+    and what is wrong in the run directory. One line each, under the table."""
+    notes = []
+    if row.state in ("PREEMPTED", "REQUEUED", "COMPLETING"):  # not finished: say so
+        notes.append(f"{row.state} (not done): {row.meaning}")
+    if row.restarts:
+        notes.append(f"requeues: {_requeue_causes(row)}")
+    if row.note:
+        notes.append(row.note)
+    return notes
+
+
+_SHORT = {"OUT_OF_MEMORY": "OOM"}  # squeue's own short code: the column stays 10 wide
+
+
+def _mark(row: track.RunStatus) -> str:
+    """A state Slurm did not give (from the run directory) carries a '*'."""
+    state = _SHORT.get(row.state, row.state)
+    return f"{state}*" if row.source == "run directory" else state
 
 
 def status_table(rows: Sequence[track.RunStatus]) -> None:
+    """One line per run in at most 80 columns for usual ids; everything longer goes below."""
     from rich.console import Console
     from rich.table import Table
 
     now = time.time()
-    table = Table(box=None, header_style="bold")
-    for column in ("run", "job", "state", "step", "reward", "tok/s", "ckpt", "ckpt age",
-                   "requeues", "nodes"):
-        table.add_column(column)
+    table = Table(box=None, header_style="bold", padding=(0, 1, 0, 0), pad_edge=False)
+    for column in ("run", "job", "state", "step", "reward", "tok/s", "ckpt", "rq", "nodes"):
+        table.add_column(column, no_wrap=column != "run", overflow="fold")
     for r in rows:
+        checkpoint = "-" if r.checkpoint_step is None else \
+            f"{r.checkpoint_step} {_age(r.checkpoint_time, now)}"
         table.add_row(
-            r.run_id, r.job_id or "-",
-            _state(r),
+            r.run_id, r.job_id or "-", _mark(r),
             f"{r.step}/{r.max_steps}" if r.max_steps else str(r.step),
             f"{r.reward:.3f}" if r.reward is not None else "-",
             f"{r.tokens_per_s:.0f}" if r.tokens_per_s else "-",
-            str(r.checkpoint_step) if r.checkpoint_step is not None else "-",
-            _age(r.checkpoint_time, now), _requeues(r), r.nodes or "-",
+            checkpoint, str(r.requeues), r.nodes or "-",
         )
-    console = Console(width=None if sys.stdout.isatty() else 200)
-    console.print(table if rows else "no runs yet: hpc-grpo submit ...")
+    console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 200,
+                      highlight=False, markup=False)
+    if not rows:
+        console.print("no runs yet: hpc-grpo submit ...")
+        return
+    console.print(table)
+    notes = [(r.run_id, note) for r in rows for note in _notes(r)]
+    if any(r.source == "run directory" for r in rows):
+        notes.append(("*", "state from the run directory: Slurm cannot speak for this run"))
+    for run_id, note in notes:
+        console.print(f"{run_id}: {note}", soft_wrap=True)
 
 
 def watch_status(names: Sequence[str], interval: float = 5.0) -> None:

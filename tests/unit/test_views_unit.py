@@ -1,0 +1,81 @@
+"""The status table fits 80 columns: restarts and notes go under it, the nodes column stays."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from hpc_grpo.runs import track, views
+
+
+def _row(run_id: str = "grpo-tiny-0001", **over: Any) -> track.RunStatus:
+    now = time.time()
+    fields: dict[str, Any] = dict(
+        run_id=run_id, run_dir=f"/r/{run_id}", site="sandbox", job_id="1234567",
+        state="RUNNING", finished=False, meaning="running on its nodes", phase="training",
+        step=1000, max_steps=1000, reward=-31.5, tokens_per_s=12345.0, checkpoint_step=1000,
+        checkpoint_time=now - 59 * 60, requeues=2, nodes="node[1-4]",
+        restarts=({"cause": "preempted", "steps_lost": 0},
+                  {"cause": "node failure", "steps_lost": 3}),
+    )
+    fields.update(over)
+    return track.RunStatus(**fields)
+
+
+ROWS = [
+    _row(),
+    _row("grpo-tiny-0002", state="PREEMPTED", meaning="preempted: Slurm requeues it"),
+    _row("grpo-tiny-0003", state="COMPLETED", source="run directory",
+         note="job 2 is now another job ('sleep', submitted 2026-01-01T11:00:00): state from "
+              "the run directory"),
+    _row("grpo-tiny-0004", state="OUT_OF_MEMORY"),
+]
+
+
+def _table_lines(out: str) -> list[str]:
+    lines = out.splitlines()
+    return lines[: 1 + len(ROWS)]  # header and one line per run, then the notes
+
+
+@pytest.mark.parametrize("columns", ["80", None])
+def test_usual_rows_fit_80_columns_whole(
+    columns: str | None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if columns:
+        monkeypatch.setenv("COLUMNS", columns)
+    else:
+        monkeypatch.delenv("COLUMNS", raising=False)  # a pipe: wide, but the table stays narrow
+    views.status_table(ROWS)
+    out = capsys.readouterr().out
+    table = _table_lines(out)
+    assert table[0].split() == ["run", "job", "state", "step", "reward", "tok/s", "ckpt", "rq",
+                                "nodes"]
+    assert all(len(line) <= 80 for line in table), "\n".join(table)
+    for row, line in zip(ROWS, table[1:], strict=True):
+        assert line.startswith(row.run_id) and line.rstrip().endswith(row.nodes)
+        assert "1000 59m" in line and " 2 " in line
+    assert "COMPLETED*" in table[3] and " OOM " in table[4]
+    notes = out.splitlines()[len(table):]
+    assert "grpo-tiny-0001: requeues: preempted -0, node failure -3" in notes
+    assert any(n.startswith("grpo-tiny-0002: PREEMPTED (not done)") for n in notes)
+    assert any("grpo-tiny-0003: job 2 is now another job" in n for n in notes)
+    assert notes[-1].startswith("*: state from the run directory")
+
+
+def test_a_long_run_id_folds_but_the_nodes_column_stays(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    views.status_table([_row("grpo-qwen2.5-math-72b-instruct-0001", restarts=(), requeues=12,
+                             job_id="12345678", nodes="gpu-h100-[001-004]")])
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= 80 for line in lines), "\n".join(lines)
+    assert lines[1].rstrip().endswith("gpu-h100-[001-004]") and " 12345678 " in lines[1]
+    assert "".join(line.split(" ")[0] for line in lines[1:]) == "grpo-qwen2.5-math-72b-instruct-0001"
+
+
+def test_no_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    views.status_table([])
+    assert capsys.readouterr().out.startswith("no runs yet")
