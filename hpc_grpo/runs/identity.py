@@ -21,6 +21,9 @@ from typing import Any, Literal
 from hpc_grpo.scheduler import slurm
 
 Verdict = Literal["ours", "likely", "other", "elsewhere"]
+# slurmdbd names a job "allocation" when the first message about it carries no name: sacct
+# shows such a record for a moment after a job starts, before the full one lands.
+_PLACEHOLDER_NAMES = frozenset({"allocation"})
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,8 @@ def match(identity: JobIdentity, record: slurm.JobRecord) -> Match:
             ours = _runs(record.command, f"{identity.run_dir}/submitit/.submission_file_",
                          prefix=True)
         return Match("ours") if ours else Match("other", describe(record))
-    if identity.name and record.name and identity.name != record.name:
+    if identity.name and record.name not in ("", *_PLACEHOLDER_NAMES) \
+            and identity.name != record.name:
         return Match("other", describe(record))
     ours_at, theirs_at = _time(identity.submit_time), _time(record.submit)
     if ours_at and theirs_at and theirs_at < ours_at:  # a requeue only moves Submit later

@@ -153,6 +153,10 @@ def test_without_a_script_to_compare_status_shows_but_actions_refuse(
     with pytest.raises(UserError, match="cannot tell that job 4 is run grpo-tiny-0001's") as info:
         track.cancel("grpo-tiny-0001")
     assert "nothing was cancelled" in info.value.hint
+    # sacct's first record of a starting job: named "allocation", no SubmitLine; not evidence
+    fake.answer("sacct", "4|PENDING||00:00:00|0:0|None|2026-01-01T10:00:00|allocation|sandbox|\n")
+    fake.answer("squeue", "")
+    assert (_only(track.status()).state, _only(track.status()).source) == ("PENDING", "slurm")
     # ... but an older job under the id, or another name, is ruled out without a script
     fake.answer("sacct", "4|COMPLETED|n1|00:00:10|0:0|None|2025-12-31T10:00:00|grpo-tiny|sandbox\n")
     fake.answer("squeue", squeue_line("4", "RUNNING", LATER, name="wrap"))
