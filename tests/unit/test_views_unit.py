@@ -24,19 +24,16 @@ def _row(run_id: str = "grpo-tiny-0001", **over: Any) -> track.RunStatus:
     return track.RunStatus(**fields)
 
 
-ROWS = [
-    _row(),
-    _row("grpo-tiny-0002", state="PREEMPTED", meaning="preempted: Slurm requeues it"),
-    _row("grpo-tiny-0003", state="COMPLETED", source="run directory",
-         note="job 2 is now another job ('sleep', submitted 2026-01-01T11:00:00): state from "
-              "the run directory"),
-    _row("grpo-tiny-0004", state="OUT_OF_MEMORY"),
-]
-
-
-def _table_lines(out: str) -> list[str]:
-    lines = out.splitlines()
-    return lines[: 1 + len(ROWS)]  # header and one line per run, then the notes
+def _rows() -> list[track.RunStatus]:
+    """Built when the test runs: checkpoint ages count from now."""
+    return [
+        _row(),
+        _row("grpo-tiny-0002", state="PREEMPTED", meaning="preempted: Slurm requeues it"),
+        _row("grpo-tiny-0003", state="COMPLETED", source="run directory",
+             note="job 2 is now another job ('sleep', submitted 2026-01-01T11:00:00): state "
+                  "from the run directory"),
+        _row("grpo-tiny-0004", state="OUT_OF_MEMORY"),
+    ]
 
 
 @pytest.mark.parametrize("columns", ["80", None])
@@ -47,13 +44,14 @@ def test_usual_rows_fit_80_columns_whole(
         monkeypatch.setenv("COLUMNS", columns)
     else:
         monkeypatch.delenv("COLUMNS", raising=False)  # a pipe: wide, but the table stays narrow
-    views.status_table(ROWS)
+    rows = _rows()
+    views.status_table(rows)
     out = capsys.readouterr().out
-    table = _table_lines(out)
+    table = out.splitlines()[: 1 + len(rows)]  # header and one line per run, then the notes
     assert table[0].split() == ["run", "job", "state", "step", "reward", "tok/s", "ckpt", "rq",
                                 "nodes"]
     assert all(len(line) <= 80 for line in table), "\n".join(table)
-    for row, line in zip(ROWS, table[1:], strict=True):
+    for row, line in zip(rows, table[1:], strict=True):
         assert line.startswith(row.run_id) and line.rstrip().endswith(row.nodes)
         assert "1000 59m" in line and " 2 " in line
     assert "COMPLETED*" in table[3] and " OOM " in table[4]
