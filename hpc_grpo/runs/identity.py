@@ -7,8 +7,10 @@ submitit handed to sbatch (``<run>/submitit/.submission_file_<uuid>.sh``: a fres
 submission, which Slurm keeps through requeues as squeue's Command and sacct's SubmitLine).
 
 A record Slurm returns under that id is this run's only if it agrees. The script path decides
-where Slurm gives it; without it (sacct before 22.05) the name, submit time and cluster can only
-rule a record out, so it is "likely" this run's: good enough to show, not to act on.
+where Slurm gives it; without it (sacct before 22.05, ``--wrap`` jobs) the name, submit time and
+cluster can only rule a record out: a record with this run's job name is then "likely" this run's
+(good enough to show, not to act on), one that names neither script nor job is "unsure" and
+counts for nothing either way.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from typing import Any, Literal
 
 from hpc_grpo.scheduler import slurm
 
-Verdict = Literal["ours", "likely", "other", "elsewhere"]
-# slurmdbd names a job "allocation" when the first message about it carries no name: sacct
-# shows such a record for a moment after a job starts, before the full one lands.
+Verdict = Literal["ours", "likely", "unsure", "other", "elsewhere"]
+# slurmdbd names a job "allocation" when the message that created its record carried no name:
+# sacct shows such records for pending and just-started jobs, whoever's they are.
 _PLACEHOLDER_NAMES = frozenset({"allocation"})
 
 
@@ -108,10 +110,13 @@ def match(identity: JobIdentity, record: slurm.JobRecord) -> Match:
             ours = _runs(record.command, f"{identity.run_dir}/submitit/.submission_file_",
                          prefix=True)
         return Match("ours") if ours else Match("other", describe(record))
-    if identity.name and record.name not in ("", *_PLACEHOLDER_NAMES) \
-            and identity.name != record.name:
+    named = record.name not in ("", *_PLACEHOLDER_NAMES)
+    if identity.name and named and identity.name != record.name:
         return Match("other", describe(record))
     ours_at, theirs_at = _time(identity.submit_time), _time(record.submit)
     if ours_at and theirs_at and theirs_at < ours_at:  # a requeue only moves Submit later
         return Match("other", describe(record))
-    return Match("likely", f"Slurm does not say which script job {identity.job_id} runs")
+    if identity.name and named:
+        return Match("likely", f"Slurm does not say which script job {identity.job_id} runs")
+    return Match("unsure", f"Slurm's record of job {identity.job_id} names neither its "
+                           "script nor its job")

@@ -76,14 +76,16 @@ def slurm_view(files: RunFiles, records: slurm.JobRecords) -> JobView:
                             why=f"Slurm unreachable ({records.unreachable.message})")
     ours: list[slurm.JobRecord] = []
     live: slurm.JobRecord | None = None
-    unsure = ""
+    likely = silent = ""  # why a record was taken without proof; why one said nothing
     refused: list[tuple[Match, slurm.JobRecord]] = []
     found = list(records.acct.get(job_id, ()))
     queued = records.queue.get(job_id)
     for record in [*found, *([queued] if queued else [])]:
         verdict = match(identity, record)
-        if verdict.verdict in ("ours", "likely"):
-            unsure = unsure or (verdict.why if verdict.verdict == "likely" else "")
+        if verdict.verdict == "unsure":  # e.g. sacct's record of a pending job: no evidence
+            silent = verdict.why
+        elif verdict.verdict in ("ours", "likely"):
+            likely = likely or (verdict.why if verdict.verdict == "likely" else "")
             if record is queued:
                 live = record
             else:
@@ -93,7 +95,7 @@ def slurm_view(files: RunFiles, records: slurm.JobRecords) -> JobView:
     if ours or live:
         state = slurm.combine(job_id, slurm.fold_sacct(ours) if ours else None,
                               live.state if live else None)
-        return JobView(state, "slurm", f"not confirmed as this run's job: {unsure}" if unsure else "")
+        return JobView(state, "slurm", f"not confirmed as this run's job: {likely}" if likely else "")
     elsewhere = [m for m, _ in refused if m.verdict == "elsewhere"]
     if elsewhere:
         return from_run_dir(files, job_id, over=False, why=elsewhere[-1].why)
@@ -101,7 +103,7 @@ def slurm_view(files: RunFiles, records: slurm.JobRecords) -> JobView:
         verdict, record = refused[-1]
         same_cluster = bool(identity.cluster) and identity.cluster == record.cluster
         return from_run_dir(files, job_id, over=same_cluster, why=verdict.why)
-    why = f"Slurm no longer knows job {job_id}"
+    why = silent or f"Slurm no longer knows job {job_id}"
     if records.sacct_error is not None:
         why = f"squeue no longer has job {job_id} and sacct failed ({records.sacct_error.message})"
     return from_run_dir(files, job_id, over=False, why=why)

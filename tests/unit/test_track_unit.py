@@ -153,10 +153,12 @@ def test_without_a_script_to_compare_status_shows_but_actions_refuse(
     with pytest.raises(UserError, match="cannot tell that job 4 is run grpo-tiny-0001's") as info:
         track.cancel("grpo-tiny-0001")
     assert "nothing was cancelled" in info.value.hint
-    # sacct's first record of a starting job: named "allocation", no SubmitLine; not evidence
+    # sacct's record of a pending job: named "allocation", no SubmitLine: evidence of nothing
     fake.answer("sacct", "4|PENDING||00:00:00|0:0|None|2026-01-01T10:00:00|allocation|sandbox|\n")
     fake.answer("squeue", "")
-    assert (_only(track.status()).state, _only(track.status()).source) == ("PENDING", "slurm")
+    row = _only(track.status())
+    assert (row.state, row.source) == ("UNKNOWN", "run directory")
+    assert "record of job 4 names neither its script nor its job" in row.note
     # ... but an older job under the id, or another name, is ruled out without a script
     fake.answer("sacct", "4|COMPLETED|n1|00:00:10|0:0|None|2025-12-31T10:00:00|grpo-tiny|sandbox\n")
     fake.answer("squeue", squeue_line("4", "RUNNING", LATER, name="wrap"))
@@ -196,3 +198,18 @@ def test_one_batched_query_for_every_run(fake: FakeSlurm, tmp_path: Path) -> Non
     rows = track.status()
     assert len(rows) == 30 and len(fake.calls("sacct")) == len(fake.calls("squeue")) == 1
     assert all(r.source == "run directory" and "no longer knows" in r.note for r in rows)
+
+
+def test_a_pending_stranger_under_the_id_is_no_evidence_for_the_run(
+    fake: FakeSlurm, tmp_path: Path
+) -> None:
+    """Seen on the sandbox: sacct's record of someone's pending `--wrap` job names neither
+    script nor job ("allocation"), squeue's has no Command: neither may pass for the run's."""
+    make_run(tmp_path / "runs", "check-0001", phase="done", step=10,
+             job=identity(tmp_path / "runs" / "check-0001", "10"))
+    fake.answer("sacct", "10|PENDING||00:00:00|0:0|None|2026-01-01T11:00:00|allocation|sandbox|\n")
+    fake.answer("squeue", squeue_line("10", "PENDING", LATER, name="sleep", nodes=""))
+    row = _only(track.status())
+    assert (row.state, row.finished, row.source) == ("COMPLETED", True, "run directory")
+    assert "job 10 is now another job ('sleep'" in row.note
+    assert not track.cancel("check-0001").done and fake.calls("scancel") == []
