@@ -230,7 +230,7 @@ def submit(
     executor = _ScriptExecutor(folder, max_num_timeout=max_requeues, python=python)
     # time: the countdown submitit stores with the pickle to tell a time-out from a preemption
     executor.update_parameters(nodes=nodes, ntasks_per_node=1, time=timeout_min)
-    _checked_script(script_text, executor._submitit_command_str)  # before a pickle is written
+    _checked_script(script_text, submitit_command(python, folder))  # before a pickle is written
     captured = io.StringIO()  # submitit prints sbatch's stderr itself; we report it once
     try:
         with contextlib.redirect_stderr(captured):
