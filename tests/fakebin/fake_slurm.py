@@ -1,6 +1,6 @@
 """A stand-in for any Slurm binary in unit tests: records its argv, prints canned output.
 
-Called as `fake_slurm.py NAME ARGS...` by the sh wrappers that tests/test_slurm_unit.py puts
+Called as `fake_slurm.py NAME ARGS...` by the sh wrappers that tests/unit/test_slurm_unit.py puts
 first on PATH. Its state lives in $FAKE_SLURM_DIR: calls.jsonl (one {"name", "argv"[, "script"]}
 line per call) and optional NAME.out / NAME.err / NAME.rc (stdout, stderr, exit code).
 """
