@@ -27,7 +27,7 @@ from hpc_grpo.planner.job import JobPlan, build_plan, default_name
 from hpc_grpo.planner.timing import Timings
 from hpc_grpo.preflight import inputs
 from hpc_grpo.runs import registry
-from hpc_grpo.scheduler import slurm
+from hpc_grpo.scheduler import local, slurm
 from hpc_grpo.scheduler.render import render_script, submitit_folder, summary_text
 
 
@@ -141,7 +141,7 @@ def submit(request: Request) -> Submitted:
     with registry.create_run_dir(prepared.root, prepared.run_id, files) as run_dir:
         task = NodeTask(str(run_dir))
         if plan.site.scheduler == "local":
-            job_id = slurm.submit_local(folder=run_dir / "submitit", task=task,
+            job_id = local.submit_local(folder=run_dir / "submitit", task=task,
                                         timeout_min=plan.time_min, gpus=plan.site.gpus_per_node)
         else:
             job_id = slurm.submit(

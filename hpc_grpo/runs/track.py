@@ -14,7 +14,7 @@ from typing import Any
 
 from hpc_grpo.runs import registry
 
-from hpc_grpo.scheduler import slurm
+from hpc_grpo.scheduler import local, slurm
 from hpc_grpo.errors import UserError
 
 
@@ -49,7 +49,7 @@ def _is_local(files: registry.RunFiles) -> bool:
 
 def _local_state(files: registry.RunFiles) -> slurm.JobState:
     phase = files.state.get("phase", "")
-    if files.job_id and slurm.local_job_alive(files.job_id):
+    if files.job_id and local.local_job_alive(files.job_id):
         state = "RUNNING"
     elif phase == "done" or (files.record.get("payload") == "check" and phase != "failed"
                              and (files.run_dir / "check").exists()):
@@ -94,7 +94,7 @@ def cancel(name: str) -> str:
     if not files.job_id:
         raise UserError(f"run {files.run_id} has no job", field="run")
     if _is_local(files):
-        slurm.cancel_local(files.job_id)
+        local.cancel_local(files.job_id)
     else:
         slurm.cancel(files.job_id)
     registry.record_job(files.run_dir, files.job_id, "cancelled")
