@@ -188,8 +188,9 @@ def train(run: dict[str, Any], run_dir: Path, flag: StopFlag, started: float) ->
         processing_class=tokenizer,
         callbacks=[stop, CheckpointMarkerCallback(run_dir), MetricsCallback(run_dir)],
     )
-    from hpc_grpo.runtime.rank import generation_record
+    from hpc_grpo.runtime.rank import epoch_order, generation_record
 
+    epoch_order.install(trainer)  # each epoch's data order as an uninterrupted run has it
     tp = int((run.get("vllm") or {}).get("tensor_parallel_size") or 1)
     generation_record.install(trainer, run_dir, rank, seed=rank // tp)
     if rank == 0:
