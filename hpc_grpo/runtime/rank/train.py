@@ -167,7 +167,7 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
     """Check, resume, train, and record how it ended; returns the process exit code."""
     import torch.distributed as dist
 
-    from hpc_grpo.runtime.rank import generation_record, placement
+    from hpc_grpo.runtime.rank import epoch_order, generation_record, placement
 
     device = _setup_distributed(run)
     rank = dist.get_rank()
@@ -196,6 +196,7 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
         return 0
 
     trainer, stop = _trainer(run, run_dir, args, inputs, flag, device)
+    epoch_order.install(trainer)  # each epoch's data order as an uninterrupted run has it
     seed = rank_row(rank, run.procs_per_node, run.vllm.tensor_parallel_size).vllm_seed
     generation_record.install(trainer, run_dir, rank, seed=seed)
     if lead:
