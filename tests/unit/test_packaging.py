@@ -23,7 +23,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_wheel_carries_templates_profiles_and_field_list(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     for needed in ("hpc_grpo/sbatch_templates/slurm.sbatch.j2", "hpc_grpo/site_configs/sandbox.yaml",
-                   "hpc_grpo/grpo_fields.txt", "hpc_grpo/runtime/node/task.py"):
+                   "hpc_grpo/grpo_fields.txt", "hpc_grpo/runtime/node/task.py",
+                   "hpc_grpo/runs/track.py", "hpc_grpo/runs/registry.py"):
         assert needed in names
 
 
