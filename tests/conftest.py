@@ -19,8 +19,39 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="rewrite tests/golden/* from the current templates")
 
 
+def _index_lines(home: Path) -> set[str]:
+    try:
+        return set((home / "runs.jsonl").read_text(errors="replace").splitlines())
+    except OSError:
+        return set()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The whole session, its module- and session-scoped fixtures and every process they start
+    (CLI calls, sbatch'd jobs), gets a run index of its own, never the user's.
+
+    The per-test ``hpc_home`` alone did not cover them: pytest sets up wider-scoped fixtures
+    first, so the cluster tests' module-scoped reference run was submitted with the user's real
+    HPC_GRPO_HOME and indexed there. At the end, the user's real index must name no run of this
+    session (lines written by others meanwhile, e.g. another checkout's tests, are not ours).
+    """
+    real = Path(os.environ.get("HPC_GRPO_HOME", "~/.local/share/hpc-grpo")).expanduser()
+    before = _index_lines(real)
+    home = tmp_path_factory.mktemp("session-home")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("HPC_GRPO_HOME", str(home))
+    patch.setenv("HPC_GRPO_SITES", str(home / "sites"))
+    yield home
+    patch.undo()
+    ours = f"{tmp_path_factory.getbasetemp()}{os.sep}"
+    leaked = [line for line in _index_lines(real) - before if ours in line]
+    if leaked:
+        pytest.fail(f"tests wrote {len(leaked)} run(s) into the real run index {real}: {leaked[:3]}")
+
+
 @pytest.fixture(autouse=True)
-def hpc_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def hpc_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, session_home: Path) -> Path:
     """Every test gets its own run index and user site directory."""
     home = tmp_path / "hpc-home"
     monkeypatch.setenv("HPC_GRPO_HOME", str(home))
