@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runs import registry
-
-from hpc_grpo.scheduler import local, slurm
 from hpc_grpo.errors import UserError
+from hpc_grpo.runs import registry
+from hpc_grpo.scheduler import local, slurm
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpc_grpo.runs import registry
-
-from hpc_grpo.runs import track
+from hpc_grpo.runs import registry, track
 
 
 def _age(timestamp: float | None, now: float) -> str:
