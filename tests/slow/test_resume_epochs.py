@@ -4,7 +4,7 @@ on the same prompts, step by step, and logs the same rewards and losses as an un
 8 prompts, 2 ranks, 2 prompts a step: an epoch is 4 steps (1-4, 5-8, 9-12, 13-14). The stops
 come at step 6 (inside epoch 2), 8 (the end of epoch 2: a resume at an epoch boundary) and 11
 (inside epoch 3), each exactly there (the test reward asks for them), so no step is lost and
-every step is trained once. 60-80 s on 2 shared cores: five short torchrun launches.
+every step is trained once. About 50 s on 2 cores (80 s while they are shared): five launches.
 """
 
 from __future__ import annotations
