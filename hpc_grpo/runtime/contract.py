@@ -228,10 +228,9 @@ def _plain(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class RunState:
-    """``state.json``: rank 0 and the rank-0 node task write it, the launcher reads it.
+    """``state.json``'s schema: rank 0 and the rank-0 node task write it, the launcher reads it.
 
-    Every key a writer may set is a field here (``rundir.update_state`` refuses others), so the
-    file has a schema; keys from a newer writer are kept in ``extra`` rather than dropped.
+    Every key a writer may set is a field here (``rundir.update_state`` refuses others).
     """
 
     phase: str = ""
@@ -252,15 +251,6 @@ class RunState:
     checkpoint_seconds: float | None = None
     reward_delta: float | None = None
     gpu_mem_train_begin: Mapping[str, Any] | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RunState:
-        known = {k: v for k, v in data.items() if k in STATE_FIELDS}
-        extra = {k: v for k, v in data.items() if k not in STATE_FIELDS}
-        if isinstance(known.get("notes"), list):
-            known["notes"] = tuple(known["notes"])
-        return cls(**known, extra=extra)
 
 
-STATE_FIELDS = frozenset(f.name for f in dataclasses.fields(RunState)) - {"extra"}
+STATE_FIELDS = frozenset(f.name for f in dataclasses.fields(RunState))
