@@ -1,6 +1,9 @@
-"""The library behind the CLI: resolve inputs, plan, render, submit, and report.
+"""The library behind the CLI: every command is one function here.
 
-The CLI is a thin layer over these functions; tests and notebooks call them directly.
+resolve inputs -> plan -> render -> submit, and the reading side (status, logs, cancel), the
+preflight side (doctor, site init) and the example model. The CLI is a thin layer over these
+functions; tests and notebooks call them directly. Heavy modules load inside the functions that
+need them, so ``status`` never pays for Jinja or the planner.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.config.site import SiteProfile, load_site, site_dirs
+from hpc_grpo.config.site import SiteProfile, all_sites, find_site
 from hpc_grpo.config.spec import JobSpec, build_spec, parse_set
 from hpc_grpo.config.strict import read_yaml
 from hpc_grpo.errors import UserError
@@ -24,14 +27,8 @@ from hpc_grpo.planner.job import JobPlan, build_plan, default_name
 from hpc_grpo.planner.timing import Timings
 from hpc_grpo.preflight import inputs
 from hpc_grpo.runs import identity, registry
-from hpc_grpo.scheduler import slurm
+from hpc_grpo.scheduler import local, slurm
 from hpc_grpo.scheduler.render import render_script, submitit_folder, summary_text
-
-
-def user_site_dirs() -> list[Path]:
-    env = os.environ.get("HPC_GRPO_SITES")
-    dirs = [Path(p).expanduser() for p in env.split(os.pathsep)] if env else []
-    return dirs + [Path("~/.config/hpc-grpo/sites").expanduser()]
 
 
 @dataclass(frozen=True)
@@ -62,7 +59,7 @@ class Prepared:
 
 
 def load_spec(request: Request) -> tuple[SiteProfile, JobSpec]:
-    site = load_site(request.site, site_dirs(user_site_dirs()))
+    site = find_site(request.site)
     recipe = read_yaml(Path(request.recipe), "recipe") if request.recipe else {}
     return site, build_spec(recipe, parse_set(request.sets), request.flags)
 
@@ -92,6 +89,20 @@ def _check_partition(plan: JobPlan) -> None:
         slurm.require_partition_nodes(plan.spec.partition or plan.site.partition, plan.nodes)
 
 
+def write_example_model(shape: str, target: Path, python: str = sys.executable) -> Path:
+    """Build an offline example model in ``target`` with the runtime's own builder, in a child
+    process: the launcher never imports torch."""
+    proc = subprocess.run(
+        [python, "-m", "hpc_grpo.runtime.models.shapes", shape, str(target)],
+        capture_output=True, text=True, check=False,
+    )
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"could not build the model builtin:{shape}: {last}", field="model",
+                        hint="install the runtime extra: pip install 'hpc-grpo[runtime]'")
+    return target
+
+
 def ensure_builtin_model(name: str, python: str) -> bool:
     """Build an offline example model once, on first use (no hub needed); True if built now."""
     if not name.startswith("builtin:"):
@@ -99,15 +110,7 @@ def ensure_builtin_model(name: str, python: str) -> bool:
     target = inputs.builtin_model_dir(name, registry.home_dir())
     if (target / "config.json").exists():
         return False
-    shape = name.split(":", 1)[1]
-    proc = subprocess.run(
-        [python, "-m", "hpc_grpo.runtime.models.shapes", shape, str(target)],
-        capture_output=True, text=True, check=False,
-    )
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"could not build the model {name}: {last}", field="model",
-                        hint="install the runtime extra: pip install 'hpc-grpo[runtime]'")
+    write_example_model(name.split(":", 1)[1], target, python)
     return True
 
 
@@ -129,7 +132,7 @@ def submit(request: Request) -> Submitted:
     plan = prepared.plan
     record = plan.run_record(prepared.run_id, str(prepared.run_dir))
     files = {
-        "run.json": json.dumps(record, indent=2) + "\n",
+        "run.json": json.dumps(record.to_dict(), indent=2) + "\n",
         "job.sbatch": prepared.script,
         "plan.txt": prepared.summary,
     }
@@ -139,7 +142,7 @@ def submit(request: Request) -> Submitted:
         task = NodeTask(str(run_dir))
         known: dict[str, str] = {}  # what tells this run's job from others with its id
         if plan.site.scheduler == "local":
-            job_id = slurm.submit_local(folder=run_dir / "submitit", task=task,
+            job_id = local.submit_local(folder=run_dir / "submitit", task=task,
                                         timeout_min=plan.time_min, gpus=plan.site.gpus_per_node)
         else:
             job = slurm.submit_job(
@@ -155,3 +158,71 @@ def submit(request: Request) -> Submitted:
         registry.record_job(run_dir, job_id, "submitted", **known)
         registry.register(prepared.run_id, run_dir)
     return Submitted(prepared.run_id, run_dir, job_id, plan.warnings)
+
+
+def sites() -> dict[str, SiteProfile]:
+    """Every site profile by name (the user's first)."""
+    return all_sites()
+
+
+def plan_report(plan: JobPlan) -> dict[str, Any]:
+    """The JobPlan that render and submit use, as the plan command shows it."""
+    memory = plan.memory
+    why_none = None
+    if memory is None:
+        if plan.device == "cpu":
+            why_none = (f"site '{plan.site.name}' has no GPUs: ranks train fp32 DDP over gloo and "
+                        "generate with transformers, so there is no vLLM or GPU memory to plan")
+        elif plan.server is not None:
+            why_none = ("server mode is not memory-planned: the planner models colocated engines; "
+                        "trainer GPUs hold no engine and `vllm serve` gets "
+                        f"{plan.vllm.gpu_memory_utilization} of its GPUs")
+        else:
+            why_none = (f"the architecture of {plan.model.source} is unknown (no local config.json, "
+                        "not in the catalogue: --list-models), so TP 1 and TRL's vLLM defaults")
+    record = plan.run_record("plan", "").to_dict()
+    return {
+        "site": plan.site.name, "model": plan.model.source, "device": plan.device,
+        "nodes": plan.nodes, "procs_per_node": plan.procs_per_node, "world_size": plan.world_size,
+        "tensor_parallel_size": plan.tensor_parallel_size, "vllm": record["vllm"],
+        "deepspeed": record["deepspeed"], "memory_plan": memory.to_dict() if memory else None,
+        "no_memory_plan": why_none, "warnings": list(plan.warnings),
+    }
+
+
+def status(names: tuple[str, ...] = ()) -> list[Any]:
+    """Every run (or the named ones) with its Slurm state and training progress."""
+    from hpc_grpo.runs import track
+
+    return track.status(names)
+
+
+def log_paths(name: str, rank: int | None) -> list[Path]:
+    from hpc_grpo.runs import track
+
+    return track.log_paths(name, rank)
+
+
+def cancel(name: str) -> Any:
+    """Cancel the run's job, if it is still this run's and not over (``track.Action``)."""
+    from hpc_grpo.runs import track
+
+    return track.cancel(name)
+
+
+def doctor(site_name: str, nodes: int | None, partition: str, output_root: str,
+           timeout_s: int) -> Any:
+    """A real preflight job on the site's nodes."""
+    from hpc_grpo.preflight import doctor as checks
+
+    profile = find_site(site_name)
+    return checks.run(profile, nodes=nodes or min(2, profile.max_nodes or 2), partition=partition,
+                      output_root=output_root, timeout_s=timeout_s)
+
+
+def init_site(name: str, partition: str, output: str, force: bool) -> tuple[Path, dict[str, Any]]:
+    """Write a starting profile from the live cluster; returns its path and summary."""
+    from hpc_grpo.preflight import siteinit
+
+    path = siteinit.init_site(name, partition=partition, output=output, force=force)
+    return path, siteinit.summary(path)

@@ -82,12 +82,9 @@ def main() -> None:
 @user_errors
 def sites() -> None:
     """List the site profiles (yours first, then the built-in ones)."""
-    from hpc_grpo.api import user_site_dirs
-    from hpc_grpo.config.site import available_sites, load_site, site_dirs
+    from hpc_grpo import api
 
-    dirs = site_dirs(user_site_dirs())
-    for name, path in sorted(available_sites(dirs).items()):
-        profile = load_site(str(path), dirs)
+    for name, profile in api.sites().items():
         gpus = f"{profile.gpus_per_node} x {profile.gpu_type or 'GPU'}" if profile.gpus_per_node \
             else "CPU only"
         click.echo(f"{name:<16} {profile.scheduler:<6} {gpus:<14} {profile.description}")
@@ -139,13 +136,13 @@ def submit(dry_run: bool, wait: bool | None, **kwargs: Any) -> None:
 @user_errors
 def status(runs: tuple[str, ...], as_json: bool, watch: bool) -> None:
     """Slurm state joined with training progress, requeues and checkpoint age."""
-    from hpc_grpo.runs import track
+    from hpc_grpo import api
     from hpc_grpo.runs.views import status_table, watch_status
 
     if watch:
         watch_status(runs)
         return
-    rows = track.status(runs)
+    rows = api.status(runs)
     if as_json:
         click.echo(json.dumps([r.to_dict() for r in rows], indent=2))
     else:
@@ -159,10 +156,10 @@ def status(runs: tuple[str, ...], as_json: bool, watch: bool) -> None:
 @user_errors
 def logs(run: str, rank: int | None, follow: bool) -> None:
     """Print a run's per-rank logs (and the node tasks' Slurm logs)."""
-    from hpc_grpo.runs import track
+    from hpc_grpo import api
     from hpc_grpo.runs.views import print_logs
 
-    print_logs(track.log_paths(run, rank), follow=follow)
+    print_logs(api.log_paths(run, rank), follow=follow)
 
 
 @main.command()
@@ -170,9 +167,9 @@ def logs(run: str, rank: int | None, follow: bool) -> None:
 @user_errors
 def cancel(run: str) -> None:
     """Cancel a run's job (all nodes)."""
-    from hpc_grpo.runs import track
+    from hpc_grpo import api
 
-    click.echo(track.cancel(run).message)  # only ever this run's own job
+    click.echo(api.cancel(run).message)  # only ever this run's own job
 
 
 @main.command("example-model")
@@ -182,13 +179,9 @@ def example_model(directory: str) -> None:
     """Write the tiny offline Qwen2-shaped model and tokenizer used by the examples."""
     from pathlib import Path
 
-    from hpc_grpo.runtime.models.tiny import build_tiny_model
+    from hpc_grpo import api
 
-    try:
-        path = build_tiny_model(Path(directory))
-    except ImportError as exc:  # torch, transformers, tokenizers load inside the builder
-        raise UserError(f"the runtime stack is not installed ({exc.name})",
-                        hint="pip install 'hpc-grpo[runtime]'") from None
+    path = api.write_example_model("tiny", Path(directory))
     click.echo(f"wrote {path}")
 
 
@@ -203,27 +196,6 @@ _CHOICES = {
     "max_num_seqs": "max_num_seqs",
     "vllm_max_model_length": "vllm_max_model_length",
 }
-
-
-def plan_data(plan: Any) -> dict[str, Any]:
-    """The JobPlan that render and submit use, as the plan command shows it."""
-    memory = plan.memory
-    why_none = None
-    if memory is None:
-        why_none = (
-            f"site '{plan.site.name}' has no GPUs: ranks train fp32 DDP over gloo and generate "
-            "with transformers, so there is no vLLM or GPU memory to plan"
-            if plan.device == "cpu" else
-            f"the architecture of {plan.model.source} is unknown (no local config.json, not in "
-            "the catalogue: --list-models), so TP 1 and TRL's vLLM defaults"
-        )
-    return {
-        "site": plan.site.name, "model": plan.model.source, "device": plan.device,
-        "nodes": plan.nodes, "procs_per_node": plan.procs_per_node, "world_size": plan.world_size,
-        "tensor_parallel_size": plan.tensor_parallel_size, "vllm": plan.vllm,
-        "deepspeed": plan.deepspeed, "memory_plan": memory.to_dict() if memory else None,
-        "no_memory_plan": why_none, "warnings": list(plan.warnings),
-    }
 
 
 def _plan_table(data: dict[str, Any]) -> None:
@@ -281,7 +253,7 @@ def plan(as_json: bool, list_models: bool, **kwargs: Any) -> None:
         return
     from hpc_grpo import api
 
-    data = plan_data(api.prepare(make_request(kwargs)).plan)
+    data = api.plan_report(api.prepare(make_request(kwargs)).plan)
     if as_json:
         click.echo(json.dumps(data, indent=2))
     else:
@@ -300,13 +272,10 @@ def plan(as_json: bool, list_models: bool, **kwargs: Any) -> None:
 def doctor(site_name: str, nodes: int | None, partition: str, output_root: str, timeout_s: int,
            as_json: bool) -> None:
     """Check the cluster with a short job: exit 0 all pass, 1 a check failed, 2 bad input."""
-    from hpc_grpo.api import user_site_dirs
-    from hpc_grpo.config.site import load_site, site_dirs
+    from hpc_grpo import api
     from hpc_grpo.preflight import doctor as checks
 
-    profile = load_site(site_name, site_dirs(user_site_dirs()))
-    result = checks.run(profile, nodes=nodes or min(2, profile.max_nodes or 2), partition=partition,
-                        output_root=output_root, timeout_s=timeout_s)
+    result = api.doctor(site_name, nodes, partition, output_root, timeout_s)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
@@ -328,10 +297,9 @@ def site_group() -> None:
 @user_errors
 def site_init(name: str, partition: str, output: str, force: bool) -> None:
     """Write a starting profile from the live cluster (sinfo/scontrol): check it, then doctor."""
-    from hpc_grpo.preflight import siteinit
+    from hpc_grpo import api
 
-    path = siteinit.init_site(name, partition=partition, output=output, force=force)
-    info = siteinit.summary(path)
+    path, info = api.init_site(name, partition, output, force)
     gpus = info["gpus_per_node"] or "no"
     click.echo(f"wrote {path}: partition {info['partition']}, {info['cpus_per_node']} CPUs and "
                f"{gpus} GPUs per node, max_time {info['max_time']}")

@@ -6,6 +6,7 @@ Profiles ship in ``site_configs/`` and users add their own in ``~/.config/hpc-gr
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from typing import Literal
 
 from hpc_grpo.config.strict import from_mapping, read_yaml
 from hpc_grpo.errors import UserError, did_you_mean
-from hpc_grpo.runtime.node.vllm_server import PORTS_PER_JOB
+from hpc_grpo.runtime.contract import PORTS_PER_JOB
 
 _TIME = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)$|^(\d+)$")
 
@@ -109,6 +110,24 @@ def builtin_sites_dir() -> Path:
 def site_dirs(user_dirs: Sequence[Path]) -> list[Path]:
     """Where profiles are looked up by name, the user's own first."""
     return [*user_dirs, builtin_sites_dir()]
+
+
+def user_site_dirs() -> list[Path]:
+    """The user's profile folders: ``$HPC_GRPO_SITES`` (path-separated), then ~/.config's."""
+    env = os.environ.get("HPC_GRPO_SITES")
+    dirs = [Path(p).expanduser() for p in env.split(os.pathsep)] if env else []
+    return dirs + [Path("~/.config/hpc-grpo/sites").expanduser()]
+
+
+def find_site(name_or_path: str) -> SiteProfile:
+    """The one site lookup every command uses: the user's folders first, then the shipped ones."""
+    return load_site(name_or_path, site_dirs(user_site_dirs()))
+
+
+def all_sites() -> dict[str, SiteProfile]:
+    """Every profile by name, the user's shadowing the shipped ones of the same name."""
+    dirs = site_dirs(user_site_dirs())
+    return {name: load_site(str(path), dirs) for name, path in sorted(available_sites(dirs).items())}
 
 
 def available_sites(dirs: Sequence[Path]) -> dict[str, Path]:

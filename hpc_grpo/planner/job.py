@@ -1,7 +1,9 @@
 """Turn a site profile and a job spec into one resolved plan: the single source of truth.
 
-``render``, ``submit``, ``plan`` and the ranks all read this plan; nothing downstream re-decides
-TP size, ZeRO stage or vLLM memory. Pure: values in, values out.
+``render``, ``submit``, ``plan`` and the ranks (through the run record it builds) all read this
+plan; nothing downstream re-decides TP size, ZeRO stage or vLLM memory. Pure: values in, values
+out. ``build_plan`` is a short chain of steps: limits, process layout, batch rules, memory plan,
+then the typed vLLM and DeepSpeed plans (the run record's own blocks).
 """
 
 from __future__ import annotations
@@ -13,8 +15,18 @@ from hpc_grpo.config.site import SiteProfile, minutes
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner import MemoryPlan, ModelArch, PlanRequest, check_batch_rules, make_plan
+from hpc_grpo.planner.engines import deepspeed_plan, vllm_plan
 from hpc_grpo.planner.timing import Timings, signal_lead
-from hpc_grpo.planner.topology import RankRow, ServerSplit, rank_table, server_split
+from hpc_grpo.planner.topology import ServerSplit, rank_table, server_split
+from hpc_grpo.runtime.contract import (
+    DatasetBlock,
+    DeepSpeedBlock,
+    RankRow,
+    RunRecord,
+    StopBlock,
+    VllmBlock,
+    stop_signals,
+)
 
 # TRL 1.16 GRPOConfig defaults the batch rules depend on.
 TRL_DEFAULTS: dict[str, Any] = {
@@ -27,7 +39,7 @@ TRL_DEFAULTS: dict[str, Any] = {
     "gradient_checkpointing": True,
 }
 # Longest prompt of each built-in dataset, in tokens of any byte-level tokenizer (at most one
-# token per byte, plus BOS); tests/test_runtime_data.py checks it against the built-in models.
+# token per byte, plus BOS); tests/unit/test_runtime_data.py checks it against the built-in models.
 BUILTIN_PROMPT_TOKENS = {"builtin:digits": 32, "builtin:sums": 32}
 
 
@@ -47,10 +59,9 @@ class JobPlan:
     model: ModelRef
     device: str
     procs_per_node: int
-    tensor_parallel_size: int
     ranks: tuple[RankRow, ...]
-    vllm: dict[str, Any]
-    deepspeed: dict[str, Any] | None
+    vllm: VllmBlock
+    deepspeed: DeepSpeedBlock | None
     memory: MemoryPlan | None
     server: ServerSplit | None
     time_min: int
@@ -67,35 +78,25 @@ class JobPlan:
     def world_size(self) -> int:
         return self.spec.nodes * self.procs_per_node
 
-    def run_record(self, run_id: str, run_dir: str) -> dict[str, Any]:
+    @property
+    def tensor_parallel_size(self) -> int:
+        return self.vllm.tensor_parallel_size
+
+    def run_record(self, run_id: str, run_dir: str) -> RunRecord:
         """``run.json``: everything the ranks need (docs/run-directory.md)."""
-        return {
-            "schema": 1,
-            "run_id": run_id,
-            "run_dir": run_dir,
-            "payload": self.spec.payload,
-            "model": self.model.source,
-            "dataset": {"name": self.spec.dataset, "prompt_column": self.spec.prompt_column,
-                        "split": "train", "max_prompt_length": prompt_bound(self.spec)},
-            "reward_funcs": list(self.spec.reward_funcs),
-            "seed": self.spec.seed,
-            "nodes": self.nodes,
-            "procs_per_node": self.procs_per_node,
-            "world_size": self.world_size,
-            "device": self.device,
-            "dist_backend": "nccl" if self.device == "cuda" else "gloo",
-            "grpo_config": dict(self.spec.grpo),
-            "vllm": dict(self.vllm),
-            "deepspeed": dict(self.deepspeed) if self.deepspeed else None,
-            "stop": {"signals": sorted({self.site.requeue_signal, "TERM"})},
-            "ranks": [row.to_dict() for row in self.ranks],
-            "site": self.site.name,
-            "scheduler": self.site.scheduler,
-            "max_requeues": self.site.max_requeues,
-            "signal_lead_s": self.signal_lead_s,
-            "time_min": self.time_min,
-            "memory_plan": self.memory.to_dict() if self.memory else None,
-        }
+        return RunRecord(
+            run_id=run_id, run_dir=run_dir, payload=self.spec.payload, model=self.model.source,
+            dataset=DatasetBlock(name=self.spec.dataset, prompt_column=self.spec.prompt_column,
+                                 split="train", max_prompt_length=prompt_bound(self.spec)),
+            reward_funcs=tuple(self.spec.reward_funcs), seed=self.spec.seed, nodes=self.nodes,
+            procs_per_node=self.procs_per_node, device=self.device,
+            dist_backend="nccl" if self.device == "cuda" else "gloo",
+            grpo_config=dict(self.spec.grpo), vllm=self.vllm, deepspeed=self.deepspeed,
+            stop=StopBlock(stop_signals(self.site.requeue_signal)), ranks=self.ranks,
+            site=self.site.name, scheduler=self.site.scheduler,
+            max_requeues=self.site.max_requeues, signal_lead_s=self.signal_lead_s,
+            time_min=self.time_min, memory_plan=self.memory.to_dict() if self.memory else None,
+        )
 
 
 def _grpo(spec: JobSpec, key: str) -> Any:
@@ -111,12 +112,10 @@ def prompt_bound(spec: JobSpec) -> int:
     return BUILTIN_PROMPT_TOKENS.get(spec.dataset, TRL_DEFAULTS["max_prompt_length"])
 
 
-def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
-               timings: Timings | None = None) -> JobPlan:
-    """Check the request against the site and choose the layout; raises UserError early."""
+def _check_limits(site: SiteProfile, spec: JobSpec, time_min: int, lead: int,
+                  timings: Timings | None) -> list[str]:
+    """Refuse what the site cannot run; return warnings about what it can but should not."""
     warnings: list[str] = []
-    time_min = minutes(spec.time, "time")
-    lead, lead_reason = signal_lead(site.signal_lead_s, timings)
     if timings is not None and time_min * 60 < timings.step_s + timings.checkpoint_s:
         warnings.append(
             f"time limit {spec.time} is shorter than one step ({timings.step_s:.0f}s) plus one "
@@ -141,92 +140,85 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
             f"time limit {spec.time} is not longer than the signal lead {lead}s:"
             " the job will be asked to checkpoint right away"
         )
-    device = site.device
-    server = None
+    return warnings
+
+
+def _processes(site: SiteProfile, spec: JobSpec) -> tuple[int, ServerSplit | None]:
+    """Training processes per node, and the server split in server mode."""
     procs = spec.procs_per_node or site.default_procs_per_node
-    if device == "cuda" and spec.vllm_mode == "server":
+    if site.device == "cuda" and spec.vllm_mode == "server":
         server = server_split(spec.nodes, site.gpus_per_node, spec.vllm_server_gpus)
-        procs = len(server.trainer_gpus)
-    elif device == "cuda" and procs > site.gpus_per_node:
+        return len(server.trainer_gpus), server
+    if site.device == "cuda" and procs > site.gpus_per_node:
         raise UserError(
             f"{procs} processes per node but the site has {site.gpus_per_node} GPUs per node",
             field="procs_per_node",
             hint="one process per GPU: leave --procs-per-node unset",
         )
+    return procs, None
+
+
+def _check_batches(spec: JobSpec, world_size: int) -> None:
     check_batch_rules(
         per_device_train_batch_size=_grpo(spec, "per_device_train_batch_size"),
         num_generations=_grpo(spec, "num_generations"),
-        world_size=spec.nodes * procs,
+        world_size=world_size,
         gradient_accumulation_steps=_grpo(spec, "gradient_accumulation_steps"),
         steps_per_generation=spec.grpo.get("steps_per_generation"),
         prompt_length=_grpo(spec, "max_prompt_length"),
         completion_length=_grpo(spec, "max_completion_length"),
         vllm_max_model_length=spec.grpo.get("vllm_max_model_length"),
     )
-    memory = None
-    if device == "cuda" and model.arch is not None:
-        memory = make_plan(
-            PlanRequest(
-                arch=model.arch,
-                nodes=spec.nodes,
-                gpus_per_node=procs,
-                gpu_memory_gib=site.gpu_memory_gib,
-                cpu_memory_gib_per_node=site.cpu_memory_gib,
-                prompt_length=_grpo(spec, "max_prompt_length"),
-                completion_length=_grpo(spec, "max_completion_length"),
-                per_device_train_batch_size=_grpo(spec, "per_device_train_batch_size"),
-                num_generations=_grpo(spec, "num_generations"),
-                gradient_accumulation_steps=_grpo(spec, "gradient_accumulation_steps"),
-                steps_per_generation=spec.grpo.get("steps_per_generation"),
-                lora=bool(spec.grpo.get("use_peft", False)),
-                beta=float(_grpo(spec, "beta")),
-                gradient_checkpointing=bool(_grpo(spec, "gradient_checkpointing")),
-                tensor_parallel_size=spec.tensor_parallel_size or None,
-                zero_stage=spec.zero_stage,
-                offload_optimizer=spec.offload_optimizer,
-                enable_sleep_mode=spec.vllm_enable_sleep_mode,
-                vllm_gpu_memory_utilization=spec.vllm_gpu_memory_utilization or None,
-            )
+
+
+def _memory_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int) -> MemoryPlan | None:
+    """The colocated memory plan; None on CPU sites and for an unknown architecture."""
+    if site.device != "cuda" or model.arch is None:
+        return None
+    return make_plan(
+        PlanRequest(
+            arch=model.arch,
+            nodes=spec.nodes,
+            gpus_per_node=procs,
+            gpu_memory_gib=site.gpu_memory_gib,
+            cpu_memory_gib_per_node=site.cpu_memory_gib,
+            prompt_length=_grpo(spec, "max_prompt_length"),
+            completion_length=_grpo(spec, "max_completion_length"),
+            per_device_train_batch_size=_grpo(spec, "per_device_train_batch_size"),
+            num_generations=_grpo(spec, "num_generations"),
+            gradient_accumulation_steps=_grpo(spec, "gradient_accumulation_steps"),
+            steps_per_generation=spec.grpo.get("steps_per_generation"),
+            lora=bool(spec.grpo.get("use_peft", False)),
+            beta=float(_grpo(spec, "beta")),
+            gradient_checkpointing=bool(_grpo(spec, "gradient_checkpointing")),
+            tensor_parallel_size=spec.tensor_parallel_size or None,
+            zero_stage=spec.zero_stage,
+            offload_optimizer=spec.offload_optimizer,
+            enable_sleep_mode=spec.vllm_enable_sleep_mode,
+            vllm_gpu_memory_utilization=spec.vllm_gpu_memory_utilization or None,
         )
-    elif device == "cuda":
+    )
+
+
+def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
+               timings: Timings | None = None) -> JobPlan:
+    """Check the request against the site and choose the layout; raises UserError early."""
+    time_min = minutes(spec.time, "time")
+    lead, lead_reason = signal_lead(site.signal_lead_s, timings)
+    warnings = _check_limits(site, spec, time_min, lead, timings)
+    procs, server = _processes(site, spec)
+    _check_batches(spec, spec.nodes * procs)
+    memory = None if server is not None else _memory_plan(site, spec, model, procs)
+    if site.device == "cuda" and server is None and memory is None:
         warnings.append("model architecture unknown: TP 1 and TRL's vLLM defaults, no memory plan")
-    tp = memory.tensor_parallel_size if memory else (spec.tensor_parallel_size or 1)
-    if server is not None:
-        tp = 1  # trainers run no engine in server mode
-    ranks = rank_table(spec.nodes, procs, tp)
-    vllm = {
-        "enabled": device == "cuda",
-        "mode": spec.vllm_mode,
-        "tensor_parallel_size": tp,
-        "gpu_memory_utilization": (
-            memory.vllm_gpu_memory_utilization if memory
-            else spec.vllm_gpu_memory_utilization or 0.3
-        ),
-        "enable_sleep_mode": (
-            memory.enable_sleep_mode if memory else bool(spec.vllm_enable_sleep_mode)
-        ),
-        "max_model_length": memory.vllm_max_model_length if memory else None,
-        "server": None if server is None else {
-            "node": server.server_node,
-            "gpus": list(server.server_gpus),
-            "trainer_gpus": list(server.trainer_gpus),
-        },
-    }
-    zero = memory.zero_stage if memory else spec.zero_stage
-    deepspeed = None
-    if zero:
-        deepspeed = {
-            "zero_stage": zero,
-            "offload_optimizer": memory.offload_optimizer if memory else bool(spec.offload_optimizer),
-            "overlap_comm": device == "cuda",
-            "contiguous_gradients": True,
-        }
-    name = spec.name or default_name(model.source)
+    sequence = prompt_bound(spec) + _grpo(spec, "max_completion_length")
+    vllm = vllm_plan(site, spec, memory, server, sequence)
     return JobPlan(
-        site=site, spec=spec, model=model, device=device, procs_per_node=procs,
-        tensor_parallel_size=tp, ranks=ranks, vllm=vllm, deepspeed=deepspeed, memory=memory,
-        server=server, time_min=time_min, job_name=name, warnings=tuple(warnings),
-        signal_lead_s=lead, signal_lead_reason=lead_reason,
+        site=site, spec=spec, model=model, device=site.device, procs_per_node=procs,
+        ranks=rank_table(spec.nodes, procs, vllm.tensor_parallel_size), vllm=vllm,
+        deepspeed=deepspeed_plan(site.device, spec, memory), memory=memory, server=server,
+        time_min=time_min, job_name=spec.name or default_name(model.source),
+        warnings=tuple(warnings), signal_lead_s=lead, signal_lead_reason=lead_reason,
     )
 
 

@@ -1,29 +1,17 @@
 """Where every rank lives: node, global rank, TP group, vLLM seed, data shard.
 
-Pure and stdlib-only, so the launcher prints exactly the table the ranks later check.
-TRL's colocated engines form tensor-parallel groups of contiguous ranks and seed each engine
-with ``rank // tp``; a group must therefore sit inside one node.
+Pure and stdlib-only. The row rule itself is the contract's ``rank_row`` (TRL's colocated
+engines form TP groups of contiguous ranks seeded ``rank // tp``), so the launcher prints exactly
+the table the ranks later check; here the layout is checked first: a group must sit inside one
+node.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from hpc_grpo.errors import UserError
-
-
-@dataclass(frozen=True)
-class RankRow:
-    node: int
-    rank: int
-    local_rank: int
-    tp_group: int
-    tp_rank: int
-    vllm_seed: int
-    dp_shard: int
-
-    def to_dict(self) -> dict[str, int]:
-        return asdict(self)
+from hpc_grpo.runtime.contract import RankRow, rank_row
 
 
 def check_layout(nodes: int, procs_per_node: int, tp: int) -> None:
@@ -57,20 +45,7 @@ def check_layout(nodes: int, procs_per_node: int, tp: int) -> None:
 def rank_table(nodes: int, procs_per_node: int, tp: int) -> tuple[RankRow, ...]:
     """Every rank's row; node-major order as a static torchrun rendezvous assigns them."""
     check_layout(nodes, procs_per_node, tp)
-    rows = []
-    for rank in range(nodes * procs_per_node):
-        rows.append(
-            RankRow(
-                node=rank // procs_per_node,
-                rank=rank,
-                local_rank=rank % procs_per_node,
-                tp_group=rank // tp,
-                tp_rank=rank % tp,
-                vllm_seed=rank // tp,
-                dp_shard=rank,
-            )
-        )
-    return tuple(rows)
+    return tuple(rank_row(rank, procs_per_node, tp) for rank in range(nodes * procs_per_node))
 
 
 @dataclass(frozen=True)

@@ -199,7 +199,7 @@ def profile_lines(partition: Partition, nodes: Sequence[Node], partitions: Seque
 
 def default_dir() -> Path:
     """Where ``--site NAME`` finds user profiles first ($HPC_GRPO_SITES, else ~/.config/...)."""
-    from hpc_grpo.api import user_site_dirs
+    from hpc_grpo.config.site import user_site_dirs
 
     return user_site_dirs()[0]
 

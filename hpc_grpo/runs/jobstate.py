@@ -14,7 +14,8 @@ from typing import Literal
 
 from hpc_grpo.runs.identity import Match, match
 from hpc_grpo.runs.runfiles import RunFiles
-from hpc_grpo.scheduler import slurm
+from hpc_grpo.runtime.contract import SUBMITIT
+from hpc_grpo.scheduler import local, slurm
 
 Source = Literal["slurm", "run directory", "local"]
 
@@ -55,7 +56,7 @@ def from_run_dir(files: RunFiles, job_id: str, *, over: bool, why: str) -> JobVi
 
 def local_view(files: RunFiles) -> JobView:
     job_id = files.job_id
-    if job_id and slurm.local_job_alive(job_id, files.run_dir / "submitit"):
+    if job_id and local.local_job_alive(job_id, files.run_dir / SUBMITIT):
         state = "RUNNING"
     elif training_ended(files):
         state = "COMPLETED"

@@ -15,6 +15,7 @@ from typing import Any
 
 from hpc_grpo.runs import registry
 from hpc_grpo.runs.identity import JobIdentity, from_jobs
+from hpc_grpo.runtime.contract import JOBS_JSONL, METRICS_JSONL, RESTARTS_JSONL, RUN_JSON, STATE_JSON
 
 
 @dataclass(frozen=True)
@@ -150,15 +151,15 @@ def read_run(run_dir: Path) -> RunFiles:
     problems: list[str] = []
     if not run_dir.is_dir():
         problems.append("the run directory is gone")
-    record = _object(run_dir / "run.json", problems, required=run_dir.is_dir())
+    record = _object(run_dir / RUN_JSON, problems, required=run_dir.is_dir())
     run_id = record.get("run_id")
-    state = _object(run_dir / "state.json", problems, required=False)
-    metrics = registry.last_jsonl(run_dir / "metrics.jsonl")
-    jobs = _jobs(run_dir / "jobs.jsonl", problems)
+    state = _object(run_dir / STATE_JSON, problems, required=False)
+    metrics = registry.last_jsonl(run_dir / METRICS_JSONL)
+    jobs = _jobs(run_dir / JOBS_JSONL, problems)
     progress = _progress(record, state, metrics, problems)
     return RunFiles(
         run_id=run_id if isinstance(run_id, str) and run_id else run_dir.name,
         run_dir=run_dir, record=record, jobs=jobs, state=state, last_metrics=metrics,
-        restarts=registry.read_jsonl(run_dir / "restarts.jsonl"),
+        restarts=registry.read_jsonl(run_dir / RESTARTS_JSONL),
         progress=progress, problems=tuple(problems),
     )

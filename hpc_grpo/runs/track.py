@@ -19,7 +19,8 @@ from hpc_grpo.runs import registry
 from hpc_grpo.runs.identity import match
 from hpc_grpo.runs.jobstate import JobView, local_view, slurm_view
 from hpc_grpo.runs.runfiles import RunFiles, read_run
-from hpc_grpo.scheduler import slurm
+from hpc_grpo.runtime.contract import JOBS_JSONL, SUBMITIT
+from hpc_grpo.scheduler import local, slurm
 
 
 @dataclass(frozen=True)
@@ -128,12 +129,12 @@ def _act(name: str, verb: str, act: Callable[[str, str], None],
     identity = files.identity
     if identity is None or not identity.job_id:
         raise UserError(f"run {files.run_id} has no job", field="run",
-                        hint=f"{files.run_dir / 'jobs.jsonl'} names none")
+                        hint=f"{files.run_dir / JOBS_JSONL} names none")
     run, job_id = files.run_id, identity.job_id
     if files.is_local:
         if act_local is None:
             raise UserError(f"a local run cannot be {verb}", field="run")
-        if not slurm.local_job_alive(job_id, files.run_dir / "submitit"):
+        if not local.local_job_alive(job_id, files.run_dir / SUBMITIT):
             return Action(run, job_id, False, f"run {run} is not running: nothing {verb}")
         act_local(files)
         return Action(run, job_id, True, f"{verb} local run {run} (pid {job_id})")
@@ -165,7 +166,7 @@ def _act(name: str, verb: str, act: Callable[[str, str], None],
 def cancel(name: str) -> Action:
     """Cancel the run's job on all nodes, if it is still this run's and not over."""
     return _act(name, "cancelled", lambda job, job_name: slurm.cancel(job, name=job_name),
-                lambda files: slurm.cancel_local(files.job_id, files.run_dir / "submitit"))
+                lambda files: local.cancel_local(files.job_id, files.run_dir / SUBMITIT))
 
 
 def requeue(name: str) -> Action:

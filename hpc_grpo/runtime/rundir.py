@@ -14,29 +14,30 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-RUN_JSON = "run.json"
-STATE_JSON = "state.json"
-METRICS_JSONL = "metrics.jsonl"
-RANKS_JSON = "ranks.json"
-SUMMARY_JSON = "summary.json"
-REWARD_CURVE = "reward_curve.png"
-STOP_REQUEST = "stop-request"
-CHECKPOINTS = "checkpoints"
-DEEPSPEED_JSON = "deepspeed.json"
-
-PHASES = ("starting", "training", "interrupted", "done", "failed")
+from hpc_grpo.runtime.contract import (
+    PHASES,
+    RUN_JSON,
+    STATE_FIELDS,
+    STATE_JSON,
+    STOP_REQUEST,
+    ContractError,
+    RunRecord,
+)
 
 
-def load_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """The launcher's run.json; a missing or broken file is a clear error, not a KeyError later."""
+def load_run(run_dir: str | os.PathLike[str]) -> RunRecord:
+    """The launcher's run.json, typed; a missing or broken file is one clear error, not a
+    KeyError later."""
     path = Path(run_dir) / RUN_JSON
     try:
-        run = json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"{path} does not exist: is {run_dir} a run directory?") from exc
-    if not isinstance(run, dict) or run.get("schema") != 1:
-        raise ValueError(f"{path}: expected a run.json with schema 1")
-    return run
+    except ValueError as exc:
+        raise ContractError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ContractError(f"{path}: expected a JSON object")
+    return RunRecord.from_dict(data)
 
 
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
@@ -72,6 +73,9 @@ def update_state(run_dir: str | os.PathLike[str], **fields: Any) -> dict[str, An
     """Merge fields into state.json (rank 0 only: it is the single writer)."""
     if "phase" in fields and fields["phase"] not in PHASES:
         raise ValueError(f"unknown phase {fields['phase']!r}")
+    unknown = sorted(set(fields) - STATE_FIELDS)
+    if unknown:
+        raise ValueError(f"not state.json fields (runtime/contract.py RunState): {unknown}")
     state = read_state(run_dir)
     state.update(fields)
     state["updated"] = time.time()

@@ -16,7 +16,7 @@ import jinja2
 from hpc_grpo import __version__
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner.job import JobPlan
-from hpc_grpo.runtime.node.vllm_server import PORTS_PER_JOB
+from hpc_grpo.runtime.contract import PORTS_PER_JOB
 
 # sbatch parses #SBATCH lines itself (no shell), so their values must be plain tokens.
 _DIRECTIVE_SAFE = re.compile(r"^[A-Za-z0-9_.,:@%+=/-]+$")
@@ -152,13 +152,13 @@ def summary_text(plan: JobPlan) -> str:
         f"# layout: {plan.nodes} node(s) x {plan.procs_per_node} process(es) = world size "
         f"{plan.world_size}; device {plan.device}; TP {plan.tensor_parallel_size}",
         "# vLLM: " + (
-            f"{vllm['mode']}, gpu_memory_utilization {vllm['gpu_memory_utilization']}, "
-            f"sleep mode {'on' if vllm['enable_sleep_mode'] else 'off'}"
-            if vllm["enabled"] else "off (CPU site: generation through transformers)"
+            f"{vllm.mode}, gpu_memory_utilization {vllm.gpu_memory_utilization}, "
+            f"sleep mode {'on' if vllm.enable_sleep_mode else 'off'}"
+            if vllm.enabled else "off (CPU site: generation through transformers)"
         ),
         "# DeepSpeed: " + (
-            f"ZeRO-{plan.deepspeed['zero_stage']}"
-            + (" + optimizer offload" if plan.deepspeed["offload_optimizer"] else "")
+            f"ZeRO-{plan.deepspeed.zero_stage}"
+            + (" + optimizer offload" if plan.deepspeed.offload_optimizer else "")
             if plan.deepspeed else "off"
         ),
         f"# requeue signal: {plan.site.requeue_signal} {plan.signal_lead_reason}",

@@ -95,6 +95,17 @@ def wait_step(run_id: str, step: int, timeout: float = 240) -> dict[str, Any]:
                     and r["step"] >= step, timeout=timeout)
 
 
+def job_nodes(job: str) -> tuple[str, ...]:
+    """The nodes a job holds now, in order: a requeued job may start on other nodes than before
+    (the sandbox is shared, and a node another job holds is not free for the requeued one)."""
+    nodelist = subprocess.run(["squeue", "-h", "-j", job, "-o", "%N"], capture_output=True,
+                              text=True).stdout.strip()
+    if not nodelist:
+        return ()
+    return tuple(subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
+                                text=True).stdout.split())
+
+
 def kill_training(nodes: tuple[str, ...], run_dir: Path) -> int:
     """kill -9 every rank process of this run on the given nodes; returns how many."""
     killed = 0

@@ -4,7 +4,8 @@ One uninterrupted reference run; one run interrupted five times in a row, each t
 (USR2 signal, partition preemption, plain ``scontrol requeue``, ``kill -9`` of one node's ranks,
 ``kill -9`` in the middle of a checkpoint write); one run that hits its time limit. Every run
 must end at the planned last step, log each step once, and (same seed) log the same per-step
-rewards as the reference; no process of a run may survive on any node.
+rewards as the reference, in whichever epoch it was resumed; no process of a run may survive on
+any node.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 from tests.cluster.clusterlib import (
     RECIPE,
     finished,
+    job_nodes,
     kill_training,
     rewards,
     status,
@@ -31,14 +33,30 @@ from tests.cluster.clusterlib import (
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("sandbox_cluster")]
 STEPS = 60
+# 2 nodes x 2 ranks, 4 generations of one prompt a rank: 4 prompts a step. With 32 prompts an
+# epoch is 8 steps, so the run spans 7.5 epochs and all but the first interruption resume past
+# the first epoch. Steps take at least 0.5 s (a slow reward): on an idle machine the run once
+# reached its last step between the wait before the fourth interruption and the kill.
+PROMPTS = 32
+EPOCH_STEPS = PROMPTS // 4
 ARGS = ("--site", "sandbox", "--nodes", "2", "--recipe", str(RECIPE),
+        "--reward", "tests.slow.slow_reward:slow_length",
         "--set", f"max_steps={STEPS}", "--set", "save_steps=10")
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[int, float]]:
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """``--dataset FILE`` of PROMPTS counting prompts of 1 to 4 numbers (the nodes share /tmp)."""
+    path = tmp_path_factory.mktemp("data") / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"prompt": "Count on: " + " ".join(map(str, range(i, i + 1 + i % 4)))})
+                            + "\n" for i in range(PROMPTS)))
+    return ("--dataset", str(path))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory, dataset: tuple[str, str]) -> list[tuple[int, float]]:
     root = tmp_path_factory.mktemp("reference") / "runs"
-    run_id, _, run_dir = submit(root, *ARGS)
+    run_id, _, run_dir = submit(root, *ARGS, *dataset)
     row = wait_for(run_id, finished, timeout=300)
     assert row["state"] == "COMPLETED", row
     return rewards(run_dir)
@@ -59,10 +77,10 @@ def wait_restarts(run_dir: Path, count: int, timeout: float = 180) -> dict[str, 
     raise AssertionError(f"no restart {count} in {run_dir}: {restarts(run_dir)}")
 
 
-def test_five_different_interruptions_in_a_row(tmp_path: Path,
+def test_five_different_interruptions_in_a_row(tmp_path: Path, dataset: tuple[str, str],
                                                reference: list[tuple[int, float]]) -> None:
     root = tmp_path / "runs"
-    run_id, job, run_dir = submit(root, *ARGS, "--partition", "low")
+    run_id, job, run_dir = submit(root, *ARGS, *dataset, "--partition", "low")
 
     # 1. USR2 to the job (what --signal=USR2@lead and preemption deliver): checkpoint at one step.
     wait_step(run_id, 4)
@@ -88,7 +106,9 @@ def test_five_different_interruptions_in_a_row(tmp_path: Path,
 
     # 4. kill -9 of one node's training processes: a crash, retried from the newest checkpoint.
     wait_step(run_id, third["resumed_from_step"] + 12)
-    assert kill_training(("node2",), run_dir) >= 1
+    nodes = job_nodes(job)  # where this attempt runs (not always node1, node2: shared sandbox)
+    assert len(nodes) == 2, nodes
+    assert kill_training(nodes[1:], run_dir) >= 1
     fourth = wait_restarts(run_dir, 4)
     assert fourth["cause"] == "node failure", fourth
     assert json.loads((run_dir / "retries.jsonl").read_text().splitlines()[0])["exit_code"] != 0
@@ -101,7 +121,7 @@ def test_five_different_interruptions_in_a_row(tmp_path: Path,
         time.sleep(0.2)
     half = int((run_dir / "fault-saving").read_text())
     time.sleep(1.0)
-    kill_training(("node1", "node2"), run_dir)
+    kill_training(job_nodes(job), run_dir)
     fifth = wait_restarts(run_dir, 5)
     assert fifth["resumed_from_step"] < half, (fifth, half)
     assert not (run_dir / "checkpoints" / f"checkpoint-{half}" / "hpc_grpo_complete.json").exists() \
@@ -113,6 +133,8 @@ def test_five_different_interruptions_in_a_row(tmp_path: Path,
     got = rewards(run_dir)
     assert [s for s, _ in got] == list(range(1, STEPS + 1))  # each step once
     assert got == reference  # same per-step rewards as the uninterrupted run
+    later = [r["resumed_from_step"] for r in restarts(run_dir) if r["resumed_from_step"] >= EPOCH_STEPS]
+    assert len(later) >= 3, restarts(run_dir)  # resumed past the first epoch (the same data order)
     assert wait_no_processes(str(run_dir)) == {}
     assert [r["cause"] for r in status(run_id)["restarts"]][:2] == ["preempted", "preempted"]
 

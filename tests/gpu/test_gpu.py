@@ -1,6 +1,6 @@
 """On real GPUs (marked ``gpu``; skipped without CUDA): embedded vLLM per rank, TP groups, seeds.
 
-Run on the lent GPU machine: ``python -m pytest -m gpu tests/test_gpu.py`` (README, Development).
+Run on the lent GPU machine: ``python -m pytest -m gpu tests/gpu/test_gpu.py`` (README, Development).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """End to end on this machine: the node task runs torchrun 1 node x 2 processes (gloo, CPU).
 
-Slow: each training run takes 15-25 s on 2 cores. `pytest -m slow tests/test_runtime_slow.py`.
+Slow: each training run takes 15-25 s on 2 cores. `pytest -m slow tests/slow/test_runtime_slow.py`.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ def test_json_is_the_plan_submit_uses() -> None:
     assert memory["breakdown_gib"]["total during training"] <= 80
     prepared = api.prepare(api.Request(site="h100-pyxis", sets=tuple(BIG[7::2]),
                                        flags={"model": "Qwen2.5-Math-72B", "nodes": 4}))
-    record = prepared.plan.run_record(prepared.run_id, str(prepared.run_dir))
+    record = prepared.plan.run_record(prepared.run_id, str(prepared.run_dir)).to_dict()
     assert memory == record["memory_plan"]
     assert data["vllm"] == record["vllm"] and data["deepspeed"] == record["deepspeed"]
     assert data["world_size"] == 32 and data["no_memory_plan"] is None

@@ -1,6 +1,6 @@
 """Rendered scripts for profile x spec pairs, compared byte for byte with tests/golden/.
 
-Regenerate with ``pytest tests/test_render_golden.py --update-golden`` after a deliberate change.
+Regenerate with ``pytest tests/unit/test_render_golden.py --update-golden`` after a deliberate change.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from hpc_grpo.runtime.contract import RunRecord
 from hpc_grpo.runtime.rank.placement import (
     RuntimeCheckError,
     cuda_problems,
@@ -28,6 +29,12 @@ def make_run(nodes: int = 2, ppn: int = 4, tp: int = 2, **vllm: Any) -> dict[str
     }
 
 
+def record(run: dict[str, Any]) -> RunRecord:
+    """The typed record the ranks read, from a test's (possibly edited) run.json mapping."""
+    return RunRecord.from_dict({"schema": 1, "run_id": "r", "run_dir": "/r", "model": "m",
+                                "dataset": {"name": "d"}, **run})
+
+
 def env(rank: int, ppn: int = 4, world: int = 8, **extra: str) -> dict[str, str]:
     base = {"RANK": str(rank), "LOCAL_RANK": str(rank % ppn), "WORLD_SIZE": str(world)}
     return base | {"SLURM_NODEID": str(rank // ppn)} | extra
@@ -45,7 +52,7 @@ def test_expected_row_contiguous_nodes_and_tp_groups() -> None:
 def test_own_row_matches_plan() -> None:
     run = make_run()
     for rank in range(8):
-        row, problems = own_row_problems(run, env(rank))
+        row, problems = own_row_problems(record(run), env(rank))
         assert problems == []
         assert row == {k: run["ranks"][rank][k] for k in row}
 
@@ -54,7 +61,7 @@ def test_own_row_reports_each_mismatch() -> None:
     run = make_run()
     run["ranks"][5]["vllm_seed"] = 9
     run["ranks"][5]["node"] = 0
-    _, problems = own_row_problems(run, env(5, LOCAL_RANK="2", SLURM_NODEID="0"))
+    _, problems = own_row_problems(record(run), env(5, LOCAL_RANK="2", SLURM_NODEID="0"))
     text = "; ".join(problems)
     assert "LOCAL_RANK=2, expected 1" in text
     assert "SLURM_NODEID=0, expected node 1" in text
@@ -64,30 +71,30 @@ def test_own_row_reports_each_mismatch() -> None:
 def test_world_size_mismatch_and_missing_row() -> None:
     run = make_run()
     run["ranks"] = run["ranks"][:4]
-    _, problems = own_row_problems(run, env(6, world=6))
+    _, problems = own_row_problems(record(run), env(6, world=6))
     assert any("WORLD_SIZE=6" in p for p in problems)
     assert any("rank 6: no row" in p for p in problems)
-    assert any("4 rank rows, expected 8" in p for p in layout_problems(run))
+    assert any("4 rank rows, expected 8" in p for p in layout_problems(record(run)))
 
 
 def test_missing_torchrun_env_is_a_check_error() -> None:
     with pytest.raises(RuntimeCheckError, match="RANK/LOCAL_RANK/WORLD_SIZE"):
-        own_row_problems(make_run(), {})
+        own_row_problems(record(make_run()), {})
 
 
 def test_layout_tp_must_divide_procs_per_node() -> None:
     run = make_run(nodes=2, ppn=4, tp=2)
     run["vllm"]["tensor_parallel_size"] = 3
-    assert any("tensor_parallel_size 3 must divide" in p for p in layout_problems(run))
-    assert layout_problems(make_run()) == []
+    assert any("tensor_parallel_size 3 must divide" in p for p in layout_problems(record(run)))
+    assert layout_problems(record(make_run())) == []
 
 
 def test_layout_colocate_rejects_server_settings() -> None:
-    run = make_run(server={"host": "node9"})
-    assert any("colocate" in p for p in layout_problems(run))
+    run = make_run(server={"node": 1, "gpus": [0], "trainer_gpus": [1]})
+    assert any("colocate" in p for p in layout_problems(record(run)))
     run = make_run()
     run["grpo_config"]["vllm_server_host"] = "x"
-    assert any("vllm_server_host" in p for p in layout_problems(run))
+    assert any("vllm_server_host" in p for p in layout_problems(record(run)))
 
 
 def gathered(hosts: list[str], tp: int = 2, ppn: int = 2) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from hpc_grpo.runtime.contract import RunRecord
 from hpc_grpo.runtime.rank.grpo_args import ConfigError, deepspeed_config, grpo_kwargs, unknown_keys
 from hpc_grpo.runtime.rank.summary import summarize
 
@@ -14,10 +15,12 @@ KNOWN = ["max_steps", "learning_rate", "bf16", "fp16", "output_dir", "seed", "us
          "use_vllm", "vllm_mode", "deepspeed", "logging_steps", "num_generations"]  # fmt: skip
 
 
-def run(**over: Any) -> dict[str, Any]:
+def run(**over: Any) -> RunRecord:
     base = {"seed": 7, "device": "cpu", "grpo_config": {"max_steps": 5, "learning_rate": 0.01},
             "vllm": {"enabled": False}, "deepspeed": None}  # fmt: skip
-    return base | over
+    return RunRecord.from_dict({"schema": 1, "run_id": "r", "run_dir": "/r", "model": "m",
+                                "dataset": {"name": "d"}, "nodes": 1, "procs_per_node": 1,
+                                **base, **over})
 
 
 def test_cpu_kwargs(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hpc_grpo.errors import UserError
-from hpc_grpo.scheduler import slurm
+from hpc_grpo.scheduler import local, slurm
 from tests.unit.slurmfake import FakeSlurm, install, sacct_line, squeue_line
 
 
@@ -133,17 +133,17 @@ def test_live_record(fake: FakeSlurm) -> None:
 
 def test_local_job_alive_checks_whose_controller_the_pid_is(tmp_path: Path) -> None:
     folder = tmp_path / "submitit"
-    job_id = slurm.submit_local(folder=folder, task=functools.partial(time.sleep, 30),
+    job_id = local.submit_local(folder=folder, task=functools.partial(time.sleep, 30),
                                 timeout_min=5)
     try:
-        assert slurm.local_job_alive(job_id, folder)
-        assert slurm.local_job_alive(job_id)
-        assert not slurm.local_job_alive(job_id, tmp_path / "other-run" / "submitit")
-        slurm.cancel_local(job_id, tmp_path / "other-run" / "submitit")  # not that run's: no-op
-        assert slurm.local_job_alive(job_id, folder)
+        assert local.local_job_alive(job_id, folder)
+        assert local.local_job_alive(job_id)
+        assert not local.local_job_alive(job_id, tmp_path / "other-run" / "submitit")
+        local.cancel_local(job_id, tmp_path / "other-run" / "submitit")  # not that run's: no-op
+        assert local.local_job_alive(job_id, folder)
     finally:
-        slurm.cancel_local(job_id, folder)
+        local.cancel_local(job_id, folder)
     deadline = time.monotonic() + 30
-    while slurm.local_job_alive(job_id) and time.monotonic() < deadline:
+    while local.local_job_alive(job_id) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not slurm.local_job_alive(job_id)
+    assert not local.local_job_alive(job_id)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hpc_grpo.errors import UserError
-from hpc_grpo.scheduler import slurm
+from hpc_grpo.scheduler import local, slurm
 from tests.unit.slurmfake import FAKED, FakeSlurm, install
 
 REPO = Path(__file__).resolve().parents[2]
@@ -453,9 +453,9 @@ def test_run_slurm_errors(tmp_path: Path) -> None:
 
 def _wait_dead(job_id: str, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
-    while slurm.local_job_alive(job_id):
+    while local.local_job_alive(job_id):
         if time.monotonic() > deadline:
-            slurm.cancel_local(job_id)
+            local.cancel_local(job_id)
             pytest.fail(f"local job {job_id} still alive after {timeout_s} s")
         time.sleep(0.1)
 
@@ -463,18 +463,18 @@ def _wait_dead(job_id: str, timeout_s: float = 60) -> None:
 def test_submit_local_runs_the_task(tmp_path: Path) -> None:
     out = tmp_path / "done.txt"
     task = functools.partial(Path.write_text, out, "done")
-    job_id = slurm.submit_local(folder=tmp_path / "submitit", task=task, timeout_min=5)
+    job_id = local.submit_local(folder=tmp_path / "submitit", task=task, timeout_min=5)
     assert job_id.isdigit()
     _wait_dead(job_id)  # the finished controller stays a zombie child of pytest: not alive
     assert out.read_text() == "done"
     assert (tmp_path / "submitit" / f"{job_id}_0_result.pkl").exists()
-    assert not slurm.local_job_alive(str(os.getpid())) and not slurm.local_job_alive("x")
+    assert not local.local_job_alive(str(os.getpid())) and not local.local_job_alive("x")
 
 
 def test_submit_local_does_not_hold_the_callers_pipes(tmp_path: Path) -> None:
     code = (
-        "import functools, sys, time; from pathlib import Path; from hpc_grpo.scheduler import slurm; "
-        "print(slurm.submit_local(folder=Path(sys.argv[1]), "
+        "import functools, sys, time; from pathlib import Path; from hpc_grpo.scheduler import local; "
+        "print(local.submit_local(folder=Path(sys.argv[1]), "
         "task=functools.partial(time.sleep, 5), timeout_min=5))"
     )
     start = time.monotonic()
@@ -490,6 +490,6 @@ def test_submit_local_does_not_hold_the_callers_pipes(tmp_path: Path) -> None:
     try:
         assert proc.returncode == 0, proc.stderr
         assert took < 4.5, f"the caller waited {took:.1f} s for the local run"
-        assert slurm.local_job_alive(job_id)
+        assert local.local_job_alive(job_id)
     finally:
         _wait_dead(job_id)

@@ -18,23 +18,23 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from hpc_grpo.runtime import rundir
+from hpc_grpo.runtime import contract, rundir
+from hpc_grpo.runtime.contract import ALWAYS_STOP, CLEAN_END, PORTS_PER_JOB, RunRecord
 from hpc_grpo.runtime.node import retry, vllm_server
 
 PAYLOAD_MODULES = {"train": "hpc_grpo.runtime.rank.train", "check": "hpc_grpo.runtime.rank.smoke"}
-# The torchrun agent ignores the stop signals: the workers handle them; the agent would die of a
-# user signal (exit 138) or SIGKILL the workers 30 s after forwarding SIGTERM, mid-checkpoint.
-DEFAULT_STOP = ("USR2", "TERM")
-CLEAN_END = ("done", "interrupted")
 
 
-def stop_signals(run: Mapping[str, Any]) -> tuple[signal.Signals, ...]:
-    """USR2, TERM and whatever run.json's stop block adds (a site may requeue on USR1)."""
-    names = [*DEFAULT_STOP, *((run.get("stop") or {}).get("signals") or [])]
+def stop_signals(run: RunRecord) -> tuple[signal.Signals, ...]:
+    """USR2, TERM and whatever run.json's stop block adds (a site may requeue on USR1).
+
+    The torchrun agent ignores these: the workers handle them; the agent would die of a user
+    signal (exit 138) or SIGKILL the workers 30 s after forwarding SIGTERM, mid-checkpoint."""
+    names = [*ALWAYS_STOP, *run.stop.signals]
     return tuple(dict.fromkeys(signal.Signals["SIG" + n.upper().removeprefix("SIG")] for n in names))
 
 
-def free_port(span: int = vllm_server.PORTS_PER_JOB) -> int:
+def free_port(span: int = PORTS_PER_JOB) -> int:
     """A TCP port free on this host right now with the next ``span - 1`` free too (a job's
     rendezvous, vLLM server and weight-sync ports), for single-node runs without MASTER_PORT."""
     for _ in range(50):
@@ -66,12 +66,12 @@ def with_master_port(env: Mapping[str, str], nodes: int, pick: Callable[[], int]
     return out
 
 
-def torchrun_argv(run: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
+def torchrun_argv(run: RunRecord, env: Mapping[str, str]) -> list[str]:
     """The torchrun command for this node: static rendezvous, so global ranks follow node order."""
-    payload = run.get("payload", "train")
+    payload = run.payload
     if payload not in PAYLOAD_MODULES:
         raise ValueError(f"unknown payload {payload!r}; expected one of {sorted(PAYLOAD_MODULES)}")
-    nodes = int(run["nodes"])
+    nodes = run.nodes
     port = with_master_port(env, nodes, free_port)["MASTER_PORT"]
     return [
         sys.executable,
@@ -80,7 +80,7 @@ def torchrun_argv(run: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
         "--nnodes",
         str(nodes),
         "--nproc-per-node",
-        str(int(run["procs_per_node"])),
+        str(run.procs_per_node),
         "--node-rank",
         env.get("SLURM_NODEID") or "0",
         "--master-addr",
@@ -91,7 +91,7 @@ def torchrun_argv(run: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
         "0",
         "-m",
         PAYLOAD_MODULES[payload],
-        str(run["run_dir"]),
+        run.run_dir,
     ]
 
 
@@ -103,14 +103,12 @@ def attempt_id(env: Mapping[str, str]) -> str:
     return f"local-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-def trainer_visible_devices(run: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
+def trainer_visible_devices(run: RunRecord, env: Mapping[str, str]) -> str | None:
     """Server mode: hide the vLLM server's GPUs from the trainers, so LOCAL_RANK 0 never lands
     on a GPU the server uses ("Duplicate GPU detected"). None when nothing is to be hidden."""
-    vllm = run.get("vllm") or {}
-    server = vllm.get("server") or {}
-    if run.get("device") != "cuda" or vllm.get("mode") != "server" or not server:
+    if not vllm_server.server_mode(run) or run.vllm.server is None:
         return None
-    trainer = [int(i) for i in server.get("trainer_gpus") or []]
+    trainer = list(run.vllm.server.trainer_gpus)
     visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
     if not visible:
         return ",".join(str(i) for i in trainer)
@@ -122,11 +120,11 @@ def trainer_visible_devices(run: Mapping[str, Any], env: Mapping[str, str]) -> s
 COMPILE_CACHE = ".compile-cache"  # in the output root, next to the run directories
 
 
-def host_compute(run: Mapping[str, Any]) -> bool:
+def host_compute(run: RunRecord) -> bool:
     """Whether the ranks compute on the CPU: CPU training, or DeepSpeed's CPU Adam when the
     optimizer is offloaded. Only then do OpenMP threads beyond one earn their cores."""
-    offload = bool((run.get("deepspeed") or {}).get("offload_optimizer"))
-    return run.get("device") != "cuda" or offload
+    offload = run.deepspeed is not None and run.deepspeed.offload_optimizer
+    return run.device != "cuda" or offload
 
 
 def threads_per_rank(env: Mapping[str, str], usable_cpus: int, procs_per_node: int,
@@ -151,23 +149,21 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def child_env(env: Mapping[str, str], attempt: str, run: Mapping[str, Any] | None = None,
-              cpus: int = 1) -> dict[str, str]:
+def child_env(env: Mapping[str, str], attempt: str, run: RunRecord, cpus: int = 1) -> dict[str, str]:
     """torchrun's environment: OpenMP threads per rank as threads_per_rank says (torchrun alone
     would give each rank one thread, or all of them with one rank), this package importable."""
     out = dict(env)
-    devices = trainer_visible_devices(run or {}, env)
+    devices = trainer_visible_devices(run, env)
     if devices is not None:
         out["CUDA_VISIBLE_DEVICES"] = devices
-    procs = int((run or {}).get("procs_per_node") or 1)
-    threads = threads_per_rank(env, cpus, procs, host_compute(run or {}))
+    threads = threads_per_rank(env, cpus, run.procs_per_node, host_compute(run))
     out.setdefault("OMP_NUM_THREADS", str(threads))
     out.setdefault("PYTHONUNBUFFERED", "1")
     out.setdefault("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGINT,SIGHUP,SIGQUIT")
     out["HPC_GRPO_ATTEMPT"] = attempt
-    if run and run.get("run_dir"):  # compile caches shared by the runs of one output root: a
-        # requeue and the next run of a model start warm (about 50 s less for a 0.5B model)
-        cache = Path(str(run["run_dir"])).parent / COMPILE_CACHE
+    if run.run_dir:  # compile caches shared by the runs of one output root: a requeue and the
+        # next run of a model start warm (about 50 s less for a 0.5B model)
+        cache = Path(run.run_dir).parent / COMPILE_CACHE
         out.setdefault("VLLM_CACHE_ROOT", str(cache / "vllm"))
         out.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
         out.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
@@ -176,7 +172,7 @@ def child_env(env: Mapping[str, str], attempt: str, run: Mapping[str, Any] | Non
     return out
 
 
-def seconds_left(env: Mapping[str, str], run: Mapping[str, Any], started_at: float,
+def seconds_left(env: Mapping[str, str], run: RunRecord, started_at: float,
                  now: float | None = None) -> float | None:
     """Time left before the job's limit: Slurm's end time where it exports one (23.02+), else
     the planned limit minus this attempt's age (the node task starts with the job)."""
@@ -184,8 +180,8 @@ def seconds_left(env: Mapping[str, str], run: Mapping[str, Any], started_at: flo
     end = env.get("SLURM_JOB_END_TIME", "")
     if end.isdigit():
         return float(end) - now
-    if run.get("time_min"):
-        return float(run["time_min"]) * 60 - (now - started_at)
+    if run.time_min:
+        return float(run.time_min) * 60 - (now - started_at)
     return None
 
 
@@ -228,8 +224,8 @@ class NodeTask:
         print(f"[node] {name}: stop requested; waiting for torchrun", flush=True)
 
     def __call__(self) -> int:
-        run = {**rundir.load_run(self.run_dir), "run_dir": self.run_dir}
-        node_env = with_master_port(os.environ, int(run["nodes"]), free_port)
+        run = rundir.load_run(self.run_dir).with_run_dir(self.run_dir)
+        node_env = with_master_port(os.environ, run.nodes, free_port)
         attempt = attempt_id(node_env)
         argv = torchrun_argv(run, node_env)
         (Path(self.run_dir) / "logs").mkdir(parents=True, exist_ok=True)
@@ -274,21 +270,21 @@ class NodeTask:
                     handler(signum, None)  # submitit's may requeue and exit here
         return code
 
-    def _after_exit(self, run: Mapping[str, Any], code: int, state: Mapping[str, Any]) -> None:
+    def _after_exit(self, run: RunRecord, code: int, state: Mapping[str, Any]) -> None:
         """Rank-0 node: name the cause of a signalled stop; requeue a crash while retries last."""
         names = [signal.Signals(s).name for s in dict.fromkeys(self._received)]
         if names and state.get("phase") == "interrupted":
             left = seconds_left(os.environ, run, self._started_at)
-            cause = retry.stop_cause(names, left, float(run.get("signal_lead_s", 120)))
+            cause = retry.stop_cause(names, left, float(run.signal_lead_s))
             rundir.update_state(self.run_dir, stop_cause=cause)
             return
         job = os.environ.get("SLURM_JOB_ID")
         if code == 0 or names or not job or state.get("phase") == "done":
             return
-        path = Path(self.run_dir) / retry.RETRIES
+        path = Path(self.run_dir) / contract.RETRIES_JSONL
         earlier = rundir.read_jsonl(path)
         step = int(state.get("last_checkpoint_step") or 0)
-        decision = retry.decide_retry(earlier, step, int(run.get("max_requeues", 3)))
+        decision = retry.decide_retry(earlier, step, run.max_requeues)
         print(f"[node] training failed (exit {code}): {decision.reason}", flush=True)
         if not decision.requeue:
             rundir.update_state(self.run_dir, phase="failed", message=decision.reason)

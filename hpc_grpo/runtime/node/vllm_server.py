@@ -17,10 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hpc_grpo.runtime.contract import RunRecord, ServerBlock
+
 HOST_ENV = "HPC_GRPO_VLLM_SERVER_HOST"
-# Rendezvous at MASTER_PORT, `vllm serve` at +1, its weight-sync group at +2: a job owns 3
-# (the rendered scripts space jobs by it, a single-node run picks that many free ports).
-PORTS_PER_JOB = 3
 
 
 @dataclass(frozen=True)
@@ -30,9 +29,14 @@ class ServerAddress:
     group_port: int
 
 
-def server_mode(run: Mapping[str, Any]) -> bool:
-    vllm = run.get("vllm") or {}
-    return run.get("device") == "cuda" and vllm.get("mode") == "server" and bool(vllm.get("server"))
+def server_mode(run: RunRecord) -> bool:
+    return run.device == "cuda" and run.vllm.server_mode
+
+
+def _server(run: RunRecord) -> ServerBlock:
+    if run.vllm.server is None:
+        raise ValueError("run.json has no vllm.server block: not a server-mode run")
+    return run.vllm.server
 
 
 def address(env: Mapping[str, str]) -> ServerAddress:
@@ -46,36 +50,36 @@ def address(env: Mapping[str, str]) -> ServerAddress:
     return ServerAddress(env.get(HOST_ENV, "127.0.0.1"), master + 1, master + 2)
 
 
-def is_server_node(run: Mapping[str, Any], env: Mapping[str, str]) -> bool:
-    server = (run.get("vllm") or {}).get("server") or {}
-    return int(env.get("SLURM_NODEID", "0")) == int(server.get("node", 0))
+def is_server_node(run: RunRecord, env: Mapping[str, str]) -> bool:
+    return int(env.get("SLURM_NODEID", "0")) == _server(run).node
 
 
-def server_argv(run: Mapping[str, Any], port: int) -> list[str]:
-    vllm = run["vllm"]
-    gpus = vllm["server"]["gpus"]
+def server_argv(run: RunRecord, port: int) -> list[str]:
+    """The server's share of its GPUs is the plan's (run.json vllm.gpu_memory_utilization)."""
+    vllm = run.vllm
+    gpus = _server(run).gpus
     launcher = ("import sys; from vllm.entrypoints.cli.main import main; sys.argv[0] = 'vllm'; "
                 "sys.exit(main())")  # `vllm serve` without relying on the console script's path
-    argv = [sys.executable, "-c", launcher, "serve", str(run["model"]),
+    argv = [sys.executable, "-c", launcher, "serve", run.model,
             "--host", "0.0.0.0", "--port", str(port),
             "--tensor-parallel-size", str(len(gpus)),
-            "--gpu-memory-utilization", str(vllm.get("server_gpu_memory_utilization", 0.9)),
+            "--gpu-memory-utilization", str(vllm.gpu_memory_utilization),
             "--weight-transfer-config", json.dumps({"backend": "nccl"})]
-    if vllm.get("max_model_length"):
-        argv += ["--max-model-len", str(vllm["max_model_length"])]
+    if vllm.max_model_length:
+        argv += ["--max-model-len", str(vllm.max_model_length)]
     return argv
 
 
-def server_env(run: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, str]:
+def server_env(run: RunRecord, env: Mapping[str, str]) -> dict[str, str]:
     out = dict(env)
-    gpus = [int(g) for g in run["vllm"]["server"]["gpus"]]
+    gpus = _server(run).gpus
     visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
     out["CUDA_VISIBLE_DEVICES"] = ",".join(visible[g] if visible else str(g) for g in gpus)
     out["VLLM_SERVER_DEV_MODE"] = "1"
     return out
 
 
-def start(run: Mapping[str, Any], env: Mapping[str, str], log_path: str) -> subprocess.Popen[bytes]:
+def start(run: RunRecord, env: Mapping[str, str], log_path: str) -> subprocess.Popen[bytes]:
     port = address(env).port
     log = open(log_path, "ab")  # noqa: SIM115 - the server outlives this function
     return subprocess.Popen(server_argv(run, port), env=server_env(run, env), stdout=log,

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from hpc_grpo.runtime import rundir
+from hpc_grpo.runtime import contract, rundir
 from hpc_grpo.runtime.rank import checkpoints, phases
 from hpc_grpo.runtime.rank.gpumem import GpuMemorySampler, physical_gpu
 from hpc_grpo.runtime.rank.stop import StopFlag
@@ -36,7 +36,7 @@ class GracefulStopCallback(TrainerCallback):
     """
 
     def __init__(self, run_dir: Path, flag: StopFlag, device: torch.device) -> None:
-        self.stop_file = run_dir / rundir.STOP_REQUEST
+        self.stop_file = run_dir / contract.STOP_REQUEST
         self.flag = flag
         self.device = device
         self.stopped_at: int | None = None
@@ -46,7 +46,7 @@ class GracefulStopCallback(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> TrainerControl:
         if self.flag.reason is None and self.stop_file.exists():
-            self.flag.reason = f"{rundir.STOP_REQUEST} file"
+            self.flag.reason = f"{contract.STOP_REQUEST} file"
         local = torch.tensor([1 if self.flag.reason else 0], dtype=torch.int32, device=self.device)
         if _dist_ready():
             dist.all_reduce(local, op=dist.ReduceOp.MAX)
@@ -113,7 +113,7 @@ class MetricsCallback(TrainerCallback):
     """Rank 0 appends one metrics.jsonl line per logged optimizer step and updates state.json."""
 
     def __init__(self, run_dir: Path) -> None:
-        self.path = run_dir / rundir.METRICS_JSONL
+        self.path = run_dir / contract.METRICS_JSONL
         self.run_dir = run_dir
         self.last_tokens: float | None = None
         self.last_end: float | None = None

@@ -1,17 +1,20 @@
-"""From run.json to GRPOConfig keyword arguments and a DeepSpeed config (pure, stdlib only).
+"""From the run record to GRPOConfig keyword arguments and a DeepSpeed config (stdlib only).
 
 The runtime owns the fields that must agree with the run directory, the rank layout and the
-device; a user value for one of them that disagrees is an error, not a silent override.
+device; a user value for one of them that disagrees is an error, not a silent override. The one
+side effect: ``grpo_kwargs`` writes the DeepSpeed JSON that GRPOConfig's ``deepspeed`` points at.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runtime import rundir
+from hpc_grpo.runtime import contract, rundir
+from hpc_grpo.runtime.contract import RunRecord
 
 # Fields set from run.json's other blocks; grpo_config may repeat them only with the same value.
 OWNED = (
@@ -79,38 +82,38 @@ def deepspeed_config(ds: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def grpo_kwargs(
-    run: Mapping[str, Any], run_dir: Path, known: Iterable[str]
+    run: RunRecord, run_dir: Path, known: Iterable[str]
 ) -> tuple[dict[str, Any], list[str]]:
     """GRPOConfig keyword arguments for this run, and notes worth recording in state.json."""
-    user = dict(run.get("grpo_config") or {})
+    user = dict(run.grpo_config)
     bad = unknown_keys(user, known)
     if bad:
         raise ConfigError("unknown grpo_config keys for TRL's GRPOConfig: " + ", ".join(bad))
-    cuda = run.get("device") == "cuda"
+    cuda = run.device == "cuda"
     notes: list[str] = []
     owned: dict[str, Any] = {
-        "output_dir": str(run_dir / rundir.CHECKPOINTS),
-        "seed": int(run.get("seed", 42)),
+        "output_dir": str(run_dir / contract.CHECKPOINTS),
+        "seed": run.seed,
         "use_cpu": not cuda,
     }
-    vllm = run.get("vllm") or {}
-    if vllm.get("enabled") and cuda:
+    vllm = run.vllm
+    if vllm.enabled and cuda:
         owned.update(
             use_vllm=True,
-            vllm_mode=vllm.get("mode", "colocate"),
-            vllm_tensor_parallel_size=int(vllm.get("tensor_parallel_size") or 1),
-            vllm_gpu_memory_utilization=float(vllm.get("gpu_memory_utilization") or 0.3),
-            vllm_enable_sleep_mode=bool(vllm.get("enable_sleep_mode")),
+            vllm_mode=vllm.mode,
+            vllm_tensor_parallel_size=vllm.tensor_parallel_size,
+            vllm_gpu_memory_utilization=vllm.gpu_memory_utilization,
+            vllm_enable_sleep_mode=vllm.enable_sleep_mode,
         )
-        if vllm.get("max_model_length"):
-            owned["vllm_max_model_length"] = int(vllm["max_model_length"])
+        if vllm.max_model_length:
+            owned["vllm_max_model_length"] = vllm.max_model_length
     else:
         owned["use_vllm"] = False
-        if vllm.get("enabled"):
+        if vllm.enabled:
             notes.append("use_vllm=False: vLLM needs CUDA; generating with transformers on CPU")
-    if run.get("deepspeed"):
-        path = run_dir / rundir.DEEPSPEED_JSON
-        rundir.write_json_atomic(path, deepspeed_config(run["deepspeed"]))
+    if run.deepspeed is not None:
+        path = run_dir / contract.DEEPSPEED_JSON
+        rundir.write_json_atomic(path, deepspeed_config(dataclasses.asdict(run.deepspeed)))
         owned["deepspeed"] = str(path)
     for key in OWNED:
         if key in user and key in owned and user[key] != owned[key]:

@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runtime import rundir
+from hpc_grpo.runtime import contract, rundir
+from hpc_grpo.runtime.contract import RunRecord, rank_row
 
 ROW_FIELDS = ("node", "rank", "local_rank", "tp_group", "tp_rank", "vllm_seed")
 
@@ -22,59 +23,42 @@ class RuntimeCheckError(RuntimeError):
     """A layout or environment problem found on the ranks before training."""
 
 
-def tp_size(run: Mapping[str, Any]) -> int:
-    """The tensor-parallel size of the colocated engines (1 without vLLM settings)."""
-    vllm = run.get("vllm") or {}
-    return int(vllm.get("tensor_parallel_size") or 1)
-
-
 def expected_row(rank: int, procs_per_node: int, tp: int) -> dict[str, int]:
-    """The table row for a global rank: contiguous ranks per node, contiguous TP groups."""
-    return {
-        "node": rank // procs_per_node,
-        "rank": rank,
-        "local_rank": rank % procs_per_node,
-        "tp_group": rank // tp,
-        "tp_rank": rank % tp,
-        "vllm_seed": rank // tp,  # TRL seeds each colocated engine with process_index // tp
-        "dp_shard": rank,  # the trainer's data-parallel shard: every rank samples its own prompts
-    }
+    """The table row for a global rank, by the contract's one rule."""
+    return rank_row(rank, procs_per_node, tp).to_dict()
 
 
-def layout_problems(run: Mapping[str, Any]) -> list[str]:
+def layout_problems(run: RunRecord) -> list[str]:
     """Problems with the plan itself (the same on every rank)."""
     problems = []
-    nodes, ppn, tp = int(run["nodes"]), int(run["procs_per_node"]), tp_size(run)
-    if int(run["world_size"]) != nodes * ppn:
-        problems.append(f"run.json world_size {run['world_size']} != nodes {nodes} x procs_per_node {ppn}")
+    nodes, ppn, tp = run.nodes, run.procs_per_node, run.vllm.tensor_parallel_size
     if tp < 1 or ppn % tp:
         problems.append(
             f"vllm tensor_parallel_size {tp} must divide procs_per_node {ppn} "
             "(TP groups are contiguous ranks inside one node)"
         )
-    if len(run.get("ranks") or []) != nodes * ppn:
-        rows = len(run.get("ranks") or [])
-        problems.append(f"run.json has {rows} rank rows, expected {nodes * ppn}")
-    vllm = run.get("vllm") or {}
-    if vllm.get("enabled") and vllm.get("mode", "colocate") == "colocate":
-        server_keys = sorted(k for k in run.get("grpo_config", {}) if k.startswith("vllm_server"))
-        if vllm.get("server") or server_keys:
+    if len(run.ranks) != nodes * ppn:
+        problems.append(f"run.json has {len(run.ranks)} rank rows, expected {nodes * ppn}")
+    vllm = run.vllm
+    if vllm.enabled and vllm.mode == "colocate":
+        server_keys = sorted(k for k in run.grpo_config if k.startswith("vllm_server"))
+        if vllm.server or server_keys:
             problems.append(
                 "vllm mode is colocate but a vLLM server setting is given "
-                f"(server={vllm.get('server')!r}, grpo_config keys {server_keys})"
+                f"(server={vllm.server!r}, grpo_config keys {server_keys})"
             )
     return problems
 
 
-def own_row_problems(run: Mapping[str, Any], env: Mapping[str, str]) -> tuple[dict[str, int], list[str]]:
+def own_row_problems(run: RunRecord, env: Mapping[str, str]) -> tuple[dict[str, int], list[str]]:
     """Recompute this rank's row from torchrun's and Slurm's variables and compare with run.json."""
     problems: list[str] = []
     try:
         rank, local_rank, world = (int(env[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
     except (KeyError, ValueError) as exc:
         raise RuntimeCheckError(f"RANK/LOCAL_RANK/WORLD_SIZE not set by torchrun: {exc}") from exc
-    ppn, nodes = int(run["procs_per_node"]), int(run["nodes"])
-    row = expected_row(rank, ppn, tp_size(run))
+    ppn, nodes = run.procs_per_node, run.nodes
+    row = expected_row(rank, ppn, run.vllm.tensor_parallel_size)
     if world != nodes * ppn:
         problems.append(f"WORLD_SIZE={world} but nodes {nodes} x procs_per_node {ppn} != {world}")
     if local_rank != row["local_rank"]:
@@ -84,12 +68,12 @@ def own_row_problems(run: Mapping[str, Any], env: Mapping[str, str]) -> tuple[di
             problems.append(f"rank {rank}: {var}={env[var]}, expected node {row['node']}")
     if "LOCAL_WORLD_SIZE" in env and int(env["LOCAL_WORLD_SIZE"]) != ppn:
         problems.append(f"rank {rank}: LOCAL_WORLD_SIZE={env['LOCAL_WORLD_SIZE']} != {ppn}")
-    table = {int(r["rank"]): r for r in run.get("ranks") or []}
+    table = {r.rank: r for r in run.ranks}
     planned = table.get(rank)
     if planned is None:
         problems.append(f"rank {rank}: no row in run.json ranks")
     else:
-        problems.extend(row_mismatches(row, planned))
+        problems.extend(row_mismatches(row, planned.to_dict()))
     return row, problems
 
 
@@ -145,7 +129,7 @@ def cuda_problems(n_gpu: int, device_index: int | None, local_rank: int, visible
 
 
 def run_rank_checks(
-    run: Mapping[str, Any], run_dir: Path, device_id: str = "", extra: Sequence[str] = ()
+    run: RunRecord, run_dir: Path, device_id: str = "", extra: Sequence[str] = ()
 ) -> list[dict[str, Any]]:
     """Gather every rank's row and problems; all ranks raise one error, or rank 0 writes ranks.json.
 
@@ -169,7 +153,7 @@ def run_rank_checks(
         raise RuntimeCheckError(message)
     if dist.get_rank() == 0:
         rundir.write_json_atomic(
-            run_dir / rundir.RANKS_JSON,
+            run_dir / contract.RANKS_JSON,
             {"checked_at": time.time(), "world_size": len(rows), "ranks": rows},
         )
     return rows

@@ -34,8 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    cuda = run.get("device") == "cuda"
-    backend = run.get("dist_backend") or ("nccl" if cuda else "gloo")
+    cuda = run.device == "cuda"
+    backend = run.backend
     device = torch.device("cpu")
     if cuda:
         torch.cuda.set_device(local_rank)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runtime import rundir
+from hpc_grpo.runtime import contract, rundir
 
 WINDOW = 10
 
@@ -79,12 +79,12 @@ def plot_curve(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> N
 
 def write_summary(run_dir: Path, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write summary.json and reward_curve.png next to metrics.jsonl (rank 0)."""
-    rows = rundir.read_jsonl(run_dir / rundir.METRICS_JSONL)
+    rows = rundir.read_jsonl(run_dir / contract.METRICS_JSONL)
     summary = {**summarize(rows), **(extra or {})}
-    rundir.write_json_atomic(run_dir / rundir.SUMMARY_JSON, summary)
+    rundir.write_json_atomic(run_dir / contract.SUMMARY_JSON, summary)
     if rows:
         try:
-            plot_curve(rows, run_dir / rundir.REWARD_CURVE, title=str(summary.get("run_id", "")))
+            plot_curve(rows, run_dir / contract.REWARD_CURVE, title=str(summary.get("run_id", "")))
         except ImportError as exc:  # a GPU image without matplotlib: the numbers still count
-            print(f"[summary] no {rundir.REWARD_CURVE}: {exc}", flush=True)
+            print(f"[summary] no {contract.REWARD_CURVE}: {exc}", flush=True)
     return summary

@@ -7,6 +7,7 @@ then TRL. Rank 0 is the only writer of state.json, metrics.jsonl and summary.jso
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -14,36 +15,36 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runtime import rundir
+from hpc_grpo.runtime import contract, rundir
+from hpc_grpo.runtime.contract import RunRecord, rank_row
 from hpc_grpo.runtime.rank import checkpoints
 from hpc_grpo.runtime.rank.placement import RuntimeCheckError
 from hpc_grpo.runtime.rank.stop import StopFlag
 
 
-def _setup_distributed(run: dict[str, Any]) -> Any:
+def _setup_distributed(run: RunRecord) -> Any:
     """Pin this rank's device and start the process group; returns the device for collectives."""
     import torch
     import torch.distributed as dist
 
     local_rank = int(os.environ["LOCAL_RANK"])
     device = torch.device("cpu")
-    if run.get("device") == "cuda":
+    if run.device == "cuda":
         index = local_rank if torch.cuda.device_count() > 1 else 0
         torch.cuda.set_device(index)
         device = torch.device("cuda", index)
-    backend = run.get("dist_backend") or ("nccl" if run.get("device") == "cuda" else "gloo")
     if not dist.is_initialized():
-        dist.init_process_group(backend=backend)
-    if run.get("deepspeed"):
+        dist.init_process_group(backend=run.backend)
+    if run.deepspeed is not None:
         import deepspeed  # its comm layer must wrap our group, or zero.Init sees world size 1
 
-        deepspeed.init_distributed(dist_backend=backend)
+        deepspeed.init_distributed(dist_backend=run.backend)
     return device
 
 
-def _device_problems(run: dict[str, Any], args: Any, device: Any) -> tuple[str, list[str]]:
+def _device_problems(run: RunRecord, args: Any, device: Any) -> tuple[str, list[str]]:
     """On CUDA: the device's UUID (to catch two ranks on one GPU) and n_gpu/LOCAL_RANK checks."""
-    if run.get("device") != "cuda":
+    if run.device != "cuda":
         return "", []
     import torch
 
@@ -63,110 +64,80 @@ def _pick_resume(run_dir: Path) -> Path | None:
 
     choice: list[Any] = [None]
     if dist.get_rank() == 0:
-        found = checkpoints.newest_complete(run_dir / rundir.CHECKPOINTS)
+        found = checkpoints.newest_complete(run_dir / contract.CHECKPOINTS)
         choice[0] = str(found) if found else None
     dist.broadcast_object_list(choice, src=0)
     return Path(choice[0]) if choice[0] else None
 
 
-def _check_prompts(run: dict[str, Any], dataset: Any, tokenizer: Any) -> None:
-    """Every rank tokenizes the same prompts, so all fail alike before the model loads."""
-    from hpc_grpo.runtime.rank.data import check_prompt_bound, longest_prompt_tokens
-
-    block = run["dataset"]
-    check_prompt_bound(longest_prompt_tokens(dataset, tokenizer), block.get("max_prompt_length"),
-                       str(block["name"]))
-
-
-def _finish(run_dir: Path, run: dict[str, Any], **state: Any) -> None:
-    """Rank 0: summary.json, reward_curve.png and state.json phase "done"."""
-    from hpc_grpo.runtime.rank.summary import write_summary
-
-    summary = write_summary(run_dir, {"run_id": run.get("run_id")})
-    rundir.update_state(run_dir, phase="done", reward_delta=summary["reward_delta"], **state)
-
-
-def train(run: dict[str, Any], run_dir: Path, flag: StopFlag, started: float) -> int:
-    """Check, resume, train, and record how it ended; returns the process exit code."""
-    import torch.distributed as dist
-
-    device = _setup_distributed(run)
-    rank = dist.get_rank()
-    attempt = os.environ.get("HPC_GRPO_ATTEMPT", f"rank0-pid-{os.getpid()}")
-    max_steps = int((run.get("grpo_config") or {}).get("max_steps", -1))
-    previous = rundir.read_state(run_dir) if rank == 0 else {}
-    if rank == 0:
-        if rundir.consume_stale_stop_request(run_dir, started):
-            print("[train] moved a stop-request left by an earlier attempt", flush=True)
-        rundir.update_state(
-            run_dir,
-            phase="starting",
-            attempt=attempt,
-            max_steps=max_steps,
-            started=started,
-            message="",
-            stop_reason=None,
-        )
-
-    import dataclasses
-
+def _grpo_args(run: RunRecord, run_dir: Path, rank: int) -> tuple[Any, list[str]]:
+    """TRL's GRPOConfig for this rank; rank 0 records the exact keyword arguments TRL got."""
     from trl import GRPOConfig
 
-    from hpc_grpo.runtime.rank import grpo_args, placement
+    from hpc_grpo.runtime.node import vllm_server
+    from hpc_grpo.runtime.rank import grpo_args
 
     known = [f.name for f in dataclasses.fields(GRPOConfig)]
     kwargs, notes = grpo_args.grpo_kwargs(run, run_dir, known)
-    from hpc_grpo.runtime.node import vllm_server
-
     if vllm_server.server_mode(run):
         kwargs.update(vllm_server.grpo_server_fields(os.environ))
     args = GRPOConfig(**kwargs)
-    if rank == 0:  # what TRL got, exactly: to reproduce or compare a run without hpc-grpo
-        rundir.write_json_atomic(run_dir / "grpo_config.json", kwargs)
-    device_id, problems = _device_problems(run, args, device)
-    placement.run_rank_checks(run, run_dir, device_id=device_id, extra=problems)
-    print(f"[train] rank checks passed; notes: {notes or 'none'}", flush=True)
+    if rank == 0:  # to reproduce or compare a run without hpc-grpo
+        rundir.write_json_atomic(run_dir / contract.GRPO_CONFIG_JSON, kwargs)
+    return args, notes
 
+
+def _inputs(run: RunRecord) -> tuple[Any, Any, Any]:
+    """Rewards, prompts and tokenizer, checked before the model loads (every rank fails alike)."""
     from hpc_grpo.runtime.models.tiny import load_tokenizer
-    from hpc_grpo.runtime.rank.data import load_prompts
+    from hpc_grpo.runtime.rank.data import check_prompt_bound, load_prompts, longest_prompt_tokens
     from hpc_grpo.runtime.rank.rewards import resolve_rewards
 
-    rewards = resolve_rewards(list(run.get("reward_funcs") or []))  # before the model loads
-    dataset = load_prompts(run["dataset"])
-    tokenizer = load_tokenizer(run["model"])
-    _check_prompts(run, dataset, tokenizer)
+    rewards = resolve_rewards(list(run.reward_funcs))
+    dataset = load_prompts(dataclasses.asdict(run.dataset))
+    tokenizer = load_tokenizer(run.model)
+    check_prompt_bound(longest_prompt_tokens(dataset, tokenizer), run.dataset.max_prompt_length,
+                       run.dataset.name)
+    return rewards, dataset, tokenizer
 
-    resume = _pick_resume(run_dir)
-    resume_step = checkpoints.checkpoint_step(resume) if resume else 0
-    if rank == 0:
-        dropped = rundir.truncate_metrics(run_dir / rundir.METRICS_JSONL, resume_step or 0)
-        rundir.update_state(
-            run_dir,
-            notes=notes,
-            resumed_from=str(resume) if resume else None,
-            step=resume_step,
-            metrics_lines_dropped=dropped,
-            stop_cause=None,
-        )
-        if previous.get("attempt") and previous.get("attempt") != attempt:
-            from hpc_grpo.runtime.node import retry
 
-            rundir.append_jsonl(run_dir / retry.RESTARTS, {
-                "time": time.time(), "attempt": attempt, "previous_attempt": previous["attempt"],
-                "cause": previous.get("stop_cause") or {
-                    "done": "ended",
-                    # ranks saved at a signal, but the node task was killed before naming it
-                    "interrupted": "signal (cause not recorded)",
-                }.get(str(previous.get("phase")), "killed (no stop recorded)"),
-                "previous_phase": previous.get("phase"), "stopped_at_step": previous.get("step"),
-                "resumed_from_step": resume_step or 0, "steps_lost": dropped,
-            })
-    if resume is not None and args.max_steps > 0 and (resume_step or 0) >= args.max_steps:
-        print(f"[train] {resume} is already at max_steps {args.max_steps}: done", flush=True)
-        if rank == 0:
-            _finish(run_dir, run, step=resume_step, max_steps=args.max_steps)
-        return 0
+def _restart_cause(previous: dict[str, Any]) -> str:
+    """Why the previous attempt ended, as the node task recorded it or as its phase implies."""
+    recorded = previous.get("stop_cause")
+    if recorded:
+        return str(recorded)
+    return {
+        "done": "ended",
+        "interrupted": "signal (cause not recorded)",  # ranks saved; the node task was killed first
+    }.get(str(previous.get("phase")), "killed (no stop recorded)")
 
+
+def _record_resume(run_dir: Path, previous: dict[str, Any], attempt: str, notes: list[str],
+                   resume: Path | None, resume_step: int) -> None:
+    """Rank 0: drop metric lines past the checkpoint and log the restart with its cause."""
+    dropped = rundir.truncate_metrics(run_dir / contract.METRICS_JSONL, resume_step)
+    rundir.update_state(run_dir, notes=notes, resumed_from=str(resume) if resume else None,
+                        step=resume_step, metrics_lines_dropped=dropped, stop_cause=None)
+    if previous.get("attempt") and previous.get("attempt") != attempt:
+        rundir.append_jsonl(run_dir / contract.RESTARTS_JSONL, {
+            "time": time.time(), "attempt": attempt, "previous_attempt": previous["attempt"],
+            "cause": _restart_cause(previous), "previous_phase": previous.get("phase"),
+            "stopped_at_step": previous.get("step"), "resumed_from_step": resume_step,
+            "steps_lost": dropped,
+        })
+
+
+def _finish(run_dir: Path, run: RunRecord, **state: Any) -> None:
+    """Rank 0: summary.json, reward_curve.png and state.json phase "done"."""
+    from hpc_grpo.runtime.rank.summary import write_summary
+
+    summary = write_summary(run_dir, {"run_id": run.run_id})
+    rundir.update_state(run_dir, phase="done", reward_delta=summary["reward_delta"], **state)
+
+
+def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, Any],
+             flag: StopFlag, device: Any) -> tuple[Any, Any]:
+    """GRPOTrainer with the project's callbacks; returns it and the graceful-stop callback."""
     from trl import GRPOTrainer
     from trl.extras import profiling
 
@@ -179,34 +150,65 @@ def train(run: dict[str, Any], run_dir: Path, flag: StopFlag, started: float) ->
 
     if not phases.install(profiling):  # metrics lines then carry no step split
         print("[train] this TRL has no ProfilingContext hook: no per-phase step times", flush=True)
+    rewards, dataset, tokenizer = inputs
     stop = GracefulStopCallback(run_dir, flag, device)
     trainer = GRPOTrainer(
-        model=str(run["model"]),
-        reward_funcs=rewards,  # type: ignore[arg-type]
+        model=run.model,
+        reward_funcs=rewards,
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
         callbacks=[stop, CheckpointMarkerCallback(run_dir), MetricsCallback(run_dir)],
     )
-    from hpc_grpo.runtime.rank import generation_record
+    return trainer, stop
 
-    tp = int((run.get("vllm") or {}).get("tensor_parallel_size") or 1)
-    generation_record.install(trainer, run_dir, rank, seed=rank // tp)
-    if rank == 0:
+
+def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
+    """Check, resume, train, and record how it ended; returns the process exit code."""
+    import torch.distributed as dist
+
+    from hpc_grpo.runtime.rank import epoch_order, generation_record, placement
+
+    device = _setup_distributed(run)
+    rank = dist.get_rank()
+    lead = rank == 0  # the single writer of state.json, metrics.jsonl and summary.json
+    attempt = os.environ.get("HPC_GRPO_ATTEMPT", f"rank0-pid-{os.getpid()}")
+    previous = rundir.read_state(run_dir) if lead else {}
+    if lead:
+        if rundir.consume_stale_stop_request(run_dir, started):
+            print("[train] moved a stop-request left by an earlier attempt", flush=True)
+        rundir.update_state(run_dir, phase="starting", attempt=attempt, max_steps=run.max_steps,
+                            started=started, message="", stop_reason=None)
+    args, notes = _grpo_args(run, run_dir, rank)
+    device_id, problems = _device_problems(run, args, device)
+    placement.run_rank_checks(run, run_dir, device_id=device_id, extra=problems)
+    print(f"[train] rank checks passed; notes: {notes or 'none'}", flush=True)
+    inputs = _inputs(run)
+
+    resume = _pick_resume(run_dir)
+    resume_step = (checkpoints.checkpoint_step(resume) or 0) if resume else 0
+    if lead:
+        _record_resume(run_dir, previous, attempt, notes, resume, resume_step)
+    if resume is not None and 0 < args.max_steps <= resume_step:
+        print(f"[train] {resume} is already at max_steps {args.max_steps}: done", flush=True)
+        if lead:
+            _finish(run_dir, run, step=resume_step, max_steps=args.max_steps)
+        return 0
+
+    trainer, stop = _trainer(run, run_dir, args, inputs, flag, device)
+    epoch_order.install(trainer)  # each epoch's data order as an uninterrupted run has it
+    seed = rank_row(rank, run.procs_per_node, run.vllm.tensor_parallel_size).vllm_seed
+    generation_record.install(trainer, run_dir, rank, seed=seed)
+    if lead:
         rundir.update_state(run_dir, phase="training", max_steps=args.max_steps)
     print(f"[train] training from {resume or 'scratch'} to step {args.max_steps}", flush=True)
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
 
     step = trainer.state.global_step
-    if rank == 0:
+    if lead:
         if stop.stopped_at is not None and step < trainer.state.max_steps:
-            rundir.update_state(
-                run_dir,
-                phase="interrupted",
-                step=step,
-                stop_reason=stop.reason,
-                max_steps=trainer.state.max_steps,
-            )
+            rundir.update_state(run_dir, phase="interrupted", step=step, stop_reason=stop.reason,
+                                max_steps=trainer.state.max_steps)
         else:
             _finish(run_dir, run, step=step, max_steps=trainer.state.max_steps)
     print(f"[train] finished at step {step}", flush=True)
@@ -236,9 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     rundir.redirect_output(run_dir, rank)
 
     flag = StopFlag()
-    flag.install(["USR2", "TERM"])  # at once: the agent passed these down as ignored
+    flag.install(contract.ALWAYS_STOP)  # at once: the agent passed these down as ignored
     run = rundir.load_run(run_dir)
-    flag.install((run.get("stop") or {}).get("signals") or [])
+    flag.install(run.stop.signals)
     try:
         code = train(run, run_dir, flag, started)
     except RuntimeCheckError as exc:

@@ -1,0 +1,1 @@
+"""Runs after submit: the registry of run directories, their tracking, and terminal views."""

@@ -1,0 +1,256 @@
+"""The launcher/runtime contract: what ``run.json`` and ``state.json`` hold, typed, in one place.
+
+Standard library only, so both sides import it: the launcher builds a ``RunRecord`` from its
+plan and writes it; the node task and every rank read the same record back. Defaults, file
+names, the stop signals, the port spacing and the rank-row rule live here and nowhere else, so
+the two sides cannot drift apart. See docs/run-directory.md for the files themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA = 1  # run.json's version; a reader refuses a newer one in one line
+
+# Run-directory file names.
+RUN_JSON = "run.json"
+STATE_JSON = "state.json"
+METRICS_JSONL = "metrics.jsonl"
+RANKS_JSON = "ranks.json"
+SUMMARY_JSON = "summary.json"
+REWARD_CURVE = "reward_curve.png"
+STOP_REQUEST = "stop-request"
+CHECKPOINTS = "checkpoints"
+DEEPSPEED_JSON = "deepspeed.json"
+GRPO_CONFIG_JSON = "grpo_config.json"
+JOBS_JSONL = "jobs.jsonl"
+RESTARTS_JSONL = "restarts.jsonl"  # one line per resumed attempt: cause, steps lost, resume step
+RETRIES_JSONL = "retries.jsonl"  # one line per automatic requeue after a crash
+LOGS = "logs"
+SUBMITIT = "submitit"
+
+# Each job owns this many consecutive ports from MASTER_PORT: torchrun's rendezvous, the vLLM
+# server (+1) and its weight-sync group (+2).
+PORTS_PER_JOB = 3
+
+# Signals that always mean "checkpoint and stop": USR2 is submitit's and the profiles' default
+# requeue signal, TERM is what Slurm sends before a kill. A profile may add its own (USR1).
+ALWAYS_STOP = ("USR2", "TERM")
+
+DEFAULT_SEED = 42
+DEFAULT_MAX_REQUEUES = 3
+DEFAULT_SIGNAL_LEAD_S = 120
+DEFAULT_VLLM_GPU_MEMORY_UTILIZATION = 0.3  # TRL's own default
+
+PHASES = ("starting", "training", "interrupted", "done", "failed")
+CLEAN_END = ("done", "interrupted")
+
+
+class ContractError(ValueError):
+    """A run directory this version cannot read; the message is one line saying what to do."""
+
+
+def stop_signals(requeue_signal: str) -> tuple[str, ...]:
+    """The signal names a run stops on: the profile's requeue signal and TERM, sorted."""
+    return tuple(sorted({requeue_signal.upper().removeprefix("SIG"), "TERM"}))
+
+
+@dataclass(frozen=True)
+class RankRow:
+    """Where one rank lives; the launcher prints these rows and every rank checks its own."""
+
+    node: int
+    rank: int
+    local_rank: int
+    tp_group: int
+    tp_rank: int
+    vllm_seed: int
+    dp_shard: int
+
+    def to_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+def rank_row(rank: int, procs_per_node: int, tp: int) -> RankRow:
+    """The one rule: node-major ranks (static torchrun rendezvous), TP groups of ``tp``
+    contiguous ranks, and TRL's colocated engine seed ``rank // tp`` (one seed per TP group)."""
+    return RankRow(node=rank // procs_per_node, rank=rank, local_rank=rank % procs_per_node,
+                   tp_group=rank // tp, tp_rank=rank % tp, vllm_seed=rank // tp, dp_shard=rank)
+
+
+@dataclass(frozen=True)
+class DatasetBlock:
+    name: str
+    prompt_column: str = "prompt"
+    split: str = "train"
+    max_prompt_length: int | None = None
+
+
+@dataclass(frozen=True)
+class ServerBlock:
+    """Server mode: the node and GPUs running ``vllm serve``, and the GPUs that train."""
+
+    node: int
+    gpus: tuple[int, ...]
+    trainer_gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class VllmBlock:
+    enabled: bool = False
+    mode: str = "colocate"
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = DEFAULT_VLLM_GPU_MEMORY_UTILIZATION
+    enable_sleep_mode: bool = False
+    max_model_length: int | None = None
+    server: ServerBlock | None = None
+
+    @property
+    def server_mode(self) -> bool:
+        return self.enabled and self.mode == "server" and self.server is not None
+
+
+@dataclass(frozen=True)
+class DeepSpeedBlock:
+    zero_stage: int
+    offload_optimizer: bool = False
+    overlap_comm: bool = True
+    contiguous_gradients: bool = True
+
+
+@dataclass(frozen=True)
+class StopBlock:
+    signals: tuple[str, ...] = ALWAYS_STOP
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """``run.json``: everything the node tasks and the ranks need, and nothing they re-decide."""
+
+    run_id: str
+    run_dir: str
+    model: str
+    dataset: DatasetBlock
+    nodes: int
+    procs_per_node: int
+    ranks: tuple[RankRow, ...]
+    payload: str = "train"
+    reward_funcs: tuple[str, ...] = ()
+    seed: int = DEFAULT_SEED
+    device: str = "cpu"
+    dist_backend: str = ""
+    grpo_config: Mapping[str, Any] = field(default_factory=dict)  # a plain dict: picklable
+    vllm: VllmBlock = VllmBlock()
+    deepspeed: DeepSpeedBlock | None = None
+    stop: StopBlock = StopBlock()
+    site: str = ""
+    scheduler: str = "slurm"
+    max_requeues: int = DEFAULT_MAX_REQUEUES
+    signal_lead_s: int = DEFAULT_SIGNAL_LEAD_S
+    time_min: int | None = None
+    memory_plan: Mapping[str, Any] | None = None
+    schema: int = SCHEMA
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.procs_per_node
+
+    @property
+    def backend(self) -> str:
+        """torch.distributed backend: the record's, else NCCL on GPUs and gloo on CPUs."""
+        return self.dist_backend or ("nccl" if self.device == "cuda" else "gloo")
+
+    @property
+    def max_steps(self) -> int:
+        return int(self.grpo_config.get("max_steps", -1))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = _plain(dataclasses.asdict(self))
+        out["world_size"] = self.world_size  # kept for readers of the file (and older runtimes)
+        return out
+
+    def with_run_dir(self, run_dir: str) -> RunRecord:
+        return dataclasses.replace(self, run_dir=run_dir)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunRecord:
+        """Read a run.json mapping; a newer schema or a missing field is one clear line."""
+        schema = data.get("schema")
+        if schema != SCHEMA:
+            newer = isinstance(schema, int) and schema > SCHEMA
+            raise ContractError(
+                f"run.json has schema {schema!r}; this hpc-grpo reads schema {SCHEMA}"
+                + (": install the hpc-grpo version that wrote it on the nodes" if newer else ""))
+        try:
+            vllm = dict(data.get("vllm") or {})
+            server = vllm.pop("server", None)
+            ds = data.get("deepspeed")
+            nodes, ppn = int(data["nodes"]), int(data["procs_per_node"])
+            if "world_size" in data and int(data["world_size"]) != nodes * ppn:
+                raise ContractError(f"run.json world_size {data['world_size']} is not nodes {nodes}"
+                                    f" x procs_per_node {ppn}")
+            return cls(
+                run_id=str(data["run_id"]), run_dir=str(data["run_dir"]), model=str(data["model"]),
+                dataset=DatasetBlock(**data["dataset"]), nodes=nodes, procs_per_node=ppn,
+                ranks=tuple(RankRow(**row) for row in data.get("ranks") or ()),
+                payload=str(data.get("payload", "train")),
+                reward_funcs=tuple(data.get("reward_funcs") or ()),
+                seed=int(data.get("seed", DEFAULT_SEED)), device=str(data.get("device", "cpu")),
+                dist_backend=str(data.get("dist_backend") or ""),
+                grpo_config=dict(data.get("grpo_config") or {}),
+                vllm=VllmBlock(**vllm, server=ServerBlock(
+                    node=int(server["node"]), gpus=tuple(server["gpus"]),
+                    trainer_gpus=tuple(server["trainer_gpus"])) if server else None),
+                deepspeed=DeepSpeedBlock(**ds) if ds else None,
+                stop=StopBlock(tuple((data.get("stop") or {}).get("signals") or ALWAYS_STOP)),
+                site=str(data.get("site", "")), scheduler=str(data.get("scheduler", "slurm")),
+                max_requeues=int(data.get("max_requeues", DEFAULT_MAX_REQUEUES)),
+                signal_lead_s=int(data.get("signal_lead_s", DEFAULT_SIGNAL_LEAD_S)),
+                time_min=data.get("time_min"), memory_plan=data.get("memory_plan"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, ContractError):
+                raise
+            raise ContractError(f"run.json is not a schema-{SCHEMA} run record: {exc!r}") from None
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready: tuples to lists, mappings to dicts."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class RunState:
+    """``state.json``'s schema: rank 0 and the rank-0 node task write it, the launcher reads it.
+
+    Every key a writer may set is a field here (``rundir.update_state`` refuses others).
+    """
+
+    phase: str = ""
+    attempt: str = ""
+    started: float | None = None
+    updated: float | None = None
+    step: int = 0
+    max_steps: int = 0
+    message: str = ""
+    notes: tuple[str, ...] = ()
+    stop_reason: str | None = None
+    stop_cause: str | None = None
+    resumed_from: str | None = None
+    metrics_lines_dropped: int = 0
+    last_checkpoint: str | None = None
+    last_checkpoint_step: int | None = None
+    last_checkpoint_time: float | None = None
+    checkpoint_seconds: float | None = None
+    reward_delta: float | None = None
+    gpu_mem_train_begin: Mapping[str, Any] | None = None
+
+
+STATE_FIELDS = frozenset(f.name for f in dataclasses.fields(RunState))

@@ -1,0 +1,43 @@
+"""The run record survives a write and a read; other schemas and unknown state keys are refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hpc_grpo.runtime import rundir
+from hpc_grpo.runtime.contract import ContractError, RunRecord, rank_row
+
+BASE = {"schema": 1, "run_id": "r", "run_dir": "/r", "model": "m", "dataset": {"name": "d"},
+        "nodes": 2, "procs_per_node": 2,
+        "ranks": [rank_row(r, 2, 2).to_dict() for r in range(4)],
+        "vllm": {"enabled": True, "mode": "server", "tensor_parallel_size": 2,
+                 "server": {"node": 1, "gpus": [0], "trainer_gpus": [1]}},
+        "deepspeed": {"zero_stage": 3, "offload_optimizer": True}}
+
+
+def test_round_trip_keeps_every_block(tmp_path: Path) -> None:
+    record = RunRecord.from_dict(BASE)
+    (tmp_path / "run.json").write_text(json.dumps(record.to_dict()))
+    again = rundir.load_run(tmp_path)
+    assert again == record and again.world_size == 4 and again.vllm.server_mode
+    assert again.deepspeed is not None and again.deepspeed.offload_optimizer
+    assert again.seed == 42 and again.stop.signals == ("USR2", "TERM")
+
+
+def test_other_schemas_and_broken_records_are_one_line() -> None:
+    with pytest.raises(ContractError, match="schema 2; this hpc-grpo reads schema 1: install"):
+        RunRecord.from_dict({**BASE, "schema": 2})
+    with pytest.raises(ContractError, match="world_size 5 is not nodes 2 x procs_per_node 2"):
+        RunRecord.from_dict({**BASE, "world_size": 5})
+    with pytest.raises(ContractError, match="not a schema-1 run record"):
+        RunRecord.from_dict({k: v for k, v in BASE.items() if k != "model"})
+
+
+def test_state_writes_are_held_to_the_schema(tmp_path: Path) -> None:
+    rundir.update_state(tmp_path, phase="training", step=3)
+    with pytest.raises(ValueError, match="not state.json fields"):
+        rundir.update_state(tmp_path, stepp=4)
+    assert rundir.read_state(tmp_path)["step"] == 3

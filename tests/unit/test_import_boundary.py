@@ -1,0 +1,97 @@
+"""The one import-boundary test: runtime and launcher meet only at the contract.
+
+The runtime (``hpc_grpo.runtime``) runs on compute nodes with the training stack and must import
+nothing of the launcher but ``runtime.contract``'s shared package root; the launcher imports of the
+runtime only the contract, the node task that submitit pickles, and the probe doctor reads. The
+static rule is read from every module's AST; the import-time rules run in fresh interpreters.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "hpc_grpo"
+LAUNCHER_MAY_IMPORT = {"hpc_grpo.runtime.contract", "hpc_grpo.runtime.node.task",
+                       "hpc_grpo.runtime.probe"}
+LAUNCHER_ONLY_LIBS = {"click", "jinja2", "submitit", "yaml", "rich"}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> list[str]:
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names += [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+    return names
+
+
+def _is_module(name: str) -> bool:
+    rel = Path(*name.split("."))
+    return (REPO / rel).with_suffix(".py").exists() or (REPO / rel / "__init__.py").exists()
+
+
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_runtime_and_launcher_meet_only_at_the_contract(path: Path) -> None:
+    module = _module_name(path)
+    in_runtime = module.startswith("hpc_grpo.runtime")
+    for name in _imports(path):
+        top = name.split(".")[0]
+        if in_runtime:
+            assert top not in LAUNCHER_ONLY_LIBS, f"{module} imports {name}"
+            if name.startswith("hpc_grpo") and _is_module(name):
+                assert name == "hpc_grpo" or name.startswith("hpc_grpo.runtime"), \
+                    f"{module} (runtime) imports launcher module {name}"
+        elif name.startswith("hpc_grpo.runtime") and _is_module(name) and name != "hpc_grpo.runtime":
+            assert name in LAUNCHER_MAY_IMPORT, f"{module} (launcher) imports runtime module {name}"
+
+
+def _loaded_after(imports: str, candidates: tuple[str, ...]) -> list[str]:
+    """Which of ``candidates`` a fresh interpreter has loaded after ``import {imports}``."""
+    code = (f"import json, sys, {imports}; "
+            f"print(json.dumps(sorted(m for m in {candidates!r} if m in sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=REPO)
+    loaded: list[str] = json.loads(out.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+def test_node_task_import_is_light() -> None:
+    heavy = ("torch", "trl", "transformers", "click", "jinja2", "submitit", "yaml", "rich")
+    assert _loaded_after("hpc_grpo.runtime.node.task", heavy) == []
+
+
+def test_probe_imports_no_launcher_module() -> None:
+    bad = ("click", "jinja2", "submitit", "yaml", "rich", "torch", "hpc_grpo.api", "hpc_grpo.cli",
+           "hpc_grpo.scheduler.slurm")
+    assert _loaded_after("hpc_grpo.runtime.probe", bad) == []
+
+
+def test_launcher_modules_do_not_import_the_training_stack() -> None:
+    stack = ("torch", "trl", "vllm", "transformers", "deepspeed")
+    launcher = "hpc_grpo.cli, hpc_grpo.api, hpc_grpo.runs.track, hpc_grpo.runtime.node.task"
+    assert _loaded_after(launcher, stack) == []
+
+
+def test_the_rule_catches_a_crossing(tmp_path: Path) -> None:
+    """The AST reader sees a launcher import inside a runtime module (the test can fail)."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from hpc_grpo.planner.job import JobPlan\nimport click\n")
+    names = _imports(bad)
+    assert "hpc_grpo.planner.job" in names and "click" in names
+    assert _is_module("hpc_grpo.planner.job") and not _is_module("hpc_grpo.planner.job.JobPlan")
