@@ -18,7 +18,8 @@ from hpc_grpo.errors import UserError, did_you_mean
 from hpc_grpo.planner import ModelArch, arch_from_config, lookup_model
 from hpc_grpo.planner.job import ModelRef
 
-BUILTIN_MODELS = ("builtin:tiny", "builtin:qwen2-0.5b")  # runtime/model_shapes.py SHAPES
+# runtime/models/shapes.py SHAPES (the launcher may not import it; a unit test keeps them equal)
+BUILTIN_MODELS = ("builtin:tiny", "builtin:qwen2-0.5b", "builtin:qwen2-1.5b", "builtin:qwen2-7b")
 BUILTIN_DATASETS = ("builtin:digits", "builtin:sums")
 BUILTIN_REWARDS = ("builtin:digits", "builtin:length", "builtin:sum_correct")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")

@@ -19,6 +19,9 @@
 # Environment:
 #   HPC_GRPO_SANDBOX_DIR      state, configs and logs (default /tmp/hpc-grpo-sandbox)
 #   HPC_GRPO_SANDBOX_TIMEOUT  seconds start waits for the cluster to be ready (default 90)
+#   HPC_GRPO_SANDBOX_GPUS_PER_NODE  GPUs each node owns through gres (default 0; see below)
+#   HPC_GRPO_SANDBOX_DEBS     folders of carried .deb files (':'-separated) to install from when
+#                             the machine has no package registry (tests/cluster/offline-packages.sh)
 set -euo pipefail
 
 # Daemons live in /usr/sbin, which a caller's PATH (e.g. a venv) may lack.
@@ -45,7 +48,37 @@ readonly GUARD_ROUTE=10.200.0.0/16
 readonly BRIDGE=hgsbr0
 readonly BRIDGE_ADDR=10.200.0.1
 readonly NODE_NET=10.200.0          # node i gets $NODE_NET.(10+i)
-readonly NODES=(node1 node2 node3 node4)
+# GPUs: HPC_GRPO_SANDBOX_GPUS_PER_NODE=G (default 0) gives each node G of the machine's GPUs
+# through Slurm's gres (gres.conf File=/dev/nvidiaN, so CUDA_VISIBLE_DEVICES in a job shows its
+# node's own GPUs), with as many nodes (at most 4) as the GPUs fill. Start records the choice
+# in the sandbox directory, so status, stop and restart need no variable.
+GPUS_PER_NODE="${HPC_GRPO_SANDBOX_GPUS_PER_NODE:-}"
+if [[ -z "$GPUS_PER_NODE" && "${1:-}" != start && -s "$SANDBOX_DIR/gpus_per_node" ]]; then
+    GPUS_PER_NODE="$(tr -dc '0-9' <"$SANDBOX_DIR/gpus_per_node")"
+fi
+GPUS_PER_NODE="${GPUS_PER_NODE:-0}"
+[[ "$GPUS_PER_NODE" =~ ^[0-9]+$ ]] || { echo "sandbox: HPC_GRPO_SANDBOX_GPUS_PER_NODE must be a number" >&2; exit 2; }
+readonly GPUS_PER_NODE
+gpu_devices() { find /dev -maxdepth 1 -name 'nvidia[0-9]*' 2>/dev/null | sort -V; }
+node_count() {
+    local count=4
+    if ((GPUS_PER_NODE > 0)); then
+        count=$(($(gpu_devices | wc -l) / GPUS_PER_NODE))
+        ((count > 4)) && count=4
+    fi
+    echo "$count"
+}
+NODES=()
+for ((i = 1; i <= $(node_count); i++)); do NODES+=("node$i"); done
+readonly NODES
+# CPUs each node advertises: 4 on a CPU machine (tests need no more); with GPUs, the machine's
+# cores shared out (at most 16), so a GPU rank gets its data loader and vLLM threads.
+NODE_CPUS=4
+if ((GPUS_PER_NODE > 0 && ${#NODES[@]} > 0)); then
+    NODE_CPUS=$(($(nproc) / ${#NODES[@]}))
+    ((NODE_CPUS > 16)) && NODE_CPUS=16
+fi
+readonly NODE_CPUS
 readonly NETNS_PREFIX=hpcgrpo-      # network namespace of node1: hpcgrpo-node1
 readonly VETH_PREFIX=hgs-           # root end of node1's veth: hgs-node1 (<= 15 chars)
 readonly CTL_ALIAS=sandbox-ctl      # extra /etc/hosts name for the controller address
@@ -188,6 +221,19 @@ ensure_packages() {
         command -v "$cmd" >/dev/null 2>&1 || missing+=("$cmd")
     done
     ((${#missing[@]} == 0)) && return 0
+    if [[ -n "${HPC_GRPO_SANDBOX_DEBS:-}" ]]; then
+        # A machine without a package registry: .deb files carried from a Debian 12 machine
+        # (tests/cluster/offline-packages.sh fetch there), folders separated by ':'.
+        log "installing carried packages from $HPC_GRPO_SANDBOX_DEBS (missing: ${missing[*]})"
+        local -a dirs
+        IFS=: read -r -a dirs <<<"$HPC_GRPO_SANDBOX_DEBS"
+        bash "$SCRIPT_DIR/offline-packages.sh" install "${dirs[@]}" >"$LOG_DIR/packages.log" 2>&1 ||
+            { tail -n 20 "$LOG_DIR/packages.log" >&2; die "installing the carried packages failed"; }
+        for cmd in "${missing[@]}"; do
+            command -v "$cmd" >/dev/null 2>&1 || die "$cmd is still missing after installing the carried packages"
+        done
+        return 0
+    fi
     log "installing packages (missing: ${missing[*]})"
     local t0
     t0="$(now)"
@@ -206,9 +252,12 @@ ensure_packages() {
 node_addr() { echo "$NODE_NET.$((10 + $1))"; }  # node_addr INDEX (1-based)
 
 render() {  # render TEMPLATE OUTPUT: replace @NAME@ fields
-    local node_lines="" i
+    local node_lines="" i gres="" gres_types="# GresTypes: none (no GPUs in this sandbox)"
+    if ((GPUS_PER_NODE > 0)); then
+        gres=" Gres=gpu:$GPUS_PER_NODE" gres_types="GresTypes=gpu"
+    fi
     for i in "${!NODES[@]}"; do
-        node_lines+="NodeName=${NODES[i]} NodeAddr=$(node_addr $((i + 1))) NodeHostname=${NODES[i]}"$'\n'
+        node_lines+="NodeName=${NODES[i]} NodeAddr=$(node_addr $((i + 1))) NodeHostname=${NODES[i]}$gres"$'\n'
     done
     local ctl_host
     ctl_host="$(hostname -s)"
@@ -217,7 +266,8 @@ render() {  # render TEMPLATE OUTPUT: replace @NAME@ fields
         -v node_range="node[1-${#NODES[@]}]" \
         -v ctl_port="$CTL_PORT" -v dbd_port="$DBD_PORT" -v db_port="$DB_PORT" -v db_pass="$DB_PASS" \
         -v state_dir="$STATE_DIR" -v run_dir="$RUN_DIR" -v log_dir="$LOG_DIR" \
-        -v sched_interval="$SCHED_INTERVAL" -v min_job_age="$MIN_JOB_AGE" -v grace_time="$GRACE_TIME" '
+        -v sched_interval="$SCHED_INTERVAL" -v min_job_age="$MIN_JOB_AGE" -v grace_time="$GRACE_TIME" \
+        -v gres_types="$gres_types" -v node_cpus="$NODE_CPUS" -v etc_dir="$ETC_DIR" '
         {
             gsub(/@NODE_LINES@/, node_lines); gsub(/@CTL_HOST@/, ctl_host)
             gsub(/@BRIDGE_ADDR@/, bridge_addr); gsub(/@NODE_RANGE@/, node_range)
@@ -225,7 +275,8 @@ render() {  # render TEMPLATE OUTPUT: replace @NAME@ fields
             gsub(/@DB_PORT@/, db_port); gsub(/@DB_PASS@/, db_pass)
             gsub(/@STATE_DIR@/, state_dir); gsub(/@RUN_DIR@/, run_dir); gsub(/@LOG_DIR@/, log_dir)
             gsub(/@SCHED_INTERVAL@/, sched_interval); gsub(/@MIN_JOB_AGE@/, min_job_age)
-            gsub(/@GRACE_TIME@/, grace_time)
+            gsub(/@GRACE_TIME@/, grace_time); gsub(/@GRES_TYPES@/, gres_types)
+            gsub(/@NODE_CPUS@/, node_cpus); gsub(/@ETC_DIR@/, etc_dir)
             if ($0 ~ /@[A-Z_]+@/) { print "unfilled field in line: " $0 > "/dev/stderr"; exit 1 }
             print
         }' "$1" >"$2"
@@ -237,6 +288,42 @@ write_configs() {
     render "$SCRIPT_DIR/slurm.conf.tmpl" "$SLURM_CONF_FILE"
     render "$SCRIPT_DIR/slurmdbd.conf.tmpl" "$ETC_DIR/slurmdbd.conf"
     chmod 600 "$ETC_DIR/slurmdbd.conf"   # slurmdbd refuses a readable one
+    write_gres_conf
+}
+
+# gres.conf beside slurm.conf (where slurmd looks): node i owns the machine's GPUs
+# i*G .. i*G+G-1 by device file. Slurm 22.05 sets CUDA_VISIBLE_DEVICES to the node-local
+# index (0 on every node), which is right where device cgroups hide the other GPUs; the
+# sandbox has none (TaskPlugin=task/none), so a TaskProlog turns the index into the device
+# number, as the cgroup would by hiding the rest: each node's ranks see only their GPUs.
+write_gres_conf() {
+    if ((GPUS_PER_NODE == 0)); then
+        echo "# TaskProlog: none (no GPUs in this sandbox)" >"$ETC_DIR/task_prolog.conf"
+        return 0
+    fi
+    echo "TaskProlog=$ETC_DIR/task_prolog.sh" >"$ETC_DIR/task_prolog.conf"
+    cat >"$ETC_DIR/task_prolog.sh" <<EOF
+#!/bin/sh
+# Generated by tests/cluster/sandbox.sh: node-local GPU index -> this machine's device number.
+[ -n "\${CUDA_VISIBLE_DEVICES:-}" ] || exit 0
+base=\$(( (\${SLURMD_NODENAME#node} - 1) * $GPUS_PER_NODE ))
+out=
+for d in \$(echo "\$CUDA_VISIBLE_DEVICES" | tr , ' '); do out="\$out\${out:+,}\$((base + d))"; done
+echo "export CUDA_VISIBLE_DEVICES=\$out"
+EOF
+    chmod 755 "$ETC_DIR/task_prolog.sh"
+    local -a devices
+    mapfile -t devices < <(gpu_devices)
+    local i k
+    {
+        echo "# Generated by tests/cluster/sandbox.sh: $GPUS_PER_NODE GPU(s) per node."
+        echo "AutoDetect=off"
+        for i in "${!NODES[@]}"; do
+            for ((k = i * GPUS_PER_NODE; k < (i + 1) * GPUS_PER_NODE; k++)); do
+                echo "NodeName=${NODES[i]} Name=gpu File=${devices[k]}"
+            done
+        done
+    } >"$ETC_DIR/gres.conf"
 }
 
 # Fresh state and logs for every start (logs of the previous run are replaced).
@@ -527,7 +614,9 @@ cmd_start() {
     local t0
     t0="$(now)"
     teardown   # leftovers of a half-started or crashed cluster
+    ((${#NODES[@]} > 0)) || die "HPC_GRPO_SANDBOX_GPUS_PER_NODE=$GPUS_PER_NODE but this machine has $(gpu_devices | wc -l) GPU device(s)"
     prepare_dirs
+    echo "$GPUS_PER_NODE" >"$SANDBOX_DIR/gpus_per_node"
     ensure_packages
     write_configs
     link_system_config
@@ -545,7 +634,9 @@ cmd_start() {
         exit 1
     fi
     trap - EXIT
-    log "up in $(elapsed_since "$t0")s: nodes ${NODES[*]} ($(node_addr 1)-$(node_addr ${#NODES[@]})), partitions debug (default), low, high; logs in $LOG_DIR"
+    local gpus=""
+    ((GPUS_PER_NODE > 0)) && gpus=", $GPUS_PER_NODE GPU(s) each"
+    log "up in $(elapsed_since "$t0")s: nodes ${NODES[*]} ($(node_addr 1)-$(node_addr ${#NODES[@]})$gpus), partitions debug (default), low, high; logs in $LOG_DIR"
 }
 
 cmd_stop() {

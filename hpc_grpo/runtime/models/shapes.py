@@ -1,8 +1,9 @@
 """Offline example models of real shapes, built in code (no hub on the nodes or here).
 
-``tiny`` is for CPU tests; ``qwen2-0.5b`` has Qwen2-0.5B's layer shapes (24 layers, hidden 896,
-14 query and 2 KV heads) with a 32k vocabulary, so GPU timings and memory are those of a real
-small model while the weights stay random.
+``tiny`` is for CPU tests; ``qwen2-0.5b``, ``qwen2-1.5b`` and ``qwen2-7b`` have the layer shapes
+of Qwen2.5-0.5B, -1.5B and -7B (layers, hidden and MLP sizes, query and KV heads from their
+config.json) with a 32k vocabulary (the tokenizer is built in code), so GPU timings and memory
+are those of real models while the weights stay random. 7B: 6.65 B parameters.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ class Shape:
 SHAPES = {
     "tiny": Shape(64, 128, 2, 4, 2, 0, 512),
     "qwen2-0.5b": Shape(896, 4864, 24, 14, 2, 32768, 4096),
+    "qwen2-1.5b": Shape(1536, 8960, 28, 12, 2, 32768, 4096),
+    "qwen2-7b": Shape(3584, 18944, 28, 28, 4, 32768, 4096),
 }
 
 
