@@ -12,13 +12,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-CLI = str(Path(sys.executable).with_name("hpc-grpo"))
+# The console script of this environment; where the package is only importable (the GPU
+# machine runs the checkout from PYTHONPATH), the module itself.
+_SCRIPT = Path(sys.executable).with_name("hpc-grpo")
+CLI = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "hpc_grpo.cli"]
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "tiny-cpu.yaml"
 NODES = ("node1", "node2", "node3", "node4")
 
 
 def cli(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout,
+    proc = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout,
                           env=dict(os.environ))
     if check and proc.returncode != 0:
         raise AssertionError(f"hpc-grpo {' '.join(args)} -> {proc.returncode}\n{proc.stderr}")

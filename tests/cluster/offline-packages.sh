@@ -15,7 +15,8 @@
 # install: unpacks every .deb into a staging tree, folds /lib, /bin and /sbin into /usr when the
 # target has a merged /usr, then copies only files that do not exist yet: a library the target
 # already has (usually a newer build of the same soname) is kept. Creates the munge and mysql
-# users, runs ldconfig. No maintainer scripts run: sandbox.sh starts every daemon itself.
+# users, links the NAME-wlm programs as NAME (Debian's alternatives), runs ldconfig. No maintainer
+# scripts run: sandbox.sh starts every daemon itself.
 set -euo pipefail
 
 readonly PACKAGES=(slurmd slurmctld slurm-client slurm-wlm-basic-plugins slurmdbd slurm-wlm-mysql-plugin
@@ -92,6 +93,12 @@ cmd_install() {
         echo "$f"
     done | wc -l)"
     rm -rf "$stage"
+    # What Debian's maintainer scripts would have done with update-alternatives: slurmd,
+    # slurmctld and slurmstepd are shipped as NAME-wlm (slurmd runs SBINDIR/slurmstepd itself).
+    local wlm
+    for wlm in "$root"/usr/sbin/*-wlm; do
+        [[ -e "$wlm" && ! -e "${wlm%-wlm}" ]] && ln -s "$(basename "$wlm")" "${wlm%-wlm}"
+    done
     if [[ -n "$root" ]]; then
         log "installed $added files under $root (files already present were kept)"
         return 0

@@ -26,7 +26,9 @@ def _gpus() -> int:
 
 
 needs_gpu = pytest.mark.skipif(_gpus() < 1, reason="no CUDA GPU here")
-needs_two = pytest.mark.skipif(_gpus() < 2, reason="needs 2 CUDA GPUs")
+def needs_two(test: Any) -> Any:
+    """Two GPUs: marked ``multi_gpu`` too, so ``-m "gpu and not multi_gpu"`` leaves it out."""
+    return pytest.mark.multi_gpu(pytest.mark.skipif(_gpus() < 2, reason="needs 2 CUDA GPUs")(test))
 
 
 def _site(tmp_path: Path, gpus: int) -> Path:

@@ -35,7 +35,7 @@ def test_install_keeps_present_files_and_folds_lib_into_usr(tmp_path: Path) -> N
     (root / "usr/lib/x86_64-linux-gnu/libkept.so.1").write_text("the target's own, newer build")
     _deb(tmp_path, "libs", {"lib/x86_64-linux-gnu/libkept.so.1": "carried, older",
                             "lib/x86_64-linux-gnu/libnew.so.2": "carried"})
-    _deb(tmp_path, "tool", {"usr/sbin/slurmd": "binary"})
+    _deb(tmp_path, "tool", {"usr/sbin/slurmd-wlm": "binary"})
     proc = subprocess.run(["bash", str(SCRIPT), "install", str(tmp_path / "debs")],
                           env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin",
                                "HPC_GRPO_INSTALL_ROOT": str(root)},
@@ -45,7 +45,8 @@ def test_install_keeps_present_files_and_folds_lib_into_usr(tmp_path: Path) -> N
     lib = root / "usr/lib/x86_64-linux-gnu"
     assert (lib / "libkept.so.1").read_text() == "the target's own, newer build"
     assert (lib / "libnew.so.2").read_text() == "carried"
-    assert (root / "usr/sbin/slurmd").read_text() == "binary"
+    assert (root / "usr/sbin/slurmd").read_text() == "binary"  # Debian's alternative, linked
+    assert (root / "usr/sbin/slurmd").is_symlink()
     assert "installed 2 files" in proc.stderr
 
 
