@@ -1,8 +1,8 @@
 """``hpc-grpo``: a thin Click layer over ``hpc_grpo.api``.
 
-Every user-fixable problem arrives as a UserError and leaves as one line on stderr with exit
-code 2. Heavy modules (rich, submitit, the API itself) load inside commands to keep
-``hpc-grpo --help`` fast on a login node.
+Every user-fixable problem arrives as a UserError and leaves as one line on stderr (one line
+each when several are found in one pass) with exit code 2. Heavy modules (rich, submitit, the
+API itself) load inside commands to keep ``hpc-grpo --help`` fast on a login node.
 """
 
 from __future__ import annotations
@@ -59,14 +59,15 @@ def make_request(kwargs: dict[str, Any]) -> Any:
 
 
 def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """One clear line and exit code 2 for anything the user can fix."""
+    """One clear line per problem and exit code 2 for anything the user can fix."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
         except UserError as exc:
-            click.echo(exc.one_line(), err=True)
+            for line in exc.lines():
+                click.echo(line, err=True)
             sys.exit(2)
 
     return wrapper

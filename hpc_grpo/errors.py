@@ -1,12 +1,13 @@
 """One error type for everything the user can fix: a message, the field it concerns, and a hint.
 
-The CLI turns it into one line on stderr and exit code 2, never a traceback.
+The CLI turns it into one line on stderr (one per problem of a UserErrors) and exit code 2,
+never a traceback.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 
 class UserError(Exception):
@@ -22,6 +23,21 @@ class UserError(Exception):
         where = f"{self.field}: " if self.field else ""
         hint = f" (hint: {self.hint})" if self.hint else ""
         return f"error: {where}{self.message}{hint}"
+
+    def lines(self) -> list[str]:
+        """What the CLI prints: one line per problem."""
+        return [self.one_line()]
+
+
+class UserErrors(UserError):
+    """Several problems found in one pass, so the user fixes them all in one go (one line each)."""
+
+    def __init__(self, problems: Sequence[UserError]) -> None:
+        super().__init__("; ".join(p.one_line().removeprefix("error: ") for p in problems))
+        self.problems = tuple(problems)
+
+    def lines(self) -> list[str]:
+        return [line for problem in self.problems for line in problem.lines()]
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

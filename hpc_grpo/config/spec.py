@@ -1,8 +1,9 @@
 """The job spec: what to train, where, and with which GRPOConfig fields.
 
 A recipe is one flat YAML mapping, as in open-r1 and TRL examples: keys that name job-spec
-fields configure the job, every other key must be a GRPOConfig field of the supported TRL and
-passes through unchanged. Precedence: command-line flags > ``--set`` > recipe > defaults.
+fields configure the job, every other key must be a GRPOConfig field of the supported TRL; its
+value is checked against TRL's type and range (``config/grpo.py``) and then passes through.
+Precedence: command-line flags > ``--set`` > recipe > defaults.
 """
 
 from __future__ import annotations
@@ -10,14 +11,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
+from hpc_grpo.config.grpo import check_values, field_types
 from hpc_grpo.config.strict import from_mapping, load_yaml_text
-from hpc_grpo.errors import UserError, did_you_mean
+from hpc_grpo.errors import UserError, UserErrors, did_you_mean
 
 # GRPOConfig fields that the plan owns: the user sets them through job-spec fields instead.
 PLAN_OWNED = {
@@ -69,11 +69,9 @@ class JobSpec:
 SPEC_FIELDS = frozenset(f.name for f in dataclasses.fields(JobSpec)) - {"grpo"}
 
 
-@lru_cache(maxsize=1)
 def grpo_fields() -> frozenset[str]:
     """GRPOConfig field names of the supported TRL, shipped so the login node needs no trl."""
-    text = (Path(__file__).resolve().parent.parent / "grpo_fields.txt").read_text()
-    return frozenset(line for line in text.splitlines() if line and not line.startswith("#"))
+    return frozenset(field_types())
 
 
 def parse_set(items: Iterable[str]) -> dict[str, Any]:
@@ -90,8 +88,9 @@ def parse_set(items: Iterable[str]) -> dict[str, Any]:
     return out
 
 
-def split_keys(values: Mapping[str, Any], source: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Separate job-spec keys from GRPOConfig keys; anything else is a typo."""
+def split_keys(values: Mapping[str, Any], source: str,
+               problems: list[UserError]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Separate job-spec keys from GRPOConfig keys; anything else is a typo (added to problems)."""
     spec: dict[str, Any] = {}
     grpo: dict[str, Any] = {}
     known = grpo_fields()
@@ -100,40 +99,47 @@ def split_keys(values: Mapping[str, Any], source: str) -> tuple[dict[str, Any], 
         if key in SPEC_FIELDS:
             spec[key] = value
         elif key in PLAN_OWNED:
-            raise UserError(
-                f"'{key}' is set by hpc-grpo", field=f"{source}: {key}", hint=PLAN_OWNED[key]
-            )
+            problems.append(UserError(f"'{key}' is set by hpc-grpo", field=f"{source}: {key}",
+                                      hint=PLAN_OWNED[key]))
         elif key in known:
             grpo[key] = value
         elif key == "grpo" and isinstance(value, dict):
-            nested_spec, nested = split_keys(value, source)
-            if nested_spec:
-                raise UserError(
-                    f"'{next(iter(nested_spec))}' is a job setting, not a GRPOConfig field",
-                    field=f"{source}: grpo",
-                    hint="move it to the top level",
-                )
+            nested_spec, nested = split_keys(value, source, problems)
+            for name in nested_spec:
+                problems.append(UserError(f"'{name}' is a job setting, not a GRPOConfig field",
+                                          field=f"{source}: grpo", hint="move it to the top level"))
             grpo.update(nested)
         else:
-            raise UserError(
+            problems.append(UserError(
                 f"unknown key '{key}': neither a job setting nor a GRPOConfig field",
-                field=source,
-                hint=did_you_mean(key, known | SPEC_FIELDS),
-            )
+                field=source, hint=did_you_mean(key, known | SPEC_FIELDS)))
     return spec, grpo
 
 
 def build_spec(
     recipe: Mapping[str, Any], sets: Mapping[str, Any], flags: Mapping[str, Any]
 ) -> JobSpec:
-    """Merge the three sources with flags winning; flags hold only options the user gave."""
-    recipe_spec, recipe_grpo = split_keys(recipe, "recipe")
-    set_spec, set_grpo = split_keys(sets, "--set")
+    """Merge the three sources with flags winning; flags hold only options the user gave.
+
+    Every unknown key and every bad GRPOConfig value is reported in one UserErrors."""
+    problems: list[UserError] = []
+    recipe_spec, recipe_grpo = split_keys(recipe, "recipe", problems)
+    set_spec, set_grpo = split_keys(sets, "--set", problems)
     merged = {**recipe_spec, **set_spec, **{k: v for k, v in flags.items() if v is not None}}
-    merged["grpo"] = {**recipe_grpo, **set_grpo}
+    sources = {**dict.fromkeys(recipe_grpo, "recipe"), **dict.fromkeys(set_grpo, "--set")}
+    merged["grpo"], bad_values = check_values({**recipe_grpo, **set_grpo}, sources)
+    problems += bad_values
+    spec = None
     if "model" not in merged:
-        raise UserError("no model given", field="model", hint="pass --model or set model: in the recipe")
-    spec = from_mapping(JobSpec, merged, "")
-    if spec.nodes < 1:
-        raise UserError(f"nodes must be at least 1, got {spec.nodes}", field="nodes")
+        problems.append(UserError("no model given", field="model",
+                                  hint="pass --model or set model: in the recipe"))
+    else:
+        try:
+            spec = from_mapping(JobSpec, merged, "")
+        except UserError as err:
+            problems.append(err)
+    if spec is not None and spec.nodes < 1:
+        problems.append(UserError(f"nodes must be at least 1, got {spec.nodes}", field="nodes"))
+    if spec is None or problems:
+        raise UserErrors(problems) if len(problems) > 1 else problems[0]
     return spec

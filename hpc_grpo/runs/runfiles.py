@@ -29,6 +29,8 @@ class Progress:
     tokens_per_s: float | None = None
     checkpoint_step: int | None = None
     checkpoint_time: float | None = None
+    cause: str = ""  # state.json stop_cause: why the last attempt stopped or failed
+    message: str = ""  # state.json message: what failed (the exception line for a bad config)
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,14 @@ def _number(source: str, data: dict[str, Any], key: str, problems: list[str]) ->
     return float(value)
 
 
+def _text(source: str, data: dict[str, Any], key: str, problems: list[str]) -> str:
+    value = data.get(key)
+    if value is None or isinstance(value, str):
+        return value or ""
+    problems.append(f"{source}: {key} is {json.dumps(value)[:40]}, not text")
+    return ""
+
+
 def _whole(value: float | None) -> int | None:
     return None if value is None else int(value)
 
@@ -135,14 +145,18 @@ def _progress(record: dict[str, Any], state: dict[str, Any], metrics: dict[str, 
     step = _number("metrics.jsonl", metrics, "step", problems)
     state_step = _number("state.json", state, "step", problems)
     step = state_step if step is None else step
-    max_steps = _number("state.json", state, "max_steps", problems) \
-        or _number("run.json", config, "max_steps", problems)
+    # TRL's -1 (train by epochs) is no total: the trainer's own count arrives with the first step
+    max_steps = next((n for n in (_number("state.json", state, "max_steps", problems),
+                                  _number("run.json", config, "max_steps", problems))
+                      if n is not None and n > 0), None)
     return Progress(
         phase=phase, step=int(step or 0), max_steps=int(max_steps or 0),
         reward=_number("metrics.jsonl", metrics, "reward_mean", problems),
         tokens_per_s=_number("metrics.jsonl", metrics, "tokens_per_s", problems),
         checkpoint_step=_whole(_number("state.json", state, "last_checkpoint_step", problems)),
         checkpoint_time=_number("state.json", state, "last_checkpoint_time", problems),
+        cause=_text("state.json", state, "stop_cause", problems),
+        message=_text("state.json", state, "message", problems),
     )
 
 

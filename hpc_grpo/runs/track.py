@@ -45,6 +45,8 @@ class RunStatus:
     cluster: str = ""
     source: str = "slurm"  # "slurm", "local", or "run directory" where Slurm cannot speak for it
     note: str = ""  # why the state came from the run directory, or what is wrong in it
+    cause: str = ""  # why the last attempt stopped or failed ("configuration error", "preempted")
+    message: str = ""  # what failed, as the ranks or the node task recorded it
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -64,6 +66,7 @@ def _row(files: RunFiles, view: JobView) -> RunStatus:
                                               "steps_lost", "time")} for r in files.restarts),
         cluster=identity.cluster if identity else "", source=view.source,
         note="; ".join([*files.problems, *([view.note] if view.note else [])]),
+        cause=progress.cause, message=progress.message,
     )
 
 

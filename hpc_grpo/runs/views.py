@@ -28,9 +28,11 @@ def _requeue_causes(row: track.RunStatus) -> str:
 
 
 def _notes(row: track.RunStatus) -> list[str]:
-    """What does not fit a column: a state on its way back, restarts, where the state came from
-    and what is wrong in the run directory. One line each, under the table."""
+    """What does not fit a column: why a run failed, a state on its way back, restarts, where
+    the state came from and what is wrong in the run directory. One line each, under the table."""
     notes = []
+    if row.phase == "failed":  # e.g. "failed: configuration error: ValueError: ..."
+        notes.append(": ".join(["failed", *(t for t in (row.cause, row.message) if t)]))
     if row.state in ("PREEMPTED", "REQUEUED", "COMPLETING"):  # not finished: say so
         notes.append(f"{row.state} (not done): {row.meaning}")
     if row.restarts:

@@ -29,6 +29,7 @@ GRPO_CONFIG_JSON = "grpo_config.json"
 JOBS_JSONL = "jobs.jsonl"
 RESTARTS_JSONL = "restarts.jsonl"  # one line per resumed attempt: cause, steps lost, resume step
 RETRIES_JSONL = "retries.jsonl"  # one line per automatic requeue after a crash
+SETUP_ERRORS = "setup-errors"  # rank-<N>.json: what each rank raised before the first step
 LOGS = "logs"
 SUBMITIT = "submitit"
 
@@ -47,6 +48,9 @@ DEFAULT_VLLM_GPU_MEMORY_UTILIZATION = 0.3  # TRL's own default
 
 PHASES = ("starting", "training", "interrupted", "done", "failed")
 CLEAN_END = ("done", "interrupted")
+# state.json stop_cause when every rank raised the same error before the first step: a bad
+# value or input, which a retry would only repeat.
+CONFIGURATION_ERROR = "configuration error"
 
 
 class ContractError(ValueError):

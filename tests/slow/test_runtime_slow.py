@@ -211,3 +211,29 @@ def test_wrong_rank_table_fails_before_training(tiny_model: Path, tmp_path: Path
     assert st["phase"] == "failed"
     assert "rank 1: run.json has vllm_seed=5, rank computes 1" in st["message"]
     assert not (run_dir / "metrics.jsonl").exists()
+
+
+def test_a_value_trl_refuses_on_every_rank_is_a_configuration_error(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """Issue #13: a GRPOConfig value only TRL's __post_init__ refuses (the login node checks
+    types and ranges, not TRL's cross-field rules) fails both ranks alike before the first step:
+    recorded as a configuration error with its exception line, in seconds (no peer wait)."""
+    run_dir = tmp_path / "config-error"
+    run = write_run(run_dir, tiny_model)
+    run["grpo_config"]["log_completions_hub_repo"] = "someone/completions"
+    (run_dir / "run.json").write_text(json.dumps(run))
+    started = time.monotonic()
+    proc = run_node(run_dir, timeout=120)
+    took = time.monotonic() - started
+    assert proc.returncode != 0
+    st = state(run_dir)
+    assert (st["phase"], st["stop_cause"]) == ("failed", "configuration error"), st
+    assert st["message"].startswith("ValueError: log_completions_hub_repo is set, but "
+                                    "log_completions is False")
+    records = [json.loads(p.read_text()) for p in sorted((run_dir / "setup-errors").iterdir())]
+    assert [(r["rank"], r["line"], r["configuration"]) for r in records] == [
+        (rank, st["message"], True) for rank in (0, 1)]
+    assert took < 50, took  # rank 0 decided when both had reported, not after its 60 s wait
+    assert "configuration error, not retried" in (run_dir / "logs" / "rank-1.log").read_text()
+    assert not (run_dir / "metrics.jsonl").exists()

@@ -123,3 +123,46 @@ def test_time_over_site_maximum(tmp_path: Path, fake_slurm: Path) -> None:
     code, err, root = run(tmp_path, "--site", "sandbox", "--model", "builtin:tiny",
                           "--time", "10:00:00")
     assert_refused(code, err, root, fake_slurm, "time", "maximum")
+
+
+@pytest.mark.parametrize(("setting", "words"), [
+    ("max_steps=abc", ("--set: max_steps", "expected int, got str 'abc'")),  # issue #13
+    ("max_steps=0", ("max_steps", "positive number of steps, or -1")),
+    ("learning_rate=0", ("learning_rate", "must be greater than 0")),
+    ("num_generations=1", ("num_generations", "at least 2")),
+    ("loss_type=drgrpo", ("loss_type", "not one of TRL's values", "did you mean 'dr_grpo'")),
+    ("max_completion_length=null", ("max_completion_length", "must be a number")),
+])
+def test_bad_grpo_value(tmp_path: Path, fake_slurm: Path, setting: str, words: tuple[str, ...]) -> None:
+    code, err, root = run(tmp_path, "--site", "sandbox", "--model", "builtin:tiny", "--set", setting)
+    assert_refused(code, err, root, fake_slurm, *words)
+
+
+def test_every_bad_grpo_value_is_listed_at_once(tmp_path: Path, fake_slurm: Path) -> None:
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model: builtin:tiny\nper_device_train_batch_size: 0\nloss_type: drgrpo\n"
+                      "max_steps: 5\n")
+    code, err, root = run(tmp_path, "--site", "sandbox", "--recipe", str(recipe),
+                          "--set", "max_steps=abc", "--set", "learning_rate=0",
+                          "--set", "temperature=hot", "--set", "num_generation=4")
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    expected = ["recipe: per_device_train_batch_size: must be at least 1, got 0",
+                "recipe: loss_type: 'drgrpo'", "--set: max_steps: expected int, got str 'abc'",
+                "--set: learning_rate: must be greater than 0", "--set: temperature: expected float",
+                "--set: unknown key 'num_generation'"]
+    assert len(lines) == len(expected), err
+    assert all(line.startswith("error: ") for line in lines)
+    for words in expected:
+        assert sum(words in line for line in lines) == 1, (words, err)
+    assert not fake_slurm.exists() or "sbatch" not in fake_slurm.read_text()
+    assert not root.exists() or not any(root.iterdir())
+
+
+def test_trl_spelling_of_train_by_epochs_is_accepted(tmp_path: Path) -> None:
+    """open-r1 recipes write max_steps: -1; render shows the script, nothing is created."""
+    result = CliRunner().invoke(main, ["render", "--site", "sandbox", "--model", "builtin:tiny",
+                                       "--output-root", str(tmp_path / "runs"),
+                                       "--set", "max_steps=-1"])
+    assert result.exit_code == 0, result.stderr
+    assert not (tmp_path / "runs").exists()

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -99,8 +101,18 @@ def test_parse_set_values() -> None:
         parse_set(["novalue"])
 
 
+def _field_script() -> ModuleType:
+    path = Path(__file__).resolve().parents[2] / "scripts" / "update_grpo_fields.py"
+    spec = importlib.util.spec_from_file_location("update_grpo_fields", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_shipped_grpo_fields_match_installed_trl() -> None:
-    """The login node validates against a shipped list; it must equal the runtime's TRL."""
+    """The login node checks names, kinds and allowed values against a shipped list; it must
+    be what the script writes from the runtime's TRL, byte for byte."""
     import dataclasses
 
     trl = pytest.importorskip("trl")
@@ -109,6 +121,21 @@ def test_shipped_grpo_fields_match_installed_trl() -> None:
     assert trl.__version__.startswith("1.16")
     assert grpo_fields() == {f.name for f in dataclasses.fields(GRPOConfig)}, (
         "run: python scripts/update_grpo_fields.py")
+    shipped = (Path(__file__).resolve().parents[2] / "hpc_grpo" / "grpo_fields.txt").read_text()
+    assert shipped == _field_script().render(), "run: python scripts/update_grpo_fields.py"
+
+
+def test_choices_from_help_text_are_still_in_it() -> None:
+    """Allowed values TRL states only in prose are kept by hand: each must still be there."""
+    import dataclasses
+
+    pytest.importorskip("trl")
+    from trl import GRPOConfig
+
+    helps = {f.name: f.metadata.get("help", "") for f in dataclasses.fields(GRPOConfig)}
+    for name, values in _field_script().HELP_CHOICES.items():
+        for value in values:
+            assert value in helps[name], f"{name}: TRL's help no longer names {value!r}"
 
 
 def test_scientific_notation_is_a_float(tmp_path: Path) -> None:

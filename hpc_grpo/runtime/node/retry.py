@@ -3,7 +3,8 @@
 A signalled stop (preemption, time limit, a user's USR2) checkpoints and is requeued by
 submitit. A crash (a node's processes killed, a node lost) is requeued here, from the newest
 complete checkpoint, a bounded number of times: retrying forever on a deterministic crash is a
-bug, so two failures at the same checkpoint end the run.
+bug, so two failures at the same checkpoint end the run, and a configuration error (every rank
+raised the same error before the first step) is never retried.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from hpc_grpo.runtime.contract import CONFIGURATION_ERROR
 
 RESTARTS = "restarts.jsonl"  # one line per resumed attempt: cause, steps lost, resume step
 RETRIES = "retries.jsonl"  # one line per automatic requeue after a crash
@@ -33,9 +36,21 @@ class RetryDecision:
     reason: str
 
 
+def configuration_error(state: Mapping[str, Any], attempt: str) -> str:
+    """The exception line when this attempt's ranks all failed alike before the first step
+    (rank 0 records it: runtime/rank/setup_failure.py), else ""."""
+    if state.get("attempt") != attempt or state.get("phase") != "failed" \
+            or state.get("stop_cause") != CONFIGURATION_ERROR:
+        return ""
+    return str(state.get("message") or "every rank failed alike before the first step")
+
+
 def decide_retry(earlier: Sequence[Mapping[str, Any]], checkpoint_step: int,
-                 max_retries: int) -> RetryDecision:
-    """Requeue after a crash unless retries are spent or the run makes no progress."""
+                 max_retries: int, config_error: str = "") -> RetryDecision:
+    """Requeue after a crash unless it is a configuration error, retries are spent or the run
+    makes no progress."""
+    if config_error:
+        return RetryDecision(False, f"{CONFIGURATION_ERROR}, not retried: {config_error}")
     if len(earlier) >= max_retries:
         return RetryDecision(False, f"{len(earlier)} automatic retries spent (max {max_retries})")
     same = sum(1 for e in earlier if int(e.get("checkpoint_step", -1)) == checkpoint_step)

@@ -200,6 +200,11 @@ def exit_code(torchrun_rc: int, state: Mapping[str, Any], attempt: str) -> int:
     return torchrun_rc
 
 
+class RunFailed(RuntimeError):
+    """The run ended failed and is not requeued. Raised, not returned: submitit reports any
+    returned value as success, so Slurm recorded such a job COMPLETED 0:0 (issue #13)."""
+
+
 class NodeTask:
     """Run this node's share of a run; picklable (holds only the run directory and a flag).
 
@@ -256,8 +261,9 @@ class NodeTask:
                 signal.signal(sig, handler)
         state = rundir.read_state(self.run_dir)
         code = exit_code(rc, state, attempt)
+        failed = ""
         if os.environ.get("SLURM_NODEID", "0") == "0":
-            self._after_exit(run, code, state)
+            failed = self._after_exit(run, code, state, attempt)
         print(
             f"[node] torchrun exited {rc} after {time.time() - started:.1f} s; node task returns {code}",
             flush=True,
@@ -268,31 +274,38 @@ class NodeTask:
                 handler = previous.get(signal.Signals(signum))
                 if callable(handler):
                     handler(signum, None)  # submitit's may requeue and exit here
+        if failed:
+            raise RunFailed(failed)
         return code
 
-    def _after_exit(self, run: RunRecord, code: int, state: Mapping[str, Any]) -> None:
-        """Rank-0 node: name the cause of a signalled stop; requeue a crash while retries last."""
+    def _after_exit(self, run: RunRecord, code: int, state: Mapping[str, Any],
+                    attempt: str) -> str:
+        """Rank-0 node: name the cause of a signalled stop; requeue a crash while retries last.
+        Returns why the run ended failed under Slurm, "" when it did not (or was requeued)."""
         names = [signal.Signals(s).name for s in dict.fromkeys(self._received)]
         if names and state.get("phase") == "interrupted":
             left = seconds_left(os.environ, run, self._started_at)
             cause = retry.stop_cause(names, left, float(run.signal_lead_s))
             rundir.update_state(self.run_dir, stop_cause=cause)
-            return
+            return ""
         job = os.environ.get("SLURM_JOB_ID")
         if code == 0 or names or not job or state.get("phase") == "done":
-            return
+            return ""
         path = Path(self.run_dir) / contract.RETRIES_JSONL
         earlier = rundir.read_jsonl(path)
         step = int(state.get("last_checkpoint_step") or 0)
-        decision = retry.decide_retry(earlier, step, run.max_requeues)
+        config_error = retry.configuration_error(state, attempt)
+        decision = retry.decide_retry(earlier, step, run.max_requeues, config_error)
         print(f"[node] training failed (exit {code}): {decision.reason}", flush=True)
         if not decision.requeue:
-            rundir.update_state(self.run_dir, phase="failed", message=decision.reason)
-            return
+            if not config_error:  # a configuration error's state already holds its line
+                rundir.update_state(self.run_dir, phase="failed", message=decision.reason)
+            return decision.reason
         rundir.append_jsonl(path, {"time": time.time(), "checkpoint_step": step, "exit_code": code,
                                    "job_id": job})
         rundir.update_state(self.run_dir, stop_cause="node failure")
         subprocess.run(["scontrol", "requeue", job], check=False)
+        return ""
 
     def checkpoint(self) -> Any:
         """submitit's requeue hook (its USR2 handler calls it on the rank-0 node task): resubmit

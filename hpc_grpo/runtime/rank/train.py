@@ -2,7 +2,9 @@
 
 Order matters: signal handlers first (a stop during start-up is not lost), then the process
 group and the rank checks (a bad layout fails before the model loads), then resume selection,
-then TRL. Rank 0 is the only writer of state.json, metrics.jsonl and summary.json.
+then TRL. Rank 0 is the only writer of state.json, metrics.jsonl and summary.json. An error
+before the first step that every rank raises alike is a configuration error (setup_failure.py):
+recorded as such, and the node task does not retry it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -163,22 +166,32 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
     return trainer, stop
 
 
-def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
-    """Check, resume, train, and record how it ended; returns the process exit code."""
-    import torch.distributed as dist
+@dataclass(frozen=True)
+class Ready:
+    """What the first step needs: the trainer, its stop callback, its arguments, the resume."""
 
+    trainer: Any
+    stop: Any
+    args: Any
+    resume: Path | None
+
+
+class SetupFailed(Exception):
+    """This rank raised before the first step; ``configuration`` is the exception line when
+    every rank raised it alike (rank 0 has recorded it), else ""."""
+
+    def __init__(self, line: str, configuration: str) -> None:
+        super().__init__(line)
+        self.configuration = configuration
+
+
+def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: int,
+             previous: dict[str, Any], attempt: str) -> Ready | None:
+    """Arguments, rank checks, inputs, resume and the trainer; None when the newest checkpoint
+    is already at max_steps (rank 0 has recorded the run as done)."""
     from hpc_grpo.runtime.rank import epoch_order, generation_record, placement
 
-    device = _setup_distributed(run)
-    rank = dist.get_rank()
-    lead = rank == 0  # the single writer of state.json, metrics.jsonl and summary.json
-    attempt = os.environ.get("HPC_GRPO_ATTEMPT", f"rank0-pid-{os.getpid()}")
-    previous = rundir.read_state(run_dir) if lead else {}
-    if lead:
-        if rundir.consume_stale_stop_request(run_dir, started):
-            print("[train] moved a stop-request left by an earlier attempt", flush=True)
-        rundir.update_state(run_dir, phase="starting", attempt=attempt, max_steps=run.max_steps,
-                            started=started, message="", stop_reason=None)
+    lead = rank == 0
     args, notes = _grpo_args(run, run_dir, rank)
     device_id, problems = _device_problems(run, args, device)
     placement.run_rank_checks(run, run_dir, device_id=device_id, extra=problems)
@@ -193,12 +206,43 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
         print(f"[train] {resume} is already at max_steps {args.max_steps}: done", flush=True)
         if lead:
             _finish(run_dir, run, step=resume_step, max_steps=args.max_steps)
-        return 0
+        return None
 
     trainer, stop = _trainer(run, run_dir, args, inputs, flag, device)
     epoch_order.install(trainer)  # each epoch's data order as an uninterrupted run has it
     seed = rank_row(rank, run.procs_per_node, run.vllm.tensor_parallel_size).vllm_seed
     generation_record.install(trainer, run_dir, rank, seed=seed)
+    return Ready(trainer, stop, args, resume)
+
+
+def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
+    """Check, resume, train, and record how it ended; returns the process exit code."""
+    import torch.distributed as dist
+
+    from hpc_grpo.runtime.rank import setup_failure
+
+    device = _setup_distributed(run)
+    rank = dist.get_rank()
+    lead = rank == 0  # the single writer of state.json, metrics.jsonl and summary.json
+    attempt = os.environ.get("HPC_GRPO_ATTEMPT", f"rank0-pid-{os.getpid()}")
+    previous = rundir.read_state(run_dir) if lead else {}
+    if lead:
+        if rundir.consume_stale_stop_request(run_dir, started):
+            print("[train] moved a stop-request left by an earlier attempt", flush=True)
+        rundir.update_state(run_dir, phase="starting", attempt=attempt, max_steps=run.max_steps,
+                            started=started, message="", stop_reason=None, stop_cause=None)
+    try:
+        ready = _prepare(run, run_dir, flag, device, rank, previous, attempt)
+    except RuntimeCheckError:
+        raise  # every rank saw the same gathered problems already
+    except Exception as exc:  # no step yet: did every rank fail alike? (setup_failure.py)
+        traceback.print_exc()
+        agreed = setup_failure.settle(run_dir, attempt, rank, run.world_size, exc)
+        raise SetupFailed(setup_failure.exception_line(exc), agreed) from exc
+    if ready is None:
+        return 0
+
+    trainer, stop, args, resume = ready.trainer, ready.stop, ready.args, ready.resume
     if lead:
         rundir.update_state(run_dir, phase="training", max_steps=args.max_steps)
     print(f"[train] training from {resume or 'scratch'} to step {args.max_steps}", flush=True)
@@ -246,6 +290,10 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeCheckError as exc:
         print(f"[train] {exc}", flush=True)
         _shutdown()  # every rank saw the same gathered problems and raised the same error
+        return 1
+    except SetupFailed as exc:  # rank 0 recorded it; no barrier: a peer may be stuck elsewhere
+        kind = "configuration error, not retried" if exc.configuration else "failed before step 1"
+        print(f"[train] {kind}: {exc}", flush=True)
         return 1
     except Exception as exc:
         traceback.print_exc()

@@ -1,0 +1,182 @@
+"""GRPOConfig values from a recipe or ``--set``, checked on the login node against TRL's own types.
+
+A bad value found by TRL on the nodes costs a queue wait and then fails every rank; the same
+value found here costs seconds. Kinds and allowed strings come from the shipped field list
+(``grpo_fields.txt``, written by ``scripts/update_grpo_fields.py`` from the TRL the runtime pins);
+ranges are the ones TRL documents or that only make sense one way. Cross-field rules of TRL's
+``__post_init__`` are left to the nodes, where a violation is a configuration error, not retried.
+Pure: values in, (values, problems) out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from hpc_grpo.errors import UserError, did_you_mean
+
+FIELDS_FILE = Path(__file__).resolve().parent.parent / "grpo_fields.txt"
+
+
+@dataclass(frozen=True)
+class FieldType:
+    """What one GRPOConfig field accepts: kinds (int, float, bool, str, list[...], dict, any,
+    none) and, for strings, the values TRL allows (empty: any string)."""
+
+    kinds: tuple[str, ...]
+    choices: tuple[str, ...] = ()
+
+
+@lru_cache(maxsize=1)
+def field_types() -> dict[str, FieldType]:
+    """The shipped field list: ``name kinds [choices]`` per line."""
+    out = {}
+    for line in FIELDS_FILE.read_text().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, kinds, *rest = line.split(" ")
+        out[name] = FieldType(tuple(kinds.split("|")), tuple(rest[0].split(",")) if rest else ())
+    return out
+
+
+@dataclass(frozen=True)
+class Range:
+    """A number's allowed range, with the words the error uses."""
+
+    ok: Callable[[float], bool]
+    text: str
+
+
+def _at_least(low: int) -> Range:
+    return Range(lambda v: v >= low, f"at least {low}")
+
+
+_POSITIVE = Range(lambda v: v > 0, "greater than 0")
+_NOT_NEGATIVE = Range(lambda v: v >= 0, "0 or more")
+_UNIT = Range(lambda v: 0 <= v <= 1, "between 0 and 1")
+_BELOW_ONE = Range(lambda v: 0 <= v < 1, "at least 0 and below 1")
+
+RANGES: dict[str, Range] = {
+    # TRL's -1 (the default) means "train num_train_epochs epochs"; 0 and below trains nothing
+    "max_steps": Range(lambda v: v == -1 or v >= 1,
+                       "a positive number of steps, or -1 to train num_train_epochs epochs"),
+    "num_generations": Range(lambda v: v >= 2, "at least 2 (GRPO compares completions of one "
+                             "prompt)"),
+    "num_train_epochs": _POSITIVE,
+    "learning_rate": _POSITIVE,
+    "temperature": _POSITIVE,
+    "repetition_penalty": _POSITIVE,
+    "adam_epsilon": _POSITIVE,
+    "save_steps": _POSITIVE,  # below 1: a fraction of the run
+    "logging_steps": _POSITIVE,
+    "eval_steps": _POSITIVE,
+    "top_p": Range(lambda v: 0 < v <= 1, "greater than 0 and at most 1"),
+    "min_p": _UNIT,
+    "top_entropy_quantile": _UNIT,
+    "ref_model_mixup_alpha": _UNIT,
+    "adam_beta1": _BELOW_ONE,
+    "adam_beta2": _BELOW_ONE,
+    "label_smoothing_factor": _BELOW_ONE,
+    "beta": _NOT_NEGATIVE,
+    "epsilon": _NOT_NEGATIVE,
+    "epsilon_high": _NOT_NEGATIVE,
+    "weight_decay": _NOT_NEGATIVE,
+    "max_grad_norm": _NOT_NEGATIVE,
+    "warmup_steps": _NOT_NEGATIVE,
+    "entropy_coef": _NOT_NEGATIVE,
+    "top_k": _NOT_NEGATIVE,  # 0: no top-k filtering
+    "dataloader_num_workers": _NOT_NEGATIVE,
+    **{name: _at_least(1) for name in (
+        "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
+        "num_generations_eval", "generation_batch_size", "steps_per_generation", "num_iterations",
+        "max_completion_length", "save_total_limit", "ref_model_sync_steps",
+        "torch_empty_cache_steps", "eval_accumulation_steps", "ddp_timeout")},
+}
+# Fields the plan computes with (batch rules, vLLM context): TRL's null would leave it guessing.
+PLAN_NEEDS = ("num_generations", "max_completion_length")
+
+_WORDS = {"none": "null", "dict": "a mapping", "any": "anything"}
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _scalar(value: Any, kind: str) -> Any:
+    """``value`` as ``kind`` where that loses nothing, else _Mismatch."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if kind == "any":
+        return value
+    if kind == "none" and value is None:
+        return None
+    if kind == "bool" and isinstance(value, bool):
+        return value
+    if kind == "int" and number and float(value).is_integer():
+        return int(value)
+    if kind == "float" and number:
+        return float(value)
+    if kind == "str" and isinstance(value, str):
+        return value
+    if kind == "dict" and isinstance(value, dict):
+        return value
+    if kind.startswith("list") and isinstance(value, list | tuple):
+        element = kind[5:-1]
+        return [_scalar(v, element) for v in value] if element else list(value)
+    raise _Mismatch
+
+
+def _coerce(value: Any, kinds: tuple[str, ...]) -> Any:
+    for kind in kinds:
+        try:
+            return _scalar(value, kind)
+        except _Mismatch:
+            continue
+    plain = isinstance(value, int | float) and not isinstance(value, bool)
+    if plain and set(kinds) <= {"str", "none"}:  # a name YAML read as a number (run_name: 2024)
+        return str(value)
+    raise _Mismatch
+
+
+def _expected(kinds: tuple[str, ...]) -> str:
+    return " or ".join(_WORDS.get(k, k.replace("list[", "a list of ").rstrip("]")) for k in kinds)
+
+
+def check_value(name: str, value: Any, field: FieldType) -> tuple[Any, str, str]:
+    """(the value as TRL takes it, problem, hint); the problem is "" when the value is fine."""
+    try:
+        out = _coerce(value, field.kinds)
+    except _Mismatch:
+        shown = f"{type(value).__name__} {value!r}" if value is not None else "null"
+        return value, f"expected {_expected(field.kinds)}, got {shown}", ""
+    if out is None and name in PLAN_NEEDS:
+        return value, "must be a number: the plan sizes batches and vLLM's context from it", ""
+    if isinstance(out, str) and field.choices and out not in field.choices:
+        return value, f"{out!r} is not one of TRL's values", did_you_mean(out, field.choices)
+    rule = RANGES.get(name)
+    if rule is not None and isinstance(out, int | float) and not isinstance(out, bool) \
+            and not rule.ok(out):
+        return value, f"must be {rule.text}, got {out!r}", ""
+    return out, "", ""
+
+
+def check_values(values: Mapping[str, Any],
+                 sources: Mapping[str, str]) -> tuple[dict[str, Any], list[UserError]]:
+    """Every known field's value checked; all problems, one UserError each (``sources`` names
+    where a key came from: recipe or --set). Unknown keys are split_keys' business."""
+    types = field_types()
+    out: dict[str, Any] = {}
+    problems: list[UserError] = []
+    for name, value in values.items():
+        field = types.get(name)
+        if field is None:
+            out[name] = value
+            continue
+        checked, problem, hint = check_value(name, value, field)
+        out[name] = checked
+        if problem:
+            problems.append(UserError(problem, field=f"{sources.get(name, 'recipe')}: {name}",
+                                      hint=hint))
+    return out, problems

@@ -1,0 +1,105 @@
+"""Did every rank fail the same way before the first step? Then it is a configuration error.
+
+A value TRL refuses (GRPOConfig's ``__post_init__``, GRPOTrainer's checks), a reward that does
+not import, a dataset without its column: every rank raises the same line, and a retry would
+only raise it again. One rank failing (a bad GPU, a node's full disk) is not one, and is
+retried as before. The ranks compare notes through the shared run directory, never through a
+collective: a rank that failed cannot join one that its peers are blocked in, and a healthy
+run never waits for this. Each failing rank writes ``setup-errors/rank-<N>.json`` and stays
+alive until rank 0 has decided (so no early exit makes torchrun kill a peer before it reaches
+the same error); rank 0 waits for every rank's record, decides with ``common_error`` and writes
+state.json, which releases the others. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hpc_grpo.runtime import contract, rundir
+
+WAIT_S = 60.0  # how long rank 0 waits for its peers' records: the skew between ranks at setup
+POLL_S = 0.5
+
+
+def exception_line(exc: BaseException) -> str:
+    """``Type: first line of the message``: what status shows and what ranks compare."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def looks_like_configuration(exc: BaseException) -> bool:
+    """A ValueError or TypeError: what TRL, transformers and our input checks raise for bad
+    values. An OSError (a hub or file system failing) or a RuntimeError (CUDA, NCCL, out of
+    memory) may pass on another try, so it never counts."""
+    return isinstance(exc, ValueError | TypeError) and not isinstance(exc, OSError)
+
+
+def common_error(records: Sequence[Mapping[str, Any]], world_size: int, attempt: str) -> str:
+    """The exception line when every rank of ``attempt`` recorded the same configuration-like
+    error, else "" (some rank missing, another line, or an error a retry may cure)."""
+    mine = {r.get("rank"): r for r in records if r.get("attempt") == attempt}
+    if set(mine) != set(range(world_size)):
+        return ""
+    lines = {str(r.get("line")) for r in mine.values()}
+    if len(lines) != 1 or not all(r.get("configuration") is True for r in mine.values()):
+        return ""
+    return lines.pop()
+
+
+def record(run_dir: Path, attempt: str, rank: int, exc: BaseException) -> dict[str, Any]:
+    entry = {"attempt": attempt, "rank": rank, "line": exception_line(exc),
+             "configuration": looks_like_configuration(exc), "time": time.time()}
+    rundir.write_json_atomic(run_dir / contract.SETUP_ERRORS / f"rank-{rank}.json", entry)
+    return entry
+
+
+def records(run_dir: Path, attempt: str) -> list[dict[str, Any]]:
+    """This attempt's records (an earlier attempt's files are overwritten rank by rank)."""
+    folder = run_dir / contract.SETUP_ERRORS
+    try:
+        names = sorted(e.name for e in os.scandir(folder) if e.name.startswith("rank-"))
+    except FileNotFoundError:
+        return []
+    found = [rundir.read_json(folder / name) for name in names]
+    return [r for r in found if isinstance(r, dict) and r.get("attempt") == attempt]
+
+
+def _wait(done: Callable[[], bool], timeout_s: float, poll_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+    return True
+
+
+def settle(run_dir: Path, attempt: str, rank: int, world_size: int, exc: BaseException,
+           wait_s: float = WAIT_S, poll_s: float = POLL_S) -> str:
+    """Record this rank's error and wait for the verdict; returns the configuration error's
+    line ("" when it is not one). Rank 0 writes it to state.json: phase failed, the line as
+    message, stop_cause CONFIGURATION_ERROR where every rank agreed."""
+    mine = record(run_dir, attempt, rank, exc)
+    if rank != 0:  # released by rank 0's state.json, or by the clock if rank 0 never failed
+        def decided() -> bool:
+            state = rundir.read_state(run_dir)
+            return state.get("attempt") == attempt and state.get("phase") == "failed"
+
+        _wait(decided, wait_s + 10 * poll_s, poll_s)
+        state = rundir.read_state(run_dir)
+        agreed = state.get("stop_cause") == contract.CONFIGURATION_ERROR and decided()
+        return str(state.get("message") or "") if agreed else ""
+    found: list[dict[str, Any]] = [mine]
+
+    def everyone() -> bool:
+        found[:] = records(run_dir, attempt)
+        return len({r.get("rank") for r in found}) >= world_size
+
+    _wait(everyone, wait_s, poll_s)
+    line = common_error(found, world_size, attempt)
+    rundir.update_state(run_dir, phase="failed", message=line or mine["line"],
+                        stop_cause=contract.CONFIGURATION_ERROR if line else None)
+    return line

@@ -1,0 +1,164 @@
+"""An error every rank raises alike before the first step is a configuration error: recorded as
+such, never retried, and the job ends failed (issue #13). The decisions are pure; the file
+exchange and the node task are tested with stand-ins for the ranks and for torchrun."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpc_grpo.runtime import rundir
+from hpc_grpo.runtime.contract import CONFIGURATION_ERROR, RETRIES_JSONL, RunRecord
+from hpc_grpo.runtime.node import retry
+from hpc_grpo.runtime.node import task as node
+from hpc_grpo.runtime.rank import setup_failure
+from hpc_grpo.runtime.rank.setup_failure import common_error, exception_line, settle
+
+LINE = "ValueError: log_completions_hub_repo is set, but log_completions is False."
+
+
+def rec(rank: int, line: str = LINE, attempt: str = "a", configuration: bool = True) -> dict[str, Any]:
+    return {"attempt": attempt, "rank": rank, "line": line, "configuration": configuration}
+
+
+# -- which failures are configuration errors (pure) ------------------------------------------
+
+def test_every_rank_alike_is_a_configuration_error() -> None:
+    assert common_error([rec(r) for r in range(4)], 4, "a") == LINE
+
+
+@pytest.mark.parametrize(("records", "why"), [
+    ([rec(0), rec(1), rec(2)], "rank 3 never failed (stuck, or failed later)"),
+    ([rec(0), rec(1), rec(2), rec(3, "ValueError: other")], "one rank raised something else"),
+    ([rec(0), rec(1), rec(2), rec(3, configuration=False)], "an error a retry may cure"),
+    ([rec(0), rec(1), rec(2), rec(3, attempt="earlier")], "rank 3's record is an earlier attempt's"),
+    ([rec(0), rec(1), rec(2), rec(7)], "a rank outside the world"),
+])
+def test_anything_less_is_not(records: list[dict[str, Any]], why: str) -> None:
+    assert common_error(records, 4, "a") == "", why
+
+
+def test_which_exceptions_can_be_configuration_errors() -> None:
+    assert setup_failure.looks_like_configuration(ValueError("x"))
+    assert setup_failure.looks_like_configuration(TypeError("'>' not supported"))
+    assert not setup_failure.looks_like_configuration(RuntimeError("CUDA out of memory"))
+    assert not setup_failure.looks_like_configuration(OSError("hub unreachable"))
+    assert exception_line(ValueError("first\nsecond")) == "ValueError: first"
+    assert exception_line(KeyError()) == "KeyError"
+
+
+def test_retry_decision_never_retries_a_configuration_error() -> None:
+    state = {"attempt": "slurm-7.0", "phase": "failed", "stop_cause": CONFIGURATION_ERROR,
+             "message": LINE}
+    assert retry.configuration_error(state, "slurm-7.0") == LINE
+    assert retry.configuration_error(state, "slurm-7.1") == ""  # another attempt's verdict
+    assert retry.configuration_error({**state, "stop_cause": "node failure"}, "slurm-7.0") == ""
+    assert retry.configuration_error({**state, "phase": "training"}, "slurm-7.0") == ""
+    decision = retry.decide_retry([], 0, 3, LINE)  # first failure, retries left: still no
+    assert not decision.requeue
+    assert decision.reason == f"configuration error, not retried: {LINE}"
+    assert retry.decide_retry([], 0, 3).requeue  # the same crash without the verdict
+
+
+# -- the ranks compare notes through the run directory ---------------------------------------
+
+def test_rank0_records_the_verdict_once_every_rank_reported(tmp_path: Path) -> None:
+    setup_failure.record(tmp_path, "a", 1, ValueError(LINE.split(": ", 1)[1]))
+    setup_failure.record(tmp_path, "old", 2, ValueError("an earlier attempt"))
+    assert settle(tmp_path, "a", 0, 2, ValueError(LINE.split(": ", 1)[1]), wait_s=5) == LINE
+    state = rundir.read_state(tmp_path)
+    assert (state["phase"], state["stop_cause"], state["message"]) == (
+        "failed", CONFIGURATION_ERROR, LINE)
+
+
+def test_rank0_alone_is_not_a_configuration_error(tmp_path: Path) -> None:
+    assert settle(tmp_path, "a", 0, 2, ValueError("only here"), wait_s=0.3, poll_s=0.05) == ""
+    state = rundir.read_state(tmp_path)
+    assert (state["phase"], state["stop_cause"], state["message"]) == (
+        "failed", None, "ValueError: only here")
+
+
+def test_other_ranks_wait_for_rank0_and_learn_its_verdict(tmp_path: Path) -> None:
+    rundir.update_state(tmp_path, phase="starting", attempt="a")
+    got: list[str] = []
+    peer = threading.Thread(target=lambda: got.append(
+        settle(tmp_path, "a", 1, 2, ValueError(LINE.split(": ", 1)[1]), wait_s=10, poll_s=0.05)))
+    peer.start()
+    assert settle(tmp_path, "a", 0, 2, ValueError(LINE.split(": ", 1)[1]), wait_s=10,
+                  poll_s=0.05) == LINE
+    peer.join(10)
+    assert got == [LINE]
+
+
+def test_a_rank_whose_rank0_never_decides_leaves_after_the_wait(tmp_path: Path) -> None:
+    rundir.update_state(tmp_path, phase="training", attempt="a")  # rank 0 went on
+    assert settle(tmp_path, "a", 3, 4, ValueError("x"), wait_s=0.2, poll_s=0.05) == ""
+    assert json.loads((tmp_path / "setup-errors" / "rank-3.json").read_text())["line"] == \
+        "ValueError: x"
+
+
+# -- the node task: no requeue, and the job ends failed ---------------------------------------
+
+def _run(tmp_path: Path) -> Path:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    record = RunRecord.from_dict({"schema": 1, "run_id": "r", "run_dir": str(run_dir),
+                                  "model": "m", "dataset": {"name": "d"}, "nodes": 1,
+                                  "procs_per_node": 1})
+    (run_dir / "run.json").write_text(json.dumps(record.to_dict()))
+    return run_dir
+
+
+def _node_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+               **state: Any) -> tuple[Path, list[list[str]]]:
+    """A node task under Slurm job 7 whose torchrun stand-in leaves ``state`` and exits 1."""
+    run_dir = _run(tmp_path)
+
+    class Torchrun:
+        def __init__(self, *_: Any, **__: Any) -> None:
+            pass
+
+        def wait(self) -> int:
+            rundir.update_state(run_dir, attempt="slurm-7.0", **state)
+            return 1
+
+    called: list[list[str]] = []
+    monkeypatch.setattr(node.subprocess, "Popen", Torchrun)
+    monkeypatch.setattr(node.subprocess, "run", lambda argv, **_: called.append(argv)
+                        or subprocess.CompletedProcess(argv, 0))
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
+    monkeypatch.setenv("SLURM_NODEID", "0")
+    return run_dir, called
+
+
+def test_a_configuration_error_is_not_requeued_and_fails_the_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir, called = _node_task(tmp_path, monkeypatch, phase="failed", message=LINE,
+                                 stop_cause=CONFIGURATION_ERROR)
+    with pytest.raises(node.RunFailed, match="configuration error, not retried: ValueError"):
+        node.NodeTask(str(run_dir))()
+    assert called == []  # no scontrol requeue
+    assert not (run_dir / RETRIES_JSONL).exists()
+    state = rundir.read_state(run_dir)
+    assert (state["message"], state["stop_cause"]) == (LINE, CONFIGURATION_ERROR)  # kept
+
+
+def test_a_crash_is_still_requeued_and_spent_retries_fail_the_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir, called = _node_task(tmp_path, monkeypatch, phase="training", step=3)
+    assert node.NodeTask(str(run_dir))() == 1  # requeued: submitit's result, not a failure
+    assert called == [["scontrol", "requeue", "7"]]
+    assert rundir.read_state(run_dir)["stop_cause"] == "node failure"
+    for _ in range(2):
+        rundir.append_jsonl(run_dir / RETRIES_JSONL, {"checkpoint_step": 0})
+    with pytest.raises(node.RunFailed, match="3 automatic retries spent"):
+        node.NodeTask(str(run_dir))()  # before: returned 1, and Slurm said COMPLETED 0:0
+    assert len(called) == 1 and rundir.read_state(run_dir)["phase"] == "failed"

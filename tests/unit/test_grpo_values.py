@@ -1,0 +1,130 @@
+"""GRPOConfig values checked on the login node: kinds and allowed values from the shipped field
+list, ranges from TRL's documentation, every problem reported at once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hpc_grpo.config.grpo import PLAN_NEEDS, RANGES, check_value, check_values, field_types
+from hpc_grpo.config.spec import build_spec, parse_set
+from hpc_grpo.errors import UserError, UserErrors
+
+
+def one(name: str, value: Any) -> tuple[Any, str, str]:
+    return check_value(name, value, field_types()[name])
+
+
+@pytest.mark.parametrize(("name", "value", "expected"), [
+    ("max_steps", 50, 50),
+    ("max_steps", -1, -1),  # TRL's "train num_train_epochs epochs", as open-r1 recipes write it
+    ("max_steps", 1e3, 1000),  # `--set max_steps=1e3` reads as a float
+    ("learning_rate", 1, 1.0),
+    ("save_steps", 0.25, 0.25),  # below 1: a fraction of the run
+    ("bf16_full_eval", True, True),
+    ("report_to", "none", "none"),
+    ("report_to", ["wandb", "tensorboard"], ["wandb", "tensorboard"]),
+    ("run_name", 2024, "2024"),
+    ("scale_rewards", False, False),  # TRL maps True/False to group/none
+    ("scale_rewards", "batch", "batch"),
+    ("pad_to_multiple_of", "auto", "auto"),
+    ("pad_to_multiple_of", 64, 64),
+    ("save_total_limit", None, None),
+    ("reward_weights", [1, 0.5], [1.0, 0.5]),
+    ("lr_scheduler_type", "cosine", "cosine"),
+    ("top_k", 0, 0),
+])
+def test_accepted_values_come_out_as_trl_takes_them(name: str, value: Any, expected: Any) -> None:
+    out, problem, _ = one(name, value)
+    assert (out, problem) == (expected, "")
+    assert type(out) is type(expected)
+
+
+@pytest.mark.parametrize(("name", "value", "words"), [
+    ("max_steps", "abc", "expected int, got str 'abc'"),
+    ("max_steps", 2.5, "expected int, got float 2.5"),
+    ("max_steps", True, "expected int, got bool True"),
+    ("learning_rate", "fast", "expected float, got str 'fast'"),
+    ("learning_rate", None, "expected float, got null"),
+    ("gradient_checkpointing", "yes please", "expected bool"),
+    ("reward_weights", ["a"], "expected a list of float or null"),
+    ("include_for_metrics", "loss", "expected a list of str"),
+    ("model_init_kwargs", 3, "expected str or a mapping or null"),
+])
+def test_wrong_kinds_name_the_expected_type(name: str, value: Any, words: str) -> None:
+    _, problem, _ = one(name, value)
+    assert words in problem
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("max_steps", 0), ("max_steps", -2), ("learning_rate", 0), ("learning_rate", -1e-5),
+    ("num_generations", 1), ("per_device_train_batch_size", 0), ("gradient_accumulation_steps", 0),
+    ("max_completion_length", 0), ("beta", -0.01), ("temperature", 0), ("top_p", 0),
+    ("top_p", 1.5), ("min_p", 2), ("adam_beta2", 1), ("num_train_epochs", 0), ("save_steps", 0),
+    ("num_iterations", 0), ("top_k", -1), ("epsilon", -0.2),
+])
+def test_out_of_range_numbers_are_refused(name: str, value: Any) -> None:
+    _, problem, _ = one(name, value)
+    assert problem.startswith("must be ") and problem.endswith(f"got {value!r}") or \
+        problem.endswith(f"got {float(value)!r}"), problem
+
+
+def test_strings_trl_fixes_get_a_did_you_mean() -> None:
+    _, problem, hint = one("loss_type", "drgrpo")
+    assert problem == "'drgrpo' is not one of TRL's values" and hint == "did you mean 'dr_grpo'?"
+    _, problem, hint = one("lr_scheduler_type", "cosin")
+    assert "not one of" in problem and "'cosine'" in hint
+    assert one("scale_rewards", "groups")[2] == "did you mean 'group'?"
+
+
+def test_null_where_the_plan_computes_with_the_value() -> None:
+    for name in PLAN_NEEDS:
+        assert "none" in field_types()[name].kinds  # TRL would take it; the plan cannot
+        _, problem, _ = one(name, None)
+        assert problem.startswith("must be a number")
+
+
+def test_every_range_names_a_numeric_field() -> None:
+    """A field TRL renames or drops must not leave a silent rule behind."""
+    for name in RANGES:
+        assert name in field_types(), name
+        assert {"int", "float"} & set(field_types()[name].kinds), name
+
+
+def test_check_values_keeps_unknown_keys_and_names_each_source() -> None:
+    values, problems = check_values({"max_steps": "abc", "beta": -1, "learning_rate": 1,
+                                      "not_a_field": object},
+                                     {"max_steps": "--set", "beta": "recipe"})
+    assert values["learning_rate"] == 1.0 and values["not_a_field"] is object
+    assert [p.field for p in problems] == ["--set: max_steps", "recipe: beta"]
+
+
+def test_build_spec_reports_every_problem_at_once() -> None:
+    recipe = {"model": "m", "per_device_train_batch_size": 0, "loss_type": "grpoo",
+              "num_generation": 4, "nodes": "two"}
+    sets = parse_set(["max_steps=abc", "learning_rate=0", "output_dir=/x"])
+    with pytest.raises(UserErrors) as info:
+        build_spec(recipe, sets, {})
+    lines = info.value.lines()
+    assert all(line.startswith("error: ") for line in lines)
+    for words in ("recipe: unknown key 'num_generation'", "--set: output_dir",
+                  "recipe: per_device_train_batch_size: must be at least 1, got 0",
+                  "recipe: loss_type: 'grpoo'", "--set: max_steps: expected int",
+                  "--set: learning_rate: must be greater than 0", "nodes: expected int"):
+        assert sum(words in line for line in lines) == 1, (words, lines)
+    assert len(lines) == 7
+
+
+def test_set_overrides_a_bad_recipe_value_and_values_are_coerced() -> None:
+    spec = build_spec({"model": "m", "max_steps": 0}, parse_set(["max_steps=1e2",
+                                                                 "learning_rate=1"]), {})
+    assert spec.grpo == {"max_steps": 100, "learning_rate": 1.0}
+    assert type(spec.grpo["max_steps"]) is int
+
+
+def test_a_single_problem_stays_one_user_error() -> None:
+    with pytest.raises(UserError) as info:
+        build_spec({"model": "m"}, parse_set(["max_steps=abc"]), {})
+    assert not isinstance(info.value, UserErrors)
+    assert info.value.lines() == ["error: --set: max_steps: expected int, got str 'abc'"]
