@@ -37,6 +37,13 @@ SUBMITIT = "submitit"
 # server (+1) and its weight-sync group (+2).
 PORTS_PER_JOB = 3
 
+
+def job_port(port_low: int, port_high: int, job_id: int) -> int:
+    """The job's first port (MASTER_PORT), as the sbatch script derives it from SLURM_JOB_ID:
+    the range is cut into slots of PORTS_PER_JOB and the job id picks one."""
+    slots = max(1, (port_high - port_low + 1) // PORTS_PER_JOB)
+    return port_low + (job_id % slots) * PORTS_PER_JOB
+
 # Signals that always mean "checkpoint and stop": USR2 is submitit's and the profiles' default
 # requeue signal, TERM is what Slurm sends before a kill. A profile may add its own (USR1).
 ALWAYS_STOP = ("USR2", "TERM")

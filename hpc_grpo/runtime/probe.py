@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo import __version__
+from hpc_grpo.runtime.contract import PORTS_PER_JOB, job_port
 
 MARKER = "HPC_GRPO_PROBE "
 PACKAGES = ("torch", "trl", "vllm", "transformers", "deepspeed", "accelerate", "peft")
@@ -146,19 +147,21 @@ def _is_up(name: str) -> bool:
 
 
 def port(port_low: int, port_high: int, job_id: int) -> dict[str, Any]:
-    """Whether this job's rendezvous port (derived as the job script does) can be bound here."""
-    span = port_high - port_low + 1
-    number = port_low + job_id % span
-    how = f"{number} = {port_low} + job {job_id} % {span}"
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as torch's TCPStore does
-        try:
-            sock.bind(("", number))
-        except OSError as err:
-            return _fact(False, f"port {how} is taken: {err.strerror or err}")
+    """Whether this job's ports (derived as the job script does: rendezvous, vLLM server, weight
+    sync) can be bound here."""
+    first = job_port(port_low, port_high, job_id)
+    slots = max(1, (port_high - port_low + 1) // PORTS_PER_JOB)
+    how = f"{first}-{first + PORTS_PER_JOB - 1} = {port_low} + (job {job_id} % {slots}) x {PORTS_PER_JOB}"
+    for number in range(first, first + PORTS_PER_JOB):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as torch's TCPStore does
+            try:
+                sock.bind(("", number))
+            except OSError as err:
+                return _fact(False, f"port {number} of {how} is taken: {err.strerror or err}")
     busy = _listening_ports(port_low, port_high)
     return _fact(
-        True, f"port {how} is free" + (f"; {busy} other port(s) of the range listen" if busy else "")
+        True, f"ports {how} are free" + (f"; {busy} other port(s) of the range listen" if busy else "")
     )
 
 
@@ -207,8 +210,14 @@ def read_token(path: Path, token: str, wait_s: float, writer: str) -> dict[str, 
         time.sleep(0.5)
 
 
-def gpus(expected: int) -> dict[str, Any]:
-    """GPUs this task can see: nvidia-smi -L, else torch when GPUs are expected, else none."""
+def gpus(expected: int, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """GPUs this task may use: Slurm's CUDA_VISIBLE_DEVICES where set (nvidia-smi lists every GPU
+    of the host, also those given to other jobs or nodes), else nvidia-smi -L, else torch when GPUs
+    are expected, else none."""
+    visible = (env if env is not None else dict(os.environ)).get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        ids = [v for v in visible.split(",") if v.strip() and v.strip() != "-1"]
+        return {"count": len(ids), "source": f"CUDA_VISIBLE_DEVICES={visible}"}
     smi = shutil.which("nvidia-smi")
     if smi is not None:
         try:
@@ -259,7 +268,7 @@ def collect(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
         "hosts": names,
         "resolve": _safely(resolve, names),
         "scontrol": scontrol,
-        "gpus": _safely(gpus, args.gpus),
+        "gpus": _safely(gpus, args.gpus, env),
     }
     if args.interface:
         report["interface"] = _safely(interface, args.interface)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from hpc_grpo.config.site import SiteProfile, load_site
 from hpc_grpo.preflight import doctor
 from hpc_grpo.preflight.doctor import Expect, Row
 from hpc_grpo.runtime import probe
+from hpc_grpo.runtime.contract import job_port
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD = {"torch": "2.7.1+cu126", "trl": "1.16.0", "vllm": "0.24.0", "transformers": "4.57.1",
@@ -320,3 +322,26 @@ def test_cli_doctor_unknown_partition(tmp_path: Path, fake_srun: Path,
     result = doctor_cli("--site", "sandbox", "--partition", "nope")
     assert result.exit_code == 2 and "partition 'nope' does not exist" in result.stderr
     assert not fake_srun.exists()  # nothing was submitted
+
+
+@pytest.mark.parametrize("job_id", [3, 332, 333, 1000, 99_999])
+def test_probe_checks_the_port_the_job_script_will_use(job_id: int) -> None:
+    """The golden script's MASTER_PORT line, run by bash, gives the port the probe tries (it once
+    tried 21000 + job % 1000 while the job used 21000 + (job % 333) x 3)."""
+    script = (REPO / "tests" / "golden" / "sandbox-2n-tiny.sbatch").read_text()
+    line = next(ln for ln in script.splitlines() if ln.startswith("export MASTER_PORT="))
+    # the profile the golden script was rendered with
+    low, high = load_site(str(REPO / "site_configs" / "sandbox.yaml"), []).port_range
+    shell = subprocess.run(["bash", "-c", f"SLURM_JOB_ID={job_id}; {line}; echo $MASTER_PORT"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert int(shell) == job_port(low, high, job_id)
+    detail = probe.port(low, high, job_id)["detail"]
+    assert detail.startswith(f"ports {shell}-{int(shell) + 2} ") or f"port {shell} " in detail
+
+
+def test_probe_counts_the_gpus_slurm_gave_the_task() -> None:
+    """Two nodes of one host each see their one GPU; nvidia-smi would list both (a false WARN)."""
+    assert probe.gpus(1, {"CUDA_VISIBLE_DEVICES": "1"}) == {
+        "count": 1, "source": "CUDA_VISIBLE_DEVICES=1"}
+    assert probe.gpus(4, {"CUDA_VISIBLE_DEVICES": "0,1,2,3"})["count"] == 4
+    assert probe.gpus(1, {"CUDA_VISIBLE_DEVICES": ""})["count"] == 0
