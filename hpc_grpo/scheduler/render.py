@@ -123,7 +123,7 @@ def rendezvous(plan: JobPlan) -> Rendezvous:
     low, high = plan.site.port_range
     slots = _port_slots(plan)
     if plan.site.scheduler == "local":
-        return Rendezvous("127.0.0.1", f"{low} + (process id % {slots}) x {PORTS_PER_JOB}")
+        return Rendezvous("127.0.0.1", f"{PORTS_PER_JOB} consecutive ports free on this machine at start")
     return Rendezvous(
         "first host of $SLURM_JOB_NODELIST",
         f"{low} + (SLURM_JOB_ID % {slots}) x {PORTS_PER_JOB}  [range {low}-{high}; +1 vLLM server, "
