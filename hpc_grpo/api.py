@@ -92,10 +92,16 @@ def _check_partition(plan: JobPlan) -> None:
 def write_example_model(shape: str, target: Path, python: str = sys.executable) -> Path:
     """Build an offline example model in ``target`` with the runtime's own builder, in a child
     process: the launcher never imports torch."""
-    proc = subprocess.run(
-        [python, "-m", "hpc_grpo.runtime.models.shapes", shape, str(target)],
-        capture_output=True, text=True, check=False,
-    )
+    try:
+        proc = subprocess.run(
+            [python, "-m", "hpc_grpo.runtime.models.shapes", shape, str(target)],
+            capture_output=True, text=True, check=False,
+        )
+    except OSError as exc:  # a site's `python:` that this machine cannot run: not a traceback
+        raise UserError(f"could not build the model builtin:{shape}: cannot run {python}: "
+                        f"{exc.strerror}", field="python",
+                        hint="set the site's python: to an interpreter with hpc-grpo[runtime]"
+                        ) from exc
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise UserError(f"could not build the model builtin:{shape}: {last}", field="model",
@@ -163,6 +169,11 @@ def submit(request: Request) -> Submitted:
 def sites() -> dict[str, SiteProfile]:
     """Every site profile by name (the user's first)."""
     return all_sites()
+
+
+def sites_report() -> list[dict[str, Any]]:
+    """Every site profile as plain data (``sites --json``), the user's first."""
+    return [dataclasses.asdict(profile) for profile in all_sites().values()]
 
 
 def plan_report(plan: JobPlan) -> dict[str, Any]:

@@ -17,23 +17,37 @@ import click
 
 from hpc_grpo.errors import UserError
 
+
+def complete_sites(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """Shell completion for --site: the profile names `sites` lists (none if they cannot load)."""
+    try:
+        from hpc_grpo import api
+
+        return [name for name in api.sites() if name.startswith(incomplete)]
+    except UserError:
+        return []
+
+
 JOB_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
-    click.option("--site", default="local", show_default=True, help="Profile name or YAML path."),
+    click.option("--site", default="local", show_default=True, help="Profile name or YAML path.",
+                 shell_complete=complete_sites),
     click.option("--model", help="Model folder, hub id, catalogue name, or builtin:tiny."),
     click.option("--recipe", type=click.Path(dir_okay=False), help="YAML of job and GRPOConfig keys."),
     click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                  help="Override a recipe key (repeatable)."),
-    click.option("--nodes", type=int),
+    click.option("--nodes", type=int, help="Number of nodes (default 1)."),
     click.option("--procs-per-node", type=int, help="Default: one per GPU (1 on CPU sites)."),
     click.option("--tp", "tensor_parallel_size", type=int, help="vLLM tensor-parallel size."),
-    click.option("--vllm-mode", type=click.Choice(["colocate", "server"])),
-    click.option("--zero-stage", type=click.IntRange(0, 3)),
-    click.option("--dataset"),
+    click.option("--vllm-mode", type=click.Choice(["colocate", "server"]),
+                 help="colocate (default): vLLM inside every rank; server: `vllm serve` on the last node."),
+    click.option("--zero-stage", type=click.IntRange(0, 3),
+                 help="DeepSpeed ZeRO stage (default: the plan's)."),
+    click.option("--dataset", help="builtin:digits|builtin:sums, a .jsonl/.json/.csv file, or a hub id."),
     click.option("--reward", "reward_funcs", multiple=True, help="builtin:NAME or module:function."),
-    click.option("--seed", type=int),
+    click.option("--seed", type=int, help="Training seed (default 42)."),
     click.option("--time", help="Slurm time limit, e.g. 04:00:00."),
     click.option("--name", help="Job name (default from the model)."),
-    click.option("--partition"),
+    click.option("--partition", help="Slurm partition (default: the site's)."),
     click.option("--payload", type=click.Choice(["train", "check"]),
                  help="check: a torch.distributed smoke test instead of training."),
     click.option("--run-id", help="Default: NAME-NNNN, the next free number."),
@@ -80,11 +94,15 @@ def main() -> None:
 
 
 @main.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output: every key of each profile.")
 @user_errors
-def sites() -> None:
+def sites(as_json: bool) -> None:
     """List the site profiles (yours first, then the built-in ones)."""
     from hpc_grpo import api
 
+    if as_json:
+        click.echo(json.dumps(api.sites_report(), indent=2))
+        return
     for name, profile in api.sites().items():
         gpus = f"{profile.gpus_per_node} x {profile.gpu_type or 'GPU'}" if profile.gpus_per_node \
             else "CPU only"
@@ -154,13 +172,21 @@ def status(runs: tuple[str, ...], as_json: bool, watch: bool) -> None:
 @click.argument("run")
 @click.option("--rank", type=int, help="Only this global rank's log.")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing as the log grows.")
+@click.option("--json", "as_json", is_flag=True, help="List the log files (path, bytes) instead.")
 @user_errors
-def logs(run: str, rank: int | None, follow: bool) -> None:
+def logs(run: str, rank: int | None, follow: bool, as_json: bool) -> None:
     """Print a run's per-rank logs (and the node tasks' Slurm logs)."""
     from hpc_grpo import api
     from hpc_grpo.runs.views import print_logs
 
-    print_logs(api.log_paths(run, rank), follow=follow)
+    if as_json and follow:
+        raise click.UsageError("--json lists the log files once; it cannot --follow")
+    paths = api.log_paths(run, rank)
+    if as_json:
+        click.echo(json.dumps([{"path": str(p), "bytes": p.stat().st_size if p.exists() else None}
+                               for p in paths], indent=2))
+        return
+    print_logs(paths, follow=follow)
 
 
 @main.command()
@@ -262,7 +288,8 @@ def plan(as_json: bool, list_models: bool, **kwargs: Any) -> None:
 
 
 @main.command()
-@click.option("--site", "site_name", required=True, help="Profile name or YAML path.")
+@click.option("--site", "site_name", required=True, help="Profile name or YAML path.",
+              shell_complete=complete_sites)
 @click.option("--nodes", type=click.IntRange(min=1), help="Default: 2 (1 where the site has 1).")
 @click.option("--partition", default="", help="Default: the site's.")
 @click.option("--output-root", default="", help="Directory to prove shared (default: the site's).")
