@@ -167,12 +167,12 @@ def submit(request: Request) -> Submitted:
 
 
 def sites() -> dict[str, SiteProfile]:
-    """Every site profile by name (the user's first)."""
+    """Every site profile by name, the user's hiding shipped ones of the same name."""
     return all_sites()
 
 
 def sites_report() -> list[dict[str, Any]]:
-    """Every site profile as plain data (``sites --json``), the user's first."""
+    """Every site profile as plain data (``sites --json``), sorted by name."""
     return [dataclasses.asdict(profile) for profile in all_sites().values()]
 
 

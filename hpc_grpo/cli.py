@@ -97,7 +97,7 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output: every key of each profile.")
 @user_errors
 def sites(as_json: bool) -> None:
-    """List the site profiles (yours first, then the built-in ones)."""
+    """List the site profiles by name (yours hide built-in ones of the same name)."""
     from hpc_grpo import api
 
     if as_json:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -137,3 +138,16 @@ def test_exit_code_1_when_a_check_fails(tmp_path: Path) -> None:
                env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "execve()" in proc.stdout
+
+
+def test_docs_are_linked_and_links_resolve() -> None:
+    """The README reaches every user page (#16), and no relative link in README or docs/ is dead."""
+    readme = (REPO / "README.md").read_text()
+    for page in ("quickstart-cluster.md", "troubleshooting.md", "recipe.md", "cli.md"):
+        assert f"](docs/{page})" in readme, page
+    dead = []
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)", doc.read_text()):
+            if not target.startswith("http") and not (doc.parent / target).exists():
+                dead.append(f"{doc.name} -> {target}")
+    assert not dead, dead
