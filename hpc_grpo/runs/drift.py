@@ -16,7 +16,8 @@ The bound, 0.1 nats, sits between the two, from published numbers:
 0.1 is about 7x the healthy dense values and half the smallest stale one. Mixture-of-experts
 models disagree more with the same weights (0.14-0.34 measured for Qwen3-30B-A3B), so for them
 a flag is a reason to look, not proof. tests/gpu/test_weights_reach_vllm.py measures both sides
-of the bound with a healthy engine and one whose weight push is skipped on purpose.
+of the bound with a healthy engine and one whose weight push is skipped on purpose; on an H200
+(2026-11-24, docs/benchmarks.md): 0.006-0.009 healthy, 0.62-0.65 stale from step 2.
 
 A stale engine stays stale, so a flag needs no persistence: any of the last ``WINDOW`` steps
 above the bound raises it. Values in, values out: ``status`` reads the lines, this decides.

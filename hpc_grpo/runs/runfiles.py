@@ -173,8 +173,9 @@ def read_run(run_dir: Path) -> RunFiles:
     record = _object(run_dir / RUN_JSON, problems, required=run_dir.is_dir())
     run_id = record.get("run_id")
     state = _object(run_dir / STATE_JSON, problems, required=False)
-    # drift.WINDOW lines of about 1 kB each (GPU runs: rewards, memory, phases)
-    recent = registry.tail_jsonl(run_dir / METRICS_JSONL, drift.WINDOW, tail_bytes=16384)
+    # drift.WINDOW lines: a GPU run's line is about 0.7 kB (rewards, memory, phases); where
+    # they are longer the window is simply shorter. status reads this for every run.
+    recent = registry.tail_jsonl(run_dir / METRICS_JSONL, drift.WINDOW, tail_bytes=8192)
     metrics = recent[-1] if recent else {}
     jobs = _jobs(run_dir / JOBS_JSONL, problems)
     progress = _progress(record, state, recent, problems)
