@@ -16,7 +16,8 @@ far more than 0.1 nats while both sides still score with the same weights in the
 Step 1 cannot show drift (no update yet: both hold the initial weights), so the stale run is
 judged on steps 2-4. One prompt of 8 completions of 64 tokens a step keeps a run near a minute
 and a half after the engine starts; the two runs share one output root, so the second starts
-with the first's compile cache.
+with the first's compile cache. Seen on an H200 (2026-11-24, docs/benchmarks.md): 0.006-0.009
+healthy, 0.62-0.65 stale from step 2 (bound 0.1); both tests together 197 s.
 
 Run on the lent GPU machine (docs/gpu.md): ``python -m pytest -q -m gpu
 tests/gpu/test_weights_reach_vllm.py``. With ``HPC_GRPO_RESULTS`` set, each run's per-step
