@@ -166,8 +166,9 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def last_jsonl(path: Path, tail_bytes: int = 4096) -> dict[str, Any]:
-    """The last complete line, reading only the file's end (metrics grow with every step)."""
+def tail_jsonl(path: Path, lines: int, tail_bytes: int = 4096) -> list[dict[str, Any]]:
+    """Up to ``lines`` last complete JSON-object lines, oldest first, reading only the file's
+    last ``tail_bytes`` (metrics grow with every step; a line cut at the start is skipped)."""
     try:
         with path.open("rb") as handle:
             handle.seek(0, os.SEEK_END)
@@ -175,15 +176,24 @@ def last_jsonl(path: Path, tail_bytes: int = 4096) -> dict[str, Any]:
             handle.seek(max(0, size - tail_bytes))
             chunk = handle.read().decode(errors="replace")
     except OSError:
-        return {}
+        return []
+    out: list[dict[str, Any]] = []
     for line in reversed(chunk.splitlines()):
+        if len(out) == lines:
+            break
         try:
             data = json.loads(line)
         except json.JSONDecodeError:
             continue
         if isinstance(data, dict):
-            return data
-    return {}
+            out.append(data)
+    return out[::-1]
+
+
+def last_jsonl(path: Path, tail_bytes: int = 4096) -> dict[str, Any]:
+    """The last complete line, reading only the file's end (metrics grow with every step)."""
+    rows = tail_jsonl(path, 1, tail_bytes)
+    return rows[-1] if rows else {}
 
 
 def measured_timings(job_name: str, site: str) -> tuple[float, float, str] | None:

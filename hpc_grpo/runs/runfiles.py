@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runs import registry
+from hpc_grpo.runs import drift, registry
 from hpc_grpo.runs.identity import JobIdentity, from_jobs
 from hpc_grpo.runtime.contract import JOBS_JSONL, METRICS_JSONL, RESTARTS_JSONL, RUN_JSON, STATE_JSON
 
@@ -31,6 +31,8 @@ class Progress:
     checkpoint_time: float | None = None
     cause: str = ""  # state.json stop_cause: why the last attempt stopped or failed
     message: str = ""  # state.json message: what failed (the exception line for a bad config)
+    logp_diff: float | None = None  # the last line's vLLM/trainer log-prob difference (drift.py)
+    drift: str = ""  # drift.py's line when a recent step exceeds its bound, else ""
 
 
 @dataclass(frozen=True)
@@ -132,8 +134,9 @@ def _whole(value: float | None) -> int | None:
     return None if value is None else int(value)
 
 
-def _progress(record: dict[str, Any], state: dict[str, Any], metrics: dict[str, Any],
+def _progress(record: dict[str, Any], state: dict[str, Any], recent: list[dict[str, Any]],
               problems: list[str]) -> Progress:
+    metrics = recent[-1] if recent else {}
     phase = state.get("phase", "")
     if not isinstance(phase, str):
         problems.append(f"state.json: phase is {json.dumps(phase)[:40]}, not a word")
@@ -157,6 +160,8 @@ def _progress(record: dict[str, Any], state: dict[str, Any], metrics: dict[str, 
         checkpoint_time=_number("state.json", state, "last_checkpoint_time", problems),
         cause=_text("state.json", state, "stop_cause", problems),
         message=_text("state.json", state, "message", problems),
+        logp_diff=drift.logp_diff(metrics),
+        drift=found.line() if (found := drift.judge(recent)) else "",
     )
 
 
@@ -168,9 +173,12 @@ def read_run(run_dir: Path) -> RunFiles:
     record = _object(run_dir / RUN_JSON, problems, required=run_dir.is_dir())
     run_id = record.get("run_id")
     state = _object(run_dir / STATE_JSON, problems, required=False)
-    metrics = registry.last_jsonl(run_dir / METRICS_JSONL)
+    # drift.WINDOW lines: a GPU run's line is about 0.7 kB (rewards, memory, phases); where
+    # they are longer the window is simply shorter. status reads this for every run.
+    recent = registry.tail_jsonl(run_dir / METRICS_JSONL, drift.WINDOW, tail_bytes=8192)
+    metrics = recent[-1] if recent else {}
     jobs = _jobs(run_dir / JOBS_JSONL, problems)
-    progress = _progress(record, state, metrics, problems)
+    progress = _progress(record, state, recent, problems)
     return RunFiles(
         run_id=run_id if isinstance(run_id, str) and run_id else run_dir.name,
         run_dir=run_dir, record=record, jobs=jobs, state=state, last_metrics=metrics,

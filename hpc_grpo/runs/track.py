@@ -47,6 +47,8 @@ class RunStatus:
     note: str = ""  # why the state came from the run directory, or what is wrong in it
     cause: str = ""  # why the last attempt stopped or failed ("configuration error", "preempted")
     message: str = ""  # what failed, as the ranks or the node task recorded it
+    logp_diff: float | None = None  # last step's vLLM/trainer log-prob difference (runs/drift.py)
+    drift: str = ""  # why the engine may generate with stale weights, "" when no recent step says so
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -67,6 +69,7 @@ def _row(files: RunFiles, view: JobView) -> RunStatus:
         cluster=identity.cluster if identity else "", source=view.source,
         note="; ".join([*files.problems, *([view.note] if view.note else [])]),
         cause=progress.cause, message=progress.message,
+        logp_diff=progress.logp_diff, drift=progress.drift,
     )
 
 

@@ -28,8 +28,9 @@ def _requeue_causes(row: track.RunStatus) -> str:
 
 
 def _notes(row: track.RunStatus) -> list[str]:
-    """What does not fit a column: why a run failed, a state on its way back, restarts, where
-    the state came from and what is wrong in the run directory. One line each, under the table."""
+    """What does not fit a column: why a run failed, a state on its way back, restarts, a vLLM
+    engine that may generate with stale weights, where the state came from and what is wrong in
+    the run directory. One line each, under the table."""
     notes = []
     if row.phase == "failed":  # e.g. "failed: configuration error: ValueError: ..."
         notes.append(": ".join(["failed", *(t for t in (row.cause, row.message) if t)]))
@@ -37,6 +38,8 @@ def _notes(row: track.RunStatus) -> list[str]:
         notes.append(f"{row.state} (not done): {row.meaning}")
     if row.restarts:
         notes.append(f"requeues: {_requeue_causes(row)}")
+    if row.drift:  # e.g. "vLLM drift: at step 7 ... differ ... by 0.412 on average (bound 0.1)..."
+        notes.append(row.drift)
     if row.note:
         notes.append(row.note)
     return notes

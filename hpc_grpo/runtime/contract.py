@@ -58,6 +58,14 @@ CLEAN_END = ("done", "interrupted")
 # state.json stop_cause when every rank raised the same error before the first step: a bad
 # value or input, which a retry would only repeat.
 CONFIGURATION_ERROR = "configuration error"
+# state.json stop_cause when the ranks stopped for a stop-request file that no signal wrote.
+STOP_REQUESTED = "stop request"
+
+# metrics.jsonl keys: the mean and the largest absolute difference, over the step's sampled
+# completion tokens, between vLLM's log-probability of each token and the trainer's (issue #15:
+# evidence that the engine generates with the weights just trained; hpc_grpo/runs/drift.py).
+LOGP_DIFF_MEAN = "vllm_logp_diff_mean"
+LOGP_DIFF_MAX = "vllm_logp_diff_max"
 
 
 class ContractError(ValueError):

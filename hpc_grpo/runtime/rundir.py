@@ -126,10 +126,15 @@ def truncate_metrics(path: str | os.PathLike[str], last_step: int) -> int:
     return dropped
 
 
-def request_stop(run_dir: str | os.PathLike[str], reason: str) -> Path:
-    """Create the stop-request file that every rank polls at each step end."""
+def request_stop(run_dir: str | os.PathLike[str], reason: str, signal: str = "") -> Path:
+    """Create the stop-request file that every rank polls at each step end. ``signal``: the
+    signal the node task turned into this request (its cause is then the node task's to name);
+    empty for a request made for its own sake (``stop.request_cause``)."""
     path = Path(run_dir) / STOP_REQUEST
-    path.write_text(json.dumps({"reason": reason, "time": time.time(), "pid": os.getpid()}) + "\n")
+    record: dict[str, Any] = {"reason": reason, "time": time.time(), "pid": os.getpid()}
+    if signal:
+        record["signal"] = signal
+    path.write_text(json.dumps(record) + "\n")
     return path
 
 

@@ -85,3 +85,5 @@ def test_same_rewards_and_losses_every_step(runs: tuple[Path, Path]) -> None:
     assert [(r["stopped_at_step"], r["resumed_from_step"], r["steps_lost"]) for r in restarts] == [
         (s, s, 0) for s in STOPS
     ]
+    # the stops were stop-request files (resume_reward.py), not signals (issue #15)
+    assert [r["cause"] for r in restarts] == ["stop request"] * len(STOPS)

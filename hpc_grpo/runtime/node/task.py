@@ -225,7 +225,8 @@ class NodeTask:
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         self._received.append(signum)
-        rundir.request_stop(self.run_dir, f"{name} to node task on {socket.gethostname()}")
+        rundir.request_stop(self.run_dir, f"{name} to node task on {socket.gethostname()}",
+                            signal=name)
         print(f"[node] {name}: stop requested; waiting for torchrun", flush=True)
 
     def __call__(self) -> int:

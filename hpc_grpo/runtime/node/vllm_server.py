@@ -64,7 +64,11 @@ def server_argv(run: RunRecord, port: int) -> list[str]:
             "--host", "0.0.0.0", "--port", str(port),
             "--tensor-parallel-size", str(len(gpus)),
             "--gpu-memory-utilization", str(vllm.gpu_memory_utilization),
-            "--weight-transfer-config", json.dumps({"backend": "nccl"})]
+            "--weight-transfer-config", json.dumps({"backend": "nccl"}),
+            # log-probabilities after temperature and sampling filters, as the trainer computes
+            # them: TRL's importance weights and the drift check (runs/drift.py) compare the two,
+            # and TRL warns that the server's default biases them
+            "--logprobs-mode", "processed_logprobs"]
     if vllm.max_model_length:
         argv += ["--max-model-len", str(vllm.max_model_length)]
     return argv

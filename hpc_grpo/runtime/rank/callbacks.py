@@ -17,11 +17,18 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from hpc_grpo.runtime import contract, rundir
 from hpc_grpo.runtime.rank import checkpoints, phases
 from hpc_grpo.runtime.rank.gpumem import GpuMemorySampler, physical_gpu
-from hpc_grpo.runtime.rank.stop import StopFlag
+from hpc_grpo.runtime.rank.stop import StopFlag, request_reason
 
 # Fault injection for tests: a file of this name in the run directory holds the next save open
 # (files written, completion marker not yet) for that many seconds, once.
 FAULT_SAVE_DELAY = "fault-save-delay"
+
+# TRL 1.16's names for vLLM's and the trainer's disagreement on the sampled tokens (computed
+# when vllm_importance_sampling_correction is on, TRL's default) -> metrics.jsonl's names.
+LOGP_DIFF = {
+    "sampling/sampling_logp_difference/mean": contract.LOGP_DIFF_MEAN,
+    "sampling/sampling_logp_difference/max": contract.LOGP_DIFF_MAX,
+}
 
 
 def _dist_ready() -> bool:
@@ -46,7 +53,11 @@ class GracefulStopCallback(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> TrainerControl:
         if self.flag.reason is None and self.stop_file.exists():
-            self.flag.reason = f"{contract.STOP_REQUEST} file"
+            try:
+                text = self.stop_file.read_text(errors="replace")
+            except OSError:  # moved or removed between the two calls: a request all the same
+                text = ""
+            self.flag.reason = request_reason(text)
         local = torch.tensor([1 if self.flag.reason else 0], dtype=torch.int32, device=self.device)
         if _dist_ready():
             dist.all_reduce(local, op=dist.ReduceOp.MAX)
@@ -100,7 +111,8 @@ class CheckpointMarkerCallback(TrainerCallback):
 
 
 def _torch_memory(nvml_used: int | None) -> dict[str, float]:
-    """torch's allocator peaks (this process) next to NVML's device view, to split the total."""
+    """torch's allocator peaks (this process) next to NVML's device view. Not a split of the
+    total: torch's counters include vLLM's sleep-mode pool even while it sleeps (gpumem.py)."""
     gib = float(2**30)
     out = {"torch_alloc_peak_gib": round(torch.cuda.max_memory_allocated() / gib, 3),
            "torch_reserved_peak_gib": round(torch.cuda.max_memory_reserved() / gib, 3)}
@@ -173,6 +185,7 @@ class MetricsCallback(TrainerCallback):
             row["gpu_mem_peak_gib"] = round(self.memory.peak_gib, 3)
             row.update(_torch_memory(None))
         row.update({k: v for k, v in logs.items() if k.startswith("rewards/")})
+        row.update({ours: logs[trl] for trl, ours in LOGP_DIFF.items() if logs.get(trl) is not None})
         if split:
             row["phases_s"] = split  # rank 0's TRL blocks since the previous line (phases.py)
         rundir.append_jsonl(self.path, row)

@@ -1,7 +1,12 @@
 """Peak GPU memory as the driver sees it (vLLM's pools included), sampled in a thread.
 
-torch's allocator statistics miss vLLM's sleep-mode pool and the CUDA context, so the planner's
-prediction is compared with NVML's used memory instead.
+The planner's prediction is compared with NVML's used memory, not with torch's allocator
+statistics. Those miss the CUDA context and NCCL's buffers, and they count vLLM's sleep-mode
+pool (vLLM allocates it through torch's pluggable allocator) as allocated even while it sleeps
+with its physical memory released: on an H200, 45.4 GiB "allocated" at train begin with NVML
+at 27.1 GiB (issue #15). So torch's peaks are neither a lower bound of the device's use nor
+"NVML minus vLLM"; only a difference of two runs with the same engine (the same pool in both)
+reads as the trainer's own memory.
 """
 
 from __future__ import annotations

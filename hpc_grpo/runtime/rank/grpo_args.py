@@ -29,6 +29,7 @@ OWNED = (
     "vllm_enable_sleep_mode",
     "vllm_max_model_length",
 )
+IS_CORRECTION = "vllm_importance_sampling_correction"
 DEFAULTS: dict[str, Any] = {
     "logging_steps": 1,  # one metrics line per optimizer step
     "report_to": "none",
@@ -107,6 +108,14 @@ def grpo_kwargs(
         )
         if vllm.max_model_length:
             owned["vllm_max_model_length"] = vllm.max_model_length
+        # TRL's default, written out: with it TRL compares vLLM's log-probabilities of the
+        # sampled tokens with the trainer's every step, the evidence that the engine generates
+        # with the weights just trained (metrics.jsonl vllm_logp_diff_*). It also weights the
+        # loss by their ratio, so a user may turn it off; the check is then gone, and said so.
+        user.setdefault(IS_CORRECTION, True)
+        if not user[IS_CORRECTION]:
+            notes.append(f"{IS_CORRECTION}=False: TRL compares no vLLM and trainer log-probabilities;"
+                         " metrics.jsonl has no vllm_logp_diff and status cannot flag drift")
     else:
         owned["use_vllm"] = False
         if vllm.enabled:

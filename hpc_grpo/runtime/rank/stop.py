@@ -1,10 +1,40 @@
-"""The stop flag a signal handler sets (stdlib only, so ranks install it before heavy imports)."""
+"""The stop flag a signal handler sets (stdlib only, so ranks install it before heavy imports),
+and what a stop-request file says about why the ranks stopped.
+"""
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Iterable
 from types import FrameType
+
+from hpc_grpo.runtime.contract import STOP_REQUEST, STOP_REQUESTED
+
+
+def request_reason(text: str) -> str:
+    """The stop flag's reason for a stop-request file holding ``text``: the file's own reason
+    where it gives one (the node task's JSON, or a person's words), so the cause can be told."""
+    try:
+        record = json.loads(text)
+    except ValueError:
+        record = None
+    if isinstance(record, dict):
+        reason = str(record.get("reason") or "")
+        if record.get("signal"):
+            return f"{STOP_REQUEST} file: signal {record['signal']}" + (f" ({reason})" if reason else "")
+    else:
+        reason = text.strip().splitlines()[0] if text.strip() else ""
+    return f"{STOP_REQUEST} file" + (f": {reason}" if reason else "")
+
+
+def request_cause(reason: str | None) -> str | None:
+    """state.json's ``stop_cause`` for a stop the ranks made for this flag reason, or None where
+    it is not theirs to name: a signal (the node task names preemption, time limit, requeue)."""
+    if not reason or not reason.startswith(STOP_REQUEST) or \
+            reason.startswith(f"{STOP_REQUEST} file: signal "):
+        return None
+    return STOP_REQUESTED
 
 
 class StopFlag:

@@ -22,7 +22,7 @@ from hpc_grpo.runtime import contract, rundir
 from hpc_grpo.runtime.contract import RunRecord, rank_row
 from hpc_grpo.runtime.rank import checkpoints
 from hpc_grpo.runtime.rank.placement import RuntimeCheckError
-from hpc_grpo.runtime.rank.stop import StopFlag
+from hpc_grpo.runtime.rank.stop import StopFlag, request_cause
 
 
 def _setup_distributed(run: RunRecord) -> Any:
@@ -189,10 +189,12 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
              previous: dict[str, Any], attempt: str) -> Ready | None:
     """Arguments, rank checks, inputs, resume and the trainer; None when the newest checkpoint
     is already at max_steps (rank 0 has recorded the run as done)."""
-    from hpc_grpo.runtime.rank import epoch_order, generation_record, placement
+    from hpc_grpo.runtime.rank import epoch_order, generation_record, placement, stale_weights
 
     lead = rank == 0
     args, notes = _grpo_args(run, run_dir, rank)
+    if stale_weights.enabled(os.environ):
+        notes.append(stale_weights.NOTE)
     device_id, problems = _device_problems(run, args, device)
     placement.run_rank_checks(run, run_dir, device_id=device_id, extra=problems)
     print(f"[train] rank checks passed; notes: {notes or 'none'}", flush=True)
@@ -212,6 +214,8 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     epoch_order.install(trainer)  # each epoch's data order as an uninterrupted run has it
     seed = rank_row(rank, run.procs_per_node, run.vllm.tensor_parallel_size).vllm_seed
     generation_record.install(trainer, run_dir, rank, seed=seed)
+    if stale_weights.install(trainer, os.environ):
+        print(f"[train] {stale_weights.NOTE}", flush=True)
     return Ready(trainer, stop, args, resume)
 
 
@@ -251,8 +255,10 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
     step = trainer.state.global_step
     if lead:
         if stop.stopped_at is not None and step < trainer.state.max_steps:
+            cause = request_cause(stop.reason)  # a signal's cause is the node task's to name
             rundir.update_state(run_dir, phase="interrupted", step=step, stop_reason=stop.reason,
-                                max_steps=trainer.state.max_steps)
+                                max_steps=trainer.state.max_steps,
+                                **({"stop_cause": cause} if cause else {}))
         else:
             _finish(run_dir, run, step=step, max_steps=trainer.state.max_steps)
     print(f"[train] finished at step {step}", flush=True)
