@@ -28,7 +28,7 @@ from hpc_grpo.planner.timing import Timings
 from hpc_grpo.preflight import inputs
 from hpc_grpo.runs import identity, registry
 from hpc_grpo.runtime.contract import ATTEMPTS, RUN_JSON, SPEC_JSON
-from hpc_grpo.scheduler import local, slurm
+from hpc_grpo.scheduler import envvars, local, slurm
 from hpc_grpo.scheduler.render import render_script, submitit_folder, summary_text
 
 
@@ -157,7 +157,8 @@ def submit(request: Request) -> Submitted:
         "plan.txt": prepared.summary,
         SPEC_JSON: prepared.spec_text(),
     }
-    with registry.create_run_dir(prepared.root, prepared.run_id, files) as run_dir:
+    with registry.create_run_dir(prepared.root, prepared.run_id, files,
+                                 mode=plan.site.dir_mode) as run_dir:
         job_id, known = _submit_job(prepared, run_dir)
         registry.record_job(run_dir, job_id, "submitted", **known)
         registry.register(prepared.run_id, run_dir)
@@ -170,18 +171,19 @@ def _submit_job(prepared: Prepared, run_dir: Path) -> tuple[str, dict[str, str]]
 
     plan = prepared.plan
     task = NodeTask(str(run_dir))
-    if plan.site.scheduler == "local":
-        return local.submit_local(folder=run_dir / "submitit", task=task,
-                                  timeout_min=plan.time_min, gpus=plan.site.gpus_per_node), {}
-    job = slurm.submit_job(
-        script_text=prepared.script,
-        folder=Path(submitit_folder(str(run_dir))),
-        task=task,
-        nodes=plan.nodes,
-        timeout_min=plan.time_min,
-        max_requeues=plan.site.max_requeues,
-        python=shlex.quote(prepared.python),
-    )
+    with envvars.exported(plan.site.secret_values):  # secrets reach the job, not its files
+        if plan.site.scheduler == "local":
+            return local.submit_local(folder=run_dir / "submitit", task=task,
+                                      timeout_min=plan.time_min, gpus=plan.site.gpus_per_node), {}
+        job = slurm.submit_job(
+            script_text=prepared.script,
+            folder=Path(submitit_folder(str(run_dir))),
+            task=task,
+            nodes=plan.nodes,
+            timeout_min=plan.time_min,
+            max_requeues=plan.site.max_requeues,
+            python=shlex.quote(prepared.python),
+        )
     return job.job_id, identity.of_submission(job, str(run_dir)).fields()
 
 

@@ -39,8 +39,12 @@ def next_run_id(root: Path, base: str) -> str:
 
 
 @contextmanager
-def create_run_dir(root: Path, run_id: str, files: Mapping[str, str]) -> Iterator[Path]:
+def create_run_dir(root: Path, run_id: str, files: Mapping[str, str],
+                   mode: int = 0o700) -> Iterator[Path]:
     """Write ``files`` into a new run directory atomically; remove it if the body raises.
+
+    The directory gets ``mode`` (the user's only by default: logs and checkpoints may hold what
+    others should not read) before it appears under its name.
 
     The body is the submission: if it fails, the directory goes with it, so nothing is left
     that looks like a run but has no job.
@@ -56,6 +60,7 @@ def create_run_dir(root: Path, run_id: str, files: Mapping[str, str]) -> Iterato
             (tmp / name).write_text(text)
         for sub in ("logs", "submitit", "checkpoints"):
             (tmp / sub).mkdir()
+        os.chmod(tmp, mode)
         os.rename(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
