@@ -22,12 +22,13 @@ from typing import Any
 from hpc_grpo.config.site import SiteProfile, all_sites, find_site
 from hpc_grpo.config.spec import JobSpec, build_spec, parse_set
 from hpc_grpo.config.strict import read_yaml
-from hpc_grpo.errors import UserError
+from hpc_grpo.errors import UserError, UserErrors
 from hpc_grpo.planner.job import JobPlan, build_plan, default_name
 from hpc_grpo.planner.timing import Timings
 from hpc_grpo.preflight import inputs
 from hpc_grpo.runs import identity, registry
-from hpc_grpo.scheduler import local, slurm
+from hpc_grpo.runtime.contract import ATTEMPTS, RUN_JSON, SPEC_JSON
+from hpc_grpo.scheduler import envvars, local, slurm
 from hpc_grpo.scheduler.render import render_script, submitit_folder, summary_text
 
 
@@ -52,10 +53,16 @@ class Prepared:
     python: str
     script: str
     summary: str
+    site_ref: str = ""  # how spec.json names the profile: its name, or its absolute path
 
     @property
     def root(self) -> Path:
         return self.run_dir.parent
+
+    def spec_text(self) -> str:
+        """spec.json: the job spec and site the plan came from, so that resume plans again."""
+        return json.dumps({"site": self.site_ref or self.plan.site.name, "python": self.python,
+                           "spec": self.plan.spec.to_dict()}, indent=2) + "\n"
 
 
 def load_spec(request: Request) -> tuple[SiteProfile, JobSpec]:
@@ -64,9 +71,23 @@ def load_spec(request: Request) -> tuple[SiteProfile, JobSpec]:
     return site, build_spec(recipe, parse_set(request.sets), request.flags)
 
 
+def site_ref(site: str) -> str:
+    """A profile given as a path is recorded absolute: resume may run from another directory."""
+    if site.endswith((".yaml", ".yml")) or "/" in site:
+        return str(Path(site).expanduser().resolve())
+    return site
+
+
 def prepare(request: Request) -> Prepared:
     """Everything short of submitting: validated inputs, plan and the exact script."""
     site, spec = load_spec(request)
+    root = Path(os.path.expandvars(request.output_root or site.output_root)).expanduser().resolve()
+    return _prepare(site, spec, root=root, run_id=request.run_id, python=request.python,
+                    site_name=site_ref(request.site))
+
+
+def _prepare(site: SiteProfile, spec: JobSpec, *, root: Path, run_id: str | None,
+             python: str | None, site_name: str) -> Prepared:
     model = inputs.resolve_model(spec.model, registry.home_dir())
     dataset = inputs.check_dataset(spec.dataset, spec.prompt_column)
     for reward in spec.reward_funcs:
@@ -76,12 +97,11 @@ def prepare(request: Request) -> Prepared:
     measured = registry.measured_timings(name, site.name)
     timings = Timings(*measured) if measured else None
     plan = build_plan(site, spec, model, timings)
-    root = Path(os.path.expandvars(request.output_root or site.output_root)).expanduser().resolve()
-    run_id = request.run_id or registry.next_run_id(root, plan.job_name)
+    run_id = run_id or registry.next_run_id(root, plan.job_name)
     run_dir = root / run_id
-    python = request.python or site.python or sys.executable
+    python = python or site.python or sys.executable
     script = render_script(plan, run_id=run_id, run_dir=str(run_dir), python=python)
-    return Prepared(plan, run_id, run_dir, python, script, summary_text(plan))
+    return Prepared(plan, run_id, run_dir, python, script, summary_text(plan), site_name)
 
 
 def _check_partition(plan: JobPlan) -> None:
@@ -138,32 +158,106 @@ def submit(request: Request) -> Submitted:
     plan = prepared.plan
     record = plan.run_record(prepared.run_id, str(prepared.run_dir))
     files = {
-        "run.json": json.dumps(record.to_dict(), indent=2) + "\n",
+        RUN_JSON: json.dumps(record.to_dict(), indent=2) + "\n",
         "job.sbatch": prepared.script,
         "plan.txt": prepared.summary,
+        SPEC_JSON: prepared.spec_text(),
     }
-    from hpc_grpo.runtime.node.task import NodeTask  # cheap: no torch at import
-
-    with registry.create_run_dir(prepared.root, prepared.run_id, files) as run_dir:
-        task = NodeTask(str(run_dir))
-        known: dict[str, str] = {}  # what tells this run's job from others with its id
-        if plan.site.scheduler == "local":
-            job_id = local.submit_local(folder=run_dir / "submitit", task=task,
-                                        timeout_min=plan.time_min, gpus=plan.site.gpus_per_node)
-        else:
-            job = slurm.submit_job(
-                script_text=prepared.script,
-                folder=Path(submitit_folder(str(run_dir))),
-                task=task,
-                nodes=plan.nodes,
-                timeout_min=plan.time_min,
-                max_requeues=plan.site.max_requeues,
-                python=shlex.quote(prepared.python),
-            )
-            job_id, known = job.job_id, identity.of_submission(job, str(run_dir)).fields()
+    with registry.create_run_dir(prepared.root, prepared.run_id, files,
+                                 mode=plan.site.dir_mode) as run_dir:
+        job_id, known = _submit_job(prepared, run_dir)
         registry.record_job(run_dir, job_id, "submitted", **known)
         registry.register(prepared.run_id, run_dir)
     return Submitted(prepared.run_id, run_dir, job_id, plan.warnings)
+
+
+def _submit_job(prepared: Prepared, run_dir: Path) -> tuple[str, dict[str, str]]:
+    """Submit the prepared script for ``run_dir``; the job id and what tells the job apart."""
+    from hpc_grpo.runtime.node.task import NodeTask  # cheap: no torch at import
+
+    plan = prepared.plan
+    task = NodeTask(str(run_dir))
+    with envvars.exported(plan.site.secret_values):  # secrets reach the job, not its files
+        if plan.site.scheduler == "local":
+            return local.submit_local(folder=run_dir / "submitit", task=task,
+                                      timeout_min=plan.time_min, gpus=plan.site.gpus_per_node), {}
+        job = slurm.submit_job(
+            script_text=prepared.script,
+            folder=Path(submitit_folder(str(run_dir))),
+            task=task,
+            nodes=plan.nodes,
+            timeout_min=plan.time_min,
+            max_requeues=plan.site.max_requeues,
+            python=shlex.quote(prepared.python),
+        )
+    return job.job_id, identity.of_submission(job, str(run_dir)).fields()
+
+
+@dataclass(frozen=True)
+class Resumed:
+    run_id: str
+    run_dir: Path
+    job_id: str
+    previous_job_id: str
+    from_step: int  # the checkpoint's step; 0: no complete checkpoint, training starts again
+    warnings: tuple[str, ...]
+
+
+def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Resumed:
+    """Continue a run that ended unfinished as a new job in its own run directory.
+
+    The ranks of any job resume from the newest complete checkpoint by themselves, so a resume
+    is the run's spec planned again (with the allowed overrides), the script re-rendered and a
+    new job submitted. Refused before anything is written or submitted: a run whose job is
+    still alive, a finished run, an override a checkpoint cannot follow (planner/resume.py).
+    Without a complete checkpoint training starts again from step 0, in the same directory.
+    """
+    from hpc_grpo.planner import resume as rules
+    from hpc_grpo.runs import runfiles, track
+
+    run_dir = registry.find_run(name)
+    files = runfiles.read_run(run_dir)
+    if files.problems:
+        raise UserError(f"run {files.run_id} cannot be resumed: {files.problems[0]}", field="run",
+                        hint="`hpc-grpo status` shows what is wrong with it")
+    saved = registry.read_json(run_dir / SPEC_JSON)
+    if not isinstance(saved.get("spec"), dict) or not isinstance(saved.get("site"), str):
+        raise UserError(f"run {files.run_id} has no {SPEC_JSON} (submitted by an older hpc-grpo)",
+                        field="run", hint="submit a new run with the same recipe")
+    track.refuse_if_alive(files)
+    flags = {"time": time} if time else {}
+    spec = build_spec(saved["spec"], parse_set(sets), flags)
+    site = find_site(saved["site"])
+    python = saved.get("python") if isinstance(saved.get("python"), str) else None
+    prepared = _prepare(site, spec, root=run_dir.parent, run_id=run_dir.name, python=python,
+                        site_name=saved["site"])
+    record = prepared.plan.run_record(files.run_id, str(run_dir))
+    problems = rules.unchangeable(files.record, record.to_dict())
+    if problems:
+        raise UserErrors(problems) if len(problems) > 1 else problems[0]
+    from_step = runfiles.newest_checkpoint_step(run_dir) or 0
+    nothing = rules.left_to_train(phase=files.progress.phase, step=files.progress.step,
+                                  checkpoint_step=from_step, max_steps=record.max_steps)
+    if nothing is not None:
+        raise nothing
+    if site.scheduler == "slurm":
+        _check_partition(prepared.plan)
+    previous = files.job_id
+    files_now = {
+        RUN_JSON: json.dumps(record.to_dict(), indent=2) + "\n",
+        "job.sbatch": prepared.script,
+        "plan.txt": prepared.summary,
+        SPEC_JSON: prepared.spec_text(),
+    }
+    attempts = run_dir / ATTEMPTS
+    number = len(list(attempts.iterdir())) + 1 if attempts.is_dir() else 1
+    with registry.replace_run_files(run_dir, files_now, f"{number:02d}-job-{previous or 'none'}"):
+        job_id, known = _submit_job(prepared, run_dir)
+    registry.record_job(run_dir, job_id, "submitted", **known, resumed_from_job=previous,
+                        resumed_from_step=from_step)
+    if not any(r.run_dir == run_dir for r in registry.indexed_runs()):
+        registry.register(files.run_id, run_dir)
+    return Resumed(files.run_id, run_dir, job_id, previous, from_step, prepared.plan.warnings)
 
 
 def sites() -> dict[str, SiteProfile]:

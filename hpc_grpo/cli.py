@@ -199,6 +199,30 @@ def cancel(run: str) -> None:
     click.echo(api.cancel(run).message)  # only ever this run's own job
 
 
+@main.command()
+@click.argument("run")
+@click.option("--time", help="New Slurm time limit, e.g. 04:00:00.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Change a setting a checkpoint can follow, e.g. max_steps=500 (repeatable).")
+@click.option("--wait/--no-wait", default=False, help="Follow progress until the job ends.")
+@user_errors
+def resume(run: str, time: str | None, sets: tuple[str, ...], wait: bool) -> None:
+    """Continue an unfinished run from its newest complete checkpoint as a new job."""
+    from hpc_grpo import api
+
+    result = api.resume(run, sets=sets, time=time)
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    start = (f"from checkpoint-{result.from_step}" if result.from_step
+             else "from step 0 (no complete checkpoint)")
+    click.echo(f"run {result.run_id}  job {result.job_id}  dir {result.run_dir}  "
+               f"resumed {start} after job {result.previous_job_id}")
+    if wait:
+        from hpc_grpo.runs.views import follow
+
+        sys.exit(follow(str(result.run_dir)))
+
+
 @main.command("example-model")
 @click.argument("directory", type=click.Path(file_okay=False))
 @user_errors

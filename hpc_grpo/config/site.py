@@ -17,6 +17,10 @@ from hpc_grpo.config.strict import from_mapping, read_yaml
 from hpc_grpo.errors import UserError, did_you_mean
 from hpc_grpo.runtime.contract import PORTS_PER_JOB
 
+# Environment names whose values are secrets wherever a profile sets them: never written into a
+# job script, run.json or plan.txt; the job gets them from the submitting environment instead.
+DEFAULT_SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY")
+
 _TIME = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)$|^(\d+)$")
 
 
@@ -72,6 +76,8 @@ class SiteProfile:
     python: str = ""  # empty: the python running hpc-grpo
     max_requeues: int = 3
     preempt_partition: str = ""
+    secret_env: tuple[str, ...] = ()  # more secret names beside DEFAULT_SECRET_ENV
+    run_dir_mode: str = "0700"  # run directories: the user's only, unless the site shares them
 
     def __post_init__(self) -> None:
         if (len(self.port_range) != 2 or not 1024 <= self.port_range[0] < 65536
@@ -88,6 +94,32 @@ class SiteProfile:
                 field="requeue_signal",
             )
         minutes(self.max_time, "max_time")
+        try:
+            mode = int(self.run_dir_mode, 8)
+        except ValueError:
+            mode = -1
+        if not 0o700 <= mode <= 0o777:
+            raise UserError(f"run_dir_mode {self.run_dir_mode!r} is not an octal mode from 0700 to "
+                            "0777", field="run_dir_mode",
+                            hint="e.g. 0700 (you only) or 0750 (your group may read)")
+
+    @property
+    def secret_names(self) -> frozenset[str]:
+        return frozenset((*DEFAULT_SECRET_ENV, *self.secret_env))
+
+    @property
+    def public_env(self) -> dict[str, str]:
+        """The profile's environment that may be written into the job script."""
+        return {k: v for k, v in self.env.items() if k not in self.secret_names}
+
+    @property
+    def secret_values(self) -> dict[str, str]:
+        """The profile's secret values: handed to sbatch's environment, never written to files."""
+        return {k: v for k, v in self.env.items() if k in self.secret_names}
+
+    @property
+    def dir_mode(self) -> int:
+        return int(self.run_dir_mode, 8)
 
     @property
     def default_procs_per_node(self) -> int:

@@ -211,6 +211,11 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
     memory = None if server is not None else _memory_plan(site, spec, model, procs)
     if site.device == "cuda" and server is None and memory is None:
         warnings.append("model architecture unknown: TP 1 and TRL's vLLM defaults, no memory plan")
+    if site.device == "cpu" and spec.tensor_parallel_size > 1:
+        warnings.append(
+            f"tensor_parallel_size {spec.tensor_parallel_size} on CPU site '{site.name}' only "
+            f"groups ranks (vLLM seed rank // {spec.tensor_parallel_size}): no vLLM runs on CPU, "
+            "each process generates alone with transformers")
     sequence = prompt_bound(spec) + _grpo(spec, "max_completion_length")
     vllm = vllm_plan(site, spec, memory, server, sequence)
     return JobPlan(

@@ -4,7 +4,9 @@
 ``scontrol show node`` gives each node's CPUs, memory and GPUs (Gres). The parsers are pure; the
 one function that asks Slurm and writes the file validates it with the strict loader, so what
 lands on disk always loads. What Slurm cannot know (account, interface, shared output root) is
-left as a commented line to fill in.
+left as a commented line to fill in. Every requeue setting is written with its default and why:
+a profile that leaves them out hides them, and the default signal lead (120 s) is longer than a
+preemptible partition's GraceTime is on many clusters (60 s), so the lead is set below it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.config.site import load_site, minutes, site_dirs
+from hpc_grpo.config.site import SiteProfile, load_site, minutes, site_dirs
 from hpc_grpo.errors import UserError, did_you_mean
 from hpc_grpo.scheduler import slurm
 
@@ -95,6 +97,11 @@ class Partition:
     max_nodes: int  # 0 when unlimited
     total_nodes: int
     preempt_mode: str
+    grace_time_s: int = 0  # what a preempted job gets between its signal and the kill
+
+    @property
+    def requeues(self) -> bool:
+        return self.preempt_mode.upper().startswith("REQUEUE")
 
 
 def _int(value: str) -> int:
@@ -126,7 +133,7 @@ def partitions_from(text: str) -> list[Partition]:
             rec["PartitionName"], rec.get("Default") == "YES",
             "" if limit.upper() in ("UNLIMITED", "INFINITE", "") else limit,
             _int(rec.get("MaxNodes", "")), _int(rec.get("TotalNodes", "")),
-            rec.get("PreemptMode", ""),
+            rec.get("PreemptMode", ""), _int(rec.get("GraceTime", "")),
         ))
     return found
 
@@ -162,7 +169,7 @@ def profile_lines(partition: Partition, nodes: Sequence[Node], partitions: Seque
     gpus = f"{small.gpus} x {small.gpu_type or 'GPU'}" if small.gpus else "no GPUs"
     gib = round(small.memory_mb / 1024, 1)
     memory = gpu_memory_gib(small.gpu_type) if small.gpus else 0.0
-    requeued = [p.name for p in partitions if p.preempt_mode.upper().startswith("REQUEUE")]
+    requeued = [p.name for p in partitions if p.requeues]
     # One preemptible partition beside a non-preemptible one is a clear choice; a cluster-wide
     # PreemptMode=REQUEUE marks them all, and then there is nothing to infer.
     preempt = requeued[0] if len(requeued) == 1 and partition.name not in requeued else ""
@@ -194,7 +201,41 @@ def profile_lines(partition: Partition, nodes: Sequence[Node], partitions: Seque
     ]
     if preempt:
         lines.append(f"preempt_partition: {value(preempt)}")
-    return "\n".join(lines) + "\n"
+    by_name = {p.name: p for p in partitions}
+    preemptible = partition if partition.requeues else by_name.get(preempt)
+    return "\n".join([*lines, *requeue_lines(preemptible)]) + "\n"
+
+
+def signal_lead(default_s: int, grace_s: int) -> int:
+    """The signal lead for a preemptible partition: a quarter below its GraceTime (60 -> 45),
+    so the checkpoint the signal starts is written before Slurm's kill; never above the default."""
+    return min(default_s, grace_s * 3 // 4) if grace_s > 0 else default_s
+
+
+def requeue_lines(preemptible: Partition | None) -> list[str]:
+    """Every requeue setting with its default and why, the lead below the preemptible
+    partition's GraceTime (what a preempted job gets between its signal and the kill)."""
+    default = SiteProfile(name="defaults")  # the loader's own defaults, so the two never differ
+    lead = default.signal_lead_s
+    why = "the default: ranks checkpoint within it"
+    if preemptible is not None and preemptible.grace_time_s > 0:
+        lead = signal_lead(lead, preemptible.grace_time_s)
+        why = (f"below GraceTime={preemptible.grace_time_s}s of preemptible partition "
+               f"'{preemptible.name}': the checkpoint must be written before Slurm's kill")
+    elif preemptible is not None:
+        why = (f"partition '{preemptible.name}' has GraceTime=0: a preempted job is killed at "
+               "once, only periodic checkpoints (save_steps) save its work")
+    low, high = default.port_range
+    return [
+        "# Requeue: what a job does before a preemption or its time limit, and after a crash.",
+        f"requeue_signal: {default.requeue_signal}  # sent before the kill: every rank "
+        "checkpoints at the next step, then the job requeues (USR1, USR2 or TERM)",
+        f"signal_lead_s: {lead}  # seconds before the time limit: {why}",
+        f"max_requeues: {default.max_requeues}  # automatic retries after a crash (node "
+        "failure, a killed task); a signalled stop does not count",
+        f"port_range: [{low}, {high}]  # each job takes 3 ports here, picked by job id "
+        "(rendezvous, vLLM server, weight sync): keep it clear of other services",
+    ]
 
 
 def default_dir() -> Path:

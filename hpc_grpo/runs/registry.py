@@ -14,7 +14,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,8 +39,12 @@ def next_run_id(root: Path, base: str) -> str:
 
 
 @contextmanager
-def create_run_dir(root: Path, run_id: str, files: Mapping[str, str]) -> Iterator[Path]:
+def create_run_dir(root: Path, run_id: str, files: Mapping[str, str],
+                   mode: int = 0o700) -> Iterator[Path]:
     """Write ``files`` into a new run directory atomically; remove it if the body raises.
+
+    The directory gets ``mode`` (the user's only by default: logs and checkpoints may hold what
+    others should not read) before it appears under its name.
 
     The body is the submission: if it fails, the directory goes with it, so nothing is left
     that looks like a run but has no job.
@@ -56,6 +60,7 @@ def create_run_dir(root: Path, run_id: str, files: Mapping[str, str]) -> Iterato
             (tmp / name).write_text(text)
         for sub in ("logs", "submitit", "checkpoints"):
             (tmp / sub).mkdir()
+        os.chmod(tmp, mode)
         os.rename(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -64,6 +69,47 @@ def create_run_dir(root: Path, run_id: str, files: Mapping[str, str]) -> Iterato
         yield final
     except BaseException:
         shutil.rmtree(final, ignore_errors=True)
+        raise
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def replace_run_files(run_dir: Path, files: Mapping[str, str], keep_as: str) -> Iterator[Path]:
+    """Replace launcher files of an existing run (a resume's new job script and record), keeping
+    the old ones in ``attempts/<keep_as>/``; each file is replaced atomically (a reader sees the
+    old text or the new, never part of one). If the body (the submission) raises, the old files
+    are put back and the copy removed: a failed resume leaves the run as it was."""
+    kept = run_dir / "attempts" / keep_as
+    if kept.exists():
+        raise UserError(f"{kept} already exists", field="resume",
+                        hint="an earlier resume of this job was interrupted; move it away")
+    kept.mkdir(parents=True)
+    old = {name: (run_dir / name).read_text() for name in files if (run_dir / name).exists()}
+    for name, text in old.items():
+        (kept / name).write_text(text)
+    try:
+        for name, text in files.items():
+            _write_atomic(run_dir / name, text)
+        yield run_dir
+    except BaseException:
+        for name in files:
+            if name in old:
+                _write_atomic(run_dir / name, old[name])
+            else:
+                (run_dir / name).unlink(missing_ok=True)
+        shutil.rmtree(kept, ignore_errors=True)
+        with suppress(OSError):
+            kept.parent.rmdir()  # only when no earlier attempt is kept there
         raise
 
 

@@ -9,13 +9,22 @@ wrong goes into ``problems`` (shown on that run's row) and the value is left out
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hpc_grpo.runs import drift, registry
 from hpc_grpo.runs.identity import JobIdentity, from_jobs
-from hpc_grpo.runtime.contract import JOBS_JSONL, METRICS_JSONL, RESTARTS_JSONL, RUN_JSON, STATE_JSON
+from hpc_grpo.runtime.contract import (
+    CHECKPOINT_MARKER,
+    CHECKPOINTS,
+    JOBS_JSONL,
+    METRICS_JSONL,
+    RESTARTS_JSONL,
+    RUN_JSON,
+    STATE_JSON,
+)
 
 
 @dataclass(frozen=True)
@@ -185,3 +194,18 @@ def read_run(run_dir: Path) -> RunFiles:
         restarts=registry.read_jsonl(run_dir / RESTARTS_JSONL),
         progress=progress, problems=tuple(problems),
     )
+
+
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+def newest_checkpoint_step(run_dir: Path) -> int | None:
+    """The step of the newest checkpoint the ranks marked complete (the one a new job resumes
+    from: the ranks pick it by the same marker); None when there is none."""
+    try:
+        entries = list((run_dir / CHECKPOINTS).iterdir())
+    except OSError:
+        return None
+    steps = [int(m.group(1)) for p in entries if (m := _CHECKPOINT.match(p.name))
+             and (p / CHECKPOINT_MARKER).is_file()]
+    return max(steps, default=None)

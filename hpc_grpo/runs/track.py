@@ -169,6 +169,42 @@ def _act(name: str, verb: str, act: Callable[[str, str], None],
     return Action(run, job_id, True, f"{verb} job {job_id} (run {run})")
 
 
+def refuse_if_alive(files: RunFiles, verb: str = "resumed") -> None:
+    """A UserError unless the run's own job is known to be over (gone from squeue, ended, or its
+    id now another job's): a second job in the same run directory would train over the first.
+    Where squeue cannot say (it fails, Slurm names no script, another cluster), refuse too."""
+    identity = files.identity
+    run = files.run_id
+    if identity is None or not identity.job_id:
+        return  # never submitted: nothing can be running
+    job_id = identity.job_id
+    if files.is_local:
+        if local.local_job_alive(job_id, files.run_dir / SUBMITIT):
+            raise UserError(f"run {run} is still running (pid {job_id})", field="run",
+                            hint=f"wait for it or `hpc-grpo cancel {run}` first")
+        return
+    try:
+        record = slurm.live_record(job_id)
+    except UserError as err:
+        raise UserError(f"cannot check that job {job_id} of run {run} is over: {err.message}",
+                        field="run", hint=f"nothing was {verb}; try again once squeue answers"
+                        ) from err
+    if record is None:
+        return
+    verdict = match(identity, record)
+    if verdict.verdict == "other":
+        return
+    if verdict.verdict == "elsewhere":
+        raise UserError(f"run {run} belongs to another cluster: {verdict.why}", field="run",
+                        hint=f"{verb} it from a login node of cluster {identity.cluster}")
+    if verdict.verdict != "ours":
+        raise UserError(f"cannot tell whether job {job_id} is run {run}'s: {verdict.why}",
+                        field="run", hint=f"nothing was {verb}; check `scontrol show job {job_id}`")
+    if not record.state.finished:
+        raise UserError(f"run {run} is still {record.state.state} as job {job_id}", field="run",
+                        hint=f"wait for it to end or `hpc-grpo cancel {run}` first")
+
+
 def cancel(name: str) -> Action:
     """Cancel the run's job on all nodes, if it is still this run's and not over."""
     return _act(name, "cancelled", lambda job, job_name: slurm.cancel(job, name=job_name),

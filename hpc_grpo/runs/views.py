@@ -27,6 +27,32 @@ def _requeue_causes(row: track.RunStatus) -> str:
     return ", ".join(f"{r.get('cause')} -{r.get('steps_lost') or 0}" for r in row.restarts)
 
 
+def _reward(value: float | None) -> str:
+    """At most 8 characters: 3 decimals for usual rewards, fewer as they grow."""
+    if value is None:
+        return "-"
+    if abs(value) < 1000:
+        return f"{value:.3f}"
+    return f"{value:.1f}" if abs(value) < 100_000 else f"{value:.2e}"
+
+
+def _count(value: float | None) -> str:
+    """A count in at most 5 characters (12345, 123k, 12.3M): tokens per second, huge steps."""
+    if not value:
+        return "-" if value is None or isinstance(value, float) else "0"
+    if value < 100_000:
+        return f"{value:.0f}"
+    return f"{value / 1000:.0f}k" if value < 1_000_000 else f"{value / 1e6:.1f}M"
+
+
+def _steps(step: int, max_steps: int) -> str:
+    """"12/100"; huge counts shortened (123k/1.0M) so that the row keeps its 80 columns."""
+    text = f"{step}/{max_steps}" if max_steps else str(step)
+    if len(text) <= 11:
+        return text
+    return f"{_count(step)}/{_count(max_steps)}" if max_steps else _count(step)
+
+
 def _notes(row: track.RunStatus) -> list[str]:
     """What does not fit a column: why a run failed, a state on its way back, restarts, a vLLM
     engine that may generate with stale weights, where the state came from and what is wrong in
@@ -54,30 +80,45 @@ def _mark(row: track.RunStatus) -> str:
     return f"{state}*" if row.source == "run directory" else state
 
 
+_COLUMNS = ("run", "job", "state", "step", "reward", "tok/s", "ckpt", "rq", "nodes")
+_RUN_MIN = 8  # the run id folds down to this width; the node list folds only past that
+
+
+def _cells(r: track.RunStatus, now: float) -> tuple[str, ...]:
+    checkpoint = "-" if r.checkpoint_step is None else \
+        f"{r.checkpoint_step} {_age(r.checkpoint_time, now)}"
+    return (r.run_id, r.job_id or "-", _mark(r), _steps(r.step, r.max_steps), _reward(r.reward),
+            _count(r.tokens_per_s), checkpoint, str(r.requeues), r.nodes or "-")
+
+
 def status_table(rows: Sequence[track.RunStatus]) -> None:
-    """One line per run in at most 80 columns for usual ids; everything longer goes below."""
+    """One line per run in at most 80 columns for usual ids; everything longer goes below.
+
+    Only the run id and the node list may fold onto more lines, the run id first: rich, left to
+    itself, dropped the run column or cut the node list when a row did not fit."""
     from rich.console import Console
     from rich.table import Table
 
     now = time.time()
-    table = Table(box=None, header_style="bold", padding=(0, 1, 0, 0), pad_edge=False)
-    for column in ("run", "job", "state", "step", "reward", "tok/s", "ckpt", "rq", "nodes"):
-        table.add_column(column, no_wrap=column != "run", overflow="fold")
-    for r in rows:
-        checkpoint = "-" if r.checkpoint_step is None else \
-            f"{r.checkpoint_step} {_age(r.checkpoint_time, now)}"
-        table.add_row(
-            r.run_id, r.job_id or "-", _mark(r),
-            f"{r.step}/{r.max_steps}" if r.max_steps else str(r.step),
-            f"{r.reward:.3f}" if r.reward is not None else "-",
-            f"{r.tokens_per_s:.0f}" if r.tokens_per_s else "-",
-            checkpoint, str(r.requeues), r.nodes or "-",
-        )
     console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 200,
                       highlight=False, markup=False)
     if not rows:
         console.print("no runs yet: hpc-grpo submit ...")
         return
+    cells = [_cells(r, now) for r in rows]
+    widths = [max(len(c) for c in (name, *(row[i] for row in cells)))
+              for i, name in enumerate(_COLUMNS)]
+    left = console.width - sum(widths[1:-1]) - (len(_COLUMNS) - 1)  # for run and nodes
+    run_min = min(widths[0], _RUN_MIN)
+    nodes = min(widths[-1], max(5, left - run_min))
+    run = max(run_min, min(widths[0], left - nodes))
+    table = Table(box=None, header_style="bold", padding=(0, 1, 0, 0), pad_edge=False)
+    for i, name in enumerate(_COLUMNS):
+        folds = name in ("run", "nodes")
+        table.add_column(name, no_wrap=not folds, overflow="fold",
+                         width={"run": run, "nodes": nodes}.get(name, widths[i]))
+    for row in cells:
+        table.add_row(*row)
     console.print(table)
     notes = [(r.run_id, note) for r in rows for note in _notes(r)]
     if any(r.source == "run directory" for r in rows):

@@ -32,6 +32,10 @@ RETRIES_JSONL = "retries.jsonl"  # one line per automatic requeue after a crash
 SETUP_ERRORS = "setup-errors"  # rank-<N>.json: what each rank raised before the first step
 LOGS = "logs"
 SUBMITIT = "submitit"
+SPEC_JSON = "spec.json"  # launcher only: the job spec and site the plan came from (resume plans again)
+ATTEMPTS = "attempts"  # launcher only: job.sbatch, run.json, plan.txt of the jobs a resume replaced
+# Written into checkpoints/checkpoint-<step>/ once every rank saved: only these are resumed from.
+CHECKPOINT_MARKER = "hpc_grpo_complete.json"
 
 # Each job owns this many consecutive ports from MASTER_PORT: torchrun's rendezvous, the vLLM
 # server (+1) and its weight-sync group (+2).

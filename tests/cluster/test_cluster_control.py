@@ -53,15 +53,33 @@ def test_two_node_check_job(tmp_path: Path) -> None:
     assert one and all(line.startswith("[rank-2]") for line in one.splitlines())
 
 
-def test_cancel_leaves_nothing(tmp_path: Path) -> None:
+def test_cancel_leaves_nothing_then_resume_continues(tmp_path: Path) -> None:
+    """A cancelled run (no requeue) resumes as a new job in its run directory: from its newest
+    complete checkpoint (or step 0) to max_steps, each step logged once."""
     root = tmp_path / "runs"
-    run_id, _, run_dir = submit(root, "--site", "sandbox", "--model", "builtin:tiny",
-                                "--nodes", "2", "--recipe", str(RECIPE),
-                                "--set", "max_steps=100000")
+    run_id, job, run_dir = submit(root, "--site", "sandbox", "--model", "builtin:tiny",
+                                  "--nodes", "2", "--recipe", str(RECIPE),
+                                  "--set", "max_steps=100000")
     wait_for(run_id, lambda r: r["state"] == "RUNNING" and r["step"] >= 1, timeout=240)
+    refused = cli("resume", run_id, check=False)
+    assert refused.returncode == 2 and f"is still RUNNING as job {job}" in refused.stderr
     cli("cancel", run_id)
     row = wait_for(run_id, finished, timeout=60)
     assert row["state"] == "CANCELLED"
+    assert wait_no_processes(str(run_dir)) == {}
+
+    from hpc_grpo.runs.runfiles import newest_checkpoint_step
+
+    start = newest_checkpoint_step(run_dir) or 0
+    out = cli("resume", run_id, "--set", f"max_steps={start + 4}").stdout
+    _, new_job, same_dir = submitted(out)
+    assert new_job != job and same_dir == run_dir and f"after job {job}" in out, out
+    row = wait_for(run_id, lambda r: r["job_id"] == new_job and r["finished"], timeout=240)
+    assert row["state"] == "COMPLETED" and row["step"] == start + 4, row
+    steps = [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, start + 5))  # nothing repeated, nothing lost
+    assert row["restarts"][-1]["resumed_from_step"] == start and row["requeues"] >= 1
+    assert (run_dir / "attempts" / f"01-job-{job}" / "job.sbatch").exists()
     assert wait_no_processes(str(run_dir)) == {}
 
 

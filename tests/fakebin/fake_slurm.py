@@ -2,7 +2,8 @@
 
 Called as `fake_slurm.py NAME ARGS...` by the sh wrappers that tests/unit/slurmfake.py puts
 first on PATH. Its state lives in $FAKE_SLURM_DIR: calls.jsonl (one {"name", "argv"[, "script"]}
-line per call) and optional NAME.out / NAME.err / NAME.rc (stdout, stderr, exit code).
+line per call, with "env": the variables named in $FAKE_SLURM_RECORD_ENV) and optional
+NAME.out / NAME.err / NAME.rc (stdout, stderr, exit code).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ def main() -> int:
     call: dict[str, object] = {"name": name, "argv": args}
     if name == "sbatch" and args and Path(args[-1]).is_file():
         call["script"] = Path(args[-1]).read_text()
+    recorded = [k for k in os.environ.get("FAKE_SLURM_RECORD_ENV", "").split(",") if k]
+    if recorded:  # what this binary's environment held: what sbatch would export to the job
+        call["env"] = {k: os.environ[k] for k in recorded if k in os.environ}
     with (folder / "calls.jsonl").open("a") as calls:
         calls.write(json.dumps(call) + "\n")
     out, err, rc = (folder / f"{name}.{ext}" for ext in ("out", "err", "rc"))

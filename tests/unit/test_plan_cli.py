@@ -107,3 +107,20 @@ def test_recipe_recomputation_and_reference_model_are_counted() -> None:
     assert no_gc["breakdown_gib"]["activations"] > 2 * default["breakdown_gib"]["activations"]
     assert "reference model" not in default["breakdown_gib"]
     assert kl["breakdown_gib"]["reference model"] > 0
+
+
+def test_tp_on_a_cpu_site_is_explained_in_one_line(tmp_path: Path) -> None:
+    """No vLLM on CPU: TP 2 only groups ranks (the sandbox's TP test relies on the groups)."""
+    args = ["--site", "sandbox", "--model", "Qwen/Qwen2.5-0.5B", "--nodes", "3",
+            "--procs-per-node", "2", "--tp", "2", "--output-root", str(tmp_path)]
+    for command in (["render"], ["submit", "--dry-run"]):
+        out = CliRunner().invoke(main, [*command, *args])
+        assert out.exit_code == 0, out.output
+        warned = [line for line in out.output.splitlines() if "tensor_parallel_size 2" in line]
+        assert warned == ["# warning: tensor_parallel_size 2 on CPU site 'sandbox' only groups "
+                          "ranks (vLLM seed rank // 2): no vLLM runs on CPU, each process "
+                          "generates alone with transformers"], out.output
+    plan = json.loads(CliRunner().invoke(main, ["plan", "--json", *args]).output)
+    assert len(plan["warnings"]) == 1 and plan["tensor_parallel_size"] == 2
+    one = CliRunner().invoke(main, ["render", *[a if a != "--tp" else "--seed" for a in args]])
+    assert one.exit_code == 0 and "# warning" not in one.output  # TP 1: nothing to explain

@@ -188,3 +188,54 @@ def test_cli_site_init_output_and_bad_input(tmp_path: Path, fake_scontrol: None)
         bad = runner.invoke(main, args)
         assert bad.exit_code == 2 and len(bad.stderr.strip().splitlines()) == 1
         assert words in bad.stderr
+
+
+# A cluster set up unlike the sandbox: `scavenger` is preemptible with 60 s of grace.
+BATCH_CLUSTER = """\
+PartitionName=batch
+   Default=YES MaxNodes=UNLIMITED MaxTime=2-00:00:00 Nodes=cn[1-4] GraceTime=0
+   PreemptMode=OFF State=UP TotalCPUs=128 TotalNodes=4
+PartitionName=scavenger
+   Default=NO MaxNodes=UNLIMITED MaxTime=1-00:00:00 Nodes=cn[1-4] GraceTime=60
+   PreemptMode=REQUEUE State=UP TotalCPUs=128 TotalNodes=4
+PartitionName=urgent
+   Default=NO MaxNodes=2 MaxTime=04:00:00 Nodes=cn[1-4] GraceTime=0
+   PreemptMode=OFF State=UP TotalCPUs=128 TotalNodes=4
+""" + "".join(f"""NodeName=cn{i} CPUEfctv=32 CPUTot=32 Gres=(null) RealMemory=128000 State=IDLE
+   Partitions=batch,scavenger,urgent
+""" for i in range(1, 5))
+
+
+def _init(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, partition: str) -> str:
+    from tests.unit.slurmfake import install
+
+    install(tmp_path, monkeypatch, ("scontrol",)).answer("scontrol", text)
+    path = siteinit.init_site("cn", partition=partition, output=str(tmp_path / f"{partition}.yaml"))
+    return path.read_text()
+
+
+@pytest.mark.parametrize("partition", ["batch", "scavenger"])
+def test_requeue_settings_written_with_the_lead_below_grace_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, partition: str) -> None:
+    text = _init(tmp_path, monkeypatch, BATCH_CLUSTER, partition)
+    site = load_site(str(tmp_path / f"{partition}.yaml"), [])
+    assert (site.requeue_signal, site.max_requeues, site.port_range) == ("USR2", 3, (20000, 29999))
+    assert site.signal_lead_s == 45 and site.partition == partition
+    assert site.preempt_partition == ("scavenger" if partition == "batch" else "")
+    settings = {line.split(":")[0]: line for line in text.splitlines()}
+    for key in ("requeue_signal", "signal_lead_s", "max_requeues", "port_range"):
+        assert "  # " in settings[key], settings[key]  # each with a comment saying why
+    assert "below GraceTime=60s of preemptible partition 'scavenger'" in settings["signal_lead_s"]
+
+
+@pytest.mark.parametrize(("grace", "lead", "why"), [
+    ("0", 120, "GraceTime=0: a preempted job is killed at once"),
+    ("600", 120, "below GraceTime=600s"),
+    ("20", 15, "below GraceTime=20s"),
+])
+def test_lead_follows_grace_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grace: str,
+                                 lead: int, why: str) -> None:
+    text = _init(tmp_path, monkeypatch, BATCH_CLUSTER.replace("GraceTime=60", f"GraceTime={grace}"),
+                 "urgent")
+    assert load_site(str(tmp_path / "urgent.yaml"), []).signal_lead_s == lead
+    assert why in text

@@ -77,3 +77,24 @@ def test_a_long_run_id_folds_but_the_nodes_column_stays(
 def test_no_runs(capsys: pytest.CaptureFixture[str]) -> None:
     views.status_table([])
     assert capsys.readouterr().out.startswith("no runs yet")
+
+
+def test_every_column_survives_the_widest_values_at_80(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 9-digit job id, COMPLETING, a million steps, big rewards and rates, a node list of
+    another cluster: rich used to drop the run column and cut the node list; now they fold."""
+    monkeypatch.setenv("COLUMNS", "80")
+    wide = _row("grpo-qwen2.5-math-72b-0001", job_id="123456789", state="COMPLETING",
+                step=123456, max_steps=1000000, reward=-1234.567, tokens_per_s=123456.0,
+                checkpoint_step=123000, requeues=12, nodes="cn[001-004,010]", restarts=())
+    views.status_table([wide, _row("g-0001", nodes="cn[001-004,010]")])
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= 80 for line in lines), "\n".join(lines)
+    assert lines[0].split() == ["run", "job", "state", "step", "reward", "tok/s", "ckpt", "rq",
+                                "nodes"]
+    nodes_at = lines[0].index("nodes")
+    body = lines[1:lines.index(next(x for x in lines if x.startswith("g-0001")))]
+    assert "".join(x[:nodes_at].split(" ")[0] for x in body) == wide.run_id
+    assert "".join(x[nodes_at:].strip() for x in body) == wide.nodes
+    assert "123k/1.0M" in body[0] and "-1234.6" in body[0] and " 123k " in body[0]

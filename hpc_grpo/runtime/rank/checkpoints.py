@@ -13,7 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-MARKER = "hpc_grpo_complete.json"
+from hpc_grpo.runtime.contract import CHECKPOINT_MARKER
+
+MARKER = CHECKPOINT_MARKER
 TRAINER_STATE = "trainer_state.json"
 _NAME = re.compile(r"^checkpoint-(\d+)$")
 

@@ -1,0 +1,106 @@
+"""What ``resume`` may change about a run, and whether there is anything left to train.
+
+A resumed run is the same run: it continues from a checkpoint in the same run directory, so the
+new job must load that checkpoint exactly as the old job saved it and see the same data in the
+same order. What the checkpoint or the data order depend on cannot change (the model, the data,
+the world size, the ZeRO layout, the batch shape, the seeds); how long to train and how often to
+save can. Pure: two run records (run.json as dicts) and numbers in, problems out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hpc_grpo.errors import UserError
+
+_NEW_RUN = "submit a new run for that"
+# run.json keys (dotted for nested blocks) a resume cannot change, with the reason why.
+FIXED_RECORD: dict[str, str] = {
+    "model": "the checkpoint holds this model's weights",
+    "payload": "the run directory holds this payload's results",
+    "dataset.name": "the checkpoint's data position counts this dataset's prompts",
+    "dataset.prompt_column": "the checkpoint's data position counts this dataset's prompts",
+    "dataset.split": "the checkpoint's data position counts this dataset's prompts",
+    "reward_funcs": "the rewards logged so far come from these functions",
+    "seed": "the data order and every RNG stream in the checkpoint follow this seed",
+    "device": "the checkpoint's optimizer and RNG states were saved on this device",
+    "vllm.tensor_parallel_size": "vLLM's sampling seeds are rank // TP: another TP size samples "
+                                 "other completions",
+    "vllm.mode": "server mode trains on other GPUs than colocate: another world size",
+}
+# GRPOConfig fields that shape the batch or the data order: another value trains other steps.
+FIXED_GRPO: dict[str, str] = {
+    "per_device_train_batch_size": "the checkpoint's data position counts batches of this size",
+    "gradient_accumulation_steps": "the checkpoint's data position counts these micro-steps",
+    "num_generations": "the checkpoint's data position counts prompts per group of this size",
+    "generation_batch_size": "it sets how many prompts each step draws",
+    "steps_per_generation": "it sets how many prompts each step draws",
+    "seed": "the data order and every RNG stream in the checkpoint follow this seed",
+    "data_seed": "the checkpoint's data position is in this seed's order",
+    "shuffle_dataset": "the checkpoint's data position is in this order",
+}
+
+
+def _get(record: Mapping[str, Any], dotted: str) -> Any:
+    value: Any = record
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return value
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(map(str, value)) + "]"
+    return "unset" if value is None else str(value)
+
+
+def _layout(record: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    return record.get("nodes"), record.get("procs_per_node"), _get(record, "deepspeed.zero_stage")
+
+
+def unchangeable(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[UserError]:
+    """Each difference between the run's record and the resumed job's that a resume cannot make,
+    one problem each, with the reason (the site profile changing under a run counts too)."""
+    problems: list[UserError] = []
+    for key, why in FIXED_RECORD.items():
+        was, now = _get(old, key), _get(new, key)
+        if was is not None and _shown(was) != _shown(now):
+            problems.append(UserError(f"cannot change {key} from {_shown(was)} to {_shown(now)}: "
+                                      f"{why}", field="resume", hint=_NEW_RUN))
+    (nodes, procs, zero), (new_nodes, new_procs, new_zero) = _layout(old), _layout(new)
+    if (nodes, procs) != (new_nodes, new_procs):
+        shards = (f"ZeRO-{zero} saved optimizer and parameter shards for {nodes} x {procs} ranks"
+                  if zero else f"the checkpoint holds RNG states for {nodes} x {procs} ranks and "
+                  "the batch of every step spans them")
+        problems.append(UserError(
+            f"cannot change the layout from {nodes} node(s) x {procs} process(es) to {new_nodes} x "
+            f"{new_procs}: {shards}", field="resume",
+            hint=f"keep nodes at {nodes}, or {_NEW_RUN}"))
+    elif zero != new_zero:
+        problems.append(UserError(
+            f"cannot change the ZeRO stage from {_shown(zero)} to {_shown(new_zero)}: "
+            "the checkpoint's optimizer state is laid out for its stage", field="resume",
+            hint=_NEW_RUN))
+    old_grpo, new_grpo = old.get("grpo_config") or {}, new.get("grpo_config") or {}
+    for key, why in FIXED_GRPO.items():
+        if old_grpo.get(key) != new_grpo.get(key):
+            problems.append(UserError(
+                f"cannot change {key} from {_shown(old_grpo.get(key))} to "
+                f"{_shown(new_grpo.get(key))}: {why}", field="resume", hint=_NEW_RUN))
+    return problems
+
+
+def left_to_train(*, phase: str, step: int, checkpoint_step: int, max_steps: int) -> UserError | None:
+    """Why there is nothing to resume (training done, or max_steps not past the checkpoint)."""
+    if max_steps <= 0:  # TRL's -1: by epochs; the trainer knows its own end
+        return None
+    if phase == "done" and max_steps <= step:
+        return UserError(f"the run finished at step {step}: max_steps {max_steps} leaves nothing "
+                         "to train", field="resume",
+                         hint=f"to train further, --set max_steps=N with N > {step}")
+    if max_steps <= checkpoint_step:
+        return UserError(f"max_steps {max_steps} is not past the checkpoint at step "
+                         f"{checkpoint_step}: nothing would be trained", field="resume",
+                         hint=f"--set max_steps=N with N > {checkpoint_step}")
+    return None
