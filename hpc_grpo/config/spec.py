@@ -60,6 +60,24 @@ class JobSpec:
     name: str = ""
     payload: Literal["train", "check"] = "train"
     partition: str = ""
+    # How the model loads (TRL/open-r1 ModelConfig names; recipe aliases map onto these).
+    model_revision: str = ""
+    dtype: str = ""
+    attn_implementation: str = ""
+    trust_remote_code: bool = False
+    # Dataset details beyond its name (TRL ScriptArguments / open-r1 GRPOScriptArguments).
+    dataset_config: str = ""
+    dataset_split: str = "train"
+    solution_column: str = ""
+    system_prompt: str = ""
+    reward_weights: tuple[float, ...] = ()
+    # LoRA / QLoRA (TRL ModelConfig names and defaults).
+    use_peft: bool = False
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    lora_target_modules: tuple[str, ...] = ()
+    load_in_4bit: bool = False
     grpo: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

@@ -15,11 +15,11 @@ from hpc_grpo.config.site import SiteProfile, minutes
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner import MemoryPlan, ModelArch, PlanRequest, check_batch_rules, make_plan
+from hpc_grpo.planner.blocks import dataset_block, model_block, peft_block
 from hpc_grpo.planner.engines import deepspeed_plan, vllm_plan
 from hpc_grpo.planner.timing import Timings, signal_lead
 from hpc_grpo.planner.topology import ServerSplit, rank_table, server_split
 from hpc_grpo.runtime.contract import (
-    DatasetBlock,
     DeepSpeedBlock,
     RankRow,
     RunRecord,
@@ -86,9 +86,10 @@ class JobPlan:
         """``run.json``: everything the ranks need (docs/run-directory.md)."""
         return RunRecord(
             run_id=run_id, run_dir=run_dir, payload=self.spec.payload, model=self.model.source,
-            dataset=DatasetBlock(name=self.spec.dataset, prompt_column=self.spec.prompt_column,
-                                 split="train", max_prompt_length=prompt_bound(self.spec)),
-            reward_funcs=tuple(self.spec.reward_funcs), seed=self.spec.seed, nodes=self.nodes,
+            dataset=dataset_block(self.spec, prompt_bound(self.spec)),
+            reward_funcs=tuple(self.spec.reward_funcs),
+            reward_weights=tuple(self.spec.reward_weights), model_load=model_block(self.spec),
+            peft=peft_block(self.spec), seed=self.spec.seed, nodes=self.nodes,
             procs_per_node=self.procs_per_node, device=self.device,
             dist_backend="nccl" if self.device == "cuda" else "gloo",
             grpo_config=dict(self.spec.grpo), vllm=self.vllm, deepspeed=self.deepspeed,

@@ -110,6 +110,33 @@ class DatasetBlock:
     prompt_column: str = "prompt"
     split: str = "train"
     max_prompt_length: int | None = None
+    config: str = ""  # a hub dataset's configuration name (TRL's dataset_config)
+    solution_column: str = ""  # the reference answer accuracy rewards compare with ("" none)
+    system_prompt: str = ""  # set: prompts become [system, user] chats for the chat template
+
+
+@dataclass(frozen=True)
+class ModelBlock:
+    """How the ranks load the model: TRL/open-r1 ``ModelConfig`` keys, and where it is staged."""
+
+    revision: str = ""  # branch, tag or commit asked for ("" the default branch)
+    commit: str = ""  # the commit hash staging resolved and pinned ("" not staged)
+    dtype: str = ""  # "bfloat16", "float16", "float32", "auto"; "" the plan's choice
+    attn_implementation: str = ""
+    trust_remote_code: bool = False
+    hf_home: str = ""  # the shared Hugging Face cache the ranks read ("" the node's default)
+    offline: bool = False  # the ranks run with HF_HUB_OFFLINE=1 / HF_DATASETS_OFFLINE=1
+
+
+@dataclass(frozen=True)
+class PeftBlock:
+    """LoRA (QLoRA with ``load_in_4bit``): TRL's ModelConfig names and defaults."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: tuple[str, ...] = ()  # () lets peft pick the architecture's default
+    load_in_4bit: bool = False
 
 
 @dataclass(frozen=True)
@@ -162,6 +189,9 @@ class RunRecord:
     ranks: tuple[RankRow, ...]
     payload: str = "train"
     reward_funcs: tuple[str, ...] = ()
+    reward_weights: tuple[float, ...] = ()  # () every reward weighs 1 (TRL's default)
+    model_load: ModelBlock = ModelBlock()
+    peft: PeftBlock | None = None  # None: full fine-tuning
     seed: int = DEFAULT_SEED
     device: str = "cpu"
     dist_backend: str = ""
@@ -211,6 +241,7 @@ class RunRecord:
             vllm = dict(data.get("vllm") or {})
             server = vllm.pop("server", None)
             ds = data.get("deepspeed")
+            peft = data.get("peft")
             nodes, ppn = int(data["nodes"]), int(data["procs_per_node"])
             if "world_size" in data and int(data["world_size"]) != nodes * ppn:
                 raise ContractError(f"run.json world_size {data['world_size']} is not nodes {nodes}"
@@ -221,6 +252,10 @@ class RunRecord:
                 ranks=tuple(RankRow(**row) for row in data.get("ranks") or ()),
                 payload=str(data.get("payload", "train")),
                 reward_funcs=tuple(data.get("reward_funcs") or ()),
+                reward_weights=tuple(float(w) for w in data.get("reward_weights") or ()),
+                model_load=ModelBlock(**(data.get("model_load") or {})),
+                peft=PeftBlock(**{**peft, "target_modules": tuple(peft.get("target_modules") or ())})
+                if peft else None,
                 seed=int(data.get("seed", DEFAULT_SEED)), device=str(data.get("device", "cpu")),
                 dist_backend=str(data.get("dist_backend") or ""),
                 grpo_config=dict(data.get("grpo_config") or {}),

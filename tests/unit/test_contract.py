@@ -41,3 +41,23 @@ def test_state_writes_are_held_to_the_schema(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not state.json fields"):
         rundir.update_state(tmp_path, stepp=4)
     assert rundir.read_state(tmp_path)["step"] == 3
+
+
+def test_model_dataset_and_lora_blocks_round_trip(tmp_path: Path) -> None:
+    """The #14 blocks (how the model loads, the dataset's details, LoRA) survive run.json; a
+    record written before they existed reads with full fine-tuning and no staging."""
+    data = {**BASE, "dataset": {"name": "d.jsonl", "solution_column": "solution",
+                                "system_prompt": "Think first.", "config": "main"},
+            "reward_weights": [1.0, 0.5],
+            "model_load": {"revision": "v1", "commit": "a" * 40, "dtype": "bfloat16",
+                           "offline": True, "hf_home": "/shared/hf"},
+            "peft": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}}
+    record = RunRecord.from_dict(data)
+    (tmp_path / "run.json").write_text(json.dumps(record.to_dict()))
+    again = rundir.load_run(tmp_path)
+    assert again == record
+    assert again.peft is not None and again.peft.target_modules == ("q_proj", "v_proj")
+    assert again.model_load.offline and again.model_load.commit == "a" * 40
+    assert again.reward_weights == (1.0, 0.5) and again.dataset.system_prompt == "Think first."
+    old = RunRecord.from_dict(BASE)
+    assert old.peft is None and not old.model_load.offline and old.reward_weights == ()
