@@ -71,6 +71,8 @@ class JobSpec:
     solution_column: str = ""
     system_prompt: str = ""
     reward_weights: tuple[float, ...] = ()
+    # Keyword arguments per reward, by the reward's name in reward_funcs: {"builtin:x": {"k": 1}}.
+    reward_kwargs: dict[str, Any] = field(default_factory=dict)
     # LoRA / QLoRA (TRL ModelConfig names and defaults).
     use_peft: bool = False
     lora_r: int = 16

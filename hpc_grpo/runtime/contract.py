@@ -190,6 +190,8 @@ class RunRecord:
     payload: str = "train"
     reward_funcs: tuple[str, ...] = ()
     reward_weights: tuple[float, ...] = ()  # () every reward weighs 1 (TRL's default)
+    # Keyword arguments bound to each reward, keyed by its entry in reward_funcs.
+    reward_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     model_load: ModelBlock = ModelBlock()
     peft: PeftBlock | None = None  # None: full fine-tuning
     seed: int = DEFAULT_SEED
@@ -253,6 +255,7 @@ class RunRecord:
                 payload=str(data.get("payload", "train")),
                 reward_funcs=tuple(data.get("reward_funcs") or ()),
                 reward_weights=tuple(float(w) for w in data.get("reward_weights") or ()),
+                reward_kwargs={str(k): dict(v) for k, v in (data.get("reward_kwargs") or {}).items()},
                 model_load=ModelBlock(**(data.get("model_load") or {})),
                 peft=PeftBlock(**{**peft, "target_modules": tuple(peft.get("target_modules") or ())})
                 if peft else None,

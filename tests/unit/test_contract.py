@@ -48,7 +48,7 @@ def test_model_dataset_and_lora_blocks_round_trip(tmp_path: Path) -> None:
     record written before they existed reads with full fine-tuning and no staging."""
     data = {**BASE, "dataset": {"name": "d.jsonl", "solution_column": "solution",
                                 "system_prompt": "Think first.", "config": "main"},
-            "reward_weights": [1.0, 0.5],
+            "reward_weights": [1.0, 0.5], "reward_kwargs": {"builtin:length_penalty": {"max_len": 64}},
             "model_load": {"revision": "v1", "commit": "a" * 40, "dtype": "bfloat16",
                            "offline": True, "hf_home": "/shared/hf"},
             "peft": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}}
@@ -59,5 +59,6 @@ def test_model_dataset_and_lora_blocks_round_trip(tmp_path: Path) -> None:
     assert again.peft is not None and again.peft.target_modules == ("q_proj", "v_proj")
     assert again.model_load.offline and again.model_load.commit == "a" * 40
     assert again.reward_weights == (1.0, 0.5) and again.dataset.system_prompt == "Think first."
+    assert again.reward_kwargs == {"builtin:length_penalty": {"max_len": 64}}
     old = RunRecord.from_dict(BASE)
     assert old.peft is None and not old.model_load.offline and old.reward_weights == ()
