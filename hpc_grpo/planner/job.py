@@ -207,7 +207,7 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
     """Check the request against the site and choose the layout; raises UserError early."""
     time_min = minutes(spec.time, "time")
     lead, lead_reason = signal_lead(site.signal_lead_s, timings)
-    warnings = _check_limits(site, spec, time_min, lead, timings)
+    warnings = [*spec.notes, *_check_limits(site, spec, time_min, lead, timings)]
     procs, server = _processes(site, spec)
     _check_batches(spec, spec.nodes * procs)
     memory = None if server is not None else _memory_plan(site, spec, model, procs)
