@@ -246,6 +246,7 @@ _CHOICES = {
     "enable_sleep_mode": "sleep mode",
     "max_num_seqs": "max_num_seqs",
     "vllm_max_model_length": "vllm_max_model_length",
+    "lora": "LoRA",
 }
 
 
@@ -275,7 +276,9 @@ def _plan_table(data: dict[str, Any]) -> None:
         for column in ("choice", "value", "why"):
             choices.add_column(column, overflow="fold")
         for key, label in _CHOICES.items():
-            value, reason = str(memory[key]), memory["reasons"][key]
+            if key not in memory["reasons"]:
+                continue
+            value, reason = str(memory.get(key, "on")), memory["reasons"][key]
             first, sep, rest = reason.partition(": ")
             choices.add_row(label, value, rest if sep and first == value else reason)
         console.print(choices)
