@@ -191,6 +191,10 @@ def test_two_spellings_of_one_key_must_agree() -> None:
         "'model' and 'model_name_or_path' both set model, to 'a' and 'b'"]
     assert translate({"reward_funcs": ["my.pkg.rewards.score", "m:f"]}, "recipe").values == {
         "reward_funcs": ["my.pkg.rewards:score", "m:f"]}
+    unused = translate({"reward_funcs": ["accuracy"], "cosine_max_len": 500}, "recipe")
+    assert not unused.problems and "cosine_max_len" not in unused.values
+    assert unused.notes == ["recipe: cosine_max_len ignored: open-r1 gives them to its 'cosine' "
+                            "reward, which reward_funcs does not list"]
 
 
 @pytest.mark.usefixtures("math_rewards")
