@@ -68,7 +68,7 @@ class Prepared:
 def load_spec(request: Request) -> tuple[SiteProfile, JobSpec]:
     site = find_site(request.site)
     recipe = read_yaml(Path(request.recipe), "recipe") if request.recipe else {}
-    return site, build_spec(recipe, parse_set(request.sets), request.flags)
+    return site, build_spec(recipe, parse_set(request.sets), request.flags, site)
 
 
 def site_ref(site: str) -> str:
@@ -226,8 +226,8 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Re
                         field="run", hint="submit a new run with the same recipe")
     track.refuse_if_alive(files)
     flags = {"time": time} if time else {}
-    spec = build_spec(saved["spec"], parse_set(sets), flags)
     site = find_site(saved["site"])
+    spec = build_spec(saved["spec"], parse_set(sets), flags, site)
     python = saved.get("python") if isinstance(saved.get("python"), str) else None
     prepared = _prepare(site, spec, root=run_dir.parent, run_id=run_dir.name, python=python,
                         site_name=saved["site"])

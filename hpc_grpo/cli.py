@@ -43,7 +43,8 @@ JOB_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     click.option("--zero-stage", type=click.IntRange(0, 3),
                  help="DeepSpeed ZeRO stage (default: the plan's)."),
     click.option("--dataset", help="builtin:digits|builtin:sums, a .jsonl/.json/.csv file, or a hub id."),
-    click.option("--reward", "reward_funcs", multiple=True, help="builtin:NAME or module:function."),
+    click.option("--reward", "reward_funcs", multiple=True,
+                 help="builtin:NAME, module:function, or an open-r1 name (accuracy, format, ...)."),
     click.option("--seed", type=int, help="Training seed (default 42)."),
     click.option("--time", help="Slurm time limit, e.g. 04:00:00."),
     click.option("--name", help="Job name (default from the model)."),
@@ -246,6 +247,7 @@ _CHOICES = {
     "enable_sleep_mode": "sleep mode",
     "max_num_seqs": "max_num_seqs",
     "vllm_max_model_length": "vllm_max_model_length",
+    "lora": "LoRA",
 }
 
 
@@ -275,7 +277,9 @@ def _plan_table(data: dict[str, Any]) -> None:
         for column in ("choice", "value", "why"):
             choices.add_column(column, overflow="fold")
         for key, label in _CHOICES.items():
-            value, reason = str(memory[key]), memory["reasons"][key]
+            if key not in memory["reasons"]:
+                continue
+            value, reason = str(memory.get(key, "on")), memory["reasons"][key]
             first, sep, rest = reason.partition(": ")
             choices.add_row(label, value, rest if sep and first == value else reason)
         console.print(choices)

@@ -10,7 +10,6 @@ from hpc_grpo.errors import UserError
 from hpc_grpo.planner.memory import (
     CPU_USABLE_FRACTION,
     GIB,
-    LORA_RANK,
     activations_gib,
     sequence_length,
 )
@@ -22,7 +21,7 @@ PROCESS_GIB = 2.0  # Python, torch and tokenizer per process
 
 def cpu_plan(req: PlanRequest) -> MemoryPlan:
     arch, length = req.arch, sequence_length(req)
-    trainable = arch.lora_params(LORA_RANK) if req.lora else arch.num_params
+    trainable = req.trainable_params
     seqs = req.per_device_train_batch_size * req.generation_steps
     items = [("training weights", 4 * (arch.num_params + (trainable if req.lora else 0)))]
     if req.beta and not req.lora:

@@ -190,7 +190,9 @@ def _memory_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int) 
             num_generations=_grpo(spec, "num_generations"),
             gradient_accumulation_steps=_grpo(spec, "gradient_accumulation_steps"),
             steps_per_generation=spec.grpo.get("steps_per_generation"),
-            lora=bool(spec.grpo.get("use_peft", False)),
+            lora=spec.use_peft,
+            lora_rank=spec.lora_r,
+            lora_target_modules=tuple(spec.lora_target_modules),
             beta=float(_grpo(spec, "beta")),
             gradient_checkpointing=bool(_grpo(spec, "gradient_checkpointing")),
             tensor_parallel_size=spec.tensor_parallel_size or None,
@@ -207,7 +209,7 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
     """Check the request against the site and choose the layout; raises UserError early."""
     time_min = minutes(spec.time, "time")
     lead, lead_reason = signal_lead(site.signal_lead_s, timings)
-    warnings = _check_limits(site, spec, time_min, lead, timings)
+    warnings = [*spec.notes, *_check_limits(site, spec, time_min, lead, timings)]
     procs, server = _processes(site, spec)
     _check_batches(spec, spec.nodes * procs)
     memory = None if server is not None else _memory_plan(site, spec, model, procs)

@@ -10,8 +10,10 @@ Assumptions, each a round number on purpose (GiB = 2**30 bytes):
   the weights too and gathers two layers (or the embedding) at a time. Optimizer offload moves
   Adam state and fp32 gradients to CPU memory; parameter offload (ZeRO-3 only) moves the
   weights as well.
-* LoRA: rank-64 adapters on every linear layer train; the frozen base stays whole on every GPU,
-  because TRL gathers the full model to merge adapters before each weight sync.
+* LoRA: adapters of the recipe's rank (lora_r) on its lora_target_modules (every linear layer
+  when none are named: the most memory) train, in fp32 with fp32 gradients and Adam state; the
+  frozen base stays whole on every GPU, because TRL gathers the full model to merge adapters
+  before each weight sync, and it is the reference model too (adapters off).
 * Activations with gradient checkpointing: one bf16 hidden state per layer per token, plus one
   layer's full activations (10·hidden + 5·intermediate bf16 values per token) twice while it is
   recomputed and back-propagated; without checkpointing every layer keeps its full activations.
@@ -40,7 +42,6 @@ from math import ceil
 from hpc_grpo.planner.types import PlanRequest
 
 GIB = float(2**30)
-LORA_RANK = 64
 RESERVE_FRACTION = 0.10
 VLLM_MARGIN = 0.05
 UTIL_STEP = 0.05
@@ -121,7 +122,7 @@ def estimate(req: PlanRequest, layout: Layout, share: float = UTIL_MAX) -> Estim
     """Memory of one layout; ``share`` caps the planner's vLLM fraction (not an override's)."""
     arch, world, gpu = req.arch, req.world_size, req.gpu_memory_gib
     params = arch.num_params
-    trainable = arch.lora_params(LORA_RANK) if req.lora else params
+    trainable = req.trainable_params
     weight_shards = world if layout.zero == 3 and not req.lora else 1
     state_shards = world if layout.zero >= 2 else 1
     on_cpu_weights = layout.offload_params and weight_shards > 1

@@ -9,6 +9,7 @@ from hpc_grpo.planner.arch import ModelArch
 from hpc_grpo.planner.batch import check_batch_rules
 from hpc_grpo.planner.cpu import cpu_plan
 from hpc_grpo.planner.hints import smallest_change
+from hpc_grpo.planner.lora import check_targets
 from hpc_grpo.planner.memory import Estimate, sequence_length
 from hpc_grpo.planner.reasons import explain
 from hpc_grpo.planner.search import search, tp_divisibility, valid_tps
@@ -33,6 +34,7 @@ def _validate(req: PlanRequest) -> None:
     if not req.cpu_memory_gib_per_node > 0:
         raise UserError(f"cpu_memory_gib_per_node is {req.cpu_memory_gib_per_node!r}, "
                         "expected > 0", field="cpu_memory_gib_per_node")
+    check_targets(req)
     if req.beta < 0:
         raise UserError(f"beta is {req.beta}, expected >= 0", field="beta")
     check_batch_rules(

@@ -24,6 +24,8 @@ class PlanRequest:
     gradient_accumulation_steps: int = 1
     steps_per_generation: int | None = None  # None: TRL's default, gradient_accumulation_steps
     lora: bool = False
+    lora_rank: int = 64
+    lora_target_modules: tuple[str, ...] = ()  # none: every linear layer (the most memory)
     device: str = "cuda"
     beta: float = 0.0  # KL weight; > 0 loads a reference model (not with LoRA: adapters off)
     gradient_checkpointing: bool = True  # the recipe's value (TRL's default): not chosen here
@@ -36,6 +38,13 @@ class PlanRequest:
     @property
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def trainable_params(self) -> int:
+        """What the optimizer updates: the LoRA adapters, or every weight."""
+        if self.lora:
+            return self.arch.lora_params(self.lora_rank, self.lora_target_modules)
+        return self.arch.num_params
 
     @property
     def generation_steps(self) -> int:
