@@ -43,3 +43,10 @@ def dataset_name(run: RunRecord) -> str:
     if run.dataset.commit and run.model_load.hf_home:
         return _snapshot(run, "dataset", run.dataset.name, run.dataset.commit, "")
     return run.dataset.name
+
+
+def describe(run: RunRecord) -> str:
+    """One log line: where the model and dataset load from, and whether the hub is off."""
+    offline = os.environ.get("HF_HUB_OFFLINE", "") or "unset"
+    return (f"model {model_source(run)}; dataset {dataset_name(run)}; HF_HOME "
+            f"{os.environ.get('HF_HOME', 'unset')}; HF_HUB_OFFLINE {offline}")

@@ -95,8 +95,9 @@ def _inputs(run: RunRecord) -> tuple[Any, Any, Any]:
     from hpc_grpo.runtime.models.tiny import load_tokenizer
     from hpc_grpo.runtime.rank.data import check_prompt_bound, load_prompts, longest_prompt_tokens
     from hpc_grpo.runtime.rank.rewards import resolve_rewards
-    from hpc_grpo.runtime.rank.staged import dataset_name, model_source
+    from hpc_grpo.runtime.rank.staged import dataset_name, describe, model_source
 
+    print(f"[train] {describe(run)}", flush=True)
     rewards = resolve_rewards(list(run.reward_funcs))
     dataset = load_prompts({**dataclasses.asdict(run.dataset), "name": dataset_name(run)})
     tokenizer = load_tokenizer(model_source(run))
