@@ -266,3 +266,28 @@ def test_ranks_get_the_cache_offline_and_load_the_pinned_snapshot(tmp_path: Path
     argv = server_argv(server, 8000)
     assert argv[argv.index("serve") + 1] == str(snapshot)  # `vllm serve` the pinned commit
     assert argv[argv.index("--served-model-name") + 1] == MODEL  # under the name clients use
+
+
+def test_resume_keeps_the_commit_the_run_trained_from(tiny_files: dict[str, bytes], fake: FakeSlurm,
+                                                      tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """main staged again after submit points at another commit: a resume would silently train
+    (or stack a LoRA adapter) on other weights, so it is refused, saying how to keep the old."""
+    cache = _profile(tmp_path, monkeypatch)
+    site = find_site("lab")
+    first = lay_out(cache / "hub", "model", MODEL, tiny_files, commit_of(tiny_files))
+    old = stage.stage(site, MODEL, download=lambda *a, **k: str(first))
+    sets = ("max_prompt_length=32", "max_completion_length=32", "max_steps=4")
+    run_dir = api.submit(api.Request(site="lab", flags={"model": MODEL}, sets=sets)).run_dir
+    (run_dir / "state.json").write_text(json.dumps({"phase": "interrupted", "step": 1}))
+    fake.answer("squeue", "")  # the job is gone
+    files = {**tiny_files, "config.json": tiny_files["config.json"] + b"\n"}
+    second = lay_out(cache / "hub", "model", MODEL, files, commit_of(files, "new"))
+    new = stage.stage(site, MODEL, download=lambda *a, **k: str(second))
+    with pytest.raises(UserError, match=f"cannot change model_load.commit from {old.commit} to "
+                                        f"{new.commit}.*--revision COMMIT"):
+        api.resume(str(run_dir))
+    stage.stage(site, MODEL, revision=old.commit, download=lambda *a, **k: str(first))
+    resumed = api.resume(str(run_dir), sets=(f"model_revision={old.commit}",))
+    run = json.loads((resumed.run_dir / "run.json").read_text())
+    assert run["model_load"]["commit"] == old.commit
