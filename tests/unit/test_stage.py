@@ -291,3 +291,14 @@ def test_resume_keeps_the_commit_the_run_trained_from(tiny_files: dict[str, byte
     resumed = api.resume(str(run_dir), sets=(f"model_revision={old.commit}",))
     run = json.loads((resumed.run_dir / "run.json").read_text())
     assert run["model_load"]["commit"] == old.commit
+
+
+def test_without_huggingface_hub_stage_names_the_extra(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher install has no huggingface_hub: one line naming what to install."""
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import fails as if absent
+    with pytest.raises(UserError) as exc:
+        stage.stage(_site_obj(str(tmp_path)), MODEL)
+    assert "huggingface_hub" in exc.value.message and "hpc-grpo[stage]" in exc.value.hint
+    with pytest.raises(UserError, match="no hf_home"):
+        stage.stage(_site_obj(""), MODEL)
