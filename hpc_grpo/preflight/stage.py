@@ -115,9 +115,11 @@ def stage(site: SiteProfile, name: str, *, revision: str = "", kind: Kind = "mod
                      ignore_patterns=list(MODEL_IGNORE) if kind == "model" else None)
     except Exception as exc:  # not found, gated, no network: the hub library's own words
         line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        hint = "check the name and revision; gated repositories need HF_TOKEN"
+        if os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("", "0", "false", "no", "off"):
+            hint = "HF_HUB_OFFLINE is set in this shell: unset it on the login node to download"
         raise UserError(f"could not download {kind} {name}: {type(exc).__name__}: {line}",
-                        field="stage",
-                        hint="check the name and revision; gated repositories need HF_TOKEN") from None
+                        field="stage", hint=hint) from None
     snapshot = Path(path)
     commit = snapshot.name
     if not _COMMIT.match(commit) or snapshot.parent.name != "snapshots":

@@ -128,6 +128,11 @@ def test_stage_pins_a_tag_and_a_dataset_and_says_what_is_missing(
         data = stage.stage(site, DATASET, kind="dataset", download=fetch)
         with pytest.raises(UserError, match="could not download model tiny-org/nope: Repository"):
             stage.stage(site, "tiny-org/nope", download=fetch)
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a login shell that has it: said so
+        with pytest.raises(UserError) as exc:
+            stage.stage(site, "tiny-org/nope", download=lambda *a, **k: fetch(*a, **k,
+                                                                              local_files_only=True))
+        assert "HF_HUB_OFFLINE is set in this shell" in exc.value.hint
     assert main_.commit != v2.commit and v2.revision == "v2"
     assert stage.find_staged(str(cache), "model", "tiny-org/tagged", "v2") == v2
     assert stage.find_staged(str(cache), "model", "tiny-org/tagged", "main") == main_
