@@ -54,6 +54,8 @@ class Prepared:
     script: str
     summary: str
     site_ref: str = ""  # how spec.json names the profile: its name, or its absolute path
+    # Hub names not staged on a site whose nodes are offline: submit and resume refuse them.
+    refused: tuple[UserError, ...] = ()
 
     @property
     def root(self) -> Path:
@@ -88,20 +90,32 @@ def prepare(request: Request) -> Prepared:
 
 def _prepare(site: SiteProfile, spec: JobSpec, *, root: Path, run_id: str | None,
              python: str | None, site_name: str) -> Prepared:
+    from hpc_grpo.preflight import stage
+
     model = inputs.resolve_model(spec.model, registry.home_dir())
     dataset = inputs.check_dataset(spec.dataset, spec.prompt_column)
     for reward in spec.reward_funcs:
         inputs.check_reward(reward)
     spec = dataclasses.replace(spec, dataset=dataset)
+    staging = stage.check(site, model, spec.model_revision, dataset)  # commit, staged config.json
     name = spec.name or default_name(model.source)
     measured = registry.measured_timings(name, site.name)
     timings = Timings(*measured) if measured else None
-    plan = build_plan(site, spec, model, timings)
+    plan = build_plan(site, spec, staging.model, timings)
+    refused, notes = staging.problems(site, site_name)
+    plan = dataclasses.replace(plan, dataset_commit=staging.dataset_commit,
+                               warnings=plan.warnings + notes)
     run_id = run_id or registry.next_run_id(root, plan.job_name)
     run_dir = root / run_id
     python = python or site.python or sys.executable
     script = render_script(plan, run_id=run_id, run_dir=str(run_dir), python=python)
-    return Prepared(plan, run_id, run_dir, python, script, summary_text(plan), site_name)
+    return Prepared(plan, run_id, run_dir, python, script, summary_text(plan), site_name, refused)
+
+
+def _refuse_unstaged(prepared: Prepared) -> None:
+    """Before anything is written or queued: the nodes could not load what is not staged."""
+    if prepared.refused:
+        raise UserErrors(prepared.refused) if len(prepared.refused) > 1 else prepared.refused[0]
 
 
 def _check_partition(plan: JobPlan) -> None:
@@ -151,6 +165,7 @@ class Submitted:
 def submit(request: Request) -> Submitted:
     """Create the run directory atomically and submit it; either both happen or neither."""
     prepared = prepare(request)  # every check before anything is built or written
+    _refuse_unstaged(prepared)
     if prepared.plan.site.scheduler == "slurm":
         _check_partition(prepared.plan)
     if ensure_builtin_model(prepared.plan.spec.model, prepared.python):
@@ -231,6 +246,7 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Re
     python = saved.get("python") if isinstance(saved.get("python"), str) else None
     prepared = _prepare(site, spec, root=run_dir.parent, run_id=run_dir.name, python=python,
                         site_name=saved["site"])
+    _refuse_unstaged(prepared)
     record = prepared.plan.run_record(files.run_id, str(run_dir))
     problems = rules.unchangeable(files.record, record.to_dict())
     if problems:
@@ -258,6 +274,21 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Re
     if not any(r.run_dir == run_dir for r in registry.indexed_runs()):
         registry.register(files.run_id, run_dir)
     return Resumed(files.run_id, run_dir, job_id, previous, from_step, prepared.plan.warnings)
+
+
+def stage(name: str, site_name: str, revision: str = "", dataset: bool = False) -> Any:
+    """Download a hub model (catalogue names too) or dataset into the site's shared cache once,
+    on the login node, and record its commit (``preflight.stage.Staged``)."""
+    from hpc_grpo.preflight import stage as staging
+
+    site = find_site(site_name)
+    if not dataset:
+        model = inputs.resolve_model(name, registry.home_dir())
+        if model.local:
+            raise UserError(f"{name} is a local model: it needs no staging", field="stage",
+                            hint="give its path to --model; the nodes must see the same path")
+        name = model.source
+    return staging.stage(site, name, revision=revision, kind="dataset" if dataset else "model")
 
 
 def sites() -> dict[str, SiteProfile]:

@@ -224,6 +224,23 @@ def resume(run: str, time: str | None, sets: tuple[str, ...], wait: bool) -> Non
         sys.exit(follow(str(result.run_dir)))
 
 
+@main.command()
+@click.argument("name")
+@click.option("--site", required=True, help="Profile name or YAML path: its hf_home is the cache.",
+              shell_complete=complete_sites)
+@click.option("--revision", default="", help="Branch, tag or commit to pin (default: main).")
+@click.option("--dataset", "is_dataset", is_flag=True, help="NAME is a hub dataset, not a model.")
+@user_errors
+def stage(name: str, site: str, revision: str, is_dataset: bool) -> None:
+    """Download a hub model or dataset once, on the login node, into the site's shared cache
+    (hf_home) for compute nodes without internet; pins the revision to its commit."""
+    from hpc_grpo import api
+
+    staged = api.stage(name, site, revision=revision, dataset=is_dataset)
+    click.echo(f"staged {staged.kind} {staged.repo_id} {staged.revision} = commit {staged.commit} "
+               f"in {staged.snapshot}")
+
+
 @main.command("example-model")
 @click.argument("directory", type=click.Path(file_okay=False))
 @user_errors

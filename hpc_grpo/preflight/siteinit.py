@@ -198,6 +198,11 @@ def profile_lines(partition: Partition, nodes: Sequence[Node], partitions: Seque
         + ("" if partition.max_nodes else f"  # 0: ask Slurm at submit (it has {len(members)})"),
         'network_interface: ""  # e.g. ib0 (NCCL/GLOO_SOCKET_IFNAME); doctor checks it on every node',
         "output_root: ~/hpc-grpo-runs  # must be visible from every node: doctor checks it",
+        "# Hub models and datasets: most clusters' compute nodes have no internet, so this profile",
+        "# says so; `hpc-grpo stage NAME --site NAME` downloads into hf_home on the login node and",
+        "# submit refuses what is not staged. Set true only if the nodes reach huggingface.co.",
+        "nodes_online: false",
+        'hf_home: ""  # a shared folder every node mounts, e.g. /shared/$USER/hf-cache',
     ]
     if preempt:
         lines.append(f"preempt_partition: {value(preempt)}")

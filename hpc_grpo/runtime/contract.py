@@ -9,6 +9,7 @@ the two sides cannot drift apart. See docs/run-directory.md for the files themse
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,6 +105,13 @@ def rank_row(rank: int, procs_per_node: int, tp: int) -> RankRow:
                    tp_group=rank // tp, tp_rank=rank % tp, vllm_seed=rank // tp, dp_shard=rank)
 
 
+def hub_snapshot(hf_home: str, kind: str, repo_id: str, commit: str) -> str:
+    """Where huggingface_hub keeps one commit of a repository under HF_HOME (kind "model" or
+    "dataset"): `hpc-grpo stage` puts it there and the ranks load it from there."""
+    folder = f"{kind}s--" + repo_id.replace("/", "--")
+    return os.path.join(hf_home, "hub", folder, "snapshots", commit)
+
+
 @dataclass(frozen=True)
 class DatasetBlock:
     name: str
@@ -113,6 +121,7 @@ class DatasetBlock:
     config: str = ""  # a hub dataset's configuration name (TRL's dataset_config)
     solution_column: str = ""  # the reference answer accuracy rewards compare with ("" none)
     system_prompt: str = ""  # set: prompts become [system, user] chats for the chat template
+    commit: str = ""  # a hub dataset staged in model_load.hf_home: the commit pinned ("" none)
 
 
 @dataclass(frozen=True)
