@@ -100,7 +100,7 @@ def status(names: Sequence[str] = ()) -> list[RunStatus]:
     read = {d: _read(d) for d in dict.fromkeys(dirs)}
     runs = [f for f in read.values() if isinstance(f, RunFiles)]
     slurm_ids = [i.job_id for f in runs if not f.is_local and (i := f.identity) and i.job_id]
-    records = slurm.query_records(slurm_ids) if slurm_ids else slurm.JobRecords({}, {})
+    records = slurm.query_records(slurm_ids)  # no ids: no call, empty records
     out = []
     for run_dir, files in read.items():
         if not isinstance(files, RunFiles):
