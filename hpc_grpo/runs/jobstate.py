@@ -14,7 +14,7 @@ from typing import Literal
 
 from hpc_grpo.runs.identity import Match, match
 from hpc_grpo.runs.runfiles import RunFiles
-from hpc_grpo.runtime.contract import SUBMITIT
+from hpc_grpo.runtime.contract import CHECK, SUBMITIT
 from hpc_grpo.scheduler import local
 from hpc_grpo.scheduler.slurm_records import (
     STATE_MEANINGS,
@@ -43,7 +43,7 @@ def training_ended(files: RunFiles) -> bool:
     """The run directory says the payload finished (training done, or every check written)."""
     phase = files.progress.phase
     return phase == "done" or (files.record.get("payload") == "check" and phase != "failed"
-                               and (files.run_dir / "check").exists())
+                               and (files.run_dir / CHECK).exists())
 
 
 def from_run_dir(files: RunFiles, job_id: str, *, over: bool, why: str) -> JobView:

@@ -31,7 +31,13 @@ RESTARTS_JSONL = "restarts.jsonl"  # one line per resumed attempt: cause, steps 
 RETRIES_JSONL = "retries.jsonl"  # one line per automatic requeue after a crash
 SETUP_ERRORS = "setup-errors"  # rank-<N>.json: what each rank raised before the first step
 LOGS = "logs"
+RANK_LOG = "rank-{rank}.log"  # in LOGS: stdout+stderr of global rank N; rank="*" globs them all
+VLLM_SERVER_LOG = "vllm-server.log"  # in LOGS: `vllm serve` in server mode
+CHECK = "check"  # payload "check": rank-<N>.json, what each rank saw
+GENERATIONS = "generations"  # rank-<N>.jsonl: hashes of the first colocated generate() results
 SUBMITIT = "submitit"
+JOB_SBATCH = "job.sbatch"  # launcher only: the exact script given to sbatch
+PLAN_TXT = "plan.txt"  # launcher only: what render printed after the script
 SPEC_JSON = "spec.json"  # launcher only: the job spec and site the plan came from (resume plans again)
 ATTEMPTS = "attempts"  # launcher only: job.sbatch, run.json, plan.txt of the jobs a resume replaced
 # Written into checkpoints/checkpoint-<step>/ once every rank saved: only these are resumed from.
