@@ -27,7 +27,15 @@ from hpc_grpo.planner.job import JobPlan, build_plan, default_name
 from hpc_grpo.planner.timing import Timings
 from hpc_grpo.preflight import inputs
 from hpc_grpo.runs import identity, registry
-from hpc_grpo.runtime.contract import ATTEMPTS, JOB_SBATCH, PLAN_TXT, RUN_JSON, SPEC_JSON, SUBMITIT
+from hpc_grpo.runtime.contract import (
+    ATTEMPTS,
+    JOB_SBATCH,
+    PLAN_TXT,
+    RUN_JSON,
+    SPEC_JSON,
+    SUBMITIT,
+    block_dict,
+)
 from hpc_grpo.scheduler import envvars, local, slurm
 from hpc_grpo.scheduler.render import render_script, submitit_folder, summary_text
 
@@ -285,12 +293,11 @@ def plan_report(plan: JobPlan) -> dict[str, Any]:
         else:
             why_none = (f"the architecture of {plan.model.source} is unknown (no local config.json, "
                         "not in the catalogue: --list-models), so TP 1 and TRL's vLLM defaults")
-    record = plan.run_record("plan", "").to_dict()
     return {
         "site": plan.site.name, "model": plan.model.source, "device": plan.device,
         "nodes": plan.nodes, "procs_per_node": plan.procs_per_node, "world_size": plan.world_size,
-        "tensor_parallel_size": plan.tensor_parallel_size, "vllm": record["vllm"],
-        "deepspeed": record["deepspeed"], "memory_plan": memory.to_dict() if memory else None,
+        "tensor_parallel_size": plan.tensor_parallel_size, "vllm": block_dict(plan.vllm),
+        "deepspeed": block_dict(plan.deepspeed), "memory_plan": memory.to_dict() if memory else None,
         "no_memory_plan": why_none, "warnings": list(plan.warnings),
     }
 

@@ -227,7 +227,7 @@ class RunRecord:
         return int(self.grpo_config.get("max_steps", -1))
 
     def to_dict(self) -> dict[str, Any]:
-        out = _plain(dataclasses.asdict(self))
+        out = block_dict(self)
         out["world_size"] = self.world_size  # kept for readers of the file (and older runtimes)
         return out
 
@@ -279,6 +279,11 @@ class RunRecord:
             if isinstance(exc, ContractError):
                 raise
             raise ContractError(f"run.json is not a schema-{SCHEMA} run record: {exc!r}") from None
+
+
+def block_dict(block: Any) -> Any:
+    """A record or one of its blocks (a frozen dataclass, or None) as run.json holds it."""
+    return None if block is None else _plain(dataclasses.asdict(block))
 
 
 def _plain(value: Any) -> Any:
