@@ -18,6 +18,7 @@ import yaml
 from hpc_grpo.config.grpo import check_values, field_types
 from hpc_grpo.config.strict import from_mapping, load_yaml_text
 from hpc_grpo.errors import UserError, UserErrors, did_you_mean
+from hpc_grpo.runtime.contract import DEFAULT_SEED
 
 # GRPOConfig fields that the plan owns: the user sets them through job-spec fields instead.
 PLAN_OWNED = {
@@ -55,7 +56,7 @@ class JobSpec:
     vllm_enable_sleep_mode: bool | None = None
     zero_stage: int | None = None
     offload_optimizer: bool | None = None
-    seed: int = 42
+    seed: int = DEFAULT_SEED
     time: str = "01:00:00"
     name: str = ""
     payload: Literal["train", "check"] = "train"

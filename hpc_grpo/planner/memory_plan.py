@@ -12,6 +12,7 @@ from hpc_grpo.planner.memory import Estimate, sequence_length
 from hpc_grpo.planner.reasons import explain
 from hpc_grpo.planner.search import search, tp_divisibility, valid_tps
 from hpc_grpo.planner.types import MemoryPlan, PlanRequest
+from hpc_grpo.runtime.contract import DEFAULT_VLLM_GPU_MEMORY_UTILIZATION
 
 
 def _validate(req: PlanRequest) -> None:
@@ -68,7 +69,8 @@ def _validate_overrides(req: PlanRequest) -> None:
     util = req.vllm_gpu_memory_utilization
     if util is not None and not 0 < util <= 1:
         raise UserError(f"vllm_gpu_memory_utilization {util} is not in (0, 1]",
-                        field="vllm_gpu_memory_utilization", hint="e.g. 0.3, or leave it unset")
+                        field="vllm_gpu_memory_utilization",
+                        hint=f"e.g. {DEFAULT_VLLM_GPU_MEMORY_UTILIZATION}, or leave it unset")
 
 
 def _choice(est: Estimate, name: str) -> Any:

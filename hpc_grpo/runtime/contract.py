@@ -43,16 +43,22 @@ ATTEMPTS = "attempts"  # launcher only: job.sbatch, run.json, plan.txt of the jo
 # Written into checkpoints/checkpoint-<step>/ once every rank saved: only these are resumed from.
 CHECKPOINT_MARKER = "hpc_grpo_complete.json"
 
-# Each job owns this many consecutive ports from MASTER_PORT: torchrun's rendezvous, the vLLM
-# server (+1) and its weight-sync group (+2).
-PORTS_PER_JOB = 3
+# Each job owns PORTS_PER_JOB consecutive ports from MASTER_PORT: torchrun's rendezvous, the vLLM
+# server and its weight-sync group.
+VLLM_SERVER_PORT_OFFSET = 1
+WEIGHT_SYNC_PORT_OFFSET = 2
+PORTS_PER_JOB = WEIGHT_SYNC_PORT_OFFSET + 1
+
+
+def port_slots(port_low: int, port_high: int) -> int:
+    """How many jobs' ports fit a site's range (at least one: a profile holds PORTS_PER_JOB)."""
+    return max(1, (port_high - port_low + 1) // PORTS_PER_JOB)
 
 
 def job_port(port_low: int, port_high: int, job_id: int) -> int:
     """The job's first port (MASTER_PORT), as the sbatch script derives it from SLURM_JOB_ID:
     the range is cut into slots of PORTS_PER_JOB and the job id picks one."""
-    slots = max(1, (port_high - port_low + 1) // PORTS_PER_JOB)
-    return port_low + (job_id % slots) * PORTS_PER_JOB
+    return port_low + (job_id % port_slots(port_low, port_high)) * PORTS_PER_JOB
 
 # Signals that always mean "checkpoint and stop": USR2 is submitit's and the profiles' default
 # requeue signal, TERM is what Slurm sends before a kill. A profile may add its own (USR1).
