@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import os
 import pickle
+import re
 import subprocess
 import sys
 import textwrap
@@ -495,3 +496,27 @@ def test_submit_local_does_not_hold_the_callers_pipes(tmp_path: Path) -> None:
         assert local.local_job_alive(job_id)
     finally:
         _wait_dead(job_id)
+
+
+SLURM_BINARIES = {"sbatch", "squeue", "sacct", "scontrol", "scancel", "srun", "sinfo", "salloc"}
+
+
+def _slurm_argvs(path: Path) -> list[str]:
+    """Argument lists in `path` whose first item is a Slurm binary (a command about to run)."""
+    import ast
+
+    return [f"{path.name}:{n.lineno} {n.elts[0].value}" for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, ast.List) and n.elts and isinstance(n.elts[0], ast.Constant)
+            and n.elts[0].value in SLURM_BINARIES]
+
+
+def test_only_slurm_py_runs_slurm_binaries_and_the_parsers_stay_pure() -> None:
+    """The launcher's one Slurm seam (the runtime's node task requeues itself with scontrol: it
+    may not import the launcher); slurm_records only reads text."""
+    package = REPO / "hpc_grpo"
+    launcher = [p for p in package.rglob("*.py") if "runtime" not in p.relative_to(package).parts]
+    assert len(_slurm_argvs(package / "scheduler" / "slurm.py")) >= 8  # the scan sees commands
+    elsewhere = [a for p in launcher if p.name != "slurm.py" for a in _slurm_argvs(p)]
+    assert elsewhere == []
+    text = (package / "scheduler" / "slurm_records.py").read_text()
+    assert not re.search(r"^(import|from) (os|subprocess|shutil|time)\b", text, re.MULTILINE)
