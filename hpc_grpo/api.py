@@ -27,7 +27,15 @@ from hpc_grpo.planner.job import JobPlan, build_plan, default_name
 from hpc_grpo.planner.timing import Timings
 from hpc_grpo.preflight import inputs
 from hpc_grpo.runs import identity, registry
-from hpc_grpo.runtime.contract import ATTEMPTS, RUN_JSON, SPEC_JSON
+from hpc_grpo.runtime.contract import (
+    ATTEMPTS,
+    JOB_SBATCH,
+    PLAN_TXT,
+    RUN_JSON,
+    SPEC_JSON,
+    SUBMITIT,
+    block_dict,
+)
 from hpc_grpo.scheduler import envvars, local, slurm
 from hpc_grpo.scheduler.render import render_script, submitit_folder, summary_text
 
@@ -174,8 +182,8 @@ def submit(request: Request) -> Submitted:
     record = plan.run_record(prepared.run_id, str(prepared.run_dir))
     files = {
         RUN_JSON: json.dumps(record.to_dict(), indent=2) + "\n",
-        "job.sbatch": prepared.script,
-        "plan.txt": prepared.summary,
+        JOB_SBATCH: prepared.script,
+        PLAN_TXT: prepared.summary,
         SPEC_JSON: prepared.spec_text(),
     }
     with registry.create_run_dir(prepared.root, prepared.run_id, files,
@@ -194,7 +202,7 @@ def _submit_job(prepared: Prepared, run_dir: Path) -> tuple[str, dict[str, str]]
     task = NodeTask(str(run_dir))
     with envvars.exported(plan.site.secret_values):  # secrets reach the job, not its files
         if plan.site.scheduler == "local":
-            return local.submit_local(folder=run_dir / "submitit", task=task,
+            return local.submit_local(folder=run_dir / SUBMITIT, task=task,
                                       timeout_min=plan.time_min, gpus=plan.site.gpus_per_node), {}
         job = slurm.submit_job(
             script_text=prepared.script,
@@ -261,8 +269,8 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Re
     previous = files.job_id
     files_now = {
         RUN_JSON: json.dumps(record.to_dict(), indent=2) + "\n",
-        "job.sbatch": prepared.script,
-        "plan.txt": prepared.summary,
+        JOB_SBATCH: prepared.script,
+        PLAN_TXT: prepared.summary,
         SPEC_JSON: prepared.spec_text(),
     }
     attempts = run_dir / ATTEMPTS
@@ -316,12 +324,11 @@ def plan_report(plan: JobPlan) -> dict[str, Any]:
         else:
             why_none = (f"the architecture of {plan.model.source} is unknown (no local config.json, "
                         "not in the catalogue: --list-models), so TP 1 and TRL's vLLM defaults")
-    record = plan.run_record("plan", "").to_dict()
     return {
         "site": plan.site.name, "model": plan.model.source, "device": plan.device,
         "nodes": plan.nodes, "procs_per_node": plan.procs_per_node, "world_size": plan.world_size,
-        "tensor_parallel_size": plan.tensor_parallel_size, "vllm": record["vllm"],
-        "deepspeed": record["deepspeed"], "memory_plan": memory.to_dict() if memory else None,
+        "tensor_parallel_size": plan.tensor_parallel_size, "vllm": block_dict(plan.vllm),
+        "deepspeed": block_dict(plan.deepspeed), "memory_plan": memory.to_dict() if memory else None,
         "no_memory_plan": why_none, "warnings": list(plan.warnings),
     }
 

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from hpc_grpo.errors import UserError
+from hpc_grpo.runtime.contract import DEFAULT_SEED
 
 
 def complete_sites(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
@@ -45,7 +46,7 @@ JOB_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     click.option("--dataset", help="builtin:digits|builtin:sums, a .jsonl/.json/.csv file, or a hub id."),
     click.option("--reward", "reward_funcs", multiple=True,
                  help="builtin:NAME, module:function, or an open-r1 name (accuracy, format, ...)."),
-    click.option("--seed", type=int, help="Training seed (default 42)."),
+    click.option("--seed", type=int, help=f"Training seed (default {DEFAULT_SEED})."),
     click.option("--time", help="Slurm time limit, e.g. 04:00:00."),
     click.option("--name", help="Job name (default from the model)."),
     click.option("--partition", help="Slurm partition (default: the site's)."),

@@ -15,7 +15,7 @@ from typing import Literal
 
 from hpc_grpo.config.strict import from_mapping, read_yaml
 from hpc_grpo.errors import UserError, did_you_mean
-from hpc_grpo.runtime.contract import PORTS_PER_JOB
+from hpc_grpo.runtime.contract import DEFAULT_MAX_REQUEUES, DEFAULT_SIGNAL_LEAD_S, PORTS_PER_JOB
 
 # Environment names whose values are secrets wherever a profile sets them: never written into a
 # job script, run.json or plan.txt; the job gets them from the submitting environment instead.
@@ -70,11 +70,11 @@ class SiteProfile:
     container: Container | None = None
     network_interface: str = ""
     requeue_signal: str = "USR2"
-    signal_lead_s: int = 120
+    signal_lead_s: int = DEFAULT_SIGNAL_LEAD_S
     port_range: tuple[int, ...] = (20000, 29999)
     output_root: str = "~/hpc-grpo-runs"
     python: str = ""  # empty: the python running hpc-grpo
-    max_requeues: int = 3
+    max_requeues: int = DEFAULT_MAX_REQUEUES
     preempt_partition: str = ""
     secret_env: tuple[str, ...] = ()  # more secret names beside DEFAULT_SECRET_ENV
     run_dir_mode: str = "0700"  # run directories: the user's only, unless the site shares them

@@ -27,6 +27,7 @@ from hpc_grpo.config.recipe_format import (
 from hpc_grpo.config.site import SiteProfile
 from hpc_grpo.config.strict import from_mapping, load_yaml_text
 from hpc_grpo.errors import UserError, UserErrors
+from hpc_grpo.runtime.contract import DEFAULT_SEED
 
 # GRPOConfig fields that the plan owns: the user sets them through job-spec fields instead.
 # (bf16, use_vllm, use_cpu are checked against the site; output_dir is ignored with a warning:
@@ -58,7 +59,7 @@ class JobSpec:
     vllm_enable_sleep_mode: bool | None = None
     zero_stage: int | None = None
     offload_optimizer: bool | None = None
-    seed: int = 42
+    seed: int = DEFAULT_SEED
     time: str = "01:00:00"
     name: str = ""
     payload: Literal["train", "check"] = "train"

@@ -10,11 +10,13 @@ from hpc_grpo.planner.arch import ModelArch
 
 @dataclass(frozen=True)
 class PlanRequest:
-    """One GRPO job as the planner sees it; override fields left None are the planner's."""
+    """One GRPO job on GPUs as the planner sees it; override fields left None are the planner's.
+
+    CPU sites get no memory plan (planner/job.py, api.plan_report say why)."""
 
     arch: ModelArch
     nodes: int
-    gpus_per_node: int  # ranks per node; on device="cpu", processes per node
+    gpus_per_node: int  # ranks per node
     gpu_memory_gib: float
     cpu_memory_gib_per_node: float
     prompt_length: int
@@ -26,7 +28,6 @@ class PlanRequest:
     lora: bool = False
     lora_rank: int = 64
     lora_target_modules: tuple[str, ...] = ()  # none: every linear layer (the most memory)
-    device: str = "cuda"
     beta: float = 0.0  # KL weight; > 0 loads a reference model (not with LoRA: adapters off)
     gradient_checkpointing: bool = True  # the recipe's value (TRL's default): not chosen here
     tensor_parallel_size: int | None = None

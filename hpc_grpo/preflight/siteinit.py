@@ -24,6 +24,7 @@ from typing import Any
 
 from hpc_grpo.config.site import SiteProfile, load_site, minutes, site_dirs
 from hpc_grpo.errors import UserError, did_you_mean
+from hpc_grpo.runtime.contract import PORTS_PER_JOB
 from hpc_grpo.scheduler import slurm
 
 _RECORD_START = re.compile(r"\n\s*\n|\n(?=(?:NodeName|PartitionName)=)")
@@ -238,7 +239,7 @@ def requeue_lines(preemptible: Partition | None) -> list[str]:
         f"signal_lead_s: {lead}  # seconds before the time limit: {why}",
         f"max_requeues: {default.max_requeues}  # automatic retries after a crash (node "
         "failure, a killed task); a signalled stop does not count",
-        f"port_range: [{low}, {high}]  # each job takes 3 ports here, picked by job id "
+        f"port_range: [{low}, {high}]  # each job takes {PORTS_PER_JOB} ports here, picked by job id "
         "(rendezvous, vLLM server, weight sync): keep it clear of other services",
     ]
 

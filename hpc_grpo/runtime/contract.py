@@ -32,22 +32,34 @@ RESTARTS_JSONL = "restarts.jsonl"  # one line per resumed attempt: cause, steps 
 RETRIES_JSONL = "retries.jsonl"  # one line per automatic requeue after a crash
 SETUP_ERRORS = "setup-errors"  # rank-<N>.json: what each rank raised before the first step
 LOGS = "logs"
+RANK_LOG = "rank-{rank}.log"  # in LOGS: stdout+stderr of global rank N; rank="*" globs them all
+VLLM_SERVER_LOG = "vllm-server.log"  # in LOGS: `vllm serve` in server mode
+CHECK = "check"  # payload "check": rank-<N>.json, what each rank saw
+GENERATIONS = "generations"  # rank-<N>.jsonl: hashes of the first colocated generate() results
 SUBMITIT = "submitit"
+JOB_SBATCH = "job.sbatch"  # launcher only: the exact script given to sbatch
+PLAN_TXT = "plan.txt"  # launcher only: what render printed after the script
 SPEC_JSON = "spec.json"  # launcher only: the job spec and site the plan came from (resume plans again)
 ATTEMPTS = "attempts"  # launcher only: job.sbatch, run.json, plan.txt of the jobs a resume replaced
 # Written into checkpoints/checkpoint-<step>/ once every rank saved: only these are resumed from.
 CHECKPOINT_MARKER = "hpc_grpo_complete.json"
 
-# Each job owns this many consecutive ports from MASTER_PORT: torchrun's rendezvous, the vLLM
-# server (+1) and its weight-sync group (+2).
-PORTS_PER_JOB = 3
+# Each job owns PORTS_PER_JOB consecutive ports from MASTER_PORT: torchrun's rendezvous, the vLLM
+# server and its weight-sync group.
+VLLM_SERVER_PORT_OFFSET = 1
+WEIGHT_SYNC_PORT_OFFSET = 2
+PORTS_PER_JOB = WEIGHT_SYNC_PORT_OFFSET + 1
+
+
+def port_slots(port_low: int, port_high: int) -> int:
+    """How many jobs' ports fit a site's range (at least one: a profile holds PORTS_PER_JOB)."""
+    return max(1, (port_high - port_low + 1) // PORTS_PER_JOB)
 
 
 def job_port(port_low: int, port_high: int, job_id: int) -> int:
     """The job's first port (MASTER_PORT), as the sbatch script derives it from SLURM_JOB_ID:
     the range is cut into slots of PORTS_PER_JOB and the job id picks one."""
-    slots = max(1, (port_high - port_low + 1) // PORTS_PER_JOB)
-    return port_low + (job_id % slots) * PORTS_PER_JOB
+    return port_low + (job_id % port_slots(port_low, port_high)) * PORTS_PER_JOB
 
 # Signals that always mean "checkpoint and stop": USR2 is submitit's and the profiles' default
 # requeue signal, TERM is what Slurm sends before a kill. A profile may add its own (USR1).
@@ -232,7 +244,7 @@ class RunRecord:
         return int(self.grpo_config.get("max_steps", -1))
 
     def to_dict(self) -> dict[str, Any]:
-        out = _plain(dataclasses.asdict(self))
+        out = block_dict(self)
         out["world_size"] = self.world_size  # kept for readers of the file (and older runtimes)
         return out
 
@@ -285,6 +297,11 @@ class RunRecord:
             if isinstance(exc, ContractError):
                 raise
             raise ContractError(f"run.json is not a schema-{SCHEMA} run record: {exc!r}") from None
+
+
+def block_dict(block: Any) -> Any:
+    """A record or one of its blocks (a frozen dataclass, or None) as run.json holds it."""
+    return None if block is None else _plain(dataclasses.asdict(block))
 
 
 def _plain(value: Any) -> Any:

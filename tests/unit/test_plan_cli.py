@@ -69,6 +69,7 @@ def test_cpu_site_has_no_gpu_memory_plan() -> None:
     assert "no GPU memory plan" in out and "no GPUs" in out and "world size 4" in out
     data = json.loads(invoke("--site", "sandbox", "--model", "builtin:tiny", "--json")[1])
     assert data["memory_plan"] is None and "gloo" in data["no_memory_plan"]
+    assert data["deepspeed"] is None and data["vllm"]["enabled"] is False
 
 
 def test_list_models() -> None:

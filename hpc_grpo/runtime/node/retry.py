@@ -15,9 +15,6 @@ from typing import Any
 
 from hpc_grpo.runtime.contract import CONFIGURATION_ERROR
 
-RESTARTS = "restarts.jsonl"  # one line per resumed attempt: cause, steps lost, resume step
-RETRIES = "retries.jsonl"  # one line per automatic requeue after a crash
-
 
 def stop_cause(signals: Sequence[str], seconds_left: float | None, lead_s: float) -> str:
     """Name the cause of a signalled stop for status: time limit, preemption, or a requeue."""

@@ -248,7 +248,7 @@ class NodeTask:
         node_env = with_master_port(os.environ, run.nodes, free_port)
         attempt = attempt_id(node_env)
         argv = torchrun_argv(run, node_env)
-        (Path(self.run_dir) / "logs").mkdir(parents=True, exist_ok=True)
+        (Path(self.run_dir) / contract.LOGS).mkdir(parents=True, exist_ok=True)
         print(f"[node] {socket.gethostname()} attempt {attempt}: {' '.join(argv)}", flush=True)
         self._received = []
         self._started_at = time.time()
@@ -262,7 +262,7 @@ class NodeTask:
         try:
             env = child_env(node_env, attempt, run, usable_cpus())
             if vllm_server.server_mode(run) and vllm_server.is_server_node(run, node_env):
-                log = str(Path(self.run_dir) / "logs" / "vllm-server.log")
+                log = str(Path(self.run_dir) / contract.LOGS / contract.VLLM_SERVER_LOG)
                 server = vllm_server.start(run, node_env, log)
                 port = vllm_server.address(node_env).port
                 print(f"[node] vllm serve starting on port {port} (log {log})", flush=True)

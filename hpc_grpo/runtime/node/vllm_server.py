@@ -17,7 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hpc_grpo.runtime.contract import RunRecord, ServerBlock
+from hpc_grpo.runtime.contract import (
+    VLLM_SERVER_PORT_OFFSET,
+    WEIGHT_SYNC_PORT_OFFSET,
+    RunRecord,
+    ServerBlock,
+)
 from hpc_grpo.runtime.rank.staged import model_source
 
 HOST_ENV = "HPC_GRPO_VLLM_SERVER_HOST"
@@ -48,7 +53,8 @@ def address(env: Mapping[str, str]) -> ServerAddress:
     if not env.get("MASTER_PORT", "").isdigit():
         raise ValueError("MASTER_PORT must be set: the vLLM server's ports follow it")
     master = int(env["MASTER_PORT"])
-    return ServerAddress(env.get(HOST_ENV, "127.0.0.1"), master + 1, master + 2)
+    return ServerAddress(env.get(HOST_ENV, "127.0.0.1"), master + VLLM_SERVER_PORT_OFFSET,
+                         master + WEIGHT_SYNC_PORT_OFFSET)
 
 
 def is_server_node(run: RunRecord, env: Mapping[str, str]) -> bool:
