@@ -15,7 +15,11 @@ from typing import Literal
 
 from hpc_grpo.config.strict import from_mapping, read_yaml
 from hpc_grpo.errors import UserError, did_you_mean
-from hpc_grpo.runtime.contract import PORTS_PER_JOB
+from hpc_grpo.runtime.contract import (
+    DEFAULT_WATCHDOG_MIN_S,
+    DEFAULT_WATCHDOG_STARTUP_S,
+    PORTS_PER_JOB,
+)
 
 # Environment names whose values are secrets wherever a profile sets them: never written into a
 # job script, run.json or plan.txt; the job gets them from the submitting environment instead.
@@ -78,6 +82,8 @@ class SiteProfile:
     preempt_partition: str = ""
     secret_env: tuple[str, ...] = ()  # more secret names beside DEFAULT_SECRET_ENV
     run_dir_mode: str = "0700"  # run directories: the user's only, unless the site shares them
+    watchdog_startup_s: int = DEFAULT_WATCHDOG_STARTUP_S  # hang watchdog: up to the first step
+    watchdog_min_s: int = DEFAULT_WATCHDOG_MIN_S  # hang watchdog: least wait once steps are timed
 
     def __post_init__(self) -> None:
         if (len(self.port_range) != 2 or not 1024 <= self.port_range[0] < 65536
@@ -94,6 +100,10 @@ class SiteProfile:
                 field="requeue_signal",
             )
         minutes(self.max_time, "max_time")
+        for key in ("watchdog_startup_s", "watchdog_min_s"):
+            if getattr(self, key) < 1:
+                raise UserError(f"{key} must be at least 1 second, got {getattr(self, key)}",
+                                field=key, hint="the hang watchdog's bounds (docs/troubleshooting.md)")
         try:
             mode = int(self.run_dir_mode, 8)
         except ValueError:
