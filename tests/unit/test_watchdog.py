@@ -83,13 +83,14 @@ def test_a_save_gets_the_measured_checkpoint_time_or_the_start_up_allowance() ->
     assert judge(beats, 2, "a1", T0 + 200 + 10 + 3 * 20 + 1, T0, POLICY, checkpoint_s=20)
     assert judge(beats, 2, "a1", T0 + 200 + 10 + 99, T0, POLICY) is None  # none measured yet
     found = judge(beats, 2, "a1", T0 + 200 + 10 + 101, T0, POLICY)
-    assert found is not None and "step 5, saving a checkpoint" in found.line()
+    assert found is not None and "saving after step 5" in found.line()
 
 
 def test_the_end_of_training_gets_the_start_up_allowance_too() -> None:
     beats = level(T0 + 200, 2, phase="ending")
     assert judge(beats, 2, "a1", T0 + 300, T0, POLICY) is None
-    assert judge(beats, 2, "a1", T0 + 311, T0, POLICY) is not None
+    found = judge(beats, 2, "a1", T0 + 311, T0, POLICY)
+    assert found is not None and found.where == ("the end, after step 5",) * 2
 
 
 def test_a_rank_without_a_step_in_this_attempt_waits_for_the_start_up_allowance() -> None:
@@ -98,7 +99,7 @@ def test_a_rank_without_a_step_in_this_attempt_waits_for_the_start_up_allowance(
     assert judge(beats, 2, "a1", T0 + 90, T0, POLICY) is None  # rank 1 is still starting
     found = judge(beats, 2, "a1", T0 + 101, T0, POLICY)
     assert found is not None and found.ranks_behind == (1,)
-    assert found.where == ("step 5", "start-up")
+    assert found.where == ("step 6, start", "start-up")
 
 
 def test_the_rank_everyone_waits_for_is_named() -> None:
@@ -107,8 +108,8 @@ def test_the_rank_everyone_waits_for_is_named() -> None:
     beats[1] = beat(1, step=2, at=T0 + 199, mark=2, block="transformers.generate")
     found = judge(beats, 4, "a1", T0 + 260, T0, POLICY)
     assert found is not None and found.ranks_behind == (1,) and found.steps == (2, 2, 2, 2)
-    assert found.line() == ("no progress for 60s (bound 10s): rank 1 behind at step 2, after "
-                            "transformers.generate; the others at step 2, after slow_length")
+    assert found.line() == ("no progress for 60s (bound 10s): rank 1 behind at step 3, after "
+                            "transformers.generate; the others at step 3, after slow_length")
     record = found.to_dict()
     assert record["ranks_behind"] == [1] and record["line"] == found.line()
     beats[3] = beat(3, step=1, at=T0 + 150, mark=4, block="compute_loss")  # a step behind

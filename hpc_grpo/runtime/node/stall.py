@@ -73,7 +73,7 @@ class Stall:
 
     ranks_behind: tuple[int, ...]
     steps: tuple[int, ...]  # each rank's last completed step, by rank (-1 none)
-    where: tuple[str, ...]  # each rank's place, by rank: "step 2, after transformers.generate"
+    where: tuple[str, ...]  # each rank's place, by rank: "step 3, after transformers.generate"
     idle_s: float  # since the newest progress of any rank
     bound_s: float  # the bound that progress was judged by
 
@@ -121,10 +121,13 @@ def _where(beat: Beat | None) -> str:
         return "start-up (no heartbeat)"
     if beat.phase == SETUP or beat.step < 0:
         return "start-up"
-    place = f"step {beat.step}"
     if beat.phase == SAVING:
-        return f"{place}, saving a checkpoint"
-    return f"{place}, after {beat.block}" if beat.block else place
+        return f"saving after step {beat.step}"
+    if beat.phase == ENDING:
+        return f"the end, after step {beat.step}"
+    if beat.block:  # inside the next step, past this block
+        return f"step {beat.step + 1}, after {beat.block}"
+    return f"step {beat.step + 1}, start"
 
 
 def behind(beats: Mapping[int, Beat | None], world_size: int) -> tuple[int, ...]:
