@@ -23,7 +23,8 @@ from hpc_grpo.config.site import SiteProfile, all_sites, find_site
 from hpc_grpo.config.spec import JobSpec, build_spec, parse_set
 from hpc_grpo.config.strict import read_yaml
 from hpc_grpo.errors import UserError, UserErrors
-from hpc_grpo.planner.job import JobPlan, build_plan, default_name
+from hpc_grpo.planner.blocks import default_name
+from hpc_grpo.planner.job import JobPlan, build_plan
 from hpc_grpo.planner.timing import Timings
 from hpc_grpo.preflight import inputs
 from hpc_grpo.runs import identity, registry

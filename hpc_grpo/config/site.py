@@ -15,7 +15,13 @@ from typing import Literal
 
 from hpc_grpo.config.strict import from_mapping, read_yaml
 from hpc_grpo.errors import UserError, did_you_mean
-from hpc_grpo.runtime.contract import DEFAULT_MAX_REQUEUES, DEFAULT_SIGNAL_LEAD_S, PORTS_PER_JOB
+from hpc_grpo.runtime.contract import (
+    DEFAULT_MAX_REQUEUES,
+    DEFAULT_SIGNAL_LEAD_S,
+    DEFAULT_WATCHDOG_MIN_S,
+    DEFAULT_WATCHDOG_STARTUP_S,
+    PORTS_PER_JOB,
+)
 
 # Environment names whose values are secrets wherever a profile sets them: never written into a
 # job script, run.json or plan.txt; the job gets them from the submitting environment instead.
@@ -84,6 +90,8 @@ class SiteProfile:
     # Whether compute nodes reach the internet (the hub). None: the profile does not say; a hub
     # model that is not staged is then a warning, not an error (docs/quickstart-cluster.md).
     nodes_online: bool | None = None
+    watchdog_startup_s: int = DEFAULT_WATCHDOG_STARTUP_S  # hang watchdog: up to the first step
+    watchdog_min_s: int = DEFAULT_WATCHDOG_MIN_S  # hang watchdog: least wait once steps are timed
 
     def __post_init__(self) -> None:
         if (len(self.port_range) != 2 or not 1024 <= self.port_range[0] < 65536
@@ -100,6 +108,10 @@ class SiteProfile:
                 field="requeue_signal",
             )
         minutes(self.max_time, "max_time")
+        for key in ("watchdog_startup_s", "watchdog_min_s"):
+            if getattr(self, key) < 1:
+                raise UserError(f"{key} must be at least 1 second, got {getattr(self, key)}",
+                                field=key, hint="the hang watchdog's bounds (docs/troubleshooting.md)")
         try:
             mode = int(self.run_dir_mode, 8)
         except ValueError:

@@ -1,5 +1,6 @@
-"""The run record's blocks that copy the job spec: how the ranks load the model, the dataset
-and LoRA. Nothing is decided here; the blocks only carry the user's choices to the ranks."""
+"""What the plan copies from the job spec: the run record's blocks (how the ranks load the
+model, the dataset and LoRA) and the default job name. Nothing is decided here; the blocks only
+carry the user's choices to the ranks."""
 
 from __future__ import annotations
 
@@ -37,3 +38,10 @@ def peft_block(spec: JobSpec) -> PeftBlock | None:
         return None
     return PeftBlock(r=spec.lora_r, alpha=spec.lora_alpha, dropout=spec.lora_dropout,
                      target_modules=tuple(spec.lora_target_modules), load_in_4bit=spec.load_in_4bit)
+
+
+def default_name(model: str) -> str:
+    """The Slurm job name when the user gives none: from the model's last path part."""
+    base = model.rstrip("/").rsplit("/", 1)[-1].lower()
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in base)
+    return f"grpo-{safe}"[:40]

@@ -15,8 +15,9 @@ from hpc_grpo.config.site import SiteProfile, minutes
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner import MemoryPlan, ModelArch, PlanRequest, check_batch_rules, make_plan
-from hpc_grpo.planner.blocks import dataset_block, model_block, peft_block
+from hpc_grpo.planner.blocks import dataset_block, default_name, model_block, peft_block
 from hpc_grpo.planner.engines import deepspeed_plan, vllm_plan
+from hpc_grpo.planner.timeouts import collective_timeout
 from hpc_grpo.planner.timing import Timings, signal_lead
 from hpc_grpo.planner.topology import ServerSplit, rank_table, server_split
 from hpc_grpo.runtime.contract import (
@@ -25,6 +26,7 @@ from hpc_grpo.runtime.contract import (
     RunRecord,
     StopBlock,
     VllmBlock,
+    WatchdogBlock,
     stop_signals,
 )
 
@@ -72,6 +74,8 @@ class JobPlan:
     signal_lead_s: int = 0
     signal_lead_reason: str = ""
     dataset_commit: str = ""  # a hub dataset staged in the site's hf_home: the pinned commit
+    collective_timeout_s: int = 0
+    collective_timeout_reason: str = ""
 
     @property
     def nodes(self) -> int:
@@ -102,6 +106,9 @@ class JobPlan:
             site=self.site.name, scheduler=self.site.scheduler,
             max_requeues=self.site.max_requeues, signal_lead_s=self.signal_lead_s,
             time_min=self.time_min, memory_plan=self.memory.to_dict() if self.memory else None,
+            watchdog=WatchdogBlock(startup_s=self.site.watchdog_startup_s,
+                                   min_s=self.site.watchdog_min_s),
+            collective_timeout_s=self.collective_timeout_s,
         )
 
 
@@ -225,6 +232,8 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
             f"groups ranks (vLLM seed rank // {spec.tensor_parallel_size}): no vLLM runs on CPU, "
             "each process generates alone with transformers")
     sequence = prompt_bound(spec) + _grpo(spec, "max_completion_length")
+    timeout, timeout_reason = collective_timeout(timings, site.watchdog_startup_s,
+                                                 site.watchdog_min_s, spec.grpo.get("ddp_timeout"))
     vllm = vllm_plan(site, spec, memory, server, sequence)
     return JobPlan(
         site=site, spec=spec, model=model, device=site.device, procs_per_node=procs,
@@ -232,10 +241,5 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
         deepspeed=deepspeed_plan(site.device, spec, memory), memory=memory, server=server,
         time_min=time_min, job_name=spec.name or default_name(model.source),
         warnings=tuple(warnings), signal_lead_s=lead, signal_lead_reason=lead_reason,
+        collective_timeout_s=timeout, collective_timeout_reason=timeout_reason,
     )
-
-
-def default_name(model: str) -> str:
-    base = model.rstrip("/").rsplit("/", 1)[-1].lower()
-    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in base)
-    return f"grpo-{safe}"[:40]

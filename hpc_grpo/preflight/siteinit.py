@@ -241,6 +241,10 @@ def requeue_lines(preemptible: Partition | None) -> list[str]:
         "failure, a killed task); a signalled stop does not count",
         f"port_range: [{low}, {high}]  # each job takes {PORTS_PER_JOB} ports here, picked by job id "
         "(rendezvous, vLLM server, weight sync): keep it clear of other services",
+        f"watchdog_startup_s: {default.watchdog_startup_s}  # hang watchdog: the most an attempt "
+        "may take to its first step (model load, engine start); raise it for slow loads",
+        f"watchdog_min_s: {default.watchdog_min_s}  # hang watchdog: the least it waits for "
+        "progress once steps are timed (3 x the slowest recent step when longer)",
     ]
 
 

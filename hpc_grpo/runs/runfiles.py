@@ -23,6 +23,7 @@ from hpc_grpo.runtime.contract import (
     METRICS_JSONL,
     RESTARTS_JSONL,
     RUN_JSON,
+    STALLED,
     STATE_JSON,
 )
 
@@ -42,6 +43,8 @@ class Progress:
     message: str = ""  # state.json message: what failed (the exception line for a bad config)
     logp_diff: float | None = None  # the last line's vLLM/trainer log-prob difference (drift.py)
     drift: str = ""  # drift.py's line when a recent step exceeds its bound, else ""
+    stalled: str = ""  # the hang watchdog's line while its stop is the latest, else ""
+    stalled_ranks: tuple[int, ...] = ()  # the ranks it found behind
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,19 @@ def _whole(value: float | None) -> int | None:
     return None if value is None else int(value)
 
 
+def _stalled(state: dict[str, Any], problems: list[str]) -> tuple[str, tuple[int, ...]]:
+    """The watchdog's finding (runtime/node/watchdog.py) while it is why the run stopped last:
+    the next attempt's rank 0 clears stop_cause, and restarts.jsonl keeps the history."""
+    found = state.get("stalled")
+    if state.get("stop_cause") != STALLED or not isinstance(found, dict):
+        return "", ()
+    ranks = found.get("ranks_behind")
+    if not isinstance(ranks, list) or not all(isinstance(r, int) for r in ranks):
+        problems.append("state.json: stalled.ranks_behind is not a list of ranks")
+        ranks = []
+    return _text("state.json stalled", found, "line", problems) or "no progress", tuple(ranks)
+
+
 def _progress(record: dict[str, Any], state: dict[str, Any], recent: list[dict[str, Any]],
               problems: list[str]) -> Progress:
     metrics = recent[-1] if recent else {}
@@ -161,6 +177,7 @@ def _progress(record: dict[str, Any], state: dict[str, Any], recent: list[dict[s
     max_steps = next((n for n in (_number(STATE_JSON, state, "max_steps", problems),
                                   _number(RUN_JSON, config, "max_steps", problems))
                       if n is not None and n > 0), None)
+    stalled, stalled_ranks = _stalled(state, problems)
     return Progress(
         phase=phase, step=int(step or 0), max_steps=int(max_steps or 0),
         reward=_number(METRICS_JSONL, metrics, "reward_mean", problems),
@@ -171,6 +188,7 @@ def _progress(record: dict[str, Any], state: dict[str, Any], recent: list[dict[s
         message=_text(STATE_JSON, state, "message", problems),
         logp_diff=drift.logp_diff(metrics),
         drift=found.line() if (found := drift.judge(recent)) else "",
+        stalled=stalled, stalled_ranks=stalled_ranks,
     )
 
 

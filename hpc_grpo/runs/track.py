@@ -49,6 +49,8 @@ class RunStatus:
     message: str = ""  # what failed, as the ranks or the node task recorded it
     logp_diff: float | None = None  # last step's vLLM/trainer log-prob difference (runs/drift.py)
     drift: str = ""  # why the engine may generate with stale weights, "" when no recent step says so
+    stalled: str = ""  # the hang watchdog's finding while it is why the run stopped last
+    stalled_ranks: tuple[int, ...] = ()  # the ranks it found behind (() all stopped level)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -70,6 +72,7 @@ def _row(files: RunFiles, view: JobView) -> RunStatus:
         note="; ".join([*files.problems, *([view.note] if view.note else [])]),
         cause=progress.cause, message=progress.message,
         logp_diff=progress.logp_diff, drift=progress.drift,
+        stalled=progress.stalled, stalled_ranks=progress.stalled_ranks,
     )
 
 

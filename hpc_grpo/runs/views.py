@@ -63,6 +63,8 @@ def _notes(row: track.RunStatus) -> list[str]:
         notes.append(": ".join(["failed", *(t for t in (row.cause, row.message) if t)]))
     if row.state in ("PREEMPTED", "REQUEUED", "COMPLETING"):  # not finished: say so
         notes.append(f"{row.state} (not done): {row.meaning}")
+    if row.stalled:  # e.g. "stalled: no progress for 31s (bound 15s): rank 1 behind at step 2..."
+        notes.append(f"stalled: {row.stalled}")
     if row.restarts:
         notes.append(f"requeues: {_requeue_causes(row)}")
     if row.drift:  # e.g. "vLLM drift: at step 7 ... differ ... by 0.412 on average (bound 0.1)..."
@@ -76,8 +78,9 @@ _SHORT = {"OUT_OF_MEMORY": "OOM"}  # squeue's own short code: the column stays 1
 
 
 def _mark(row: track.RunStatus) -> str:
-    """A state Slurm did not give (from the run directory) carries a '*'."""
-    state = _SHORT.get(row.state, row.state)
+    """A state Slurm did not give (from the run directory) carries a '*'. A run the hang
+    watchdog stopped shows STALLED until it ends or its next attempt starts."""
+    state = "STALLED" if row.stalled and not row.finished else _SHORT.get(row.state, row.state)
     return f"{state}*" if row.source == "run directory" else state
 
 

@@ -31,6 +31,7 @@ JOBS_JSONL = "jobs.jsonl"
 RESTARTS_JSONL = "restarts.jsonl"  # one line per resumed attempt: cause, steps lost, resume step
 RETRIES_JSONL = "retries.jsonl"  # one line per automatic requeue after a crash
 SETUP_ERRORS = "setup-errors"  # rank-<N>.json: what each rank raised before the first step
+HEARTBEATS = "heartbeats"  # rank-<N>.json: each rank's last progress (runtime/rank/heartbeat.py)
 LOGS = "logs"
 RANK_LOG = "rank-{rank}.log"  # in LOGS: stdout+stderr of global rank N; rank="*" globs them all
 VLLM_SERVER_LOG = "vllm-server.log"  # in LOGS: `vllm serve` in server mode
@@ -69,6 +70,13 @@ DEFAULT_SEED = 42
 DEFAULT_MAX_REQUEUES = 3
 DEFAULT_SIGNAL_LEAD_S = 120
 DEFAULT_VLLM_GPU_MEMORY_UTILIZATION = 0.3  # TRL's own default
+# The hang watchdog (runtime/node/watchdog.py): the start-up allowance (up to the first step of
+# an attempt), the least it waits for progress once steps are measured, and the factor on the
+# slowest measured step. A collective timeout of TRL's default (30 min) where nothing is planned.
+DEFAULT_WATCHDOG_STARTUP_S = 1800
+DEFAULT_WATCHDOG_MIN_S = 300
+DEFAULT_WATCHDOG_FACTOR = 3.0
+DEFAULT_COLLECTIVE_TIMEOUT_S = 1800
 
 PHASES = ("starting", "training", "interrupted", "done", "failed")
 CLEAN_END = ("done", "interrupted")
@@ -77,6 +85,9 @@ CLEAN_END = ("done", "interrupted")
 CONFIGURATION_ERROR = "configuration error"
 # state.json stop_cause when the ranks stopped for a stop-request file that no signal wrote.
 STOP_REQUESTED = "stop request"
+# state.json stop_cause when the watchdog ended an attempt that made no progress (never a
+# configuration error: it is retried like a crash).
+STALLED = "stalled"
 
 # metrics.jsonl keys: the mean and the largest absolute difference, over the step's sampled
 # completion tokens, between vLLM's log-probability of each token and the trainer's (issue #15:
@@ -198,6 +209,15 @@ class StopBlock:
 
 
 @dataclass(frozen=True)
+class WatchdogBlock:
+    """The hang watchdog's bounds (site profile keys ``watchdog_startup_s``/``watchdog_min_s``)."""
+
+    startup_s: float = DEFAULT_WATCHDOG_STARTUP_S
+    min_s: float = DEFAULT_WATCHDOG_MIN_S
+    factor: float = DEFAULT_WATCHDOG_FACTOR
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """``run.json``: everything the node tasks and the ranks need, and nothing they re-decide."""
 
@@ -228,6 +248,8 @@ class RunRecord:
     signal_lead_s: int = DEFAULT_SIGNAL_LEAD_S
     time_min: int | None = None
     memory_plan: Mapping[str, Any] | None = None
+    watchdog: WatchdogBlock = WatchdogBlock()
+    collective_timeout_s: int = DEFAULT_COLLECTIVE_TIMEOUT_S  # torch.distributed (planner/timeouts.py)
     schema: int = SCHEMA
 
     @property
@@ -292,6 +314,9 @@ class RunRecord:
                 max_requeues=int(data.get("max_requeues", DEFAULT_MAX_REQUEUES)),
                 signal_lead_s=int(data.get("signal_lead_s", DEFAULT_SIGNAL_LEAD_S)),
                 time_min=data.get("time_min"), memory_plan=data.get("memory_plan"),
+                watchdog=WatchdogBlock(**(data.get("watchdog") or {})),
+                collective_timeout_s=int(data.get("collective_timeout_s",
+                                                  DEFAULT_COLLECTIVE_TIMEOUT_S)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ContractError):
@@ -338,6 +363,7 @@ class RunState:
     checkpoint_seconds: float | None = None
     reward_delta: float | None = None
     gpu_mem_train_begin: Mapping[str, Any] | None = None
+    stalled: Mapping[str, Any] | None = None  # the watchdog's finding (runtime/node/watchdog.py)
 
 
 STATE_FIELDS = frozenset(f.name for f in dataclasses.fields(RunState))

@@ -168,6 +168,7 @@ def summary_text(plan: JobPlan) -> str:
             if plan.deepspeed else "off"
         ),
         f"# requeue signal: {plan.site.requeue_signal} {plan.signal_lead_reason}",
+        f"# collective timeout: {plan.collective_timeout_reason}",
     ]
     if plan.server is not None:
         lines.append(

@@ -6,6 +6,7 @@ Run on the lent GPU machine: ``python -m pytest -m gpu tests/gpu/test_gpu.py`` (
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -71,6 +72,32 @@ def test_one_gpu_colocate_sleep(tmp_path: Path) -> None:
     assert [m["step"] for m in metrics] == [1, 2]
     assert all(m["gpu_mem_peak_gib"] > 0 for m in metrics)
     assert _generations(run_dir)[0], "the embedded engine generated nothing"
+
+
+@needs_gpu
+def test_one_gpu_hang_is_dumped_and_ended_with_nccl_timeout_planned(tmp_path: Path) -> None:
+    """Issue #13 on a GPU: the rank blocks in its reward in step 2 (test-only fault) while the
+    colocated engine and NCCL are up; the watchdog (bounds 10 s once timed) writes its stack to
+    its log and ends the attempt; the process group ran with the planned timeout."""
+    site = _site(tmp_path, 1)
+    site.write_text(site.read_text() + "watchdog_startup_s: 600\nwatchdog_min_s: 10\n")
+    env = {**os.environ, "HPC_GRPO_FAULT_HANG_RANK": "0",
+           "HPC_GRPO_FAULT_HANG_STEP": "2"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "hpc_grpo.cli", "submit", "--site", str(site), "--model",
+         "builtin:qwen2-0.5b", "--wait", "--set=max_steps=3", "--set=num_generations=8",
+         "--set=per_device_train_batch_size=8", "--set=max_completion_length=64"],
+        capture_output=True, text=True, timeout=900, env=env)
+    match = re.search(r"dir (\S+)", proc.stdout)
+    assert match and proc.returncode != 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = Path(match.group(1))
+    state = json.loads((run_dir / "state.json").read_text())
+    assert state["stop_cause"] == "stalled" and state["stalled"]["steps"] == [1], state
+    log = (run_dir / "logs" / "rank-0.log").read_text()
+    assert "Current thread 0x" in log and "in hanging" in log, log[-3000:]
+    config = json.loads((run_dir / "grpo_config.json").read_text())
+    assert config["ddp_timeout"] == json.loads((run_dir / "run.json").read_text())[
+        "collective_timeout_s"] == 600
 
 
 @needs_two

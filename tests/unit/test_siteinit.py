@@ -225,8 +225,10 @@ def test_requeue_settings_written_with_the_lead_below_grace_time(
     assert site.signal_lead_s == 45 and site.partition == partition
     assert site.preempt_partition == ("scavenger" if partition == "batch" else "")
     settings = {line.split(":")[0]: line for line in text.splitlines()}
-    for key in ("requeue_signal", "signal_lead_s", "max_requeues", "port_range"):
+    for key in ("requeue_signal", "signal_lead_s", "max_requeues", "port_range",
+                "watchdog_startup_s", "watchdog_min_s"):
         assert "  # " in settings[key], settings[key]  # each with a comment saying why
+    assert (site.watchdog_startup_s, site.watchdog_min_s) == (1800, 300)
     assert "below GraceTime=60s of preemptible partition 'scavenger'" in settings["signal_lead_s"]
 
 

@@ -19,8 +19,8 @@ from types import FrameType
 from typing import Any
 
 from hpc_grpo.runtime import contract, rundir
-from hpc_grpo.runtime.contract import ALWAYS_STOP, CLEAN_END, PORTS_PER_JOB, RunRecord
-from hpc_grpo.runtime.node import retry, vllm_server
+from hpc_grpo.runtime.contract import ALWAYS_STOP, CLEAN_END, PORTS_PER_JOB, STALLED, RunRecord
+from hpc_grpo.runtime.node import retry, vllm_server, watchdog
 
 PAYLOAD_MODULES = {"train": "hpc_grpo.runtime.rank.train", "check": "hpc_grpo.runtime.rank.smoke"}
 
@@ -232,6 +232,7 @@ class NodeTask:
         self.chain_signals = chain_signals  # hand received signals on once torchrun has exited
         self._received: list[int] = []
         self._started_at = time.time()
+        self._stalled = False  # this attempt was ended by the hang watchdog
 
     def __repr__(self) -> str:
         return f"NodeTask({self.run_dir!r})"
@@ -252,6 +253,7 @@ class NodeTask:
         print(f"[node] {socket.gethostname()} attempt {attempt}: {' '.join(argv)}", flush=True)
         self._received = []
         self._started_at = time.time()
+        self._stalled = False
         on_main = threading.current_thread() is threading.main_thread()
         signals = stop_signals(run)
         previous = {s: signal.getsignal(s) for s in signals} if on_main else {}
@@ -268,7 +270,12 @@ class NodeTask:
                 print(f"[node] vllm serve starting on port {port} (log {log})", flush=True)
                 vllm_server.wait_healthy(server, port)
             proc = subprocess.Popen(argv, env=env, preexec_fn=_agent_ignores(signals))
+            dog = watchdog.start_for(run, self.run_dir, attempt, self._started_at, proc,
+                                     records=os.environ.get("SLURM_NODEID", "0") == "0")
             rc = proc.wait()  # signal handlers run while waiting (PEP 475 restarts the wait)
+            if dog is not None:
+                dog.stop()
+                self._stalled = dog.fired is not None
         finally:
             if server is not None:
                 vllm_server.stop(server)
@@ -309,7 +316,9 @@ class NodeTask:
         path = Path(self.run_dir) / contract.RETRIES_JSONL
         earlier = rundir.read_jsonl(path)
         step = int(state.get("last_checkpoint_step") or 0)
-        config_error = retry.configuration_error(state, attempt)
+        stalled = self._stalled or (state.get("attempt") == attempt
+                                    and state.get("stop_cause") == STALLED)
+        config_error = "" if stalled else retry.configuration_error(state, attempt)  # never
         decision = retry.decide_retry(earlier, step, run.max_requeues, config_error)
         print(f"[node] training failed (exit {code}): {decision.reason}", flush=True)
         if not decision.requeue:
@@ -318,7 +327,7 @@ class NodeTask:
             return decision.reason
         rundir.append_jsonl(path, {"time": time.time(), "checkpoint_step": step, "exit_code": code,
                                    "job_id": job})
-        rundir.update_state(self.run_dir, stop_cause="node failure")
+        rundir.update_state(self.run_dir, stop_cause=STALLED if stalled else "node failure")
         subprocess.run(["scontrol", "requeue", job], check=False)
         return ""
 

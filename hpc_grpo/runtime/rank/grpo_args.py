@@ -137,4 +137,5 @@ def grpo_kwargs(
             user[key] = False
     else:
         user.setdefault("bf16", True)
+    user.setdefault("ddp_timeout", run.collective_timeout_s)  # the process group's (train.py)
     return {**DEFAULTS, **user, **owned}, notes

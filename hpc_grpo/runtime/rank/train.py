@@ -15,12 +15,13 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from hpc_grpo.runtime import contract, rundir
 from hpc_grpo.runtime.contract import RunRecord, rank_row
-from hpc_grpo.runtime.rank import checkpoints
+from hpc_grpo.runtime.rank import checkpoints, heartbeat
 from hpc_grpo.runtime.rank.placement import RuntimeCheckError
 from hpc_grpo.runtime.rank.stop import StopFlag, request_cause
 
@@ -36,12 +37,13 @@ def _setup_distributed(run: RunRecord) -> Any:
         index = local_rank if torch.cuda.device_count() > 1 else 0
         torch.cuda.set_device(index)
         device = torch.device("cuda", index)
+    timeout = timedelta(seconds=run.collective_timeout_s)  # the plan's (planner/timeouts.py)
     if not dist.is_initialized():
-        dist.init_process_group(backend=run.backend)
+        dist.init_process_group(backend=run.backend, timeout=timeout)
     if run.deepspeed is not None:
         import deepspeed  # its comm layer must wrap our group, or zero.Init sees world size 1
 
-        deepspeed.init_distributed(dist_backend=run.backend)
+        deepspeed.init_distributed(dist_backend=run.backend, timeout=timeout)
     return device
 
 
@@ -192,7 +194,14 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
              previous: dict[str, Any], attempt: str) -> Ready | None:
     """Arguments, rank checks, inputs, resume and the trainer; None when the newest checkpoint
     is already at max_steps (rank 0 has recorded the run as done)."""
-    from hpc_grpo.runtime.rank import epoch_order, generation_record, placement, stale_weights
+    from hpc_grpo.runtime.rank import (
+        epoch_order,
+        generation_record,
+        hang_fault,
+        heartbeat,
+        placement,
+        stale_weights,
+    )
 
     lead = rank == 0
     args, notes = _grpo_args(run, run_dir, rank)
@@ -201,7 +210,8 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     device_id, problems = _device_problems(run, args, device)
     placement.run_rank_checks(run, run_dir, device_id=device_id, extra=problems)
     print(f"[train] rank checks passed; notes: {notes or 'none'}", flush=True)
-    inputs = _inputs(run)
+    rewards, dataset, tokenizer = _inputs(run)
+    inputs = (hang_fault.wrap_rewards(rewards, os.environ, run_dir, rank), dataset, tokenizer)
 
     resume = _pick_resume(run_dir)
     resume_step = (checkpoints.checkpoint_step(resume) or 0) if resume else 0
@@ -215,6 +225,7 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
 
     trainer, stop = _trainer(run, run_dir, args, inputs, flag, device)
     epoch_order.install(trainer)  # each epoch's data order as an uninterrupted run has it
+    heartbeat.install(trainer)  # progress for the node task's hang watchdog
     seed = rank_row(rank, run.procs_per_node, run.vllm.tensor_parallel_size).vllm_seed
     generation_record.install(trainer, run_dir, rank, seed=seed)
     if stale_weights.install(trainer, os.environ):
@@ -289,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(args[0]).resolve()
     rank = int(os.environ.get("RANK", "0"))
     rundir.redirect_output(run_dir, rank)
+    heartbeat.start(run_dir, rank, os.environ.get("HPC_GRPO_ATTEMPT", ""))  # stack dumps too
 
     flag = StopFlag()
     flag.install(contract.ALWAYS_STOP)  # at once: the agent passed these down as ignored
