@@ -49,6 +49,7 @@ class RunStatus:
     message: str = ""  # what failed, as the ranks or the node task recorded it
     logp_diff: float | None = None  # last step's vLLM/trainer log-prob difference (runs/drift.py)
     drift: str = ""  # why the engine may generate with stale weights, "" when no recent step says so
+    tracker_sync: str = ""  # the command that uploads the run's offline W&B run (tracking.py)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -70,6 +71,7 @@ def _row(files: RunFiles, view: JobView) -> RunStatus:
         note="; ".join([*files.problems, *([view.note] if view.note else [])]),
         cause=progress.cause, message=progress.message,
         logp_diff=progress.logp_diff, drift=progress.drift,
+        tracker_sync=str(files.state.get("tracker_sync") or ""),
     )
 
 

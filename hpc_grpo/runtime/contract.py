@@ -312,6 +312,8 @@ class RunState:
     checkpoint_seconds: float | None = None
     reward_delta: float | None = None
     gpu_mem_train_begin: Mapping[str, Any] | None = None
+    tracker_logged_through: int = 0  # the highest step any attempt sent to report_to's trackers
+    tracker_sync: str = ""  # the command that uploads the run's offline W&B run, "" for none
 
 
 STATE_FIELDS = frozenset(f.name for f in dataclasses.fields(RunState))

@@ -137,4 +137,5 @@ def grpo_kwargs(
             user[key] = False
     else:
         user.setdefault("bf16", True)
+    user.setdefault("run_name", run.run_id)  # the trackers' run name (tracking.py)
     return {**DEFAULTS, **user, **owned}, notes

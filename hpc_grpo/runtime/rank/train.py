@@ -20,7 +20,7 @@ from typing import Any
 
 from hpc_grpo.runtime import contract, rundir
 from hpc_grpo.runtime.contract import RunRecord, rank_row
-from hpc_grpo.runtime.rank import checkpoints
+from hpc_grpo.runtime.rank import checkpoints, tracking
 from hpc_grpo.runtime.rank.placement import RuntimeCheckError
 from hpc_grpo.runtime.rank.stop import StopFlag, request_cause
 
@@ -199,6 +199,8 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     placement.run_rank_checks(run, run_dir, device_id=device_id, extra=problems)
     print(f"[train] rank checks passed; notes: {notes or 'none'}", flush=True)
     inputs = _inputs(run)
+    trackers = tracking.reporters(args.report_to)
+    logged = tracking.prepare(run.run_id, run_dir, trackers, previous, lead)  # before the cut
 
     resume = _pick_resume(run_dir)
     resume_step = (checkpoints.checkpoint_step(resume) or 0) if resume else 0
@@ -216,6 +218,8 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     generation_record.install(trainer, run_dir, rank, seed=seed)
     if stale_weights.install(trainer, os.environ):
         print(f"[train] {stale_weights.NOTE}", flush=True)
+    for note in tracking.install(trainer, trackers, resume_step, logged):
+        print(f"[train] {note}", flush=True)
     return Ready(trainer, stop, args, resume)
 
 
@@ -251,6 +255,7 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
         rundir.update_state(run_dir, phase="training", max_steps=args.max_steps)
     print(f"[train] training from {resume or 'scratch'} to step {args.max_steps}", flush=True)
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    tracking.finish()
 
     step = trainer.state.global_step
     if lead:
@@ -303,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except Exception as exc:
         traceback.print_exc()
+        tracking.finish()
         if rank == 0:
             rundir.update_state(run_dir, phase="failed", message=f"{type(exc).__name__}: {exc}")
         return 1
