@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.errors import UserError
-from hpc_grpo.runs import registry
+from hpc_grpo.runs import joberror, registry
 from hpc_grpo.runs.identity import match
 from hpc_grpo.runs.jobstate import JobView, local_view, slurm_view
 from hpc_grpo.runs.runfiles import RunFiles, read_run
@@ -56,6 +56,11 @@ class RunStatus:
 
 
 def _row(files: RunFiles, view: JobView) -> RunStatus:
+    row = _plain_row(files, view)
+    return joberror.apply(row, files.run_dir, files.job_id)  # a module that did not load
+
+
+def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
     js, progress = view.state, files.progress
     identity = files.identity
     return RunStatus(

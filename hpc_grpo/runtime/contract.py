@@ -27,6 +27,7 @@ CHECKPOINTS = "checkpoints"
 DEEPSPEED_JSON = "deepspeed.json"
 GRPO_CONFIG_JSON = "grpo_config.json"
 JOBS_JSONL = "jobs.jsonl"
+JOB_ERROR_JSON = "job-error.json"  # the job script: a site module that did not load
 RESTARTS_JSONL = "restarts.jsonl"  # one line per resumed attempt: cause, steps lost, resume step
 RETRIES_JSONL = "retries.jsonl"  # one line per automatic requeue after a crash
 SETUP_ERRORS = "setup-errors"  # rank-<N>.json: what each rank raised before the first step
