@@ -8,11 +8,11 @@ naming the nodes, so a bad node stands out from the good ones.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 import secrets
-import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -22,6 +22,7 @@ from typing import Any, Literal
 from hpc_grpo import __version__
 from hpc_grpo.config.site import SiteProfile, minutes
 from hpc_grpo.errors import UserError
+from hpc_grpo.preflight.nodecmd import node_command, pyxis_found
 from hpc_grpo.runtime.probe import MARKER, PACKAGES
 from hpc_grpo.scheduler import slurm
 
@@ -39,8 +40,8 @@ MATRIX: Mapping[str, tuple[str, str]] = {
 }
 TRL_VLLM_FALLBACK = ">=0.22.0,<=0.31.0"  # TRL 1.16's vllm extra, when the node's TRL says nothing
 CHECK_ORDER = ("job", *PACKAGES, "known: ZeRO-3 + LoRA", "known: vLLM vs TRL", "known: vLLM TP seeds",
-               "same stack", "hpc-grpo", "node names", "scontrol", "interface", "rendezvous port",
-               "shared output", "gpus")
+               "same stack", "hpc-grpo", "modules", "container runtime", "container", "node names",
+               "scontrol", "interface", "rendezvous port", "shared output", "gpus")
 _SPEC = re.compile(r"^\s*(~=|==|!=|>=|<=|>|<)\s*([0-9][0-9a-zA-Z.*+!-]*)\s*$")
 
 
@@ -58,6 +59,8 @@ class Expect:
 
     gpus_per_node: int
     interface: str
+    modules: tuple[str, ...] = ()
+    container: str = ""  # the profile's container runtime, "" for none
 
 
 # ---- versions ------------------------------------------------------------------------------
@@ -173,6 +176,19 @@ def _resolve_row(report: Mapping[str, Any]) -> tuple[Status, str]:
     return "pass", f"all {len(results)} node name(s) of the allocation resolve"
 
 
+def _setup_rows(report: Mapping[str, Any], expect: Expect) -> list[tuple[str, Status, str]]:
+    """The profile's modules and container, as the node command met them."""
+    rows: list[tuple[str, Status, str]] = []
+    for check, key, wanted in (("modules", "modules", bool(expect.modules)),
+                               ("container", "container", bool(expect.container))):
+        fact = _fact(report, key)
+        if fact is not None:
+            rows.append((check, "pass" if fact[0] else "fail", fact[1]))
+        elif wanted:
+            rows.append((check, "fail", "the node did not report it (an older hpc-grpo there?)"))
+    return rows
+
+
 def node_checks(report: Mapping[str, Any], expect: Expect) -> list[tuple[str, Status, str]]:
     """Every check one node's report answers, in table order."""
     rows: list[tuple[str, Status, str]] = []
@@ -185,11 +201,15 @@ def node_checks(report: Mapping[str, Any], expect: Expect) -> list[tuple[str, St
     rows.append(("hpc-grpo", "pass" if theirs == __version__ else "warn",
                  f"{theirs} on the node, {__version__} here; python {report.get('python', '?')}"))
     rows.append(("node names", *_resolve_row(report)))
+    rows += _setup_rows(report, expect)
     scontrol = _fact(report, "scontrol")
     if scontrol is not None:
         ok, detail = scontrol
+        where = f" inside the {expect.container} container" if expect.container else ""
+        fix = "; mount Slurm's binaries, libraries and config into the image" if where else ""
         rows.append(("scontrol", "pass" if ok else "fail",
-                     detail if not ok else f"{detail} (rendezvous and requeue from the job use it)"))
+                     f"{detail}{where}" + (fix if not ok else
+                                           " (submitit's requeue and the rendezvous use it)")))
     interface = _fact(report, "interface")
     if not expect.interface:
         rows.append(("interface", "skip", "network_interface not set: NCCL and Gloo pick one"))
@@ -248,6 +268,10 @@ def aggregate(reports: Sequence[Mapping[str, Any]], expect: Expect, job_note: st
     rows.append(Row("same stack", "pass" if len(stacks) == 1 else "warn", tuple(seen),
                     "identical package versions on every node" if len(stacks) == 1
                     else f"{len(stacks)} different package sets: ranks would run different code"))
+    return sorted_rows(rows)
+
+
+def sorted_rows(rows: Sequence[Row]) -> list[Row]:
     order = {check: i for i, check in enumerate(CHECK_ORDER)}
     return sorted(rows, key=lambda row: order.get(row.check, len(order)))
 
@@ -298,20 +322,6 @@ def srun_options(site: SiteProfile, nodes: int, partition: str, time_min: int) -
     return options
 
 
-def node_command(site: SiteProfile, python: str, probe_args: Sequence[str]) -> list[str]:
-    """What srun runs on each node: the probe under the job's modules and container."""
-    words = [python, "-m", "hpc_grpo.runtime.probe", *probe_args]
-    box = site.container
-    if box is not None and box.runtime == "apptainer":
-        binds = [w for mount in box.mounts for w in ("--bind", mount)]
-        words = ["apptainer", "exec", *(["--nv"] if site.gpus_per_node else []), *binds, box.image,
-                 *words]
-    if not site.modules:
-        return words
-    loads = "; ".join(f"module load {shlex.quote(m)}" for m in site.modules)
-    return ["bash", "-c", f"set -e; {loads}; exec {shlex.join(words)}"]
-
-
 def run(site: SiteProfile, *, nodes: int, partition: str = "", output_root: str = "",
         python: str = "", timeout_s: float = 180, share_wait_s: float = 20) -> Result:
     """Submit the probe job, wait for it (at most ``timeout_s``) and judge what came back."""
@@ -331,6 +341,12 @@ def run(site: SiteProfile, *, nodes: int, partition: str = "", output_root: str 
     if site.network_interface:
         args += ["--interface", site.network_interface]
     time_min = max(1, min(int(timeout_s // 60) + 1, minutes(site.max_time, "max_time")))
+    pre: list[Row] = []
+    if site.container is not None and site.container.runtime == "pyxis":
+        found, detail = pyxis_found(slurm.srun_help())
+        pre.append(Row("container runtime", found, (), detail))
+        if pre[-1].status == "fail":
+            site = dataclasses.replace(site, container=None)
     step = slurm.run_on_nodes(
         node_command(site, python or site.python or sys.executable, args),
         options=srun_options(site, nodes, partition, time_min),
@@ -346,9 +362,10 @@ def run(site: SiteProfile, *, nodes: int, partition: str = "", output_root: str 
         note = f"no answer within {timeout_s:g} s (queued or stuck); srun said: {said or 'nothing'}"
     else:
         note = f"srun exit code {step.returncode}" + (f": {said}" if said else "")
-    rows = aggregate(reports, Expect(site.gpus_per_node, site.network_interface),
+    box = site.container.runtime if site.container is not None else ""
+    rows = aggregate(reports, Expect(site.gpus_per_node, site.network_interface, site.modules, box),
                      job_note=note if (step.timed_out or step.returncode or not reports) else "")
-    return Result(site.name, tuple(rows), tuple(reports))
+    return Result(site.name, tuple(sorted_rows([*pre, *rows])), tuple(reports))
 
 
 # ---- output --------------------------------------------------------------------------------

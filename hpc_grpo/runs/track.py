@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.errors import UserError
-from hpc_grpo.runs import registry
+from hpc_grpo.runs import joberror, registry
 from hpc_grpo.runs.identity import match
 from hpc_grpo.runs.jobstate import JobView, local_view, slurm_view
 from hpc_grpo.runs.runfiles import RunFiles, read_run
@@ -51,12 +51,18 @@ class RunStatus:
     drift: str = ""  # why the engine may generate with stale weights, "" when no recent step says so
     stalled: str = ""  # the hang watchdog's finding while it is why the run stopped last
     stalled_ranks: tuple[int, ...] = ()  # the ranks it found behind (() all stopped level)
+    tracker_sync: str = ""  # the command that uploads the run's offline W&B run (tracking.py)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
 def _row(files: RunFiles, view: JobView) -> RunStatus:
+    row = _plain_row(files, view)
+    return joberror.apply(row, files.run_dir, files.job_id)  # a module that did not load
+
+
+def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
     js, progress = view.state, files.progress
     identity = files.identity
     return RunStatus(
@@ -73,6 +79,7 @@ def _row(files: RunFiles, view: JobView) -> RunStatus:
         cause=progress.cause, message=progress.message,
         logp_diff=progress.logp_diff, drift=progress.drift,
         stalled=progress.stalled, stalled_ranks=progress.stalled_ranks,
+        tracker_sync=str(files.state.get("tracker_sync") or ""),
     )
 
 

@@ -71,6 +71,8 @@ def _notes(row: track.RunStatus) -> list[str]:
         notes.append(row.drift)
     if row.note:
         notes.append(row.note)
+    if row.tracker_sync:  # W&B offline on nodes without internet: one command uploads it
+        notes.append(f"W&B offline run; upload it with: {row.tracker_sync}")
     return notes
 
 
@@ -172,6 +174,8 @@ def follow(run: str, poll: float = 1.0) -> int:
             f" (change {summary.get('reward_delta', 0):+.3f}) over {summary.get('steps')} steps;"
             f" curve: {run_dir / 'reward_curve.png'}"
         )
+    if row.tracker_sync:
+        console.print(f"W&B offline run; upload it with: {row.tracker_sync}")
     console.print(f"run {row.run_id}: {row.state}, phase {row.phase or '-'}")
     return 0 if row.state == "COMPLETED" else 1
 

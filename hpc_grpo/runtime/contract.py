@@ -28,6 +28,7 @@ CHECKPOINTS = "checkpoints"
 DEEPSPEED_JSON = "deepspeed.json"
 GRPO_CONFIG_JSON = "grpo_config.json"
 JOBS_JSONL = "jobs.jsonl"
+JOB_ERROR_JSON = "job-error.json"  # the job script: a site module that did not load
 RESTARTS_JSONL = "restarts.jsonl"  # one line per resumed attempt: cause, steps lost, resume step
 RETRIES_JSONL = "retries.jsonl"  # one line per automatic requeue after a crash
 SETUP_ERRORS = "setup-errors"  # rank-<N>.json: what each rank raised before the first step
@@ -364,6 +365,8 @@ class RunState:
     reward_delta: float | None = None
     gpu_mem_train_begin: Mapping[str, Any] | None = None
     stalled: Mapping[str, Any] | None = None  # the watchdog's finding (runtime/node/watchdog.py)
+    tracker_logged_through: int = 0  # the highest step any attempt sent to report_to's trackers
+    tracker_sync: str = ""  # the command that uploads the run's offline W&B run, "" for none
 
 
 STATE_FIELDS = frozenset(f.name for f in dataclasses.fields(RunState))

@@ -238,6 +238,39 @@ def gpus(expected: int, env: dict[str, str] | None = None) -> dict[str, Any]:
     return {"count": 0, "source": "no nvidia-smi"}
 
 
+def modules(loaded: str | None) -> dict[str, Any] | None:
+    """The site modules as the node command loaded them before this probe started (lines "ok
+    NAME" / "fail NAME" in HPC_GRPO_PROBE_MODULES); None when the profile has none."""
+    if loaded is None:
+        return None
+    results = [line.split(" ", 1) for line in loaded.splitlines() if " " in line]
+    good = [name for status, name in results if status == "ok"]
+    bad = [name for status, name in results if status != "ok"]
+    if bad:
+        return _fact(False, f"module load failed: {', '.join(bad)}"
+                            + (f" (loaded: {', '.join(good)})" if good else ""))
+    return _fact(True, f"loaded {', '.join(good)}" if good else "no module to load")
+
+
+def container(expected: str, env: dict[str, str]) -> dict[str, Any] | None:
+    """Whether this probe runs inside the profile's container (None: the profile has none).
+
+    Apptainer/Singularity mark their containers in the environment; pyxis does not, but srun
+    fails the whole step when it cannot start the image, so a pyxis probe that reports at all ran
+    inside it. The node command says when it found no runtime (HPC_GRPO_PROBE_CONTAINER)."""
+    if not expected:
+        return None
+    said = env.get("HPC_GRPO_PROBE_CONTAINER", "")
+    if said.startswith("missing"):
+        return _fact(False, said)
+    if expected == "apptainer":
+        image = env.get("APPTAINER_CONTAINER") or env.get("SINGULARITY_CONTAINER")
+        if not image:
+            return _fact(False, "the probe ran outside the apptainer image")
+        return _fact(True, f"inside the apptainer image {image}")
+    return _fact(True, f"inside the {expected} image (srun --container-image)")
+
+
 def _safely(check: Callable[..., Any], *args: Any) -> Any:
     """A check that raises reports the error as its finding: one odd node must still report."""
     try:
@@ -272,6 +305,10 @@ def collect(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
     }
     if args.interface:
         report["interface"] = _safely(interface, args.interface)
+    for key, fact in (("modules", _safely(modules, env.get("HPC_GRPO_PROBE_MODULES"))),
+                      ("container", _safely(container, args.container, env))):
+        if fact is not None:
+            report[key] = fact
     token_path = Path(args.share_dir) / f".hpc-grpo-doctor-{args.token}" if args.share_dir else None
     writer = names[0] if names else "the first node"
     if node_id == 0:
@@ -292,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--token", default="token")
     parser.add_argument("--share-wait", type=float, default=30.0)
     parser.add_argument("--gpus", type=int, default=0, help="GPUs the profile expects per node")
+    parser.add_argument("--container", default="", help="the profile's container runtime")
     args = parser.parse_args(argv)
     report = collect(args, dict(os.environ))
     print(MARKER + json.dumps(report, sort_keys=True), flush=True)

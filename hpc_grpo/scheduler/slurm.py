@@ -319,6 +319,11 @@ def run_slurm(argv: list[str], *, timeout: float = 30) -> str:
     return done.stdout
 
 
+def srun_help() -> str:
+    """`srun --help`: a SPANK plugin such as pyxis adds its options (--container-image) here."""
+    return run_slurm(["srun", "--help"], timeout=30)
+
+
 @dataclass(frozen=True)
 class StepResult:
     returncode: int

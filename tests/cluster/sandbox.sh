@@ -245,6 +245,36 @@ ensure_packages() {
     log "packages installed in $(elapsed_since "$t0")s"
 }
 
+# Lmod and a one-module tree, for the tests of a profile's `modules:` (test_cluster_modules.py).
+# Additive and idempotent: `start` applies it to a cluster that is already up, too (the nodes
+# share this machine's filesystem). Without Lmod those tests skip; the cluster does not need it.
+readonly LMOD_INIT=/usr/share/lmod/lmod/init/bash
+readonly LMOD_TREE=/etc/lmod/modules                  # on Debian's default MODULEPATH
+readonly TEST_MODULE_HOME=/opt/hpc-grpo-test-module/1.0
+ensure_lmod() {  # its apt log is kept beside the sandbox's logs (start recreates those)
+    if [[ ! -r "$LMOD_INIT" ]]; then
+        if [[ -n "${HPC_GRPO_SANDBOX_DEBS:-}" ]]; then
+            log "no Lmod on this machine (carried packages): the module tests will skip"
+            return 0
+        fi
+        log "installing lmod"
+        if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+                --no-install-recommends lmod; } >>"$SANDBOX_DIR/lmod-apt.log" 2>&1; then
+            log "WARNING: installing lmod failed (log: $SANDBOX_DIR/lmod-apt.log): the module tests will skip"
+            return 0
+        fi
+    fi
+    mkdir -p "$LMOD_TREE/hpc-grpo-test" "$TEST_MODULE_HOME/bin"
+    printf '#!/bin/sh\necho "hpc-grpo-test-tool 1.0"\n' >"$TEST_MODULE_HOME/bin/hpc-grpo-test-tool"
+    chmod 755 "$TEST_MODULE_HOME/bin/hpc-grpo-test-tool"
+    cat >"$LMOD_TREE/hpc-grpo-test/1.0.lua" <<EOF_MODULE
+-- Written by tests/cluster/sandbox.sh: what a site module does to a job's environment.
+whatis("hpc-grpo test module 1.0")
+setenv("HPC_GRPO_TEST_MODULE", "1.0")
+prepend_path("PATH", "$TEST_MODULE_HOME/bin")
+EOF_MODULE
+}
+
 # ---------------------------------------------------------------------------
 # Configuration
 # ---------------------------------------------------------------------------
@@ -621,6 +651,7 @@ cmd_start() {
     [[ $EUID -eq 0 ]] || die "must run as root"
     take_lock
     export SLURM_CONF="$SLURM_CONF_FILE"
+    ensure_lmod
     if is_up; then
         log "already up (logs: $LOG_DIR)"
         return 0

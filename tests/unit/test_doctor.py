@@ -210,7 +210,7 @@ def test_srun_options_and_container_command() -> None:
             "--gpus-per-node=h100:8", "--time=3"} <= set(options)
     command = doctor.node_command(site, "/opt/py", ["--gpus", "8"])
     assert command[:2] == ["bash", "-c"]
-    assert "module load cuda/12.4" in command[2] and "exec /opt/py -m hpc_grpo.runtime.probe" in command[2]
+    assert "for m in cuda/12.4; do" in command[2] and "exec /opt/py -m hpc_grpo.runtime.probe" in command[2]
 
 
 # ---- the CLI against a fake srun that runs the real probe here, as a one-node job ----------

@@ -138,4 +138,5 @@ def grpo_kwargs(
     else:
         user.setdefault("bf16", True)
     user.setdefault("ddp_timeout", run.collective_timeout_s)  # the process group's (train.py)
+    user.setdefault("run_name", run.run_id)  # the trackers' run name (tracking.py)
     return {**DEFAULTS, **user, **owned}, notes

@@ -60,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         "expected": expected,
         "hostnames": hostnames,
         "backend": backend,
+        # what the site's modules did, as a rank sees it (the job script loaded them)
+        "path": os.environ.get("PATH", "").split(os.pathsep),
+        "loaded_modules": os.environ.get("LOADEDMODULES", ""),
+        "hpc_grpo_env": {k: v for k, v in os.environ.items() if k.startswith("HPC_GRPO_")},
     }
     rundir.write_json_atomic(run_dir / CHECK / f"rank-{rank}.json", report)
     print(

@@ -21,7 +21,7 @@ from typing import Any
 
 from hpc_grpo.runtime import contract, rundir
 from hpc_grpo.runtime.contract import RunRecord, rank_row
-from hpc_grpo.runtime.rank import checkpoints, heartbeat
+from hpc_grpo.runtime.rank import checkpoints, heartbeat, tracking
 from hpc_grpo.runtime.rank.placement import RuntimeCheckError
 from hpc_grpo.runtime.rank.stop import StopFlag, request_cause
 
@@ -212,6 +212,8 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     print(f"[train] rank checks passed; notes: {notes or 'none'}", flush=True)
     rewards, dataset, tokenizer = _inputs(run)
     inputs = (hang_fault.wrap_rewards(rewards, os.environ, run_dir, rank), dataset, tokenizer)
+    trackers = tracking.reporters(args.report_to)
+    logged = tracking.prepare(run.run_id, run_dir, trackers, previous, lead)  # before the cut
 
     resume = _pick_resume(run_dir)
     resume_step = (checkpoints.checkpoint_step(resume) or 0) if resume else 0
@@ -230,6 +232,8 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     generation_record.install(trainer, run_dir, rank, seed=seed)
     if stale_weights.install(trainer, os.environ):
         print(f"[train] {stale_weights.NOTE}", flush=True)
+    for note in tracking.install(trainer, trackers, resume_step, logged):
+        print(f"[train] {note}", flush=True)
     return Ready(trainer, stop, args, resume)
 
 
@@ -265,6 +269,7 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
         rundir.update_state(run_dir, phase="training", max_steps=args.max_steps)
     print(f"[train] training from {resume or 'scratch'} to step {args.max_steps}", flush=True)
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    tracking.finish()
 
     step = trainer.state.global_step
     if lead:
@@ -318,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except Exception as exc:
         traceback.print_exc()
+        tracking.finish()
         if rank == 0:
             rundir.update_state(run_dir, phase="failed", message=f"{type(exc).__name__}: {exc}")
         return 1
