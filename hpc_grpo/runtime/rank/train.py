@@ -91,17 +91,20 @@ def _grpo_args(run: RunRecord, run_dir: Path, rank: int) -> tuple[Any, list[str]
 
 
 def _inputs(run: RunRecord) -> tuple[Any, Any, Any]:
-    """Rewards, prompts and tokenizer, checked before the model loads (every rank fails alike)."""
-    from hpc_grpo.runtime.models.tiny import load_tokenizer
-    from hpc_grpo.runtime.rank.data import check_prompt_bound, load_prompts, longest_prompt_tokens
-    from hpc_grpo.runtime.rank.rewards import resolve_rewards
+    """Rewards (called once on the first row), prompts and tokenizer, and QLoRA's needs, checked
+    before the model loads (every rank fails alike)."""
+    from hpc_grpo.runtime.rank.data import check_prompt_bound, longest_prompt_tokens
+    from hpc_grpo.runtime.rank.job_inputs import call_once, load_inputs
+    from hpc_grpo.runtime.rank.model_load import check_quantization
 
-    rewards = resolve_rewards(list(run.reward_funcs))
-    dataset = load_prompts(dataclasses.asdict(run.dataset))
-    tokenizer = load_tokenizer(run.model)
-    check_prompt_bound(longest_prompt_tokens(dataset, tokenizer), run.dataset.max_prompt_length,
-                       run.dataset.name)
-    return rewards, dataset, tokenizer
+    check_quantization(run.peft, run.device)
+    found = load_inputs(run.dataset, run.reward_funcs, run.reward_kwargs, run.reward_weights,
+                        run.model, run.model_load)
+    check_prompt_bound(longest_prompt_tokens(found.dataset, found.tokenizer),
+                       run.dataset.max_prompt_length, run.dataset.name)
+    call_once(run.reward_funcs, found.rewards, found.dataset[0], run.dataset.solution_column,
+              found.tokenizer)
+    return found.rewards, found.dataset, found.tokenizer
 
 
 def _restart_cause(previous: dict[str, Any]) -> str:
@@ -144,7 +147,7 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
     from trl import GRPOTrainer
     from trl.extras import profiling
 
-    from hpc_grpo.runtime.rank import phases
+    from hpc_grpo.runtime.rank import model_load, phases
     from hpc_grpo.runtime.rank.callbacks import (
         CheckpointMarkerCallback,
         GracefulStopCallback,
@@ -162,6 +165,7 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
         train_dataset=dataset,
         processing_class=tokenizer,
         callbacks=[stop, CheckpointMarkerCallback(run_dir), MetricsCallback(run_dir)],
+        **model_load.trainer_kwargs(run),  # LoRA / QLoRA
     )
     return trainer, stop
 
