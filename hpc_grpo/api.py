@@ -93,13 +93,17 @@ def _prepare(site: SiteProfile, spec: JobSpec, *, root: Path, run_id: str | None
     for reward in spec.reward_funcs:
         inputs.check_reward(reward)
     spec = dataclasses.replace(spec, dataset=dataset)
+    python = python or site.python or sys.executable
+    probed = inputs.probe_inputs(spec, model, python)  # rewards called, longest prompt measured
+    spec = inputs.with_prompt_bound(spec, probed)
     name = spec.name or default_name(model.source)
     measured = registry.measured_timings(name, site.name)
     timings = Timings(*measured) if measured else None
     plan = build_plan(site, spec, model, timings)
+    if probed.notes:
+        plan = dataclasses.replace(plan, warnings=plan.warnings + probed.notes)
     run_id = run_id or registry.next_run_id(root, plan.job_name)
     run_dir = root / run_id
-    python = python or site.python or sys.executable
     script = render_script(plan, run_id=run_id, run_dir=str(run_dir), python=python)
     return Prepared(plan, run_id, run_dir, python, script, summary_text(plan), site_name)
 
