@@ -96,11 +96,19 @@ def bind(func: RewardFunc, kwargs: Mapping[str, Any], spec: str) -> RewardFunc:
     if not kwargs:
         return func
     try:
+        params = inspect.signature(func).parameters
         inspect.signature(func).bind_partial(**kwargs)
     except TypeError as exc:
         raise RewardError(f"reward_kwargs for {spec!r}: {exc}") from None
     except ValueError:  # no signature to check (some C callables)
-        pass
+        params = {}  # type: ignore[assignment]
+    if spec.startswith("builtin:"):  # their **columns take TRL's columns, not settings
+        known = [n for n, p in params.items() if p.kind is p.POSITIONAL_OR_KEYWORD
+                 and n not in ("completions", "prompts")]
+        unknown = sorted(set(kwargs) - set(known))
+        if unknown:
+            raise RewardError(f"reward_kwargs for {spec!r}: unexpected {', '.join(unknown)} "
+                              f"(it takes: {', '.join(known) or 'no keyword arguments'})")
     bound = functools.partial(func, **kwargs)
     bound.__name__ = getattr(func, "__name__", spec)  # type: ignore[attr-defined]
     return bound
