@@ -42,7 +42,8 @@ JOB_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
                  help="colocate (default): vLLM inside every rank; server: `vllm serve` on the last node."),
     click.option("--zero-stage", type=click.IntRange(0, 3),
                  help="DeepSpeed ZeRO stage (default: the plan's)."),
-    click.option("--dataset", help="builtin:digits|builtin:sums, a .jsonl/.json/.csv file, or a hub id."),
+    click.option("--dataset", help="builtin:digits|builtin:sums, a .jsonl/.json/.csv/.parquet "
+                 "file, a save_to_disk folder, or a hub id."),
     click.option("--reward", "reward_funcs", multiple=True, help="builtin:NAME or module:function."),
     click.option("--seed", type=int, help="Training seed (default 42)."),
     click.option("--time", help="Slurm time limit, e.g. 04:00:00."),
