@@ -120,13 +120,14 @@ def test_custom_reward_receives_the_other_columns(files: dict[str, Path]) -> Non
     seen: dict[str, Any] = {}
 
     def reward(completions: list[Any], level: list[str], solution: list[str], **kw: Any) -> list[float]:
-        seen.update(level=level, solution=solution, keys=sorted(kw))
+        seen.update(level=level, solution=solution, keys=sorted(kw),
+                    step=kw["trainer_state"].global_step)  # rewards that shape by step work
         return [1.0]
 
     ds = load_dataset(DatasetBlock(name=str(files["csv"]), prompt_column="problem",
                                    system_prompt="S"), ["my:reward"])
     assert call_once(["my:reward"], [reward], ds[0], "", None) == {"my:reward": [1.0]}
-    assert seen["level"] == ["L0"] and seen["solution"] == [ROWS[0]["solution"]]
+    assert seen["level"] == ["L0"] and seen["solution"] == [ROWS[0]["solution"]] and seen["step"] == 0
     assert {"prompts", "completion_ids", "trainer_state", "log_extra", "log_metric"} <= set(seen["keys"])
 
 

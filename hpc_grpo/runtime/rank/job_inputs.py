@@ -71,16 +71,18 @@ def call_once(specs: Sequence[str], rewards: Sequence[Callable[..., Any]], row: 
     """Call each reward as GRPOTrainer does, on one row and one completion: every other column
     by name, plus completion_ids and trainer_state/log_extra/log_metric. Raises ValueError
     naming the reward."""
+    from transformers import TrainerState
+
     completion = sample_completion(row, solution_column)
     text = completion if isinstance(completion, str) else completion[-1]["content"]
     completion_ids = list(tokenizer(text, add_special_tokens=False)["input_ids"]) if tokenizer else []
     columns = {k: [v] for k, v in row.items() if k != "prompt"}
     out: dict[str, list[float | None]] = {}
     for spec, func in zip(specs, rewards, strict=True):
-        try:
+        try:  # the state of a trainer before its first step, as rewards see it at step 1
             values = func(prompts=[row["prompt"]], completions=[completion],
-                          completion_ids=[completion_ids], trainer_state=None, log_extra=_no_log,
-                          log_metric=_no_log, **columns)
+                          completion_ids=[completion_ids], trainer_state=TrainerState(),
+                          log_extra=_no_log, log_metric=_no_log, **columns)
         except Exception as exc:  # any failure of user code, reported as one line
             line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise ValueError(f"reward {spec!r} failed on the dataset's first row: "

@@ -91,10 +91,11 @@ def _grpo_args(run: RunRecord, run_dir: Path, rank: int) -> tuple[Any, list[str]
 
 
 def _inputs(run: RunRecord) -> tuple[Any, Any, Any]:
-    """Rewards (called once on the first row), prompts and tokenizer, and QLoRA's needs, checked
-    before the model loads (every rank fails alike)."""
+    """Rewards, prompts (with the columns the rewards need) and tokenizer, and QLoRA's needs,
+    checked before the model loads (every rank fails alike). The rewards are not called here:
+    user rewards may have side effects per call; the login node called them once (inputs_probe)."""
     from hpc_grpo.runtime.rank.data import check_prompt_bound, longest_prompt_tokens
-    from hpc_grpo.runtime.rank.job_inputs import call_once, load_inputs
+    from hpc_grpo.runtime.rank.job_inputs import load_inputs
     from hpc_grpo.runtime.rank.model_load import check_quantization
 
     check_quantization(run.peft, run.device)
@@ -102,8 +103,6 @@ def _inputs(run: RunRecord) -> tuple[Any, Any, Any]:
                         run.model, run.model_load)
     check_prompt_bound(longest_prompt_tokens(found.dataset, found.tokenizer),
                        run.dataset.max_prompt_length, run.dataset.name)
-    call_once(run.reward_funcs, found.rewards, found.dataset[0], run.dataset.solution_column,
-              found.tokenizer)
     return found.rewards, found.dataset, found.tokenizer
 
 
