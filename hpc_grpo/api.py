@@ -106,17 +106,22 @@ def _prepare(site: SiteProfile, spec: JobSpec, *, root: Path, run_id: str | None
     for reward in spec.reward_funcs:
         inputs.check_reward(reward)
     spec = dataclasses.replace(spec, dataset=dataset)
+    python = python or site.python or sys.executable
     staging = stage.check(site, model, spec.model_revision, dataset)  # commit, staged config.json
+    # Rewards called on a sample row, the longest prompt measured; what is not staged cannot be
+    # read on this machine either (offline), and the stage warning or refusal already says so.
+    probed = (inputs.Probed() if staging.missing
+              else inputs.probe_inputs(spec, staging.model, python, staging.dataset_commit))
+    spec = inputs.with_prompt_bound(spec, probed)
     name = spec.name or default_name(model.source)
     measured = registry.measured_timings(name, site.name)
     timings = Timings(*measured) if measured else None
     plan = build_plan(site, spec, staging.model, timings)
     refused, notes = staging.problems(site, site_name)
     plan = dataclasses.replace(plan, dataset_commit=staging.dataset_commit,
-                               warnings=plan.warnings + notes)
+                               warnings=plan.warnings + notes + tuple(probed.notes))
     run_id = run_id or registry.next_run_id(root, plan.job_name)
     run_dir = root / run_id
-    python = python or site.python or sys.executable
     script = render_script(plan, run_id=run_id, run_dir=str(run_dir), python=python)
     return Prepared(plan, run_id, run_dir, python, script, summary_text(plan), site_name, refused)
 

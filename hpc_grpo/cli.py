@@ -43,7 +43,8 @@ JOB_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
                  help="colocate (default): vLLM inside every rank; server: `vllm serve` on the last node."),
     click.option("--zero-stage", type=click.IntRange(0, 3),
                  help="DeepSpeed ZeRO stage (default: the plan's)."),
-    click.option("--dataset", help="builtin:digits|builtin:sums, a .jsonl/.json/.csv file, or a hub id."),
+    click.option("--dataset", help="builtin:digits|builtin:sums, a .jsonl/.json/.csv/.parquet "
+                 "file, a save_to_disk folder, or a hub id."),
     click.option("--reward", "reward_funcs", multiple=True,
                  help="builtin:NAME, module:function, or an open-r1 name (accuracy, format, ...)."),
     click.option("--seed", type=int, help=f"Training seed (default {DEFAULT_SEED})."),

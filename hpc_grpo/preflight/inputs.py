@@ -7,21 +7,35 @@ queue wait. Reads files, imports reward modules: not pure, so it stays out of ``
 from __future__ import annotations
 
 import csv
+import dataclasses
 import importlib
 import importlib.util
 import json
+import os
 import re
+import subprocess
 import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError, did_you_mean
 from hpc_grpo.planner import ModelArch, arch_from_config, lookup_model
+from hpc_grpo.planner.blocks import dataset_block, model_block
 from hpc_grpo.planner.job import ModelRef
+from hpc_grpo.runtime.contract import hub_snapshot
 
 # runtime/models/shapes.py SHAPES (the launcher may not import it; a unit test keeps them equal)
 BUILTIN_MODELS = ("builtin:tiny", "builtin:qwen2-0.5b", "builtin:qwen2-1.5b", "builtin:qwen2-7b")
 BUILTIN_DATASETS = ("builtin:digits", "builtin:sums")
-BUILTIN_REWARDS = ("builtin:digits", "builtin:length", "builtin:sum_correct")
+BUILTIN_REWARDS = ("builtin:accuracy", "builtin:digits", "builtin:format", "builtin:length",
+                   "builtin:length_penalty", "builtin:sum_correct", "builtin:tag_count")
+# Built-in rewards of smoke runs: on a built-in dataset nothing is left for the probe to learn.
+SMOKE_REWARDS = ("builtin:digits", "builtin:length", "builtin:sum_correct")
+PROBE_MODULE = "hpc_grpo.runtime.rank.inputs_probe"
+PROBE_TIMEOUT_S = 900  # tokenising a large dataset's prompts takes a while; a hang must not
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
@@ -93,7 +107,7 @@ def check_dataset(name: str, prompt_column: str) -> str:
         return name
     path = Path(name).expanduser()
     if not path.exists():
-        if name.startswith(("/", ".", "~")) or path.suffix in {".jsonl", ".json", ".csv"}:
+        if name.startswith(("/", ".", "~")) or path.suffix in {".jsonl", ".json", ".csv", ".parquet"}:
             raise UserError(f"dataset file {path} does not exist", field="dataset")
         return name  # a hub dataset: only the nodes can tell
     columns = _columns(path)
@@ -148,3 +162,98 @@ def check_reward(spec: str) -> None:
                         hint="is it on PYTHONPATH (the nodes need it too)?")
     if not callable(getattr(module, func, None)):
         raise UserError(f"'{func}' in {module_name} is not a function", field="reward_funcs")
+
+
+@dataclass(frozen=True)
+class Probed:
+    """What the login-node probe learnt: the longest prompt in tokens of the model's tokenizer
+    (None: not measured) and lines for the user (what was skipped and why)."""
+
+    longest_prompt: int | None = None
+    notes: tuple[str, ...] = ()
+    rewards: dict[str, list[float | None]] = dataclasses.field(default_factory=dict)
+
+
+def needs_probe(spec: JobSpec) -> bool:
+    """A built-in dataset with smoke rewards has nothing to learn (and the README job stays as
+    fast as it was); anything else is loaded and called once."""
+    builtin = spec.dataset.startswith("builtin:")
+    return not (builtin and all(r in SMOKE_REWARDS for r in spec.reward_funcs))
+
+
+def probe_request(spec: JobSpec, model: ModelRef, dataset_commit: str = "") -> dict[str, Any]:
+    """The probe's input: run.json's dataset and model blocks and the reward fields. A staged
+    model or dataset is read from its pinned snapshot folder, as the ranks will read it."""
+    dataset = dataset_block(spec, 0, dataset_commit)
+    source = model.source
+    if model.commit and model.hf_home:
+        source = hub_snapshot(model.hf_home, "model", model.source, model.commit)
+    if dataset_commit and model.hf_home:
+        dataset = dataclasses.replace(
+            dataset, name=hub_snapshot(model.hf_home, "dataset", spec.dataset, dataset_commit))
+    return {"dataset": dataclasses.asdict(dataset), "model": source,
+            "model_load": dataclasses.asdict(model_block(spec, model)),
+            "reward_funcs": list(spec.reward_funcs), "reward_kwargs": dict(spec.reward_kwargs),
+            "reward_weights": list(spec.reward_weights)}
+
+
+def probe_inputs(spec: JobSpec, model: ModelRef, python: str, dataset_commit: str = "") -> Probed:
+    """Run the runtime's inputs probe in a child process with the site's python (the launcher
+    never imports torch): rewards imported and called on the first row, the dataset loaded and
+    its longest prompt measured. A problem the ranks would hit is a UserError here; a machine
+    without the training stack is a note, not a failure. Offline: nothing is downloaded."""
+    if not needs_probe(spec):
+        return Probed()
+    request = probe_request(spec, model, dataset_commit)
+    if model.local and not Path(model.source).exists():
+        request["model"] = ""  # a built-in model not built yet: submit measures once it is
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}
+    if request["model_load"].get("hf_home"):
+        env["HF_HOME"] = request["model_load"]["hf_home"]
+    with tempfile.TemporaryDirectory(prefix="hpc-grpo-probe-") as tmp:
+        answer_path = Path(tmp) / "answer.json"
+        try:
+            proc = subprocess.run([python, "-m", PROBE_MODULE, str(answer_path)],
+                                  input=json.dumps(request), capture_output=True, text=True,
+                                  env=env, timeout=PROBE_TIMEOUT_S, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            why = f"cannot run {python}: {getattr(exc, 'strerror', None) or exc}"
+            return Probed(notes=(f"rewards and prompts not checked on this machine ({why})",))
+        if not answer_path.exists():
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            return Probed(notes=(f"rewards and prompts not checked on this machine ({python}: "
+                                 f"{last})",))
+        answer = json.loads(answer_path.read_text())
+    return _read_answer(answer)
+
+
+def _read_answer(answer: dict[str, Any]) -> Probed:
+    if "skipped" in answer:
+        return Probed(notes=(str(answer["skipped"]),))
+    if "error" in answer:
+        raise UserError(str(answer["error"]), field=str(answer.get("field") or ""),
+                        hint="checked on this machine with the runtime's own code; the ranks "
+                             "would fail the same way")
+    longest = answer.get("longest_prompt_tokens")
+    return Probed(longest_prompt=int(longest) if longest is not None else None,
+                  notes=tuple(str(n) for n in answer.get("notes") or ()),
+                  rewards=dict(answer.get("rewards") or {}))
+
+
+def with_prompt_bound(spec: JobSpec, probed: Probed) -> JobSpec:
+    """The spec the plan sizes vLLM with: the measured longest prompt where the user set no
+    max_prompt_length (built-in datasets keep their fixed bound); a longer prompt than the
+    user's bound is refused here rather than by every rank after the queue wait."""
+    longest = probed.longest_prompt
+    if longest is None or spec.dataset.startswith("builtin:"):
+        return spec
+    if not spec.max_prompt_length:
+        return dataclasses.replace(spec, max_prompt_length=max(longest, 1))
+    if longest > spec.max_prompt_length:
+        raise UserError(f"dataset {spec.dataset} has a prompt of {longest} tokens (measured with "
+                        f"the model's tokenizer), above max_prompt_length {spec.max_prompt_length}",
+                        field="max_prompt_length",
+                        hint=f"--set max_prompt_length={longest}, or leave it unset to use the "
+                             "measured length")
+    return spec

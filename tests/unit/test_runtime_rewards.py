@@ -31,7 +31,7 @@ def test_module_function() -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("builtin:nope", "unknown built-in reward 'builtin:nope'; known: builtin:digits"),
+        ("builtin:nope", "unknown built-in reward 'builtin:nope'; known: builtin:accuracy, builtin:digits"),
         ("no_colon_here", "not 'builtin:NAME' or 'package.module:function'"),
         ("pkg.mod:", "not 'builtin:NAME'"),
         ("surely_missing_pkg.rewards:f", "cannot import module 'surely_missing_pkg.rewards'"),

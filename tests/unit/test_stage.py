@@ -201,9 +201,17 @@ def test_submit_refuses_what_is_not_staged_with_the_command_that_stages_it(
     config = json.loads(tiny_files["config.json"])
     assert run["memory_plan"] is not None and config["max_position_embeddings"] == 512
     assert run["vllm"]["max_model_length"] == 128
-    # and what the plan refused before staging it could not know: the model's 512-token context
-    long = CliRunner().invoke(main, ["submit", *args[:-4]])
+    # and what the plan could not know before staging it: the model's 512-token context, which
+    # 512-token prompts leave no room in
+    long = CliRunner().invoke(main, ["submit", *args[:-4], "--set", "max_prompt_length=512"])
     assert long.exit_code == 2 and "tiny-org/tiny-grpo's 512-token context" in long.output
+    # with no prompt bound set, the login node reads the staged dataset with the staged model's
+    # tokenizer (preflight/inputs.py) and the plan sizes vLLM for the longest prompt it measured
+    measured = CliRunner().invoke(main, ["submit", *args[:-4]])
+    assert measured.exit_code == 0, measured.output
+    runs = sorted((tmp_path / "runs").glob("*/run.json"), key=lambda p: p.stat().st_mtime)
+    bound = json.loads(runs[-1].read_text())["dataset"]["max_prompt_length"]
+    assert 0 < bound < 64, bound
 
 
 def test_a_site_that_does_not_say_warns_and_an_online_one_is_quiet(

@@ -139,4 +139,27 @@ def grpo_kwargs(
         user.setdefault("bf16", True)
     user.setdefault("ddp_timeout", run.collective_timeout_s)  # the process group's (train.py)
     user.setdefault("run_name", run.run_id)  # the trackers' run name (tracking.py)
+    owned.update(_run_fields(run, user))
     return {**DEFAULTS, **user, **owned}, notes
+
+
+def _run_fields(run: RunRecord, user: Mapping[str, Any]) -> dict[str, Any]:
+    """GRPOConfig fields that come from run.json's reward and model blocks: reward_weights (one
+    per reward, checked here because TRL checks only once the model has loaded) and
+    model_init_kwargs (the model block merged into the recipe's own)."""
+    from hpc_grpo.runtime.rank.model_load import merge_init_kwargs
+
+    out: dict[str, Any] = {}
+    weights = [float(w) for w in run.reward_weights or user.get("reward_weights") or ()]
+    if run.reward_weights and user.get("reward_weights") not in (None, weights):
+        raise ConfigError(f"grpo_config sets reward_weights={user['reward_weights']!r} but the run "
+                          f"has {weights!r}; set them in one place")
+    if weights:
+        if len(weights) != len(run.reward_funcs):
+            raise ConfigError(f"reward_weights has {len(weights)} values for {len(run.reward_funcs)} "
+                              f"rewards ({', '.join(run.reward_funcs)}): give one weight per reward")
+        out["reward_weights"] = weights
+    init = merge_init_kwargs(user.get("model_init_kwargs"), run.model_load)
+    if init:
+        out["model_init_kwargs"] = init
+    return out

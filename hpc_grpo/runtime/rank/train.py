@@ -93,19 +93,22 @@ def _grpo_args(run: RunRecord, run_dir: Path, rank: int) -> tuple[Any, list[str]
 
 
 def _inputs(run: RunRecord) -> tuple[Any, Any, Any]:
-    """Rewards, prompts and tokenizer, checked before the model loads (every rank fails alike)."""
-    from hpc_grpo.runtime.models.tiny import load_tokenizer
-    from hpc_grpo.runtime.rank.data import check_prompt_bound, load_prompts, longest_prompt_tokens
-    from hpc_grpo.runtime.rank.rewards import resolve_rewards
+    """Rewards, prompts (with the columns the rewards need) and tokenizer, and QLoRA's needs,
+    checked before the model loads (every rank fails alike). The rewards are not called here:
+    user rewards may have side effects per call; the login node called them once (inputs_probe).
+    A staged model or dataset loads from its pinned snapshot folder (rank/staged.py)."""
+    from hpc_grpo.runtime.rank.data import check_prompt_bound, longest_prompt_tokens
+    from hpc_grpo.runtime.rank.job_inputs import load_inputs
+    from hpc_grpo.runtime.rank.model_load import check_quantization
     from hpc_grpo.runtime.rank.staged import dataset_name, describe, model_source
 
     print(f"[train] {describe(run)}", flush=True)
-    rewards = resolve_rewards(list(run.reward_funcs))
-    dataset = load_prompts({**dataclasses.asdict(run.dataset), "name": dataset_name(run)})
-    tokenizer = load_tokenizer(model_source(run))
-    check_prompt_bound(longest_prompt_tokens(dataset, tokenizer), run.dataset.max_prompt_length,
-                       run.dataset.name)
-    return rewards, dataset, tokenizer
+    check_quantization(run.peft, run.device)
+    found = load_inputs(dataclasses.replace(run.dataset, name=dataset_name(run)), run.reward_funcs,
+                        run.reward_kwargs, run.reward_weights, model_source(run), run.model_load)
+    check_prompt_bound(longest_prompt_tokens(found.dataset, found.tokenizer),
+                       run.dataset.max_prompt_length, run.dataset.name)
+    return found.rewards, found.dataset, found.tokenizer
 
 
 def _restart_cause(previous: dict[str, Any]) -> str:
@@ -148,7 +151,7 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
     from trl import GRPOTrainer
     from trl.extras import profiling
 
-    from hpc_grpo.runtime.rank import phases
+    from hpc_grpo.runtime.rank import model_load, phases
     from hpc_grpo.runtime.rank.callbacks import (
         CheckpointMarkerCallback,
         GracefulStopCallback,
@@ -167,6 +170,7 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
         train_dataset=dataset,
         processing_class=tokenizer,
         callbacks=[stop, CheckpointMarkerCallback(run_dir), MetricsCallback(run_dir)],
+        **model_load.trainer_kwargs(run),  # LoRA / QLoRA
     )
     return trainer, stop
 
