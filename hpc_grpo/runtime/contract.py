@@ -29,6 +29,9 @@ GRPO_CONFIG_JSON = "grpo_config.json"
 JOBS_JSONL = "jobs.jsonl"
 RESTARTS_JSONL = "restarts.jsonl"  # one line per resumed attempt: cause, steps lost, resume step
 RETRIES_JSONL = "retries.jsonl"  # one line per automatic requeue after a crash
+# The rank-0 node task's cause of a signalled stop, written the moment the signal arrives (the
+# task may be killed before it can put it in state.json): {"attempt", "cause", "signal", "facts"}.
+STOP_CAUSE_JSON = "stop-cause.json"
 SETUP_ERRORS = "setup-errors"  # rank-<N>.json: what each rank raised before the first step
 LOGS = "logs"
 SUBMITIT = "submitit"
