@@ -497,6 +497,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"--kinds: unknown {unknown}; pick from {','.join(KINDS)}")
     if not args.modes:
         parser.error(f"--modes: pick from {''.join(MODES)}")
+    if args.chaos:  # --at, --steps and --modes are the A/B/C runs' own
+        return args
     if args.at != sorted(args.at) or args.at[-1] >= args.steps:
         parser.error("--at: increasing steps below --steps")
     if any(s % args.save_steps == 0 for s in args.at):
