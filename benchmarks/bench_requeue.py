@@ -540,6 +540,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _chaos(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> int:
+    sys.modules.setdefault("bench_requeue", sys.modules[__name__])  # one BenchError, run as a script
     import requeue_chaos
 
     try:

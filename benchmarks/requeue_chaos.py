@@ -44,6 +44,10 @@ EXPECTED = {"user": "user signal", "batch": "user signal", "preempt": "preempted
             "timelimit": "time limit", "requeue": "scontrol requeue", "node": "node failure",
             "crash": "task crash"}
 TIME_MIN = 60  # the run's limit; a time-limit fault lowers it for one attempt
+# Steps take at least 0.5 s (a slow reward), so that the faults, not the training, set the pace;
+# a time-limit fault leaves the run training up to ~30 s more (slurmctld's check period).
+REWARD = "tests.slow.slow_reward:slow_length"
+TIMELIMIT_STEPS = 100
 
 
 @dataclass
@@ -69,7 +73,7 @@ def _site(tmp: Path, retries: int) -> None:
 def _submit(env: dict[str, str], root: Path, run_id: str, steps: int, save_steps: int) -> tuple[str, Path]:
     out = br.cli(env, "submit", "--output-root", str(root), "--no-wait", "--run-id", run_id,
                  "--site", "chaos", "--nodes", "2", "--partition", "low", "--recipe", str(br.RECIPE),
-                 "--time", f"{TIME_MIN // 60:02d}:{TIME_MIN % 60:02d}:00",
+                 "--time", f"{TIME_MIN // 60:02d}:{TIME_MIN % 60:02d}:00", "--reward", REWARD,
                  "--set", f"max_steps={steps}", "--set", f"save_steps={save_steps}")
     match = re.search(r"run (\S+)\s+job (\S+)\s+dir (\S+)", out)
     if not match:
@@ -102,7 +106,10 @@ def inject(kind: str, job: str, run_dir: Path) -> float:
         used = _sh("squeue", "-h", "-j", job, "-o", "%M")  # [D-]HH:MM:SS or MM:SS
         parts = [int(p) for p in used.replace("-", ":").split(":")]
         minutes = (parts[-3] * 60 if len(parts) >= 3 else 0) + parts[-2]
-        _sh("scontrol", "update", f"JobId={job}", f"TimeLimit={minutes + 2}")
+        # 30 to 90 s left: inside lead (30 s) + Slurm's 60 s, never so close that the limit
+        # kills the job (TIMEOUT, not requeued) before the checkpoint
+        extra = 1 if parts[-1] < 30 else 2
+        _sh("scontrol", "update", f"JobId={job}", f"TimeLimit={minutes + extra}")
     elif kind == "node":
         victim = nodes[-1]
         deadline = time.monotonic() + 120
@@ -140,8 +147,14 @@ def chaos_run(env: dict[str, str], root: Path, job: str, run_id: str, run_dir: P
     interrupted: set[str] = set()
     resumed = 0
     for i, kind in enumerate(sequence, start=1):
-        state = br.wait_training_step(env, run_id, run_dir, resumed + args.gap, interrupted,
-                                      args.step_timeout)
+        try:
+            state = br.wait_training_step(env, run_id, run_dir, resumed + args.gap, interrupted,
+                                          args.step_timeout)
+        except br.BenchError as err:
+            if not br.status(env, run_id)["finished"]:
+                raise
+            print(f"  the run ended before fault {i}: {err}; raise --chaos-steps", flush=True)
+            break
         before = len(br.read_jsonl(run_dir / "restarts.jsonl"))
         sent = inject(kind, job, run_dir)
         interrupted.add(str(state.get("attempt")))
@@ -218,7 +231,8 @@ def report(faults: list[Fault], steps: list[int], same: bool, n_steps: int,
 def main(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> int:
     sequence = [k for k in args.kinds for _ in range(args.per_kind)]
     random.Random(args.seed).shuffle(sequence)
-    steps = args.chaos_steps or len(sequence) * (args.gap + 2) + 20
+    steps = args.chaos_steps or \
+        len(sequence) * (args.gap + 2) + 20 + sequence.count("timelimit") * TIMELIMIT_STEPS
     _site(tmp, retries=len(sequence) + 5)
     print(f"chaos: {len(sequence)} faults (seed {args.seed}): {' '.join(sequence)}; max_steps {steps}",
           flush=True)
@@ -259,4 +273,4 @@ def main(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> int:
           and not result["steps_logged_twice"])
     if wrong:
         print(f"causes not as expected for: {', '.join(wrong)}")
-    return 0 if ok and not wrong else 1
+    return 0 if ok and not wrong and len(faults) == len(sequence) else 1
