@@ -7,7 +7,8 @@ case was recorded on the sandbox cluster (docs/causes.md; the unit tests replay 
 - ``scancel --signal=USR2 JOB`` (or the batch shell's USR2, forwarded): RUNNING, PreemptTime None.
 - partition preemption (``preempt_send_user_signal``): USR2 while RUNNING, PreemptTime set,
   EndTime moved to PreemptTime + GraceTime.
-- time limit (``--signal=USR2@lead``): RUNNING, no PreemptTime, EndTime - now <= lead + 60 s.
+- time limit (``--signal=USR2@lead``): RUNNING or SIGNALING, no PreemptTime, EndTime - now <=
+  lead + 60 s.
 - ``scontrol requeue JOB``: SIGTERM while COMPLETING, Restarts already one more than this
   attempt's SLURM_RESTART_COUNT.
 - a node lost: SIGTERM to the others while COMPLETING, Restarts one more, NodeList without it.
@@ -39,6 +40,9 @@ SIGNAL_SLACK_S = 60.0
 _NODE_BAD = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING",
                        "NOT_RESPONDING", "NO_RESPOND", "POWERED_DOWN", "POWERING_DOWN",
                        "REBOOT_ISSUED", "REBOOT_REQUESTED", "UNKNOWN"})
+# JobState while the job runs: SIGNALING while slurmctld delivers its --signal warning (seen for
+# the time-limit USR2 in the chaos benchmark, 2026-11-24).
+_RUNNING = frozenset({"RUNNING", "SIGNALING"})
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/.()]*)=")
 
 
@@ -102,9 +106,10 @@ def stop_cause(signals: Sequence[str], facts: JobFacts | None, lead_s: float,
     if facts.preempted:
         return PREEMPTED
     left = facts.seconds_left
-    if facts.state == "RUNNING" and left is not None and left <= lead_s + SIGNAL_SLACK_S:
+    running = facts.state in _RUNNING
+    if running and left is not None and left <= lead_s + SIGNAL_SLACK_S:
         return TIME_LIMIT
-    if facts.state == "RUNNING":
+    if running:
         return USER_SIGNAL
     return f"signal {'/'.join(signals)} while {facts.state or 'in an unknown state'}"
 
