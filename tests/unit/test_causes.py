@@ -225,3 +225,15 @@ def test_a_signal_on_another_node_asks_nothing(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setenv("SLURM_NODEID", "1")
     node.NodeTask(str(run_dir))._on_signal(signal.SIGUSR2, None)
     assert not (run_dir / STOP_CAUSE_JSON).exists()
+
+
+def test_the_time_limit_signal_while_slurm_shows_signaling() -> None:
+    """The chaos benchmark's time-limit USR2 came while scontrol showed JobState=SIGNALING (the
+    probe's, a second later, RUNNING): the recorded line with that state, 40 s before the end."""
+    case = SIGNALLED["time_limit_usr2"]
+    line = case["scontrol_show_job"].replace("JobState=RUNNING", "JobState=SIGNALING")
+    facts = facts_of(case, line)
+    assert facts.state == "SIGNALING"
+    assert causes.stop_cause(["SIGUSR2"], facts, 30) == TIME_LIMIT
+    far = JobFacts(**{**facts.__dict__, "seconds_left": 3000.0})
+    assert causes.stop_cause(["SIGUSR2"], far, 30) == USER_SIGNAL
