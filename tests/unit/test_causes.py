@@ -229,7 +229,7 @@ def test_a_signal_on_another_node_asks_nothing(tmp_path: Path, monkeypatch: pyte
 
 def test_the_time_limit_signal_while_slurm_shows_signaling() -> None:
     """The chaos benchmark's time-limit USR2 came while scontrol showed JobState=SIGNALING (the
-    probe's, a second later, RUNNING): the recorded line with that state, 40 s before the end."""
+    probe's, a second later, RUNNING): the recorded line with that state, 52 s before the end."""
     case = SIGNALLED["time_limit_usr2"]
     line = case["scontrol_show_job"].replace("JobState=RUNNING", "JobState=SIGNALING")
     facts = facts_of(case, line)
