@@ -27,7 +27,15 @@ from hpc_grpo.planner.job import JobPlan, build_plan, default_name
 from hpc_grpo.planner.timing import Timings
 from hpc_grpo.preflight import inputs
 from hpc_grpo.runs import identity, registry
-from hpc_grpo.runtime.contract import ATTEMPTS, RUN_JSON, SPEC_JSON
+from hpc_grpo.runtime.contract import (
+    ATTEMPTS,
+    JOB_SBATCH,
+    PLAN_TXT,
+    RUN_JSON,
+    SPEC_JSON,
+    SUBMITIT,
+    block_dict,
+)
 from hpc_grpo.scheduler import envvars, local, slurm
 from hpc_grpo.scheduler.render import render_script, submitit_folder, summary_text
 
@@ -54,6 +62,8 @@ class Prepared:
     script: str
     summary: str
     site_ref: str = ""  # how spec.json names the profile: its name, or its absolute path
+    # Hub names not staged on a site whose nodes are offline: submit and resume refuse them.
+    refused: tuple[UserError, ...] = ()
 
     @property
     def root(self) -> Path:
@@ -68,7 +78,7 @@ class Prepared:
 def load_spec(request: Request) -> tuple[SiteProfile, JobSpec]:
     site = find_site(request.site)
     recipe = read_yaml(Path(request.recipe), "recipe") if request.recipe else {}
-    return site, build_spec(recipe, parse_set(request.sets), request.flags)
+    return site, build_spec(recipe, parse_set(request.sets), request.flags, site)
 
 
 def site_ref(site: str) -> str:
@@ -88,20 +98,32 @@ def prepare(request: Request) -> Prepared:
 
 def _prepare(site: SiteProfile, spec: JobSpec, *, root: Path, run_id: str | None,
              python: str | None, site_name: str) -> Prepared:
+    from hpc_grpo.preflight import stage
+
     model = inputs.resolve_model(spec.model, registry.home_dir())
     dataset = inputs.check_dataset(spec.dataset, spec.prompt_column)
     for reward in spec.reward_funcs:
         inputs.check_reward(reward)
     spec = dataclasses.replace(spec, dataset=dataset)
+    staging = stage.check(site, model, spec.model_revision, dataset)  # commit, staged config.json
     name = spec.name or default_name(model.source)
     measured = registry.measured_timings(name, site.name)
     timings = Timings(*measured) if measured else None
-    plan = build_plan(site, spec, model, timings)
+    plan = build_plan(site, spec, staging.model, timings)
+    refused, notes = staging.problems(site, site_name)
+    plan = dataclasses.replace(plan, dataset_commit=staging.dataset_commit,
+                               warnings=plan.warnings + notes)
     run_id = run_id or registry.next_run_id(root, plan.job_name)
     run_dir = root / run_id
     python = python or site.python or sys.executable
     script = render_script(plan, run_id=run_id, run_dir=str(run_dir), python=python)
-    return Prepared(plan, run_id, run_dir, python, script, summary_text(plan), site_name)
+    return Prepared(plan, run_id, run_dir, python, script, summary_text(plan), site_name, refused)
+
+
+def _refuse_unstaged(prepared: Prepared) -> None:
+    """Before anything is written or queued: the nodes could not load what is not staged."""
+    if prepared.refused:
+        raise UserErrors(prepared.refused) if len(prepared.refused) > 1 else prepared.refused[0]
 
 
 def _check_partition(plan: JobPlan) -> None:
@@ -151,6 +173,7 @@ class Submitted:
 def submit(request: Request) -> Submitted:
     """Create the run directory atomically and submit it; either both happen or neither."""
     prepared = prepare(request)  # every check before anything is built or written
+    _refuse_unstaged(prepared)
     if prepared.plan.site.scheduler == "slurm":
         _check_partition(prepared.plan)
     if ensure_builtin_model(prepared.plan.spec.model, prepared.python):
@@ -159,8 +182,8 @@ def submit(request: Request) -> Submitted:
     record = plan.run_record(prepared.run_id, str(prepared.run_dir))
     files = {
         RUN_JSON: json.dumps(record.to_dict(), indent=2) + "\n",
-        "job.sbatch": prepared.script,
-        "plan.txt": prepared.summary,
+        JOB_SBATCH: prepared.script,
+        PLAN_TXT: prepared.summary,
         SPEC_JSON: prepared.spec_text(),
     }
     with registry.create_run_dir(prepared.root, prepared.run_id, files,
@@ -179,7 +202,7 @@ def _submit_job(prepared: Prepared, run_dir: Path) -> tuple[str, dict[str, str]]
     task = NodeTask(str(run_dir))
     with envvars.exported(plan.site.secret_values):  # secrets reach the job, not its files
         if plan.site.scheduler == "local":
-            return local.submit_local(folder=run_dir / "submitit", task=task,
+            return local.submit_local(folder=run_dir / SUBMITIT, task=task,
                                       timeout_min=plan.time_min, gpus=plan.site.gpus_per_node), {}
         job = slurm.submit_job(
             script_text=prepared.script,
@@ -226,11 +249,12 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Re
                         field="run", hint="submit a new run with the same recipe")
     track.refuse_if_alive(files)
     flags = {"time": time} if time else {}
-    spec = build_spec(saved["spec"], parse_set(sets), flags)
     site = find_site(saved["site"])
+    spec = build_spec(saved["spec"], parse_set(sets), flags, site)
     python = saved.get("python") if isinstance(saved.get("python"), str) else None
     prepared = _prepare(site, spec, root=run_dir.parent, run_id=run_dir.name, python=python,
                         site_name=saved["site"])
+    _refuse_unstaged(prepared)
     record = prepared.plan.run_record(files.run_id, str(run_dir))
     problems = rules.unchangeable(files.record, record.to_dict())
     if problems:
@@ -245,8 +269,8 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Re
     previous = files.job_id
     files_now = {
         RUN_JSON: json.dumps(record.to_dict(), indent=2) + "\n",
-        "job.sbatch": prepared.script,
-        "plan.txt": prepared.summary,
+        JOB_SBATCH: prepared.script,
+        PLAN_TXT: prepared.summary,
         SPEC_JSON: prepared.spec_text(),
     }
     attempts = run_dir / ATTEMPTS
@@ -258,6 +282,21 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Re
     if not any(r.run_dir == run_dir for r in registry.indexed_runs()):
         registry.register(files.run_id, run_dir)
     return Resumed(files.run_id, run_dir, job_id, previous, from_step, prepared.plan.warnings)
+
+
+def stage(name: str, site_name: str, revision: str = "", dataset: bool = False) -> Any:
+    """Download a hub model (catalogue names too) or dataset into the site's shared cache once,
+    on the login node, and record its commit (``preflight.stage.Staged``)."""
+    from hpc_grpo.preflight import stage as staging
+
+    site = find_site(site_name)
+    if not dataset:
+        model = inputs.resolve_model(name, registry.home_dir())
+        if model.local:
+            raise UserError(f"{name} is a local model: it needs no staging", field="stage",
+                            hint="give its path to --model; the nodes must see the same path")
+        name = model.source
+    return staging.stage(site, name, revision=revision, kind="dataset" if dataset else "model")
 
 
 def sites() -> dict[str, SiteProfile]:
@@ -285,12 +324,11 @@ def plan_report(plan: JobPlan) -> dict[str, Any]:
         else:
             why_none = (f"the architecture of {plan.model.source} is unknown (no local config.json, "
                         "not in the catalogue: --list-models), so TP 1 and TRL's vLLM defaults")
-    record = plan.run_record("plan", "").to_dict()
     return {
         "site": plan.site.name, "model": plan.model.source, "device": plan.device,
         "nodes": plan.nodes, "procs_per_node": plan.procs_per_node, "world_size": plan.world_size,
-        "tensor_parallel_size": plan.tensor_parallel_size, "vllm": record["vllm"],
-        "deepspeed": record["deepspeed"], "memory_plan": memory.to_dict() if memory else None,
+        "tensor_parallel_size": plan.tensor_parallel_size, "vllm": block_dict(plan.vllm),
+        "deepspeed": block_dict(plan.deepspeed), "memory_plan": memory.to_dict() if memory else None,
         "no_memory_plan": why_none, "warnings": list(plan.warnings),
     }
 

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from hpc_grpo.errors import UserError
+from hpc_grpo.runtime.contract import DEFAULT_SEED
 
 
 def complete_sites(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
@@ -43,8 +44,9 @@ JOB_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     click.option("--zero-stage", type=click.IntRange(0, 3),
                  help="DeepSpeed ZeRO stage (default: the plan's)."),
     click.option("--dataset", help="builtin:digits|builtin:sums, a .jsonl/.json/.csv file, or a hub id."),
-    click.option("--reward", "reward_funcs", multiple=True, help="builtin:NAME or module:function."),
-    click.option("--seed", type=int, help="Training seed (default 42)."),
+    click.option("--reward", "reward_funcs", multiple=True,
+                 help="builtin:NAME, module:function, or an open-r1 name (accuracy, format, ...)."),
+    click.option("--seed", type=int, help=f"Training seed (default {DEFAULT_SEED})."),
     click.option("--time", help="Slurm time limit, e.g. 04:00:00."),
     click.option("--name", help="Job name (default from the model)."),
     click.option("--partition", help="Slurm partition (default: the site's)."),
@@ -223,6 +225,23 @@ def resume(run: str, time: str | None, sets: tuple[str, ...], wait: bool) -> Non
         sys.exit(follow(str(result.run_dir)))
 
 
+@main.command()
+@click.argument("name")
+@click.option("--site", required=True, help="Profile name or YAML path: its hf_home is the cache.",
+              shell_complete=complete_sites)
+@click.option("--revision", default="", help="Branch, tag or commit to pin (default: main).")
+@click.option("--dataset", "is_dataset", is_flag=True, help="NAME is a hub dataset, not a model.")
+@user_errors
+def stage(name: str, site: str, revision: str, is_dataset: bool) -> None:
+    """Download a hub model or dataset once, on the login node, into the site's shared cache
+    (hf_home) for compute nodes without internet; pins the revision to its commit."""
+    from hpc_grpo import api
+
+    staged = api.stage(name, site, revision=revision, dataset=is_dataset)
+    click.echo(f"staged {staged.kind} {staged.repo_id} {staged.revision} = commit {staged.commit} "
+               f"in {staged.snapshot}")
+
+
 @main.command("example-model")
 @click.argument("directory", type=click.Path(file_okay=False))
 @user_errors
@@ -246,6 +265,7 @@ _CHOICES = {
     "enable_sleep_mode": "sleep mode",
     "max_num_seqs": "max_num_seqs",
     "vllm_max_model_length": "vllm_max_model_length",
+    "lora": "LoRA",
 }
 
 
@@ -275,7 +295,9 @@ def _plan_table(data: dict[str, Any]) -> None:
         for column in ("choice", "value", "why"):
             choices.add_column(column, overflow="fold")
         for key, label in _CHOICES.items():
-            value, reason = str(memory[key]), memory["reasons"][key]
+            if key not in memory["reasons"]:
+                continue
+            value, reason = str(memory.get(key, "on")), memory["reasons"][key]
             first, sep, rest = reason.partition(": ")
             choices.add_row(label, value, rest if sep and first == value else reason)
         console.print(choices)

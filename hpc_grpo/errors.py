@@ -40,10 +40,24 @@ class UserErrors(UserError):
         return [line for problem in self.problems for line in problem.lines()]
 
 
+def _plausible(word: str, choice: str) -> bool:
+    """False when two names share only their leading words (torch_dtype, torch_compile): what
+    follows the shared words must look alike too, or one must be the other plus words."""
+    a, b = word.split("_"), choice.split("_")
+    shared = 0
+    while shared < min(len(a), len(b)) and a[shared] == b[shared]:
+        shared += 1
+    rest_a, rest_b = "_".join(a[shared:]), "_".join(b[shared:])
+    if not shared or not rest_a or not rest_b:
+        return True
+    return difflib.SequenceMatcher(None, rest_a, rest_b).ratio() >= 0.5
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """A hint naming the closest known word, or listing a few when none is close."""
     options = sorted(choices)
-    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    close = [c for c in difflib.get_close_matches(word, options, n=5, cutoff=0.6)
+             if _plausible(word, c)]
     if close:
         return f"did you mean '{close[0]}'?"
     shown = ", ".join(options[:8]) + (", ..." if len(options) > 8 else "")

@@ -15,7 +15,7 @@ from typing import Literal
 
 from hpc_grpo.config.strict import from_mapping, read_yaml
 from hpc_grpo.errors import UserError, did_you_mean
-from hpc_grpo.runtime.contract import PORTS_PER_JOB
+from hpc_grpo.runtime.contract import DEFAULT_MAX_REQUEUES, DEFAULT_SIGNAL_LEAD_S, PORTS_PER_JOB
 
 # Environment names whose values are secrets wherever a profile sets them: never written into a
 # job script, run.json or plan.txt; the job gets them from the submitting environment instead.
@@ -70,14 +70,20 @@ class SiteProfile:
     container: Container | None = None
     network_interface: str = ""
     requeue_signal: str = "USR2"
-    signal_lead_s: int = 120
+    signal_lead_s: int = DEFAULT_SIGNAL_LEAD_S
     port_range: tuple[int, ...] = (20000, 29999)
     output_root: str = "~/hpc-grpo-runs"
     python: str = ""  # empty: the python running hpc-grpo
-    max_requeues: int = 3
+    max_requeues: int = DEFAULT_MAX_REQUEUES
     preempt_partition: str = ""
     secret_env: tuple[str, ...] = ()  # more secret names beside DEFAULT_SECRET_ENV
     run_dir_mode: str = "0700"  # run directories: the user's only, unless the site shares them
+    # The shared Hugging Face cache (HF_HOME) that `hpc-grpo stage` fills on the login node and
+    # the ranks read; it must be on a filesystem every node mounts. "": none, the nodes' default.
+    hf_home: str = ""
+    # Whether compute nodes reach the internet (the hub). None: the profile does not say; a hub
+    # model that is not staged is then a warning, not an error (docs/quickstart-cluster.md).
+    nodes_online: bool | None = None
 
     def __post_init__(self) -> None:
         if (len(self.port_range) != 2 or not 1024 <= self.port_range[0] < 65536
@@ -102,6 +108,24 @@ class SiteProfile:
             raise UserError(f"run_dir_mode {self.run_dir_mode!r} is not an octal mode from 0700 to "
                             "0777", field="run_dir_mode",
                             hint="e.g. 0700 (you only) or 0750 (your group may read)")
+
+    @property
+    def nodes_offline(self) -> bool | None:
+        """True when the nodes cannot reach the hub: said by ``nodes_online: false`` or implied
+        by ``HF_HUB_OFFLINE=1`` in the profile's env; False online (the local site is this
+        machine); None when the profile does not say."""
+        if self.nodes_online is not None:
+            return not self.nodes_online
+        if self.env.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}:
+            return True
+        return False if self.scheduler == "local" else None
+
+    @property
+    def hf_home_path(self) -> str:
+        """hf_home with ``~`` and ``$VARS`` expanded on this (login) node, absolute; "" unset."""
+        if not self.hf_home:
+            return ""
+        return str(Path(os.path.expandvars(self.hf_home)).expanduser().absolute())
 
     @property
     def secret_names(self) -> frozenset[str]:

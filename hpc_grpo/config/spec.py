@@ -16,23 +16,27 @@ from typing import Any, Literal
 import yaml
 
 from hpc_grpo.config.grpo import check_values, field_types
+from hpc_grpo.config.recipe_format import (
+    Translation,
+    check_claims,
+    foreign_schema,
+    map_rewards,
+    translate,
+    unknown_key_hint,
+)
+from hpc_grpo.config.site import SiteProfile
 from hpc_grpo.config.strict import from_mapping, load_yaml_text
-from hpc_grpo.errors import UserError, UserErrors, did_you_mean
+from hpc_grpo.errors import UserError, UserErrors
+from hpc_grpo.runtime.contract import DEFAULT_SEED
 
 # GRPOConfig fields that the plan owns: the user sets them through job-spec fields instead.
+# (bf16, use_vllm, use_cpu are checked against the site; output_dir is ignored with a warning:
+# config/recipe_format.py.)
 PLAN_OWNED = {
-    "output_dir": "the run directory holds checkpoints; choose where with --output-root",
     "deepspeed": "set zero_stage / offload_optimizer; the DeepSpeed file is generated",
-    "use_vllm": "vLLM is used on GPU sites and cannot run on CPU",
-    "use_cpu": "follows the site: CPU-only sites train on CPU",
-    "bf16": "bf16 on GPU sites, fp32 on CPU",
     "vllm_server_host": "the server's host comes from the node list",
     "vllm_server_port": "the server's port comes from the profile's port range",
     "vllm_server_base_url": "the server's address comes from the node list",
-}
-# GRPOConfig names that are job-spec fields under their TRL name.
-ALIASES = {
-    "vllm_tensor_parallel_size": "tensor_parallel_size",
 }
 
 
@@ -55,7 +59,7 @@ class JobSpec:
     vllm_enable_sleep_mode: bool | None = None
     zero_stage: int | None = None
     offload_optimizer: bool | None = None
-    seed: int = 42
+    seed: int = DEFAULT_SEED
     time: str = "01:00:00"
     name: str = ""
     payload: Literal["train", "check"] = "train"
@@ -81,12 +85,17 @@ class JobSpec:
     lora_target_modules: tuple[str, ...] = ()
     load_in_4bit: bool = False
     grpo: dict[str, Any] = field(default_factory=dict)
+    # Warnings about recipe keys that were ignored (hub upload, evaluation): shown by the plan,
+    # not a setting, not saved in spec.json.
+    notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        del out["notes"]
+        return out
 
 
-SPEC_FIELDS = frozenset(f.name for f in dataclasses.fields(JobSpec)) - {"grpo"}
+SPEC_FIELDS = frozenset(f.name for f in dataclasses.fields(JobSpec)) - {"grpo", "notes"}
 
 
 def grpo_fields() -> frozenset[str]:
@@ -108,14 +117,21 @@ def parse_set(items: Iterable[str]) -> dict[str, Any]:
     return out
 
 
-def split_keys(values: Mapping[str, Any], source: str,
-               problems: list[UserError]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Separate job-spec keys from GRPOConfig keys; anything else is a typo (added to problems)."""
+def split_keys(values: Mapping[str, Any], source: str, problems: list[UserError],
+               found: Translation | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Separate job-spec keys from GRPOConfig keys; anything else is a typo (added to problems).
+
+    TRL/open-r1 names are translated first (recipe_format); its plan-owned claims and warnings
+    are collected in ``found``."""
     spec: dict[str, Any] = {}
     grpo: dict[str, Any] = {}
     known = grpo_fields()
-    for key, value in values.items():
-        key = ALIASES.get(key, key)
+    translated = translate(values, source)
+    problems += translated.problems
+    if found is not None:
+        found.claims.update(translated.claims)
+        found.notes += translated.notes
+    for key, value in translated.values.items():
         if key in SPEC_FIELDS:
             spec[key] = value
         elif key in PLAN_OWNED:
@@ -124,7 +140,7 @@ def split_keys(values: Mapping[str, Any], source: str,
         elif key in known:
             grpo[key] = value
         elif key == "grpo" and isinstance(value, dict):
-            nested_spec, nested = split_keys(value, source, problems)
+            nested_spec, nested = split_keys(value, source, problems, found)
             for name in nested_spec:
                 problems.append(UserError(f"'{name}' is a job setting, not a GRPOConfig field",
                                           field=f"{source}: grpo", hint="move it to the top level"))
@@ -132,20 +148,42 @@ def split_keys(values: Mapping[str, Any], source: str,
         else:
             problems.append(UserError(
                 f"unknown key '{key}': neither a job setting nor a GRPOConfig field",
-                field=source, hint=did_you_mean(key, known | SPEC_FIELDS)))
+                field=source, hint=unknown_key_hint(key, known | SPEC_FIELDS)))
     return spec, grpo
 
 
+def _world_size(site: SiteProfile, merged: Mapping[str, Any]) -> int:
+    """Training processes the plan will run (planner/job.py _processes), for num_processes."""
+    nodes = merged.get("nodes", 1)
+    if site.device == "cuda" and merged.get("vllm_mode") == "server":
+        return int(nodes) * (site.gpus_per_node - int(merged.get("vllm_server_gpus", 1)))
+    return int(nodes) * int(merged.get("procs_per_node") or site.default_procs_per_node)
+
+
 def build_spec(
-    recipe: Mapping[str, Any], sets: Mapping[str, Any], flags: Mapping[str, Any]
+    recipe: Mapping[str, Any], sets: Mapping[str, Any], flags: Mapping[str, Any],
+    site: SiteProfile | None = None,
 ) -> JobSpec:
     """Merge the three sources with flags winning; flags hold only options the user gave.
 
-    Every unknown key and every bad GRPOConfig value is reported in one UserErrors."""
+    Every unknown key and every bad GRPOConfig value is reported in one UserErrors. With the
+    ``site``, plan-owned recipe keys (bf16, use_vllm, ...) are checked against it too."""
+    foreign = foreign_schema(recipe)
+    if foreign is not None:
+        raise foreign
     problems: list[UserError] = []
-    recipe_spec, recipe_grpo = split_keys(recipe, "recipe", problems)
-    set_spec, set_grpo = split_keys(sets, "--set", problems)
-    merged = {**recipe_spec, **set_spec, **{k: v for k, v in flags.items() if v is not None}}
+    found = {"recipe": Translation(), "--set": Translation()}
+    recipe_spec, recipe_grpo = split_keys(recipe, "recipe", problems, found["recipe"])
+    set_spec, set_grpo = split_keys(sets, "--set", problems, found["--set"])
+    given = {k: v for k, v in flags.items() if v is not None}
+    if "reward_funcs" in given:
+        given["reward_funcs"] = map_rewards(given["reward_funcs"], "--reward", problems)
+    merged = {**recipe_spec, **set_spec, **given}
+    if site is not None:
+        for source, translation in found.items():
+            problems += check_claims(translation.claims, device=site.device,
+                                     vllm_mode=merged.get("vllm_mode", "colocate"),
+                                     world_size=_world_size(site, merged), source=source)
     sources = {**dict.fromkeys(recipe_grpo, "recipe"), **dict.fromkeys(set_grpo, "--set")}
     merged["grpo"], bad_values = check_values({**recipe_grpo, **set_grpo}, sources)
     problems += bad_values
@@ -162,4 +200,5 @@ def build_spec(
         problems.append(UserError(f"nodes must be at least 1, got {spec.nodes}", field="nodes"))
     if spec is None or problems:
         raise UserErrors(problems) if len(problems) > 1 else problems[0]
-    return spec
+    notes = tuple(found["recipe"].notes + found["--set"].notes)
+    return dataclasses.replace(spec, notes=notes) if notes else spec

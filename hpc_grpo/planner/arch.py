@@ -53,12 +53,15 @@ class ModelArch:
         """bf16 K and V for every layer: what one token costs in vLLM's KV cache (all TP shards)."""
         return 2 * self.num_layers * self.num_kv_heads * self.dim_per_head * 2
 
-    def lora_params(self, rank: int) -> int:
-        """Adapter size for LoRA of this rank on every linear layer of every decoder layer."""
+    def lora_params(self, rank: int, targets: tuple[str, ...] = ()) -> int:
+        """Adapter size for LoRA of this rank on the named linear layers of every decoder layer
+        (A: in x r, B: r x out); none named, or "all-linear": every one of them."""
         h, i = self.hidden_size, self.intermediate_size
         q, kv = self.num_attention_heads * self.dim_per_head, self.num_kv_heads * self.dim_per_head
-        per_layer = (h + q) + 2 * (h + kv) + (q + h) + 2 * (h + i) + (i + h)
-        return rank * per_layer * self.num_layers
+        sizes = {"q_proj": h + q, "k_proj": h + kv, "v_proj": h + kv, "o_proj": q + h,
+                 "gate_proj": h + i, "up_proj": h + i, "down_proj": i + h}
+        named = sizes if not targets or "all-linear" in targets else targets
+        return rank * sum(sizes.get(name, 0) for name in named) * self.num_layers
 
 
 def _layer_params(h: int, heads: int, kv_heads: int, head_dim: int, inter: int,

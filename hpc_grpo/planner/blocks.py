@@ -3,21 +3,32 @@ and LoRA. Nothing is decided here; the blocks only carry the user's choices to t
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from hpc_grpo.config.site import SiteProfile
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.runtime.contract import DatasetBlock, ModelBlock, PeftBlock
 
+if TYPE_CHECKING:
+    from hpc_grpo.planner.job import ModelRef
 
-def dataset_block(spec: JobSpec, max_prompt_length: int) -> DatasetBlock:
+
+def dataset_block(spec: JobSpec, max_prompt_length: int, commit: str = "") -> DatasetBlock:
     return DatasetBlock(name=spec.dataset, prompt_column=spec.prompt_column,
                         split=spec.dataset_split, max_prompt_length=max_prompt_length,
                         config=spec.dataset_config, solution_column=spec.solution_column,
-                        system_prompt=spec.system_prompt)
+                        system_prompt=spec.system_prompt, commit=commit)
 
 
-def model_block(spec: JobSpec) -> ModelBlock:
+def model_block(spec: JobSpec, model: ModelRef | None = None,
+                site: SiteProfile | None = None) -> ModelBlock:
+    """The staged commit and the shared cache come with the model (preflight/stage.py); the
+    site says whether the ranks run offline."""
     return ModelBlock(revision=spec.model_revision, dtype=spec.dtype,
                       attn_implementation=spec.attn_implementation,
-                      trust_remote_code=spec.trust_remote_code)
+                      trust_remote_code=spec.trust_remote_code,
+                      commit=model.commit if model else "", hf_home=model.hf_home if model else "",
+                      offline=bool(site and site.nodes_offline is True))
 
 
 def peft_block(spec: JobSpec) -> PeftBlock | None:

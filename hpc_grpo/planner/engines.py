@@ -28,7 +28,8 @@ def vllm_plan(site: SiteProfile, spec: JobSpec, memory: MemoryPlan | None,
     if server is not None:  # trainers run no engine; `vllm serve` owns its GPUs
         return VllmBlock(
             enabled=True, mode="server", tensor_parallel_size=1,
-            gpu_memory_utilization=SERVER_GPU_MEMORY_UTILIZATION,
+            gpu_memory_utilization=spec.vllm_gpu_memory_utilization
+            or SERVER_GPU_MEMORY_UTILIZATION,
             max_model_length=sequence_tokens,
             server=ServerBlock(node=server.server_node, gpus=server.server_gpus,
                                trainer_gpus=server.trainer_gpus))

@@ -50,6 +50,8 @@ class ModelRef:
     source: str  # absolute local folder or hub id
     local: bool
     arch: ModelArch | None
+    commit: str = ""  # a hub id staged in the site's hf_home: the pinned commit
+    hf_home: str = ""  # the site's shared Hugging Face cache, expanded on the login node
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class JobPlan:
     warnings: tuple[str, ...]
     signal_lead_s: int = 0
     signal_lead_reason: str = ""
+    dataset_commit: str = ""  # a hub dataset staged in the site's hf_home: the pinned commit
 
     @property
     def nodes(self) -> int:
@@ -86,10 +89,11 @@ class JobPlan:
         """``run.json``: everything the ranks need (docs/run-directory.md)."""
         return RunRecord(
             run_id=run_id, run_dir=run_dir, payload=self.spec.payload, model=self.model.source,
-            dataset=dataset_block(self.spec, prompt_bound(self.spec)),
+            dataset=dataset_block(self.spec, prompt_bound(self.spec), self.dataset_commit),
             reward_funcs=tuple(self.spec.reward_funcs),
             reward_weights=tuple(self.spec.reward_weights),
-            reward_kwargs=dict(self.spec.reward_kwargs), model_load=model_block(self.spec),
+            reward_kwargs=dict(self.spec.reward_kwargs),
+            model_load=model_block(self.spec, self.model, self.site),
             peft=peft_block(self.spec), seed=self.spec.seed, nodes=self.nodes,
             procs_per_node=self.procs_per_node, device=self.device,
             dist_backend="nccl" if self.device == "cuda" else "gloo",
@@ -190,7 +194,9 @@ def _memory_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int) 
             num_generations=_grpo(spec, "num_generations"),
             gradient_accumulation_steps=_grpo(spec, "gradient_accumulation_steps"),
             steps_per_generation=spec.grpo.get("steps_per_generation"),
-            lora=bool(spec.grpo.get("use_peft", False)),
+            lora=spec.use_peft,
+            lora_rank=spec.lora_r,
+            lora_target_modules=tuple(spec.lora_target_modules),
             beta=float(_grpo(spec, "beta")),
             gradient_checkpointing=bool(_grpo(spec, "gradient_checkpointing")),
             tensor_parallel_size=spec.tensor_parallel_size or None,
@@ -207,7 +213,7 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
     """Check the request against the site and choose the layout; raises UserError early."""
     time_min = minutes(spec.time, "time")
     lead, lead_reason = signal_lead(site.signal_lead_s, timings)
-    warnings = _check_limits(site, spec, time_min, lead, timings)
+    warnings = [*spec.notes, *_check_limits(site, spec, time_min, lead, timings)]
     procs, server = _processes(site, spec)
     _check_batches(spec, spec.nodes * procs)
     memory = None if server is not None else _memory_plan(site, spec, model, procs)

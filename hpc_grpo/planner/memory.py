@@ -10,8 +10,10 @@ Assumptions, each a round number on purpose (GiB = 2**30 bytes):
   the weights too and gathers two layers (or the embedding) at a time. Optimizer offload moves
   Adam state and fp32 gradients to CPU memory; parameter offload (ZeRO-3 only) moves the
   weights as well.
-* LoRA: rank-64 adapters on every linear layer train; the frozen base stays whole on every GPU,
-  because TRL gathers the full model to merge adapters before each weight sync.
+* LoRA: adapters of the recipe's rank (lora_r) on its lora_target_modules (every linear layer
+  when none are named: the most memory) train, in fp32 with fp32 gradients and Adam state; the
+  frozen base stays whole on every GPU, because TRL gathers the full model to merge adapters
+  before each weight sync, and it is the reference model too (adapters off).
 * Activations with gradient checkpointing: one bf16 hidden state per layer per token, plus one
   layer's full activations (10·hidden + 5·intermediate bf16 values per token) twice while it is
   recomputed and back-propagated; without checkpointing every layer keeps its full activations.
@@ -40,7 +42,6 @@ from math import ceil
 from hpc_grpo.planner.types import PlanRequest
 
 GIB = float(2**30)
-LORA_RANK = 64
 RESERVE_FRACTION = 0.10
 VLLM_MARGIN = 0.05
 UTIL_STEP = 0.05
@@ -117,11 +118,26 @@ def overhead_gib(req: PlanRequest, tp: int) -> float:
     return 3.0 + (0.5 if tp > 1 else 0.0) + (0.5 if req.nodes > 1 else 0.0)
 
 
-def estimate(req: PlanRequest, layout: Layout, share: float = UTIL_MAX) -> Estimate:
-    """Memory of one layout; ``share`` caps the planner's vLLM fraction (not an override's)."""
-    arch, world, gpu = req.arch, req.world_size, req.gpu_memory_gib
-    params = arch.num_params
-    trainable = arch.lora_params(LORA_RANK) if req.lora else params
+@dataclass(frozen=True)
+class _Training:
+    """Bytes of training state one GPU holds under a layout, and how the state is sharded."""
+
+    trainable: float
+    weight_shards: int
+    state_shards: int
+    on_cpu_weights: bool
+    weights: float
+    grads: float
+    optim: float
+    reference: float
+    buffers: float
+    lm_head: float
+
+
+def _training_bytes(req: PlanRequest, layout: Layout) -> _Training:
+    """Weights, gradients, Adam state, reference model, ZeRO buffers and the lm-head tile."""
+    arch, world, params = req.arch, req.world_size, req.arch.num_params
+    trainable = req.trainable_params
     weight_shards = world if layout.zero == 3 and not req.lora else 1
     state_shards = world if layout.zero >= 2 else 1
     on_cpu_weights = layout.offload_params and weight_shards > 1
@@ -140,6 +156,35 @@ def estimate(req: PlanRequest, layout: Layout, share: float = UTIL_MAX) -> Estim
         buffers = 2 * min(ZERO2_BUCKET_ELEMENTS, trainable) * 2 if layout.zero >= 2 else 0
     completion_tokens = req.per_device_train_batch_size * (sequence_length(req) - req.prompt_length)
     lm_head = min(completion_tokens, LM_HEAD_TILE_TOKENS) * arch.vocab_size * 4
+    return _Training(trainable, weight_shards, state_shards, on_cpu_weights, weights, grads, optim,
+                     reference, buffers, lm_head)
+
+
+def _host_gib(req: PlanRequest, layout: Layout, t: _Training) -> float:
+    """CPU memory per node for offloaded state (0 when nothing is offloaded)."""
+    offloaded = 0.0
+    if layout.offload_optimizer:
+        offloaded += 16 * t.trainable / t.state_shards
+    if t.on_cpu_weights:
+        offloaded += 2 * req.arch.num_params / req.world_size * (2 if req.beta and not req.lora else 1)
+    return req.gpus_per_node * (offloaded / GIB + HOST_GIB_PER_RANK) if offloaded else 0.0
+
+
+def _training_items(req: PlanRequest, t: _Training) -> list[tuple[str, float]]:
+    """The breakdown's training lines, in GiB."""
+    items = [("training weights", t.weights / GIB), ("gradients", t.grads / GIB),
+             ("optimizer states", t.optim / GIB)]
+    if req.beta and not req.lora:
+        items.append(("reference model", t.reference / GIB))
+    return [*items, ("ZeRO buffers", t.buffers / GIB),
+            ("activations", activations_gib(req, req.gradient_checkpointing)),
+            ("lm head tile", t.lm_head / GIB)]
+
+
+def estimate(req: PlanRequest, layout: Layout, share: float = UTIL_MAX) -> Estimate:
+    """Memory of one layout; ``share`` caps the planner's vLLM fraction (not an override's)."""
+    gpu = req.gpu_memory_gib
+    t = _training_bytes(req, layout)
     vllm_weights, kv = vllm_need(req, layout.tp)
     if req.vllm_gpu_memory_utilization is not None:
         util = req.vllm_gpu_memory_utilization
@@ -147,29 +192,17 @@ def estimate(req: PlanRequest, layout: Layout, share: float = UTIL_MAX) -> Estim
         util = planned_util(vllm_weights + kv, gpu)
     budget = util * gpu
     overhead, reserve = overhead_gib(req, layout.tp), RESERVE_FRACTION * gpu
-    resident = (weights + grads + optim + reference) / GIB
-    if weight_shards == 1:
-        resident += buffers / GIB  # ZeRO-2 buckets live as long as the engine
-    train_only = (weights + grads + optim + reference + buffers + lm_head) / GIB + activations_gib(
-        req, req.gradient_checkpointing)
+    resident = (t.weights + t.grads + t.optim + t.reference) / GIB
+    if t.weight_shards == 1:
+        resident += t.buffers / GIB  # ZeRO-2 buckets live as long as the engine
+    train_only = (t.weights + t.grads + t.optim + t.reference + t.buffers + t.lm_head) / GIB + (
+        activations_gib(req, req.gradient_checkpointing))
     training_sleep = train_only + overhead + reserve
     training_awake = training_sleep + budget
     training = training_sleep if layout.sleep else training_awake
     generation = resident + budget + overhead + reserve
-    offloaded = 0.0
-    if layout.offload_optimizer:
-        offloaded += 16 * trainable / state_shards
-    if on_cpu_weights:
-        offloaded += 2 * params / world * (2 if req.beta and not req.lora else 1)
-    host = req.gpus_per_node * (offloaded / GIB + HOST_GIB_PER_RANK) if offloaded else 0.0
-    items = [("training weights", weights / GIB), ("gradients", grads / GIB),
-             ("optimizer states", optim / GIB)]
-    if req.beta and not req.lora:
-        items.append(("reference model", reference / GIB))
-    items += [
-        ("ZeRO buffers", buffers / GIB),
-        ("activations", activations_gib(req, req.gradient_checkpointing)),
-        ("lm head tile", lm_head / GIB),
+    host = _host_gib(req, layout, t)
+    items = _training_items(req, t) + [
         ("vLLM weights per TP shard", vllm_weights),
         ("KV cache", kv),
         ("vLLM runtime margin", max(0.0, budget - vllm_weights - kv)),

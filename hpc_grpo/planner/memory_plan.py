@@ -4,35 +4,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpc_grpo.errors import UserError, did_you_mean
+from hpc_grpo.errors import UserError
 from hpc_grpo.planner.arch import ModelArch
 from hpc_grpo.planner.batch import check_batch_rules
-from hpc_grpo.planner.cpu import cpu_plan
 from hpc_grpo.planner.hints import smallest_change
+from hpc_grpo.planner.lora import check_targets
 from hpc_grpo.planner.memory import Estimate, sequence_length
 from hpc_grpo.planner.reasons import explain
 from hpc_grpo.planner.search import search, tp_divisibility, valid_tps
 from hpc_grpo.planner.types import MemoryPlan, PlanRequest
-
-DEVICES = ("cuda", "cpu")
+from hpc_grpo.runtime.contract import DEFAULT_VLLM_GPU_MEMORY_UTILIZATION
 
 
 def _validate(req: PlanRequest) -> None:
     if not isinstance(req.arch, ModelArch):
         raise UserError("the plan request has no model architecture", field="model")
-    if req.device not in DEVICES:
-        raise UserError(f"unknown device '{req.device}'", field="device",
-                        hint=did_you_mean(req.device, DEVICES))
     for name in ("nodes", "gpus_per_node"):
         value = getattr(req, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UserError(f"{name} is {value!r}, expected a positive integer", field=name)
-    if req.device == "cuda" and not req.gpu_memory_gib > 0:
+    if not req.gpu_memory_gib > 0:
         raise UserError(f"gpu_memory_gib is {req.gpu_memory_gib!r}, expected > 0",
                         field="gpu_memory_gib")
     if not req.cpu_memory_gib_per_node > 0:
         raise UserError(f"cpu_memory_gib_per_node is {req.cpu_memory_gib_per_node!r}, "
                         "expected > 0", field="cpu_memory_gib_per_node")
+    check_targets(req)
     if req.beta < 0:
         raise UserError(f"beta is {req.beta}, expected >= 0", field="beta")
     check_batch_rules(
@@ -74,7 +71,8 @@ def _validate_overrides(req: PlanRequest) -> None:
     util = req.vllm_gpu_memory_utilization
     if util is not None and not 0 < util <= 1:
         raise UserError(f"vllm_gpu_memory_utilization {util} is not in (0, 1]",
-                        field="vllm_gpu_memory_utilization", hint="e.g. 0.3, or leave it unset")
+                        field="vllm_gpu_memory_utilization",
+                        hint=f"e.g. {DEFAULT_VLLM_GPU_MEMORY_UTILIZATION}, or leave it unset")
 
 
 def _choice(est: Estimate, name: str) -> Any:
@@ -111,8 +109,6 @@ def make_plan(req: PlanRequest) -> MemoryPlan:
     (nodes, GPU memory, LoRA, batch, length, CPU memory) that would fit.
     """
     _validate(req)
-    if req.device == "cpu":
-        return cpu_plan(req)
     _validate_overrides(req)
     found, leanest = search(req)
     if found is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hpc_grpo.planner.lora import lora_reason
 from hpc_grpo.planner.memory import (
     Estimate,
     Layout,
@@ -138,4 +139,5 @@ def explain(req: PlanRequest, est: Estimate) -> tuple[tuple[str, str], ...]:
          f"steps_per_generation {req.generation_steps}: what one TP group generates at once "
          "(TRL's value)"),
         ("vllm_max_model_length", _length(req)),
+        *((("lora", lora_reason(req, est)),) if req.lora else ()),
     )

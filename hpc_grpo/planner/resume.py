@@ -28,6 +28,10 @@ FIXED_RECORD: dict[str, str] = {
     "vllm.tensor_parallel_size": "vLLM's sampling seeds are rank // TP: another TP size samples "
                                  "other completions",
     "vllm.mode": "server mode trains on other GPUs than colocate: another world size",
+    # Staged on the login node (preflight/stage.py): a branch staged again since points elsewhere.
+    "model_load.commit": "the run trains from this commit of the model (stage it with --revision "
+                         "COMMIT and resume with --set model_revision=COMMIT)",
+    "dataset.commit": "the checkpoint's data position counts this commit's prompts",
 }
 # GRPOConfig fields that shape the batch or the data order: another value trains other steps.
 FIXED_GRPO: dict[str, str] = {
@@ -65,7 +69,7 @@ def unchangeable(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[UserErr
     problems: list[UserError] = []
     for key, why in FIXED_RECORD.items():
         was, now = _get(old, key), _get(new, key)
-        if was is not None and _shown(was) != _shown(now):
+        if was not in (None, "") and _shown(was) != _shown(now):  # "": older or unstaged
             problems.append(UserError(f"cannot change {key} from {_shown(was)} to {_shown(now)}: "
                                       f"{why}", field="resume", hint=_NEW_RUN))
     (nodes, procs, zero), (new_nodes, new_procs, new_zero) = _layout(old), _layout(new)

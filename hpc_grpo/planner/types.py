@@ -10,11 +10,13 @@ from hpc_grpo.planner.arch import ModelArch
 
 @dataclass(frozen=True)
 class PlanRequest:
-    """One GRPO job as the planner sees it; override fields left None are the planner's."""
+    """One GRPO job on GPUs as the planner sees it; override fields left None are the planner's.
+
+    CPU sites get no memory plan (planner/job.py, api.plan_report say why)."""
 
     arch: ModelArch
     nodes: int
-    gpus_per_node: int  # ranks per node; on device="cpu", processes per node
+    gpus_per_node: int  # ranks per node
     gpu_memory_gib: float
     cpu_memory_gib_per_node: float
     prompt_length: int
@@ -24,7 +26,8 @@ class PlanRequest:
     gradient_accumulation_steps: int = 1
     steps_per_generation: int | None = None  # None: TRL's default, gradient_accumulation_steps
     lora: bool = False
-    device: str = "cuda"
+    lora_rank: int = 64
+    lora_target_modules: tuple[str, ...] = ()  # none: every linear layer (the most memory)
     beta: float = 0.0  # KL weight; > 0 loads a reference model (not with LoRA: adapters off)
     gradient_checkpointing: bool = True  # the recipe's value (TRL's default): not chosen here
     tensor_parallel_size: int | None = None
@@ -36,6 +39,13 @@ class PlanRequest:
     @property
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def trainable_params(self) -> int:
+        """What the optimizer updates: the LoRA adapters, or every weight."""
+        if self.lora:
+            return self.arch.lora_params(self.lora_rank, self.lora_target_modules)
+        return self.arch.num_params
 
     @property
     def generation_steps(self) -> int:

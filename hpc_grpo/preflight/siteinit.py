@@ -24,6 +24,7 @@ from typing import Any
 
 from hpc_grpo.config.site import SiteProfile, load_site, minutes, site_dirs
 from hpc_grpo.errors import UserError, did_you_mean
+from hpc_grpo.runtime.contract import PORTS_PER_JOB
 from hpc_grpo.scheduler import slurm
 
 _RECORD_START = re.compile(r"\n\s*\n|\n(?=(?:NodeName|PartitionName)=)")
@@ -198,6 +199,11 @@ def profile_lines(partition: Partition, nodes: Sequence[Node], partitions: Seque
         + ("" if partition.max_nodes else f"  # 0: ask Slurm at submit (it has {len(members)})"),
         'network_interface: ""  # e.g. ib0 (NCCL/GLOO_SOCKET_IFNAME); doctor checks it on every node',
         "output_root: ~/hpc-grpo-runs  # must be visible from every node: doctor checks it",
+        "# Hub models and datasets: most clusters' compute nodes have no internet, so this profile",
+        "# says so; `hpc-grpo stage NAME --site NAME` downloads into hf_home on the login node and",
+        "# submit refuses what is not staged. Set true only if the nodes reach huggingface.co.",
+        "nodes_online: false",
+        'hf_home: ""  # a shared folder every node mounts, e.g. /shared/$USER/hf-cache',
     ]
     if preempt:
         lines.append(f"preempt_partition: {value(preempt)}")
@@ -233,7 +239,7 @@ def requeue_lines(preemptible: Partition | None) -> list[str]:
         f"signal_lead_s: {lead}  # seconds before the time limit: {why}",
         f"max_requeues: {default.max_requeues}  # automatic retries after a crash (node "
         "failure, a killed task); a signalled stop does not count",
-        f"port_range: [{low}, {high}]  # each job takes 3 ports here, picked by job id "
+        f"port_range: [{low}, {high}]  # each job takes {PORTS_PER_JOB} ports here, picked by job id "
         "(rendezvous, vLLM server, weight sync): keep it clear of other services",
     ]
 

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from hpc_grpo.scheduler import slurm
+from hpc_grpo.scheduler.slurm_records import JobRecord, SubmittedJob
 
 Verdict = Literal["ours", "likely", "unsure", "other", "elsewhere"]
 # slurmdbd names a job "allocation" when the message that created its record carried no name:
@@ -45,7 +45,7 @@ class JobIdentity:
                 "job_name": self.name, "script": self.script}
 
 
-def of_submission(job: slurm.SubmittedJob, run_dir: str) -> JobIdentity:
+def of_submission(job: SubmittedJob, run_dir: str) -> JobIdentity:
     record = job.record
     return JobIdentity(
         job_id=job.job_id, run_dir=run_dir,
@@ -92,13 +92,13 @@ def _runs(command: str, path: str, *, prefix: bool = False) -> bool:
     return padded.endswith(f" {path}") or f" {path} " in padded
 
 
-def describe(record: slurm.JobRecord) -> str:
+def describe(record: JobRecord) -> str:
     name = f"'{record.name}'" if record.name else "unnamed"
     when = f", submitted {record.submit}" if record.submit else ""
     return f"job {record.job_id} is now another job ({name}{when})"
 
 
-def match(identity: JobIdentity, record: slurm.JobRecord) -> Match:
+def match(identity: JobIdentity, record: JobRecord) -> Match:
     """Whether `record` (what Slurm holds under this run's job id) is this run's job."""
     if identity.cluster and record.cluster and identity.cluster != record.cluster:
         return Match("elsewhere", f"job {identity.job_id} of this run is on cluster "

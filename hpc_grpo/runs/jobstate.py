@@ -14,29 +14,37 @@ from typing import Literal
 
 from hpc_grpo.runs.identity import Match, match
 from hpc_grpo.runs.runfiles import RunFiles
-from hpc_grpo.runtime.contract import SUBMITIT
-from hpc_grpo.scheduler import local, slurm
+from hpc_grpo.runtime.contract import CHECK, SUBMITIT
+from hpc_grpo.scheduler import local
+from hpc_grpo.scheduler.slurm_records import (
+    STATE_MEANINGS,
+    JobRecord,
+    JobRecords,
+    JobState,
+    combine,
+    fold_sacct,
+)
 
 Source = Literal["slurm", "run directory", "local"]
 
 
 @dataclass(frozen=True)
 class JobView:
-    state: slurm.JobState
+    state: JobState
     source: Source
     note: str = ""
     attempts: tuple[str, ...] = ()  # sacct's end state of each attempt, oldest first (runs/attempts.py)
 
 
-def _state(job_id: str, state: str, finished: bool, meaning: str, nodes: str = "") -> slurm.JobState:
-    return slurm.JobState(job_id, state, finished, meaning, nodes, "", "", 0, "")
+def _state(job_id: str, state: str, finished: bool, meaning: str, nodes: str = "") -> JobState:
+    return JobState(job_id, state, finished, meaning, nodes, "", "", 0, "")
 
 
 def training_ended(files: RunFiles) -> bool:
     """The run directory says the payload finished (training done, or every check written)."""
     phase = files.progress.phase
     return phase == "done" or (files.record.get("payload") == "check" and phase != "failed"
-                               and (files.run_dir / "check").exists())
+                               and (files.run_dir / CHECK).exists())
 
 
 def from_run_dir(files: RunFiles, job_id: str, *, over: bool, why: str) -> JobView:
@@ -63,11 +71,11 @@ def local_view(files: RunFiles) -> JobView:
         state = "COMPLETED"
     else:
         state = "FAILED"
-    finished, meaning = slurm.STATE_MEANINGS[state]
+    finished, meaning = STATE_MEANINGS[state]
     return JobView(_state(job_id, state, finished, meaning, "localhost"), "local")
 
 
-def slurm_view(files: RunFiles, records: slurm.JobRecords) -> JobView:
+def slurm_view(files: RunFiles, records: JobRecords) -> JobView:
     """This run's state from one batched query, using only the records that are its job's."""
     identity = files.identity
     if identity is None or not identity.job_id:
@@ -76,10 +84,10 @@ def slurm_view(files: RunFiles, records: slurm.JobRecords) -> JobView:
     if records.unreachable is not None:
         return from_run_dir(files, job_id, over=False,
                             why=f"Slurm unreachable ({records.unreachable.message})")
-    ours: list[slurm.JobRecord] = []
-    live: slurm.JobRecord | None = None
+    ours: list[JobRecord] = []
+    live: JobRecord | None = None
     likely = silent = ""  # why a record was taken without proof; why one said nothing
-    refused: list[tuple[Match, slurm.JobRecord]] = []
+    refused: list[tuple[Match, JobRecord]] = []
     found = list(records.acct.get(job_id, ()))
     queued = records.queue.get(job_id)
     for record in [*found, *([queued] if queued else [])]:
@@ -95,8 +103,8 @@ def slurm_view(files: RunFiles, records: slurm.JobRecords) -> JobView:
         else:
             refused.append((verdict, record))
     if ours or live:
-        state = slurm.combine(job_id, slurm.fold_sacct(ours) if ours else None,
-                              live.state if live else None)
+        state = combine(job_id, fold_sacct(ours) if ours else None,
+                        live.state if live else None)
         attempts = tuple(r.state.state for _, r in sorted(enumerate(ours), key=lambda p: (p[1].submit, p[0])))
         return JobView(state, "slurm", f"not confirmed as this run's job: {likely}" if likely else "",
                        attempts)

@@ -20,6 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.errors import UserError, did_you_mean
+from hpc_grpo.runtime.contract import (
+    ATTEMPTS,
+    CHECKPOINTS,
+    JOBS_JSONL,
+    LOGS,
+    METRICS_JSONL,
+    RUN_JSON,
+    STATE_JSON,
+    SUBMITIT,
+)
 
 
 def home_dir() -> Path:
@@ -58,7 +68,7 @@ def create_run_dir(root: Path, run_id: str, files: Mapping[str, str],
     try:
         for name, text in files.items():
             (tmp / name).write_text(text)
-        for sub in ("logs", "submitit", "checkpoints"):
+        for sub in (LOGS, SUBMITIT, CHECKPOINTS):
             (tmp / sub).mkdir()
         os.chmod(tmp, mode)
         os.rename(tmp, final)
@@ -89,7 +99,7 @@ def replace_run_files(run_dir: Path, files: Mapping[str, str], keep_as: str) -> 
     the old ones in ``attempts/<keep_as>/``; each file is replaced atomically (a reader sees the
     old text or the new, never part of one). If the body (the submission) raises, the old files
     are put back and the copy removed: a failed resume leaves the run as it was."""
-    kept = run_dir / "attempts" / keep_as
+    kept = run_dir / ATTEMPTS / keep_as
     if kept.exists():
         raise UserError(f"{kept} already exists", field="resume",
                         hint="an earlier resume of this job was interrupted; move it away")
@@ -115,7 +125,7 @@ def replace_run_files(run_dir: Path, files: Mapping[str, str], keep_as: str) -> 
 
 def record_job(run_dir: Path, job_id: str, event: str, **extra: Any) -> None:
     line = {"job_id": job_id, "event": event, "time": time.time(), **extra}
-    with (run_dir / "jobs.jsonl").open("a") as handle:
+    with (run_dir / JOBS_JSONL).open("a") as handle:
         handle.write(json.dumps(line) + "\n")
 
 
@@ -171,7 +181,7 @@ def find_run(name: str) -> Path:
     """A run by directory path, by id, or by unique id prefix; a name that fits several runs
     (the same id under two output roots) is refused with the list, never guessed."""
     as_path = Path(name).expanduser()
-    if (as_path / "run.json").exists():
+    if (as_path / RUN_JSON).exists():
         return as_path.resolve()
     runs = indexed_runs()
     for fits in (lambda r: r.run_id == name, lambda r: r.run_id.startswith(name)):
@@ -250,11 +260,11 @@ def measured_timings(job_name: str, site: str) -> tuple[float, float, str] | Non
     for run in reversed(indexed_runs()):
         if not run.run_id.startswith(f"{job_name}-"):
             continue
-        record = read_json(run.run_dir / "run.json")
-        state = read_json(run.run_dir / "state.json")
+        record = read_json(run.run_dir / RUN_JSON)
+        state = read_json(run.run_dir / STATE_JSON)
         try:
             checkpoint_s = float(state.get("checkpoint_seconds") or 0.0)
-            step_s = float(last_jsonl(run.run_dir / "metrics.jsonl").get("step_time") or 0.0)
+            step_s = float(last_jsonl(run.run_dir / METRICS_JSONL).get("step_time") or 0.0)
         except (TypeError, ValueError):
             continue  # a damaged run teaches nothing
         if record.get("site") != site or not checkpoint_s:

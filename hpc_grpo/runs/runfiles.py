@@ -148,27 +148,27 @@ def _progress(record: dict[str, Any], state: dict[str, Any], recent: list[dict[s
     metrics = recent[-1] if recent else {}
     phase = state.get("phase", "")
     if not isinstance(phase, str):
-        problems.append(f"state.json: phase is {json.dumps(phase)[:40]}, not a word")
+        problems.append(f"{STATE_JSON}: phase is {json.dumps(phase)[:40]}, not a word")
         phase = ""
     config = record.get("grpo_config", {})
     if not isinstance(config, dict):
-        problems.append("run.json: grpo_config is not an object")
+        problems.append(f"{RUN_JSON}: grpo_config is not an object")
         config = {}
-    step = _number("metrics.jsonl", metrics, "step", problems)
-    state_step = _number("state.json", state, "step", problems)
+    step = _number(METRICS_JSONL, metrics, "step", problems)
+    state_step = _number(STATE_JSON, state, "step", problems)
     step = state_step if step is None else step
     # TRL's -1 (train by epochs) is no total: the trainer's own count arrives with the first step
-    max_steps = next((n for n in (_number("state.json", state, "max_steps", problems),
-                                  _number("run.json", config, "max_steps", problems))
+    max_steps = next((n for n in (_number(STATE_JSON, state, "max_steps", problems),
+                                  _number(RUN_JSON, config, "max_steps", problems))
                       if n is not None and n > 0), None)
     return Progress(
         phase=phase, step=int(step or 0), max_steps=int(max_steps or 0),
-        reward=_number("metrics.jsonl", metrics, "reward_mean", problems),
-        tokens_per_s=_number("metrics.jsonl", metrics, "tokens_per_s", problems),
-        checkpoint_step=_whole(_number("state.json", state, "last_checkpoint_step", problems)),
-        checkpoint_time=_number("state.json", state, "last_checkpoint_time", problems),
-        cause=_text("state.json", state, "stop_cause", problems),
-        message=_text("state.json", state, "message", problems),
+        reward=_number(METRICS_JSONL, metrics, "reward_mean", problems),
+        tokens_per_s=_number(METRICS_JSONL, metrics, "tokens_per_s", problems),
+        checkpoint_step=_whole(_number(STATE_JSON, state, "last_checkpoint_step", problems)),
+        checkpoint_time=_number(STATE_JSON, state, "last_checkpoint_time", problems),
+        cause=_text(STATE_JSON, state, "stop_cause", problems),
+        message=_text(STATE_JSON, state, "message", problems),
         logp_diff=drift.logp_diff(metrics),
         drift=found.line() if (found := drift.judge(recent)) else "",
     )

@@ -20,7 +20,7 @@ from hpc_grpo.runs.attempts import with_accounting
 from hpc_grpo.runs.identity import match
 from hpc_grpo.runs.jobstate import JobView, local_view, slurm_view
 from hpc_grpo.runs.runfiles import RunFiles, read_run
-from hpc_grpo.runtime.contract import JOBS_JSONL, SUBMITIT
+from hpc_grpo.runtime.contract import JOBS_JSONL, LOGS, RANK_LOG, SUBMITIT
 from hpc_grpo.scheduler import local, slurm
 
 
@@ -103,7 +103,7 @@ def status(names: Sequence[str] = ()) -> list[RunStatus]:
     read = {d: _read(d) for d in dict.fromkeys(dirs)}
     runs = [f for f in read.values() if isinstance(f, RunFiles)]
     slurm_ids = [i.job_id for f in runs if not f.is_local and (i := f.identity) and i.job_id]
-    records = slurm.query_records(slurm_ids) if slurm_ids else slurm.JobRecords({}, {})
+    records = slurm.query_records(slurm_ids)  # no ids: no call, empty records
     out = []
     for run_dir, files in read.items():
         if not isinstance(files, RunFiles):
@@ -229,13 +229,13 @@ def log_paths(name: str, rank: int | None) -> list[Path]:
     """Per-rank logs (``--rank N``) or every rank's, plus the node tasks' Slurm logs."""
     run_dir = registry.find_run(name)
     if rank is not None:
-        path = run_dir / "logs" / f"rank-{rank}.log"
+        path = run_dir / LOGS / RANK_LOG.format(rank=rank)
         if not path.exists():
-            present = sorted(p.stem for p in (run_dir / "logs").glob("rank-*.log"))
+            present = sorted(p.stem for p in (run_dir / LOGS).glob(RANK_LOG.format(rank="*")))
             raise UserError(f"no log for rank {rank} yet", field="rank",
                             hint=f"present: {', '.join(present) or 'none'}")
         return [path]
-    ranks = sorted((run_dir / "logs").glob("rank-*.log"),
+    ranks = sorted((run_dir / LOGS).glob(RANK_LOG.format(rank="*")),
                    key=lambda p: int(p.stem.split("-")[1]))
-    nodes = sorted((run_dir / "submitit").glob("*_log.*"))
+    nodes = sorted((run_dir / SUBMITIT).glob("*_log.*"))
     return ranks + nodes

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hpc_grpo.runs import registry, track
+from hpc_grpo.runtime.contract import METRICS_JSONL, SUMMARY_JSON
 
 
 def _age(timestamp: float | None, now: float) -> str:
@@ -152,7 +153,7 @@ def follow(run: str, poll: float = 1.0) -> int:
         task = progress.add_task(row.run_id, total=None, info="starting")
         while True:
             row = track.status([str(run_dir)])[0]
-            step_time = registry.last_jsonl(run_dir / "metrics.jsonl").get("step_time")
+            step_time = registry.last_jsonl(run_dir / METRICS_JSONL).get("step_time")
             info = row.state
             if row.reward is not None:
                 per_step = f"  {step_time:.2f}s/step" if isinstance(step_time, int | float) else ""
@@ -161,7 +162,7 @@ def follow(run: str, poll: float = 1.0) -> int:
             if row.finished or row.state == "BROKEN":
                 break
             time.sleep(poll)
-    summary = registry.read_json(run_dir / "summary.json")
+    summary = registry.read_json(run_dir / SUMMARY_JSON)
     if summary:
         console.print(
             f"reward {summary.get('reward_first_mean', 0):.3f} -> {summary.get('reward_last_mean', 0):.3f}"

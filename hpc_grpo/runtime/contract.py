@@ -9,6 +9,7 @@ the two sides cannot drift apart. See docs/run-directory.md for the files themse
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,22 +35,34 @@ RETRIES_JSONL = "retries.jsonl"  # one line per automatic requeue after a crash
 STOP_CAUSE_JSON = "stop-cause.json"
 SETUP_ERRORS = "setup-errors"  # rank-<N>.json: what each rank raised before the first step
 LOGS = "logs"
+RANK_LOG = "rank-{rank}.log"  # in LOGS: stdout+stderr of global rank N; rank="*" globs them all
+VLLM_SERVER_LOG = "vllm-server.log"  # in LOGS: `vllm serve` in server mode
+CHECK = "check"  # payload "check": rank-<N>.json, what each rank saw
+GENERATIONS = "generations"  # rank-<N>.jsonl: hashes of the first colocated generate() results
 SUBMITIT = "submitit"
+JOB_SBATCH = "job.sbatch"  # launcher only: the exact script given to sbatch
+PLAN_TXT = "plan.txt"  # launcher only: what render printed after the script
 SPEC_JSON = "spec.json"  # launcher only: the job spec and site the plan came from (resume plans again)
 ATTEMPTS = "attempts"  # launcher only: job.sbatch, run.json, plan.txt of the jobs a resume replaced
 # Written into checkpoints/checkpoint-<step>/ once every rank saved: only these are resumed from.
 CHECKPOINT_MARKER = "hpc_grpo_complete.json"
 
-# Each job owns this many consecutive ports from MASTER_PORT: torchrun's rendezvous, the vLLM
-# server (+1) and its weight-sync group (+2).
-PORTS_PER_JOB = 3
+# Each job owns PORTS_PER_JOB consecutive ports from MASTER_PORT: torchrun's rendezvous, the vLLM
+# server and its weight-sync group.
+VLLM_SERVER_PORT_OFFSET = 1
+WEIGHT_SYNC_PORT_OFFSET = 2
+PORTS_PER_JOB = WEIGHT_SYNC_PORT_OFFSET + 1
+
+
+def port_slots(port_low: int, port_high: int) -> int:
+    """How many jobs' ports fit a site's range (at least one: a profile holds PORTS_PER_JOB)."""
+    return max(1, (port_high - port_low + 1) // PORTS_PER_JOB)
 
 
 def job_port(port_low: int, port_high: int, job_id: int) -> int:
     """The job's first port (MASTER_PORT), as the sbatch script derives it from SLURM_JOB_ID:
     the range is cut into slots of PORTS_PER_JOB and the job id picks one."""
-    slots = max(1, (port_high - port_low + 1) // PORTS_PER_JOB)
-    return port_low + (job_id % slots) * PORTS_PER_JOB
+    return port_low + (job_id % port_slots(port_low, port_high)) * PORTS_PER_JOB
 
 # Signals that always mean "checkpoint and stop": USR2 is submitit's and the profiles' default
 # requeue signal, TERM is what Slurm sends before a kill. A profile may add its own (USR1).
@@ -107,6 +120,13 @@ def rank_row(rank: int, procs_per_node: int, tp: int) -> RankRow:
                    tp_group=rank // tp, tp_rank=rank % tp, vllm_seed=rank // tp, dp_shard=rank)
 
 
+def hub_snapshot(hf_home: str, kind: str, repo_id: str, commit: str) -> str:
+    """Where huggingface_hub keeps one commit of a repository under HF_HOME (kind "model" or
+    "dataset"): `hpc-grpo stage` puts it there and the ranks load it from there."""
+    folder = f"{kind}s--" + repo_id.replace("/", "--")
+    return os.path.join(hf_home, "hub", folder, "snapshots", commit)
+
+
 @dataclass(frozen=True)
 class DatasetBlock:
     name: str
@@ -116,6 +136,7 @@ class DatasetBlock:
     config: str = ""  # a hub dataset's configuration name (TRL's dataset_config)
     solution_column: str = ""  # the reference answer accuracy rewards compare with ("" none)
     system_prompt: str = ""  # set: prompts become [system, user] chats for the chat template
+    commit: str = ""  # a hub dataset staged in model_load.hf_home: the commit pinned ("" none)
 
 
 @dataclass(frozen=True)
@@ -226,7 +247,7 @@ class RunRecord:
         return int(self.grpo_config.get("max_steps", -1))
 
     def to_dict(self) -> dict[str, Any]:
-        out = _plain(dataclasses.asdict(self))
+        out = block_dict(self)
         out["world_size"] = self.world_size  # kept for readers of the file (and older runtimes)
         return out
 
@@ -279,6 +300,11 @@ class RunRecord:
             if isinstance(exc, ContractError):
                 raise
             raise ContractError(f"run.json is not a schema-{SCHEMA} run record: {exc!r}") from None
+
+
+def block_dict(block: Any) -> Any:
+    """A record or one of its blocks (a frozen dataclass, or None) as run.json holds it."""
+    return None if block is None else _plain(dataclasses.asdict(block))
 
 
 def _plain(value: Any) -> Any:

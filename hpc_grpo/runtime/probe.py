@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo import __version__
-from hpc_grpo.runtime.contract import PORTS_PER_JOB, job_port
+from hpc_grpo.runtime.contract import PORTS_PER_JOB, job_port, port_slots
 
 MARKER = "HPC_GRPO_PROBE "
 PACKAGES = ("torch", "trl", "vllm", "transformers", "deepspeed", "accelerate", "peft")
@@ -150,7 +150,7 @@ def port(port_low: int, port_high: int, job_id: int) -> dict[str, Any]:
     """Whether this job's ports (derived as the job script does: rendezvous, vLLM server, weight
     sync) can be bound here."""
     first = job_port(port_low, port_high, job_id)
-    slots = max(1, (port_high - port_low + 1) // PORTS_PER_JOB)
+    slots = port_slots(port_low, port_high)
     how = f"{first}-{first + PORTS_PER_JOB - 1} = {port_low} + (job {job_id} % {slots}) x {PORTS_PER_JOB}"
     for number in range(first, first + PORTS_PER_JOB):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

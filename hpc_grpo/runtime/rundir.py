@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.runtime.contract import (
+    LOGS,
     PHASES,
+    RANK_LOG,
     RUN_JSON,
     STATE_FIELDS,
     STATE_JSON,
@@ -151,10 +153,10 @@ def consume_stale_stop_request(run_dir: str | os.PathLike[str], started_at: floa
         return False
     if mtime >= started_at:
         return False
-    logs = Path(run_dir) / "logs"
+    logs = Path(run_dir) / LOGS
     logs.mkdir(parents=True, exist_ok=True)
     try:
-        os.replace(path, logs / f"stop-request.consumed-{int(mtime)}")
+        os.replace(path, logs / f"{STOP_REQUEST}.consumed-{int(mtime)}")
     except FileNotFoundError:
         return False
     return True
@@ -167,7 +169,7 @@ def redirect_output(run_dir: str | os.PathLike[str], rank: int) -> Path:
     """
     import sys
 
-    path = Path(run_dir) / "logs" / f"rank-{rank}.log"
+    path = Path(run_dir) / LOGS / RANK_LOG.format(rank=rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     sys.stdout.flush()

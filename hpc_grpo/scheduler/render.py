@@ -16,7 +16,12 @@ import jinja2
 from hpc_grpo import __version__
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner.job import JobPlan
-from hpc_grpo.runtime.contract import PORTS_PER_JOB
+from hpc_grpo.runtime.contract import (
+    PORTS_PER_JOB,
+    VLLM_SERVER_PORT_OFFSET,
+    WEIGHT_SYNC_PORT_OFFSET,
+    port_slots,
+)
 
 # sbatch parses #SBATCH lines itself (no shell), so their values must be plain tokens.
 _DIRECTIVE_SAFE = re.compile(r"^[A-Za-z0-9_.,:@%+=/-]+$")
@@ -26,7 +31,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 def _port_slots(plan: JobPlan) -> int:
     """How many jobs' port triples fit the profile's range (the script and summary agree)."""
     low, high = plan.site.port_range
-    return (high - low + 1) // PORTS_PER_JOB
+    return port_slots(low, high)
 
 
 def templates_dir() -> Path:
@@ -134,8 +139,8 @@ def rendezvous(plan: JobPlan) -> Rendezvous:
         return Rendezvous("127.0.0.1", f"{PORTS_PER_JOB} consecutive ports free on this machine at start")
     return Rendezvous(
         "first host of $SLURM_JOB_NODELIST",
-        f"{low} + (SLURM_JOB_ID % {slots}) x {PORTS_PER_JOB}  [range {low}-{high}; +1 vLLM server, "
-        "+2 weight sync]",
+        f"{low} + (SLURM_JOB_ID % {slots}) x {PORTS_PER_JOB}  [range {low}-{high}; "
+        f"+{VLLM_SERVER_PORT_OFFSET} vLLM server, +{WEIGHT_SYNC_PORT_OFFSET} weight sync]",
     )
 
 

@@ -18,6 +18,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 FAKE_SRUN = """#!/bin/bash
 trap 'echo "USR2" >> "$FAKE_OUT"; exit 7' USR2
 trap 'echo "USR1" >> "$FAKE_OUT"; exit 9' USR1
+sleep 0.2  # the shell has stored $! by then (the trap itself is set before srun starts)
 echo started >> "$FAKE_OUT"
 [ -n "${FAKE_RC:-}" ] && exit "$FAKE_RC"
 while :; do sleep 0.05; done
@@ -25,9 +26,10 @@ while :; do sleep 0.05; done
 
 
 def _tail(name: str) -> str:
-    """The script from the srun line on: what runs the node tasks and waits for them."""
+    """The script after its last export: what starts the node tasks and waits for them."""
     text = (GOLDEN / name).read_text().split("\n#### summary")[0]  # the golden file adds a summary
-    return text[text.index("\nsrun ") + 1:]
+    start = text.index("\n", text.index("\nexport SUBMITIT_PREEMPT_SIGNAL=") + 1)
+    return text[start + 1:]
 
 
 def _start(tmp_path: Path, name: str, **env: str) -> tuple[subprocess.Popen[bytes], Path]:

@@ -79,9 +79,13 @@ def test_grpo_fields_pass_through_and_typos_fail() -> None:
     assert "num_generations" in info.value.hint
 
 
-def test_plan_owned_fields_are_refused() -> None:
+def test_plan_owned_fields_are_refused_and_output_dir_is_ignored_with_a_note() -> None:
     with pytest.raises(UserError, match="set by hpc-grpo"):
-        build_spec({"model": "m", "output_dir": "/tmp/x"}, {}, {})
+        build_spec({"model": "m", "deepspeed": "ds.json"}, {}, {})
+    spec = build_spec({"model": "m", "output_dir": "/tmp/x"}, {}, {})
+    assert "output_dir" not in spec.grpo
+    assert any("output_dir ignored" in note for note in spec.notes)
+    assert "notes" not in spec.to_dict()  # a warning, not a setting: spec.json stays plain
 
 
 def test_trl_alias_maps_to_spec_field() -> None:

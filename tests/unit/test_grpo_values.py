@@ -103,12 +103,12 @@ def test_check_values_keeps_unknown_keys_and_names_each_source() -> None:
 def test_build_spec_reports_every_problem_at_once() -> None:
     recipe = {"model": "m", "per_device_train_batch_size": 0, "loss_type": "grpoo",
               "num_generation": 4, "nodes": "two"}
-    sets = parse_set(["max_steps=abc", "learning_rate=0", "output_dir=/x"])
+    sets = parse_set(["max_steps=abc", "learning_rate=0", "deepspeed=/x"])
     with pytest.raises(UserErrors) as info:
         build_spec(recipe, sets, {})
     lines = info.value.lines()
     assert all(line.startswith("error: ") for line in lines)
-    for words in ("recipe: unknown key 'num_generation'", "--set: output_dir",
+    for words in ("recipe: unknown key 'num_generation'", "--set: deepspeed",
                   "recipe: per_device_train_batch_size: must be at least 1, got 0",
                   "recipe: loss_type: 'grpoo'", "--set: max_steps: expected int",
                   "--set: learning_rate: must be greater than 0", "nodes: expected int"):

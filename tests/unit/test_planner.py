@@ -312,17 +312,6 @@ def test_lora_keeps_zero_2_and_beta_adds_a_reference_model() -> None:
     assert with_ref.gib("reference model") > 14
 
 
-def test_cpu_device_gets_a_trivial_plan() -> None:
-    plan = make_plan(request("Qwen/Qwen2.5-0.5B", device="cpu", gpus_per_node=2,
-                             gpu_memory_gib=0.0, cpu_memory_gib_per_node=64.0,
-                             num_generations=4))
-    assert (plan.tensor_parallel_size, plan.zero_stage, plan.vllm_gpu_memory_utilization) == (
-        1, 0, 0.0)
-    assert not plan.enable_sleep_mode and set(dict(plan.reasons)) == CHOICES
-    with pytest.raises(UserError, match="on CPU needs"):
-        make_plan(request("Qwen/Qwen2.5-7B", device="cpu", cpu_memory_gib_per_node=64.0))
-
-
 # --- overrides -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("model", "override", "field", "text"), [

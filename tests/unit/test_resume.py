@@ -148,7 +148,7 @@ def test_what_a_checkpoint_cannot_follow_is_refused_with_the_reason(fake: FakeSl
     with pytest.raises(UserError, match="exceeds the site's maximum"):
         api.resume(str(run_dir), time="03:00:00")
     with pytest.raises(UserError, match="set by hpc-grpo"):
-        api.resume(str(run_dir), sets=("output_dir=/tmp/x",))
+        api.resume(str(run_dir), sets=("deepspeed=ds.json",))
     assert _snapshot(run_dir) == before and not (run_dir / "attempts").exists()
     assert len(fake.calls("sbatch")) == 1
 

@@ -143,6 +143,8 @@ def test_gpu_profile_loads_strictly(tmp_path: Path) -> None:
     assert (site.cpus_per_node, site.cpu_memory_gib, site.max_time, site.max_nodes) == \
         (192, 1953.1, "2-00:00:00", 16)
     assert site.preempt_partition == "gpu-preempt"
+    # written explicitly, not left to a default: offline nodes until the user says otherwise
+    assert (site.nodes_online, site.nodes_offline, site.hf_home) == (False, True, "")
 
 
 def test_cpu_profile_loads_strictly(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""What tells one job from another under the same id: the records hpc_grpo.scheduler.slurm reads
-(cluster, submit time, name, script path), the submission it records, and the guards on actions."""
+"""What tells one job from another under the same id: the records hpc_grpo.scheduler.slurm asks for
+and slurm_records reads (cluster, submit time, name, script path), the submission it records,
+and the guards on actions."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hpc_grpo.errors import UserError
-from hpc_grpo.scheduler import local, slurm
+from hpc_grpo.scheduler import local, slurm, slurm_records
 from tests.unit.slurmfake import FakeSlurm, install, sacct_line, squeue_line
 
 
@@ -28,30 +29,31 @@ def test_sacct_records_keep_every_record_with_its_identity() -> None:
             + sacct_line("5", "RUNNING", "2026-01-02T10:05:00",
                          submit_line="sbatch /b/odd|dir/submitit/.submission_file_2.sh")
             + "5.batch|COMPLETED|n1|00:00:01|0:0|None|2026-01-02T10:00:00|batch|sandbox|\n")
-    records = slurm.parse_sacct_records(text)["5"]
+    records = slurm_records.parse_sacct_records(text)["5"]
     assert [(r.name, r.state.state, r.cluster) for r in records] == [
         ("old", "COMPLETED", "sandbox"), ("grpo-tiny", "REQUEUED", "sandbox"),
         ("grpo-tiny", "RUNNING", "sandbox")]
     assert records[1].command == "sbatch /b/odd|dir/submitit/.submission_file_2.sh"  # '|' kept
     assert records[0].submit == "2026-01-01T09:00:00"
     # all of them, by id alone: the other job's COMPLETED record is no restart
-    assert (slurm.fold_sacct(records).state, slurm.fold_sacct(records).restarts) == ("RUNNING", 1)
-    assert slurm.fold_sacct(records[1:]).restarts == 1
+    folded = slurm_records.fold_sacct(records)
+    assert (folded.state, folded.restarts) == ("RUNNING", 1)
+    assert slurm_records.fold_sacct(records[1:]).restarts == 1
     # the seven columns of sacct before SubmitLine/JobName/Cluster still read
-    old = slurm.parse_sacct_records("7|FAILED|n1|00:00:02|1:0|None|2026-01-01T00:00:00\n")["7"][0]
+    old = slurm_records.parse_sacct_records("7|FAILED|n1|00:00:02|1:0|None|2026-01-01T00:00:00\n")["7"][0]
     assert (old.state.state, old.name, old.cluster, old.command) == ("FAILED", "", "", "")
 
 
 def test_squeue_records_read_the_format_squeue_is_asked_for() -> None:
-    assert slurm.SQUEUE_FORMAT.endswith("Name:|,Command:")
+    assert slurm_records.SQUEUE_FORMAT.endswith("Name:|,Command:")
     text = (squeue_line("8", "RUNNING", "2026-01-01T10:00:00",
                         command="/r/submitit/.submission_file_x.sh")
             + squeue_line("9", "PENDING", "2026-01-01T10:01:00", name="wrap", nodes=""))
-    got = slurm.parse_squeue_records(text)
+    got = slurm_records.parse_squeue_records(text)
     assert (got["8"].cluster, got["8"].name, got["8"].command) == (
         "sandbox", "grpo-tiny", "/r/submitit/.submission_file_x.sh")
     assert (got["9"].state.state, got["9"].command, got["9"].state.nodes) == ("PENDING", "", "")
-    assert slurm.parse_squeue(text)["8"].state == "RUNNING"
+    assert slurm_records.parse_squeue(text)["8"].state == "RUNNING"
 
 
 def test_query_records_says_when_slurm_cannot_be_asked(fake: FakeSlurm) -> None:
@@ -63,14 +65,14 @@ def test_query_records_says_when_slurm_cannot_be_asked(fake: FakeSlurm) -> None:
     fake.answer("squeue", err="slurm_load_jobs error: Invalid job id specified\n", rc=1)
     records = slurm.query_records(["5"])  # squeue refusing an id it forgot is not a failure
     assert records.unreachable is None and records.squeue_error is None
-    assert slurm.query_records(["--all"]) == slurm.JobRecords({}, {})
+    assert slurm.query_records(["--all"]) == slurm_records.JobRecords({}, {})
 
 
 def test_sacct_without_submit_line_is_asked_again_without_it(fake: FakeSlurm) -> None:
     fake.answer("sacct", err='sacct: error: Invalid field requested: "SubmitLine"\n', rc=1)
     records = slurm.query_records(["5"])
     formats = [next(a for a in c["argv"] if a.startswith("--format=")) for c in fake.calls("sacct")]
-    assert formats == [f"--format={slurm.SACCT_FIELDS}",
+    assert formats == [f"--format={slurm_records.SACCT_FIELDS}",
                        "--format=JobID,State,NodeList,Elapsed,ExitCode,Reason,Submit,JobName,Cluster"]
     assert records.sacct_error is not None  # the fake fails both times
 

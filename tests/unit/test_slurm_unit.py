@@ -1,10 +1,12 @@
-"""hpc_grpo.scheduler.slurm without a cluster: pure parsers, and argv checked against fake Slurm binaries."""
+"""hpc_grpo.scheduler.slurm without a cluster: the pure parsers of slurm_records, and argv checked
+against fake Slurm binaries."""
 
 from __future__ import annotations
 
 import functools
 import os
 import pickle
+import re
 import subprocess
 import sys
 import textwrap
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from hpc_grpo.errors import UserError
-from hpc_grpo.scheduler import local, slurm
+from hpc_grpo.scheduler import local, slurm, slurm_records
 from tests.unit.slurmfake import FAKED, FakeSlurm, install
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,15 +44,15 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
 # --- states -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("state", sorted(slurm.STATE_MEANINGS))
+@pytest.mark.parametrize("state", sorted(slurm_records.STATE_MEANINGS))
 def test_finished_flag_per_state(state: str) -> None:
-    finished, meaning = slurm.STATE_MEANINGS[state]
+    finished, meaning = slurm_records.STATE_MEANINGS[state]
     assert finished == (state in FINISHED)
     assert meaning and "\n" not in meaning
 
 
 def test_state_set_is_the_documented_one() -> None:
-    assert set(slurm.STATE_MEANINGS) == FINISHED | {
+    assert set(slurm_records.STATE_MEANINGS) == FINISHED | {
         "PENDING",
         "RUNNING",
         "REQUEUED",
@@ -59,7 +61,8 @@ def test_state_set_is_the_documented_one() -> None:
         "SUSPENDED",
         "UNKNOWN",
     }
-    assert not slurm.STATE_MEANINGS["PREEMPTED"][0] and not slurm.STATE_MEANINGS["REQUEUED"][0]
+    meanings = slurm_records.STATE_MEANINGS
+    assert not meanings["PREEMPTED"][0] and not meanings["REQUEUED"][0]
 
 
 @pytest.mark.parametrize(
@@ -86,7 +89,7 @@ def test_state_set_is_the_documented_one() -> None:
     ],
 )
 def test_normalise_state(raw: str, expected: str) -> None:
-    assert slurm.normalise_state(raw) == expected
+    assert slurm_records.normalise_state(raw) == expected
 
 
 # --- parsers ----------------------------------------------------------------------------------
@@ -112,13 +115,13 @@ SACCT = textwrap.dedent("""\
 
 
 def test_parse_sacct() -> None:
-    got = slurm.parse_sacct(SACCT)
+    got = slurm_records.parse_sacct(SACCT)
     assert sorted(got) == [str(i) for i in range(101, 111)]  # no "101.batch"
-    assert got["101"] == slurm.JobState(
+    assert got["101"] == slurm_records.JobState(
         "101",
         "COMPLETED",
         True,
-        slurm.STATE_MEANINGS["COMPLETED"][1],
+        slurm_records.STATE_MEANINGS["COMPLETED"][1],
         "node[1-2]",
         "00:05:12",
         "0:0",
@@ -146,9 +149,9 @@ def test_parse_sacct() -> None:
 
 
 def test_parse_sacct_preempted_and_empty() -> None:
-    got = slurm.parse_sacct("7|PREEMPTED|n1|00:00:10|0:0|None|2025-01-01T00:00:00\n")
+    got = slurm_records.parse_sacct("7|PREEMPTED|n1|00:00:10|0:0|None|2025-01-01T00:00:00\n")
     assert (got["7"].state, got["7"].finished) == ("PREEMPTED", False)
-    assert slurm.parse_sacct("") == {} and slurm.parse_sacct("garbage\n") == {}
+    assert slurm_records.parse_sacct("") == {} and slurm_records.parse_sacct("garbage\n") == {}
 
 
 def test_parse_squeue() -> None:
@@ -160,7 +163,7 @@ def test_parse_squeue() -> None:
         205|REQUEUED|node1|0:10|None
         206|CONFIGURING|node3|0:01|None
         """)
-    got = slurm.parse_squeue(text)
+    got = slurm_records.parse_squeue(text)
     assert (got["201"].state, got["201"].nodes, got["201"].elapsed, got["201"].reason) == (
         "RUNNING",
         "node[1-2]",
@@ -493,3 +496,27 @@ def test_submit_local_does_not_hold_the_callers_pipes(tmp_path: Path) -> None:
         assert local.local_job_alive(job_id)
     finally:
         _wait_dead(job_id)
+
+
+SLURM_BINARIES = {"sbatch", "squeue", "sacct", "scontrol", "scancel", "srun", "sinfo", "salloc"}
+
+
+def _slurm_argvs(path: Path) -> list[str]:
+    """Argument lists in `path` whose first item is a Slurm binary (a command about to run)."""
+    import ast
+
+    return [f"{path.name}:{n.lineno} {n.elts[0].value}" for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, ast.List) and n.elts and isinstance(n.elts[0], ast.Constant)
+            and n.elts[0].value in SLURM_BINARIES]
+
+
+def test_only_slurm_py_runs_slurm_binaries_and_the_parsers_stay_pure() -> None:
+    """The launcher's one Slurm seam (the runtime's node task requeues itself with scontrol: it
+    may not import the launcher); slurm_records only reads text."""
+    package = REPO / "hpc_grpo"
+    launcher = [p for p in package.rglob("*.py") if "runtime" not in p.relative_to(package).parts]
+    assert len(_slurm_argvs(package / "scheduler" / "slurm.py")) >= 8  # the scan sees commands
+    elsewhere = [a for p in launcher if p.name != "slurm.py" for a in _slurm_argvs(p)]
+    assert elsewhere == []
+    text = (package / "scheduler" / "slurm_records.py").read_text()
+    assert not re.search(r"^(import|from) (os|subprocess|shutil|time)\b", text, re.MULTILINE)

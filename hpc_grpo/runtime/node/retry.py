@@ -16,9 +16,6 @@ from typing import Any
 
 from hpc_grpo.runtime.contract import CONFIGURATION_ERROR
 
-RESTARTS = "restarts.jsonl"  # one line per resumed attempt: cause, steps lost, resume step
-RETRIES = "retries.jsonl"  # one line per automatic requeue after a crash
-
 
 @dataclass(frozen=True)
 class RetryDecision:

@@ -168,9 +168,23 @@ def child_env(env: Mapping[str, str], attempt: str, run: RunRecord, cpus: int = 
         out.setdefault("VLLM_CACHE_ROOT", str(cache / "vllm"))
         out.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
         out.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
+    out.update(hub_env(run))
     root = str(Path(__file__).resolve().parents[3])
     out["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     return out
+
+
+def hub_env(run: RunRecord) -> dict[str, str]:
+    """The shared Hugging Face cache and offline mode run.json asks for (`hpc-grpo stage`): set,
+    not defaulted, since the ranks must read the cache the launcher checked; HF_HUB_CACHE too,
+    so that a site's own HF_HUB_CACHE cannot point them elsewhere."""
+    load = run.model_load
+    env: dict[str, str] = {}
+    if load.hf_home:
+        env.update(HF_HOME=load.hf_home, HF_HUB_CACHE=str(Path(load.hf_home) / "hub"))
+    if load.offline:  # no hub requests at all: no timeouts, no silent download of another commit
+        env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    return env
 
 
 def seconds_left(env: Mapping[str, str], run: RunRecord, started_at: float,
@@ -260,7 +274,7 @@ class NodeTask:
         node_env = with_master_port(os.environ, run.nodes, free_port)
         attempt = attempt_id(node_env)
         argv = torchrun_argv(run, node_env)
-        (Path(self.run_dir) / "logs").mkdir(parents=True, exist_ok=True)
+        (Path(self.run_dir) / contract.LOGS).mkdir(parents=True, exist_ok=True)
         print(f"[node] {socket.gethostname()} attempt {attempt}: {' '.join(argv)}", flush=True)
         self._received = []
         self._facts = None
@@ -275,7 +289,7 @@ class NodeTask:
         try:
             env = child_env(node_env, attempt, run, usable_cpus())
             if vllm_server.server_mode(run) and vllm_server.is_server_node(run, node_env):
-                log = str(Path(self.run_dir) / "logs" / "vllm-server.log")
+                log = str(Path(self.run_dir) / contract.LOGS / contract.VLLM_SERVER_LOG)
                 server = vllm_server.start(run, node_env, log)
                 port = vllm_server.address(node_env).port
                 print(f"[node] vllm serve starting on port {port} (log {log})", flush=True)

@@ -17,7 +17,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hpc_grpo.runtime.contract import RunRecord, ServerBlock
+from hpc_grpo.runtime.contract import (
+    VLLM_SERVER_PORT_OFFSET,
+    WEIGHT_SYNC_PORT_OFFSET,
+    RunRecord,
+    ServerBlock,
+)
+from hpc_grpo.runtime.rank.staged import model_source
 
 HOST_ENV = "HPC_GRPO_VLLM_SERVER_HOST"
 
@@ -47,7 +53,8 @@ def address(env: Mapping[str, str]) -> ServerAddress:
     if not env.get("MASTER_PORT", "").isdigit():
         raise ValueError("MASTER_PORT must be set: the vLLM server's ports follow it")
     master = int(env["MASTER_PORT"])
-    return ServerAddress(env.get(HOST_ENV, "127.0.0.1"), master + 1, master + 2)
+    return ServerAddress(env.get(HOST_ENV, "127.0.0.1"), master + VLLM_SERVER_PORT_OFFSET,
+                         master + WEIGHT_SYNC_PORT_OFFSET)
 
 
 def is_server_node(run: RunRecord, env: Mapping[str, str]) -> bool:
@@ -60,7 +67,8 @@ def server_argv(run: RunRecord, port: int) -> list[str]:
     gpus = _server(run).gpus
     launcher = ("import sys; from vllm.entrypoints.cli.main import main; sys.argv[0] = 'vllm'; "
                 "sys.exit(main())")  # `vllm serve` without relying on the console script's path
-    argv = [sys.executable, "-c", launcher, "serve", run.model,
+    source = model_source(run)  # a staged commit's folder, served under the hub id
+    argv = [sys.executable, "-c", launcher, "serve", source,
             "--host", "0.0.0.0", "--port", str(port),
             "--tensor-parallel-size", str(len(gpus)),
             "--gpu-memory-utilization", str(vllm.gpu_memory_utilization),
@@ -71,6 +79,8 @@ def server_argv(run: RunRecord, port: int) -> list[str]:
             "--logprobs-mode", "processed_logprobs"]
     if vllm.max_model_length:
         argv += ["--max-model-len", str(vllm.max_model_length)]
+    if source != run.model:
+        argv += ["--served-model-name", run.model]
     return argv
 
 

@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from hpc_grpo.runtime.contract import GENERATIONS
+
 
 def digest(outputs: Any) -> tuple[str, int]:
     """sha256 over every completion's token ids of one ``LLM.generate`` result, and their count."""
@@ -30,7 +32,7 @@ def install(trainer: Any, run_dir: Path, rank: int, seed: int, calls: int = 3) -
     llm = getattr(generation, "llm", None)
     if llm is None:
         return False
-    path = run_dir / "generations" / f"rank-{rank}.jsonl"
+    path = run_dir / GENERATIONS / f"rank-{rank}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     original = llm.generate
     seen = {"n": 0}

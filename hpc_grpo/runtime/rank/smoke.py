@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from hpc_grpo.runtime import rundir
+from hpc_grpo.runtime.contract import CHECK
 
 
 def expected_sum(world_size: int) -> int:
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         "hostnames": hostnames,
         "backend": backend,
     }
-    rundir.write_json_atomic(run_dir / "check" / f"rank-{rank}.json", report)
+    rundir.write_json_atomic(run_dir / CHECK / f"rank-{rank}.json", report)
     print(
         f"check: rank {rank}/{world} on {report['hostname']}: all_reduce {total} (expected {expected})",
         flush=True,

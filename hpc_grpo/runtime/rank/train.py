@@ -95,10 +95,12 @@ def _inputs(run: RunRecord) -> tuple[Any, Any, Any]:
     from hpc_grpo.runtime.models.tiny import load_tokenizer
     from hpc_grpo.runtime.rank.data import check_prompt_bound, load_prompts, longest_prompt_tokens
     from hpc_grpo.runtime.rank.rewards import resolve_rewards
+    from hpc_grpo.runtime.rank.staged import dataset_name, describe, model_source
 
+    print(f"[train] {describe(run)}", flush=True)
     rewards = resolve_rewards(list(run.reward_funcs))
-    dataset = load_prompts(dataclasses.asdict(run.dataset))
-    tokenizer = load_tokenizer(run.model)
+    dataset = load_prompts({**dataclasses.asdict(run.dataset), "name": dataset_name(run)})
+    tokenizer = load_tokenizer(model_source(run))
     check_prompt_bound(longest_prompt_tokens(dataset, tokenizer), run.dataset.max_prompt_length,
                        run.dataset.name)
     return rewards, dataset, tokenizer
@@ -154,13 +156,14 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
         GracefulStopCallback,
         MetricsCallback,
     )
+    from hpc_grpo.runtime.rank.staged import model_source
 
     if not phases.install(profiling):  # metrics lines then carry no step split
         print("[train] this TRL has no ProfilingContext hook: no per-phase step times", flush=True)
     rewards, dataset, tokenizer = inputs
     stop = GracefulStopCallback(run_dir, flag, device)
     trainer = GRPOTrainer(
-        model=run.model,
+        model=model_source(run),  # a staged commit's snapshot folder (rank/staged.py)
         reward_funcs=rewards,
         args=args,
         train_dataset=dataset,

@@ -1,0 +1,295 @@
+"""Recipes as users already have them: the flat YAML of ``trl grpo --config`` and open-r1's grpo.py.
+
+Those files mix TRL's ``ScriptArguments``, ``ModelConfig`` and ``GRPOConfig`` with open-r1's
+``GRPOScriptArguments`` and a few keys for other tools (hub upload, evaluation, accelerate).
+``translate`` turns such a mapping into hpc-grpo's names and sorts every other key into one
+class, each with its reason (docs/recipe.md, "From a TRL or open-r1 recipe"):
+
+* renamed: TRL/open-r1 names of job settings (``model_name_or_path`` -> ``model``, ...);
+* claims: plan-owned keys (``bf16``, ``use_vllm``, ``vllm_device``, ``num_processes``, ...),
+  accepted when they agree with the plan and refused when they contradict it (``check_claims``,
+  which needs the site);
+* ignored with a warning: keys that do not change the trained weights but belong to a step
+  hpc-grpo does not run (hub upload, evaluation, open-r1's callbacks and W&B names, output_dir);
+* only TRL's default: options whose other values would change training in a way hpc-grpo does
+  not carry to the ranks (DoRA, 8-bit loading, a chat template override, ...): refused unless
+  the value is TRL's default.
+
+Reward names of open-r1 (``accuracy``) and of ``trl grpo`` (``accuracy_reward``, dotted import
+paths) map onto ``builtin:NAME`` and ``module:function``. Pure: values in, values out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hpc_grpo.errors import UserError, did_you_mean
+
+# TRL / open-r1 names of job settings (JobSpec fields) and GRPOConfig fields.
+RENAMED = {
+    "model_name_or_path": "model",
+    "torch_dtype": "dtype",  # TRL < 0.20 ModelConfig; `dtype` since
+    "dataset_name": "dataset",
+    "dataset_train_split": "dataset_split",
+    "dataset_prompt_column": "prompt_column",  # open-r1 GRPOScriptArguments
+    "vllm_tensor_parallel_size": "tensor_parallel_size",
+    "warmup_ratio": "warmup_steps",  # transformers 5: a float below 1 is a ratio of the steps
+}
+# open-r1 reward names -> the built-in reward hpc-grpo runs for them (runtime/rank/rewards.py).
+OPEN_R1_REWARDS = {
+    "accuracy": "builtin:accuracy",
+    "format": "builtin:format",
+    "tag_count": "builtin:tag_count",
+    "length": "builtin:length_penalty",
+}
+# `trl grpo` registry names with the same reward built in.
+TRL_REWARDS = {"accuracy_reward": "builtin:accuracy"}
+# open-r1 rewards hpc-grpo does not have, with the keyword keys open-r1 feeds them.
+UNSUPPORTED_REWARDS: dict[str, tuple[str, ...]] = {
+    "reasoning_steps": (),
+    "cosine": ("cosine_min_value_wrong", "cosine_max_value_wrong", "cosine_min_value_correct",
+               "cosine_max_value_correct", "cosine_max_len"),
+    "repetition_penalty": ("repetition_n_grams", "repetition_max_penalty"),
+    "code": ("parallel_code_exec_per_proc", "code_provider", "e2b_router_url",
+             "morph_router_url", "enforce_same_language"),
+    "binary_code": (),
+    "ioi_code": ("code_eval_test_batch_size", "ioi_provider"),
+    "cf_code": ("code_eval_scoring_mode",),
+    "code_format": ("code_language",),
+    "soft_overlong_punishment": ("max_completion_len", "soft_punish_cache"),
+    "reasoning_accuracy_reward": (),  # trl grpo's
+    "think_format_reward": (),
+    "get_soft_overlong_punishment": (),
+}
+REWARD_KEYWORDS = {key: reward for reward, keys in UNSUPPORTED_REWARDS.items() for key in keys}
+
+# Plan-owned keys checked against the site and the plan by check_claims.
+CLAIMS = ("bf16", "fp16", "use_vllm", "use_cpu", "vllm_device", "num_processes")
+
+_HUB = "hub upload is not done by hpc-grpo (compute nodes may be offline): upload a checkpoint " \
+       "from the run directory afterwards, e.g. `huggingface-cli upload`"
+_EVAL = "evaluation is not run by hpc-grpo, which trains on the train split: evaluate a " \
+        "checkpoint from the run directory with your evaluation tool (lighteval, open-r1's " \
+        "evaluate.py)"
+_OUTPUT = "checkpoints and logs go to the run directory (choose where with --output-root)"
+_WANDB = "open-r1 exports these as WANDB_* variables: set WANDB_ENTITY / WANDB_PROJECT / " \
+         "WANDB_RUN_GROUP in the site profile's env (report_to: wandb passes through)"
+_CALLBACKS = "open-r1's callbacks (hub revision pushes, benchmarks) are not run by hpc-grpo"
+IGNORED: dict[str, str] = {
+    **dict.fromkeys(("output_dir", "overwrite_output_dir", "logging_dir"), _OUTPUT),
+    **dict.fromkeys(("push_to_hub", "hub_model_id", "hub_strategy", "hub_private_repo",
+                     "hub_always_push", "hub_revision", "hub_token", "hub_model_revision",
+                     "push_to_hub_revision", "overwrite_hub_revision",
+                     "log_completions_hub_repo"), _HUB),
+    **dict.fromkeys(("do_eval", "eval_strategy", "eval_steps", "eval_delay", "eval_on_start",
+                     "per_device_eval_batch_size", "eval_accumulation_steps",
+                     "num_generations_eval", "dataset_test_split", "benchmarks",
+                     "bf16_full_eval", "fp16_full_eval", "eval_do_concat_batches",
+                     "eval_use_gather_object", "batch_eval_metrics", "metric_for_best_model",
+                     "greater_is_better", "load_best_model_at_end", "include_for_metrics"),
+                    _EVAL),
+    **dict.fromkeys(("wandb_entity", "wandb_project", "wandb_run_group",
+                     "wandb_log_unique_prompts"), _WANDB),
+    "callbacks": _CALLBACKS,
+}
+# Options hpc-grpo runs only at TRL's (or open-r1's) default: (default, why, what instead).
+_LORA_ONLY = "hpc-grpo's LoRA is plain LoRA on lora_target_modules"
+ONLY_DEFAULT: dict[str, tuple[Any, str]] = {
+    "chat_template": (None, "a chat template override changes every prompt: save it as the "
+                      "model folder's tokenizer chat_template and give that folder as model"),
+    "dataset_configs": (None, "give one configuration as dataset_config"),
+    "dataset_mixture": (None, "give one dataset (a file, a saved folder or a hub id); mix "
+                        "datasets beforehand"),
+    "dataset_streaming": (False, "the nodes read the dataset whole (staged for offline nodes)"),
+    "ignore_bias_buffers": (False, "DDP buffer options are the plan's"),
+    "gradient_checkpointing_use_reentrant": (False, "use gradient_checkpointing_kwargs: "
+                                             "{use_reentrant: true}"),
+    "env": (None, "TRL's env: sets variables for the process; put them in the site profile's "
+            "env: (the plan sets CUDA_VISIBLE_DEVICES and the rendezvous)"),
+    "reward_model_name_or_path": (None, "reward models are not supported: give reward "
+                                  "functions in reward_funcs (builtin:NAME or module:function)"),
+    "lora_task_type": ("CAUSAL_LM", _LORA_ONLY),
+    "lora_target_parameters": (None, _LORA_ONLY),
+    "lora_modules_to_save": (None, _LORA_ONLY),
+    "use_rslora": (False, _LORA_ONLY),
+    "use_dora": (False, _LORA_ONLY),
+    "load_in_8bit": (False, "use load_in_4bit (QLoRA) instead"),
+    "bnb_4bit_quant_type": ("nf4", "4-bit loading uses NF4"),
+    "use_bnb_nested_quant": (False, "4-bit loading uses NF4 without nested quantization"),
+    "bnb_4bit_quant_storage": (None, "4-bit loading keeps bitsandbytes' storage type"),
+}
+# Top-level keys of nested schemas of other frameworks.
+FOREIGN = {
+    "NeMo-RL": ("policy", "loss_fn", "cluster", "checkpointing", "grpo", "env", "logger"),
+    "verl": ("actor_rollout_ref", "algorithm", "trainer", "critic", "reward_model", "data",
+             "custom_reward_function"),
+}
+MAPPING_DOC = "docs/recipe.md#from-nemo-rl-or-verl"
+
+
+@dataclass
+class Translation:
+    """A recipe (or --set) in hpc-grpo's names, plus what needs the plan, warnings, problems."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    claims: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    problems: list[UserError] = field(default_factory=list)
+
+
+def foreign_schema(values: Mapping[str, Any]) -> UserError | None:
+    """A nested recipe of NeMo-RL or verl, refused in one line (nothing else is worth listing)."""
+    nested = {key for key, value in values.items() if isinstance(value, dict)}
+    for name, markers in FOREIGN.items():
+        found = [key for key in markers if key in nested]
+        unique = found and found[0] in ("policy", "actor_rollout_ref")
+        if len(found) >= 2 or unique:
+            shown = ", ".join(f"{key}:" for key in found[:3])
+            return UserError(
+                f"this recipe is in {name}'s nested format ({shown}); hpc-grpo reads the flat "
+                "TRL/open-r1 format (one mapping of TRL GRPOConfig and job keys)",
+                field="recipe", hint=f"{MAPPING_DOC} says which flat key each of its keys becomes")
+    return None
+
+
+def reward_spec(name: Any, where: str) -> tuple[str, UserError | None]:
+    """A reward as hpc-grpo names it: builtin:NAME or module:function."""
+    text = str(name)
+    if ":" in text:
+        return text, None
+    if text in OPEN_R1_REWARDS or text in TRL_REWARDS:
+        return OPEN_R1_REWARDS.get(text) or TRL_REWARDS[text], None
+    if "." in text:  # trl grpo's dotted import path
+        module, _, func = text.rpartition(".")
+        return f"{module}:{func}", None
+    supported = ", ".join(f"{k} ({v})" for k, v in OPEN_R1_REWARDS.items())
+    how = f"built in: {supported}; any other as module:function (e.g. my_rewards:cosine)"
+    if text in UNSUPPORTED_REWARDS:
+        return text, UserError(f"reward '{text}' is not built into hpc-grpo", field=where,
+                               hint=how)
+    close = did_you_mean(text, [*OPEN_R1_REWARDS, *TRL_REWARDS, *UNSUPPORTED_REWARDS])
+    return text, UserError(f"unknown reward '{text}'", field=where,
+                           hint=f"{close}; {how}" if close.startswith("did") else how)
+
+
+def map_rewards(value: Any, where: str, problems: list[UserError]) -> Any:
+    """Every reward name mapped (reward_spec); its problems appended to ``problems``."""
+    if not isinstance(value, list | tuple):
+        return value  # JobSpec's type check reports it
+    names = []
+    for item in value:
+        name, problem = reward_spec(item, where)
+        names.append(name)
+        if problem is not None:
+            problems.append(problem)
+    return names
+
+
+# Names other tools use for a setting hpc-grpo has under another name: did-you-mean by meaning.
+SYNONYMS = {
+    "lr": "learning_rate", "epochs": "num_train_epochs", "num_epochs": "num_train_epochs",
+    "batch_size": "per_device_train_batch_size", "train_batch_size": "per_device_train_batch_size",
+    "per_device_batch_size": "per_device_train_batch_size",
+    "max_new_tokens": "max_completion_length", "max_response_length": "max_completion_length",
+    "max_prompt_len": "max_prompt_length", "kl_coef": "beta", "kl_coeff": "beta",
+    "num_samples": "num_generations", "group_size": "num_generations",
+    "model_path": "model", "model_name": "model", "dataset_path": "dataset",
+    "prompt_key": "prompt_column", "tp": "tensor_parallel_size", "num_nodes": "nodes",
+    "grad_accum_steps": "gradient_accumulation_steps", "rewards": "reward_funcs",
+    "reward_functions": "reward_funcs", "lora_rank": "lora_r", "peft": "use_peft",
+}
+
+
+def unknown_key_hint(key: str, known: frozenset[str]) -> str:
+    """A suggestion for an unknown recipe key: a known synonym first, then the closest name."""
+    if key in SYNONYMS:
+        return f"did you mean '{SYNONYMS[key]}'?"
+    return did_you_mean(key, known | set(RENAMED) | set(IGNORED) | set(ONLY_DEFAULT))
+
+
+def _set(out: Translation, origin: dict[str, str], target: str, key: str, value: Any,
+         source: str) -> None:
+    """Set a target once; two spellings of it (model and model_name_or_path) must agree."""
+    if target in out.values and out.values[target] != value:
+        out.problems.append(UserError(
+            f"'{origin[target]}' and '{key}' both set {target}, to {out.values[target]!r} and "
+            f"{value!r}", field=source, hint="keep one of them"))
+        return
+    out.values[target] = value
+    origin[target] = key
+
+
+def _only_default(key: str, value: Any, source: str, out: Translation) -> None:
+    default, why = ONLY_DEFAULT[key]
+    if key == "dataset_configs" and isinstance(value, list) and len(value) == 1:
+        return  # handled as dataset_config by the caller
+    if value != default and not (default is None and value in ([], {})):
+        out.problems.append(UserError(f"'{key}: {value!r}' is not supported", field=source,
+                                      hint=why))
+
+
+def translate(values: Mapping[str, Any], source: str) -> Translation:
+    """Rename, sort and check every key; keys that are neither stay in ``values`` as they are."""
+    out = Translation()
+    origin: dict[str, str] = {}
+    listed = {str(r) for r in values.get("reward_funcs") or () if isinstance(r, str)}
+    ignored: dict[str, list[str]] = {}
+    for key, value in values.items():
+        if key in RENAMED:
+            _set(out, origin, RENAMED[key], key, value, source)
+        elif key == "reward_funcs":
+            _set(out, origin, key, key, map_rewards(value, f"{source}: reward_funcs",
+                                                    out.problems), source)
+        elif key in CLAIMS:
+            out.claims[key] = value
+        elif key in IGNORED:
+            ignored.setdefault(IGNORED[key], []).append(key)
+        elif key in ONLY_DEFAULT:
+            _only_default(key, value, source, out)
+            if key == "dataset_configs" and isinstance(value, list) and len(value) == 1:
+                _set(out, origin, "dataset_config", key, value[0], source)
+        elif key in REWARD_KEYWORDS:
+            reward = REWARD_KEYWORDS[key]
+            if reward not in listed:  # listed: the reward itself is refused
+                ignored.setdefault(f"open-r1 gives them to its '{reward}' reward, which "
+                                   "reward_funcs does not list", []).append(key)
+        else:
+            _set(out, origin, key, key, value, source)
+    for reason, keys in ignored.items():
+        out.notes.append(f"{source}: {', '.join(keys)} ignored: {reason}")
+    return out
+
+
+def check_claims(claims: Mapping[str, Any], *, device: str, vllm_mode: str, world_size: int,
+                 source: str) -> list[UserError]:
+    """Plan-owned keys: silent when they agree with the plan, refused (with what to use) when not."""
+    gpu = device == "cuda"
+    wanted = {"bf16": gpu, "fp16": False, "use_vllm": gpu}
+    why = {"bf16": "the plan trains bf16 on GPU sites and fp32 on CPU sites",
+           "fp16": "the plan trains bf16 on GPU sites and fp32 on CPU sites",
+           "use_vllm": "the plan generates with vLLM on GPU sites; CPU sites have no vLLM"}
+    problems = []
+    for key, value in claims.items():
+        where = f"{source}: {key}"
+        if key in wanted and value != wanted[key]:
+            problems.append(UserError(f"{value!r} contradicts the plan ({why[key]}, "
+                                      f"and this site is {'GPU' if gpu else 'CPU-only'})",
+                                      field=where, hint=f"remove {key}: the plan sets it"))
+        elif key == "use_cpu" and value and gpu:
+            problems.append(UserError("true contradicts the plan: the device follows "
+                                      "the site", field=where,
+                                      hint="use a CPU-only site (e.g. --site local)"))
+        elif key == "vllm_device" and (vllm_mode != "server" or not gpu):
+            problems.append(UserError(
+                f"{value!r} puts vLLM on its own GPU (TRL <= 0.15), but the plan "
+                "colocates vLLM in every rank", field=where,
+                hint="remove it to colocate, or --vllm-mode server (vllm_server_gpus) for "
+                     "vLLM on dedicated GPUs"))
+        elif key == "num_processes" and value != world_size:
+            problems.append(UserError(
+                f"{value!r}, but the plan runs {world_size} training processes "
+                "(nodes x processes per node)", field=where,
+                hint="remove it; choose with --nodes and --procs-per-node"))
+    return problems
