@@ -32,6 +32,13 @@ idle cluster before each run, as other tests may be using it. Run from the repos
 
     .venv/bin/python benchmarks/bench_requeue.py            # A, B and C
     .venv/bin/python benchmarks/bench_requeue.py --modes AB --steps 60 --save-steps 20 --at 10,30,50
+
+``--chaos`` runs the chaos benchmark instead (benchmarks/requeue_chaos.py): one long run hit by a
+seeded random sequence of faults of every kind (10 of each by default), steps repeated and time
+back to training per fault kind, the cause status recorded, and the per-step rewards compared
+with an uninterrupted run:
+
+    .venv/bin/python benchmarks/bench_requeue.py --chaos --per-kind 10 --save-steps 3 --json out.json
 """
 
 from __future__ import annotations
@@ -466,11 +473,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--idle-timeout", type=float, default=1800, help="bound on waiting for an "
                         "idle cluster before each run")
     parser.add_argument("--keep", action="store_true", help="keep the run directories")
+    chaos = parser.add_argument_group("chaos benchmark (benchmarks/requeue_chaos.py)")
+    chaos.add_argument("--chaos", action="store_true", help="one long run hit by a seeded random "
+                       "sequence of faults of every kind, against an uninterrupted run")
+    chaos.add_argument("--per-kind", type=int, default=10, help="faults of each kind (default 10)")
+    chaos.add_argument("--kinds", default="user,batch,preempt,timelimit,requeue,node,crash",
+                       help="fault kinds, comma-separated (default: all)")
+    chaos.add_argument("--seed", type=int, default=13, help="seed of the fault order (default 13)")
+    chaos.add_argument("--gap", type=int, default=4, help="steps trained between a resume and "
+                       "the next fault (default 4)")
+    chaos.add_argument("--chaos-steps", type=int, default=0, help="max_steps of the chaos run "
+                       "(default: enough for the faults)")
+    chaos.add_argument("--fault-timeout", type=float, default=240, help="bound on a fault's restart")
+    chaos.add_argument("--json", default="", help="write the chaos result here")
     args = parser.parse_args(argv)
     args.modes = [m for m in args.modes.upper() if m in MODES]
     args.at = [int(s) for s in args.at.split(",") if s.strip()]
+    args.kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    if args.chaos:
+        from requeue_chaos import KINDS
+        unknown = sorted(set(args.kinds) - set(KINDS))
+        if unknown:
+            parser.error(f"--kinds: unknown {unknown}; pick from {','.join(KINDS)}")
     if not args.modes:
         parser.error(f"--modes: pick from {''.join(MODES)}")
+    if args.chaos:  # --at, --steps and --modes are the A/B/C runs' own
+        return args
     if args.at != sorted(args.at) or args.at[-1] >= args.steps:
         parser.error("--at: increasing steps below --steps")
     if any(s % args.save_steps == 0 for s in args.at):
@@ -486,6 +514,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     tmp = Path(tempfile.mkdtemp(prefix="bench-requeue-"))
     env = dict(os.environ, HPC_GRPO_HOME=str(tmp / "home"), HPC_GRPO_SITES=str(tmp / "sites"))
+    if args.chaos:
+        return _chaos(args, env, tmp)
     results: list[RunResult] = []
     failed = False
     try:
@@ -507,6 +537,22 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         return 1
     return 0 if met else 2
+
+
+def _chaos(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> int:
+    sys.modules.setdefault("bench_requeue", sys.modules[__name__])  # one BenchError, run as a script
+    import requeue_chaos
+
+    try:
+        code = requeue_chaos.main(args, env, tmp)
+    except (BenchError, subprocess.SubprocessError) as exc:
+        print(f"FAILED: {exc}", file=sys.stderr)
+        code = 1
+    if args.keep or code:
+        print(f"run directories kept in {tmp}")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return code
 
 
 if __name__ == "__main__":

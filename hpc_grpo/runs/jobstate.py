@@ -33,6 +33,7 @@ class JobView:
     state: JobState
     source: Source
     note: str = ""
+    attempts: tuple[str, ...] = ()  # sacct's end state of each attempt, oldest first (runs/attempts.py)
 
 
 def _state(job_id: str, state: str, finished: bool, meaning: str, nodes: str = "") -> JobState:
@@ -104,7 +105,9 @@ def slurm_view(files: RunFiles, records: JobRecords) -> JobView:
     if ours or live:
         state = combine(job_id, fold_sacct(ours) if ours else None,
                         live.state if live else None)
-        return JobView(state, "slurm", f"not confirmed as this run's job: {likely}" if likely else "")
+        attempts = tuple(r.state.state for _, r in sorted(enumerate(ours), key=lambda p: (p[1].submit, p[0])))
+        return JobView(state, "slurm", f"not confirmed as this run's job: {likely}" if likely else "",
+                       attempts)
     elsewhere = [m for m, _ in refused if m.verdict == "elsewhere"]
     if elsewhere:
         return from_run_dir(files, job_id, over=False, why=elsewhere[-1].why)

@@ -16,6 +16,7 @@ from typing import Any
 
 from hpc_grpo.errors import UserError
 from hpc_grpo.runs import joberror, registry
+from hpc_grpo.runs.attempts import with_accounting
 from hpc_grpo.runs.identity import match
 from hpc_grpo.runs.jobstate import JobView, local_view, slurm_view
 from hpc_grpo.runs.runfiles import RunFiles, read_run
@@ -72,8 +73,10 @@ def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
         tokens_per_s=progress.tokens_per_s, checkpoint_step=progress.checkpoint_step,
         checkpoint_time=progress.checkpoint_time,
         requeues=max(js.restarts, len(files.restarts)), nodes=js.nodes,
-        restarts=tuple({k: r.get(k) for k in ("cause", "stopped_at_step", "resumed_from_step",
-                                              "steps_lost", "time")} for r in files.restarts),
+        restarts=tuple({**{k: r.get(k) for k in ("cause", "stopped_at_step", "resumed_from_step",
+                                                 "steps_lost", "time")},
+                        **({"slurm_state": r["slurm_state"]} if "slurm_state" in r else {})}
+                       for r in with_accounting(files.restarts, files.job_id, view.attempts)),
         cluster=identity.cluster if identity else "", source=view.source,
         note="; ".join([*files.problems, *([view.note] if view.note else [])]),
         cause=progress.cause, message=progress.message,

@@ -31,6 +31,9 @@ JOBS_JSONL = "jobs.jsonl"
 JOB_ERROR_JSON = "job-error.json"  # the job script: a site module that did not load
 RESTARTS_JSONL = "restarts.jsonl"  # one line per resumed attempt: cause, steps lost, resume step
 RETRIES_JSONL = "retries.jsonl"  # one line per automatic requeue after a crash
+# The rank-0 node task's cause of a signalled stop, written the moment the signal arrives (the
+# task may be killed before it can put it in state.json): {"attempt", "cause", "signal", "facts"}.
+STOP_CAUSE_JSON = "stop-cause.json"
 SETUP_ERRORS = "setup-errors"  # rank-<N>.json: what each rank raised before the first step
 HEARTBEATS = "heartbeats"  # rank-<N>.json: each rank's last progress (runtime/rank/heartbeat.py)
 LOGS = "logs"

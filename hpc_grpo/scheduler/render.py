@@ -64,6 +64,12 @@ def _directive(value: str, field: str) -> str:
     return value
 
 
+def batch_signals(requeue_signal: str) -> list[str]:
+    """Signals the batch shell passes on to the node tasks: USR2 and a site's USR1. Not TERM:
+    Slurm sends it to the steps itself when it cancels or requeues the job."""
+    return list(dict.fromkeys(s for s in ("USR2", requeue_signal) if s != "TERM"))
+
+
 def _container_prefix(plan: JobPlan) -> str:
     box = plan.site.container
     if box is None:
@@ -116,6 +122,7 @@ def render_script(plan: JobPlan, *, run_id: str, run_dir: str, python: str) -> s
         container_prefix=_container_prefix(plan),
         server_mode=plan.server is not None,
         signal_lead_s=plan.signal_lead_s,
+        batch_signals=batch_signals(plan.site.requeue_signal),
     )
 
 

@@ -247,19 +247,8 @@ def test_stop_signals_include_the_sites_requeue_signal() -> None:
     )
 
 
-# The requeue decision (pure): causes of signalled stops, bounded retries after crashes.
+# The requeue decision (pure): bounded retries after crashes (causes: test_causes.py).
 from hpc_grpo.runtime.node import retry  # noqa: E402
-
-
-@pytest.mark.parametrize(("signals", "left", "cause"), [
-    (["SIGUSR2"], 40.0, "time limit"),
-    (["SIGUSR2"], 3000.0, "preempted"),
-    (["SIGUSR2"], None, "preempted"),
-    (["SIGTERM"], 3000.0, "requeued (TERM)"),
-    ([], None, "node failure"),
-])
-def test_stop_cause(signals: list[str], left: float | None, cause: str) -> None:
-    assert retry.stop_cause(signals, left, 30) == cause
 
 
 def test_retries_are_bounded() -> None:

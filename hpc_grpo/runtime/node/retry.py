@@ -1,4 +1,5 @@
-"""Why a run stopped, and whether to requeue it: pure decisions, values in and values out.
+"""Whether to requeue a failed run: pure decisions, values in and values out (why it stopped:
+runtime/node/causes.py).
 
 A signalled stop (preemption, time limit, a user's USR2) checkpoints and is requeued by
 submitit. A crash (a node's processes killed, a node lost) is requeued here, from the newest
@@ -14,17 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpc_grpo.runtime.contract import CONFIGURATION_ERROR
-
-
-def stop_cause(signals: Sequence[str], seconds_left: float | None, lead_s: float) -> str:
-    """Name the cause of a signalled stop for status: time limit, preemption, or a requeue."""
-    if not signals:
-        return "node failure"
-    if seconds_left is not None and seconds_left <= lead_s + 60:
-        return "time limit"
-    if "SIGTERM" in signals and "SIGUSR2" not in signals and "SIGUSR1" not in signals:
-        return "requeued (TERM)"
-    return "preempted"
 
 
 @dataclass(frozen=True)

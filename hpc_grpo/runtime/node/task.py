@@ -5,6 +5,7 @@ Imported by the launcher's submitit pickle on every node, so it stays stdlib-onl
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -20,7 +21,7 @@ from typing import Any
 
 from hpc_grpo.runtime import contract, rundir
 from hpc_grpo.runtime.contract import ALWAYS_STOP, CLEAN_END, PORTS_PER_JOB, STALLED, RunRecord
-from hpc_grpo.runtime.node import retry, vllm_server, watchdog
+from hpc_grpo.runtime.node import causes, retry, slurm_facts, vllm_server, watchdog
 
 PAYLOAD_MODULES = {"train": "hpc_grpo.runtime.rank.train", "check": "hpc_grpo.runtime.rank.smoke"}
 
@@ -233,6 +234,7 @@ class NodeTask:
         self._received: list[int] = []
         self._started_at = time.time()
         self._stalled = False  # this attempt was ended by the hang watchdog
+        self._facts: causes.JobFacts | None = None  # Slurm's answer at the first stop signal
 
     def __repr__(self) -> str:
         return f"NodeTask({self.run_dir!r})"
@@ -243,6 +245,30 @@ class NodeTask:
         rundir.request_stop(self.run_dir, f"{name} to node task on {socket.gethostname()}",
                             signal=name)
         print(f"[node] {name}: stop requested; waiting for torchrun", flush=True)
+        if len(self._received) == 1 and os.environ.get("SLURM_NODEID", "0") == "0":
+            self._record_cause(name)
+
+    def _record_cause(self, name: str) -> None:
+        """Rank-0 node, first signal: ask Slurm now (a requeue or a preemption changes the job's
+        record within seconds) and keep the cause in a file of its own, which the next attempt
+        reads if this task is killed before torchrun exits (runtime/rank/train.py)."""
+        try:
+            cause = self._ask_slurm(name)
+        except Exception as err:  # noqa: BLE001 - in a signal handler: never break the stop
+            print(f"[node] {name}: cause not told ({type(err).__name__}: {err})", flush=True)
+            return
+        print(f"[node] {name}: cause {cause}", flush=True)
+
+    def _ask_slurm(self, name: str) -> str:
+        self._facts = slurm_facts.job(os.environ)
+        run = rundir.load_run(self.run_dir)
+        left = seconds_left(os.environ, run, self._started_at)
+        cause = causes.stop_cause([name], self._facts, float(run.signal_lead_s), left,
+                                  slurm=bool(os.environ.get("SLURM_JOB_ID")))
+        rundir.write_json_atomic(Path(self.run_dir) / contract.STOP_CAUSE_JSON, {
+            "attempt": attempt_id(os.environ), "cause": cause, "signal": name, "time": time.time(),
+            "facts": dataclasses.asdict(self._facts) if self._facts else None})
+        return cause
 
     def __call__(self) -> int:
         run = rundir.load_run(self.run_dir).with_run_dir(self.run_dir)
@@ -252,6 +278,7 @@ class NodeTask:
         (Path(self.run_dir) / contract.LOGS).mkdir(parents=True, exist_ok=True)
         print(f"[node] {socket.gethostname()} attempt {attempt}: {' '.join(argv)}", flush=True)
         self._received = []
+        self._facts = None
         self._started_at = time.time()
         self._stalled = False
         on_main = threading.current_thread() is threading.main_thread()
@@ -307,7 +334,8 @@ class NodeTask:
         names = [signal.Signals(s).name for s in dict.fromkeys(self._received)]
         if names and state.get("phase") == "interrupted":
             left = seconds_left(os.environ, run, self._started_at)
-            cause = retry.stop_cause(names, left, float(run.signal_lead_s))
+            cause = causes.stop_cause(names, self._facts, float(run.signal_lead_s), left,
+                                      slurm=bool(os.environ.get("SLURM_JOB_ID")))
             rundir.update_state(self.run_dir, stop_cause=cause)
             return ""
         job = os.environ.get("SLURM_JOB_ID")
@@ -320,14 +348,20 @@ class NodeTask:
                                     and state.get("stop_cause") == STALLED)
         config_error = "" if stalled else retry.configuration_error(state, attempt)  # never
         decision = retry.decide_retry(earlier, step, run.max_requeues, config_error)
-        print(f"[node] training failed (exit {code}): {decision.reason}", flush=True)
+        if config_error:
+            cause = contract.CONFIGURATION_ERROR
+        elif stalled:  # the watchdog ended the attempt: no crash of Slurm's to look up
+            cause = STALLED
+        else:
+            cause = causes.crash_cause(slurm_facts.job(os.environ), slurm_facts.node_states(os.environ))
+        print(f"[node] training failed (exit {code}, {cause}): {decision.reason}", flush=True)
         if not decision.requeue:
             if not config_error:  # a configuration error's state already holds its line
                 rundir.update_state(self.run_dir, phase="failed", message=decision.reason)
             return decision.reason
         rundir.append_jsonl(path, {"time": time.time(), "checkpoint_step": step, "exit_code": code,
-                                   "job_id": job})
-        rundir.update_state(self.run_dir, stop_cause=STALLED if stalled else "node failure")
+                                   "job_id": job, "cause": cause})
+        rundir.update_state(self.run_dir, stop_cause=cause)
         subprocess.run(["scontrol", "requeue", job], check=False)
         return ""
 

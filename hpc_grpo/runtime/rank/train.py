@@ -111,11 +111,15 @@ def _inputs(run: RunRecord) -> tuple[Any, Any, Any]:
     return found.rewards, found.dataset, found.tokenizer
 
 
-def _restart_cause(previous: dict[str, Any]) -> str:
-    """Why the previous attempt ended, as the node task recorded it or as its phase implies."""
+def _restart_cause(previous: dict[str, Any], run_dir: Path | None = None) -> str:
+    """Why the previous attempt ended, as the node task recorded it (in state.json, or in its
+    stop-cause file when it was killed before it could) or as its phase implies."""
     recorded = previous.get("stop_cause")
     if recorded:
         return str(recorded)
+    early = rundir.read_json(run_dir / contract.STOP_CAUSE_JSON) if run_dir else None
+    if isinstance(early, dict) and early.get("cause") and early.get("attempt") == previous.get("attempt"):
+        return str(early["cause"])
     return {
         "done": "ended",
         "interrupted": "signal (cause not recorded)",  # ranks saved; the node task was killed first
@@ -131,7 +135,7 @@ def _record_resume(run_dir: Path, previous: dict[str, Any], attempt: str, notes:
     if previous.get("attempt") and previous.get("attempt") != attempt:
         rundir.append_jsonl(run_dir / contract.RESTARTS_JSONL, {
             "time": time.time(), "attempt": attempt, "previous_attempt": previous["attempt"],
-            "cause": _restart_cause(previous), "previous_phase": previous.get("phase"),
+            "cause": _restart_cause(previous, run_dir), "previous_phase": previous.get("phase"),
             "stopped_at_step": previous.get("step"), "resumed_from_step": resume_step,
             "steps_lost": dropped,
         })

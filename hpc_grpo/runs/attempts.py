@@ -1,0 +1,42 @@
+"""Restart causes checked against Slurm's accounting: ``sacct --duplicates`` keeps one record per
+attempt of a job, ending PREEMPTED, NODE_FAIL or TIMEOUT where Slurm itself stopped it. Pure.
+
+The node task names a cause from what Slurm said the moment it stopped (runtime/node/causes.py);
+where that could not tell (a preemption arriving as a plain TERM reads as ``scontrol requeue``;
+a node that died before Slurm noticed reads as ``task crash``; node 0 lost records nothing), the
+attempt's sacct record, written afterwards, is the better witness (docs/causes.md).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+SACCT_CAUSES = {"PREEMPTED": "preempted", "NODE_FAIL": "node failure", "TIMEOUT": "time limit"}
+# Causes that sacct's own record may correct; a precise one (user signal, preempted) stays.
+_VAGUE = ("scontrol requeue", "task crash", "killed (no stop recorded)",
+          "signal (cause not recorded)")
+_ATTEMPT = re.compile(r"^slurm-(\d+(?:_\d+)?)\.(\d+)$")
+
+
+def _vague(cause: str) -> bool:
+    return cause in _VAGUE or cause.endswith("(Slurm gave no record)")
+
+
+def with_accounting(restarts: Sequence[Mapping[str, Any]], job_id: str,
+                    attempt_states: Sequence[str]) -> list[dict[str, Any]]:
+    """Each restart with ``slurm_state``, the end state sacct recorded for the attempt it ended
+    (``attempt_states``: this job's records in attempt order), and a vague cause replaced where
+    that state names the cause."""
+    out = []
+    for restart in restarts:
+        row = dict(restart)
+        found = _ATTEMPT.match(str(row.get("previous_attempt") or ""))
+        if found and found.group(1) == job_id and int(found.group(2)) < len(attempt_states):
+            state = attempt_states[int(found.group(2))]
+            row["slurm_state"] = state
+            if state in SACCT_CAUSES and _vague(str(row.get("cause") or "")):
+                row["cause"] = SACCT_CAUSES[state]
+        out.append(row)
+    return out
