@@ -23,6 +23,7 @@ from hpc_grpo.config.site import SiteProfile, all_sites, find_site
 from hpc_grpo.config.spec import JobSpec, build_spec, parse_set
 from hpc_grpo.config.strict import read_yaml
 from hpc_grpo.errors import UserError, UserErrors
+from hpc_grpo.planner.checkpoints import checkpoint_report, refuse_if_no_fit
 from hpc_grpo.planner.job import JobPlan, build_plan, default_name
 from hpc_grpo.planner.timing import Timings
 from hpc_grpo.preflight import inputs
@@ -96,7 +97,7 @@ def _prepare(site: SiteProfile, spec: JobSpec, *, root: Path, run_id: str | None
     name = spec.name or default_name(model.source)
     measured = registry.measured_timings(name, site.name)
     timings = Timings(*measured) if measured else None
-    plan = build_plan(site, spec, model, timings)
+    plan = build_plan(site, spec, model, timings, inputs.free_space(root))
     run_id = run_id or registry.next_run_id(root, plan.job_name)
     run_dir = root / run_id
     python = python or site.python or sys.executable
@@ -156,6 +157,7 @@ def submit(request: Request) -> Submitted:
     if ensure_builtin_model(prepared.plan.spec.model, prepared.python):
         prepared = prepare(request)  # again, now that the model's architecture can be read
     plan = prepared.plan
+    refuse_if_no_fit(plan.checkpoint_problem)
     record = plan.run_record(prepared.run_id, str(prepared.run_dir))
     files = {
         RUN_JSON: json.dumps(record.to_dict(), indent=2) + "\n",
@@ -231,6 +233,7 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Re
     python = saved.get("python") if isinstance(saved.get("python"), str) else None
     prepared = _prepare(site, spec, root=run_dir.parent, run_id=run_dir.name, python=python,
                         site_name=saved["site"])
+    refuse_if_no_fit(prepared.plan.checkpoint_problem)
     record = prepared.plan.run_record(files.run_id, str(run_dir))
     problems = rules.unchangeable(files.record, record.to_dict())
     if problems:
@@ -292,6 +295,7 @@ def plan_report(plan: JobPlan) -> dict[str, Any]:
         "tensor_parallel_size": plan.tensor_parallel_size, "vllm": record["vllm"],
         "deepspeed": record["deepspeed"], "memory_plan": memory.to_dict() if memory else None,
         "no_memory_plan": why_none, "warnings": list(plan.warnings),
+        "checkpoint": checkpoint_report(plan.checkpoint),
     }
 
 

@@ -285,6 +285,12 @@ def _plan_table(data: dict[str, Any]) -> None:
         for item, gib in memory["breakdown_gib"].items():
             breakdown.add_row(item, f"{gib:.1f}")
         console.print(breakdown)
+    ckpt = data.get("checkpoint")
+    if ckpt:
+        kept = f"{ckpt['at_once']} at once while saving ({ckpt['peak_disk_gib']:.1f} GiB)" \
+            if ckpt["at_once"] else "all kept (save_total_limit unset)"
+        console.print(f"checkpoint: {ckpt['one_gib']:.1f} GiB each, {kept}; a save needs "
+                      f"{ckpt['save_host_gib']:.1f} GiB of host memory on rank 0's node")
     for warning in data["warnings"]:
         console.print(f"warning: {warning}")
 

@@ -16,6 +16,8 @@ from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner import MemoryPlan, ModelArch, PlanRequest, check_batch_rules, make_plan
 from hpc_grpo.planner.blocks import dataset_block, model_block, peft_block
+from hpc_grpo.planner.checkpoint_size import CheckpointSize
+from hpc_grpo.planner.checkpoints import check_checkpoints
 from hpc_grpo.planner.engines import deepspeed_plan, vllm_plan
 from hpc_grpo.planner.timing import Timings, signal_lead
 from hpc_grpo.planner.topology import ServerSplit, rank_table, server_split
@@ -69,6 +71,8 @@ class JobPlan:
     warnings: tuple[str, ...]
     signal_lead_s: int = 0
     signal_lead_reason: str = ""
+    checkpoint: CheckpointSize | None = None  # one checkpoint's files (planner/checkpoints.py)
+    checkpoint_problem: str = ""  # why no checkpoint fits the output file system; submit refuses
 
     @property
     def nodes(self) -> int:
@@ -98,6 +102,7 @@ class JobPlan:
             site=self.site.name, scheduler=self.site.scheduler,
             max_requeues=self.site.max_requeues, signal_lead_s=self.signal_lead_s,
             time_min=self.time_min, memory_plan=self.memory.to_dict() if self.memory else None,
+            checkpoint_bytes=self.checkpoint.one if self.checkpoint else 0,
         )
 
 
@@ -203,8 +208,9 @@ def _memory_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int) 
 
 
 def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
-               timings: Timings | None = None) -> JobPlan:
-    """Check the request against the site and choose the layout; raises UserError early."""
+               timings: Timings | None = None, free: tuple[int | None, str] = (None, "")) -> JobPlan:
+    """Check the request against the site and choose the layout; raises UserError early.
+    ``free``: the output file system's free bytes and name, probed by the caller."""
     time_min = minutes(spec.time, "time")
     lead, lead_reason = signal_lead(site.signal_lead_s, timings)
     warnings = _check_limits(site, spec, time_min, lead, timings)
@@ -220,10 +226,15 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
             "each process generates alone with transformers")
     sequence = prompt_bound(spec) + _grpo(spec, "max_completion_length")
     vllm = vllm_plan(site, spec, memory, server, sequence)
+    deepspeed = deepspeed_plan(site.device, spec, memory)
+    checkpoint, no_fit, more = check_checkpoints(site, spec, model.arch, deepspeed, memory,
+                                         spec.nodes * procs, *free)
+    warnings += more
     return JobPlan(
         site=site, spec=spec, model=model, device=site.device, procs_per_node=procs,
         ranks=rank_table(spec.nodes, procs, vllm.tensor_parallel_size), vllm=vllm,
-        deepspeed=deepspeed_plan(site.device, spec, memory), memory=memory, server=server,
+        deepspeed=deepspeed, memory=memory, server=server, checkpoint=checkpoint,
+        checkpoint_problem=no_fit,
         time_min=time_min, job_name=spec.name or default_name(model.source),
         warnings=tuple(warnings), signal_lead_s=lead, signal_lead_reason=lead_reason,
     )

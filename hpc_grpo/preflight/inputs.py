@@ -11,6 +11,7 @@ import importlib
 import importlib.util
 import json
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -148,3 +149,15 @@ def check_reward(spec: str) -> None:
                         hint="is it on PYTHONPATH (the nodes need it too)?")
     if not callable(getattr(module, func, None)):
         raise UserError(f"'{func}' in {module_name} is not a function", field="reward_funcs")
+
+
+def free_space(root: Path) -> tuple[int | None, str]:
+    """Free bytes of the file system that will hold ``root`` (its nearest existing parent, as
+    the run directory may not exist yet) and how to name it; (None, "") when it cannot be read."""
+    probe = root
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        return shutil.disk_usage(probe).free, f"the output file system ({probe})"
+    except OSError:
+        return None, ""

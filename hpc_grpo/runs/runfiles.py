@@ -42,6 +42,7 @@ class Progress:
     message: str = ""  # state.json message: what failed (the exception line for a bad config)
     logp_diff: float | None = None  # the last line's vLLM/trainer log-prob difference (drift.py)
     drift: str = ""  # drift.py's line when a recent step exceeds its bound, else ""
+    skipped: str = ""  # state.json checkpoint_skipped: the last save skipped for lack of space
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,7 @@ def _progress(record: dict[str, Any], state: dict[str, Any], recent: list[dict[s
         message=_text("state.json", state, "message", problems),
         logp_diff=drift.logp_diff(metrics),
         drift=found.line() if (found := drift.judge(recent)) else "",
+        skipped=_text("state.json", state, "checkpoint_skipped", problems),
     )
 
 

@@ -49,6 +49,7 @@ class RunStatus:
     message: str = ""  # what failed, as the ranks or the node task recorded it
     logp_diff: float | None = None  # last step's vLLM/trainer log-prob difference (runs/drift.py)
     drift: str = ""  # why the engine may generate with stale weights, "" when no recent step says so
+    checkpoint_skipped: str = ""  # the last save skipped for lack of space (rank callbacks)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -69,7 +70,7 @@ def _row(files: RunFiles, view: JobView) -> RunStatus:
         cluster=identity.cluster if identity else "", source=view.source,
         note="; ".join([*files.problems, *([view.note] if view.note else [])]),
         cause=progress.cause, message=progress.message,
-        logp_diff=progress.logp_diff, drift=progress.drift,
+        logp_diff=progress.logp_diff, drift=progress.drift, checkpoint_skipped=progress.skipped,
     )
 
 

@@ -207,6 +207,7 @@ class RunRecord:
     signal_lead_s: int = DEFAULT_SIGNAL_LEAD_S
     time_min: int | None = None
     memory_plan: Mapping[str, Any] | None = None
+    checkpoint_bytes: int = 0  # the plan's size of one checkpoint; 0: not estimated
     schema: int = SCHEMA
 
     @property
@@ -271,6 +272,7 @@ class RunRecord:
                 max_requeues=int(data.get("max_requeues", DEFAULT_MAX_REQUEUES)),
                 signal_lead_s=int(data.get("signal_lead_s", DEFAULT_SIGNAL_LEAD_S)),
                 time_min=data.get("time_min"), memory_plan=data.get("memory_plan"),
+                checkpoint_bytes=int(data.get("checkpoint_bytes") or 0),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ContractError):
@@ -312,6 +314,7 @@ class RunState:
     checkpoint_seconds: float | None = None
     reward_delta: float | None = None
     gpu_mem_train_begin: Mapping[str, Any] | None = None
+    checkpoint_skipped: str | None = None  # the last save skipped for lack of space, one line
 
 
 STATE_FIELDS = frozenset(f.name for f in dataclasses.fields(RunState))
