@@ -20,7 +20,7 @@ from typing import Any
 
 from hpc_grpo.runtime import contract, rundir
 from hpc_grpo.runtime.contract import ALWAYS_STOP, CLEAN_END, PORTS_PER_JOB, RunRecord
-from hpc_grpo.runtime.node import retry, vllm_server
+from hpc_grpo.runtime.node import oom, retry, vllm_server
 
 PAYLOAD_MODULES = {"train": "hpc_grpo.runtime.rank.train", "check": "hpc_grpo.runtime.rank.smoke"}
 
@@ -253,8 +253,12 @@ class NodeTask:
                 port = vllm_server.address(node_env).port
                 print(f"[node] vllm serve starting on port {port} (log {log})", flush=True)
                 vllm_server.wait_healthy(server, port)
+            kills_before, kills_file = oom.read_kills()
             proc = subprocess.Popen(argv, env=env, preexec_fn=_agent_ignores(signals))
             rc = proc.wait()  # signal handlers run while waiting (PEP 475 restarts the wait)
+            if rc != 0:  # a rank SIGKILLed by the OOM killer leaves no record of its own
+                self._record_oom(oom.killed_line(kills_before, oom.read_kills()[0], kills_file,
+                                                 socket.gethostname()))
         finally:
             if server is not None:
                 vllm_server.stop(server)
@@ -279,6 +283,11 @@ class NodeTask:
             raise RunFailed(failed)
         return code
 
+    def _record_oom(self, line: str) -> None:
+        if line:
+            print(f"[node] {oom.CAUSE}: {line}", flush=True)
+            rundir.update_state(self.run_dir, phase="failed", stop_cause=oom.CAUSE, message=line)
+
     def _after_exit(self, run: RunRecord, code: int, state: Mapping[str, Any],
                     attempt: str) -> str:
         """Rank-0 node: name the cause of a signalled stop; requeue a crash while retries last.
@@ -296,15 +305,17 @@ class NodeTask:
         earlier = rundir.read_jsonl(path)
         step = int(state.get("last_checkpoint_step") or 0)
         config_error = retry.configuration_error(state, attempt)
-        decision = retry.decide_retry(earlier, step, run.max_requeues, config_error)
+        recorded = str(state.get("stop_cause") or "")  # an OOM kill is this node task's record
+        cause = recorded if state.get("attempt") == attempt or recorded == oom.CAUSE else ""
+        decision = retry.decide_retry(earlier, step, run.max_requeues, config_error, cause)
         print(f"[node] training failed (exit {code}): {decision.reason}", flush=True)
         if not decision.requeue:
             if not config_error:  # a configuration error's state already holds its line
                 rundir.update_state(self.run_dir, phase="failed", message=decision.reason)
             return decision.reason
         rundir.append_jsonl(path, {"time": time.time(), "checkpoint_step": step, "exit_code": code,
-                                   "job_id": job})
-        rundir.update_state(self.run_dir, stop_cause="node failure")
+                                   "job_id": job, "cause": cause})
+        rundir.update_state(self.run_dir, stop_cause=cause or "node failure")
         subprocess.run(["scontrol", "requeue", job], check=False)
         return ""
 
