@@ -23,7 +23,7 @@ from hpc_grpo.config.site import SiteProfile, all_sites, find_site
 from hpc_grpo.config.spec import JobSpec, build_spec, parse_set
 from hpc_grpo.config.strict import read_yaml
 from hpc_grpo.errors import UserError, UserErrors
-from hpc_grpo.planner.checkpoints import checkpoint_report, refuse_if_no_fit
+from hpc_grpo.planner.checkpoints import checkpoint_report, refuse_if_no_fit, resident_host_gib
 from hpc_grpo.planner.job import JobPlan, build_plan, default_name
 from hpc_grpo.planner.timing import Timings
 from hpc_grpo.preflight import inputs
@@ -320,13 +320,24 @@ def cancel(name: str) -> Any:
 
 
 def doctor(site_name: str, nodes: int | None, partition: str, output_root: str,
-           timeout_s: int) -> Any:
-    """A real preflight job on the site's nodes."""
+           timeout_s: int, model: str = "") -> Any:
+    """A real preflight job on the site's nodes; with a model, its planned checkpoint and save
+    memory are compared with each node's free output space and memory."""
     from hpc_grpo.preflight import doctor as checks
+    from hpc_grpo.preflight.capacity import Capacity
 
     profile = find_site(site_name)
-    return checks.run(profile, nodes=nodes or min(2, profile.max_nodes or 2), partition=partition,
-                      output_root=output_root, timeout_s=timeout_s)
+    count = nodes or min(2, profile.max_nodes or 2)
+    capacity = Capacity(cpu_memory_gib=profile.cpu_memory_gib)
+    if model:
+        plan = prepare(Request(site=site_name, flags={"model": model, "nodes": count},
+                               output_root=output_root or None)).plan
+        if plan.checkpoint is not None:
+            capacity = Capacity(profile.cpu_memory_gib, plan.checkpoint.one,
+                                plan.checkpoint.at_once,
+                                resident_host_gib(plan.memory) + plan.checkpoint.host_bytes / 2**30)
+    return checks.run(profile, nodes=count, partition=partition, output_root=output_root,
+                      timeout_s=timeout_s, capacity=capacity)
 
 
 def init_site(name: str, partition: str, output: str, force: bool) -> tuple[Path, dict[str, Any]]:

@@ -325,15 +325,18 @@ def plan(as_json: bool, list_models: bool, **kwargs: Any) -> None:
 @click.option("--output-root", default="", help="Directory to prove shared (default: the site's).")
 @click.option("--timeout", "timeout_s", type=click.IntRange(min=10), default=180, show_default=True,
               help="Seconds to wait for the job, queueing included.")
+@click.option("--model", default="",
+              help="Also compare this model's planned checkpoint and save memory with each "
+                   "node's free output space and memory.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @user_errors
 def doctor(site_name: str, nodes: int | None, partition: str, output_root: str, timeout_s: int,
-           as_json: bool) -> None:
+           model: str, as_json: bool) -> None:
     """Check the cluster with a short job: exit 0 all pass, 1 a check failed, 2 bad input."""
     from hpc_grpo import api
     from hpc_grpo.preflight import doctor as checks
 
-    result = api.doctor(site_name, nodes, partition, output_root, timeout_s)
+    result = api.doctor(site_name, nodes, partition, output_root, timeout_s, model)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from hpc_grpo import __version__
 from hpc_grpo.config.site import SiteProfile, minutes
 from hpc_grpo.errors import UserError
+from hpc_grpo.preflight.capacity import Capacity, capacity_rows
 from hpc_grpo.runtime.probe import MARKER, PACKAGES
 from hpc_grpo.scheduler import slurm
 
@@ -40,7 +41,7 @@ MATRIX: Mapping[str, tuple[str, str]] = {
 TRL_VLLM_FALLBACK = ">=0.22.0,<=0.31.0"  # TRL 1.16's vllm extra, when the node's TRL says nothing
 CHECK_ORDER = ("job", *PACKAGES, "known: ZeRO-3 + LoRA", "known: vLLM vs TRL", "known: vLLM TP seeds",
                "same stack", "hpc-grpo", "node names", "scontrol", "interface", "rendezvous port",
-               "shared output", "gpus")
+               "shared output", "output disk", "node memory", "gpus")
 _SPEC = re.compile(r"^\s*(~=|==|!=|>=|<=|>|<)\s*([0-9][0-9a-zA-Z.*+!-]*)\s*$")
 
 
@@ -58,6 +59,7 @@ class Expect:
 
     gpus_per_node: int
     interface: str
+    capacity: Capacity = Capacity()  # disk and memory a planned job needs (doctor --model)
 
 
 # ---- versions ------------------------------------------------------------------------------
@@ -208,7 +210,7 @@ def node_checks(report: Mapping[str, Any], expect: Expect) -> list[tuple[str, St
     want = expect.gpus_per_node
     status: Status = "pass" if count == want else ("warn" if count > want else "fail")
     rows.append(("gpus", status, f"{count} seen ({source}), profile says {want}"))
-    return rows
+    return rows + capacity_rows(report, expect.capacity)
 
 
 # ---- all nodes -> rows -----------------------------------------------------------------------
@@ -313,7 +315,8 @@ def node_command(site: SiteProfile, python: str, probe_args: Sequence[str]) -> l
 
 
 def run(site: SiteProfile, *, nodes: int, partition: str = "", output_root: str = "",
-        python: str = "", timeout_s: float = 180, share_wait_s: float = 20) -> Result:
+        python: str = "", timeout_s: float = 180, share_wait_s: float = 20,
+        capacity: Capacity | None = None) -> Result:
     """Submit the probe job, wait for it (at most ``timeout_s``) and judge what came back."""
     if site.scheduler != "slurm":
         raise UserError(f"site '{site.name}' has no Slurm: doctor checks cluster nodes",
@@ -346,7 +349,8 @@ def run(site: SiteProfile, *, nodes: int, partition: str = "", output_root: str 
         note = f"no answer within {timeout_s:g} s (queued or stuck); srun said: {said or 'nothing'}"
     else:
         note = f"srun exit code {step.returncode}" + (f": {said}" if said else "")
-    rows = aggregate(reports, Expect(site.gpus_per_node, site.network_interface),
+    want = capacity or Capacity(cpu_memory_gib=site.cpu_memory_gib)
+    rows = aggregate(reports, Expect(site.gpus_per_node, site.network_interface, want),
                      job_note=note if (step.timed_out or step.returncode or not reports) else "")
     return Result(site.name, tuple(rows), tuple(reports))
 
