@@ -106,7 +106,8 @@ def estimate(req: CheckpointRequest) -> CheckpointSize:
 
 
 def gib(value: float) -> str:
-    return f"{value / GIB:.1f} GiB"
+    """A size for one line: GiB, or MiB below one GiB (a tiny model's checkpoint)."""
+    return f"{value / GIB:.1f} GiB" if value >= GIB / 10 else f"{value / 2**20:.1f} MiB"
 
 
 def disk_verdict(size: CheckpointSize, free_bytes: int, where: str) -> tuple[str, str]:

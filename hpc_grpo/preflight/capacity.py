@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from hpc_grpo.planner.checkpoint_size import gib
+
 Status = Literal["pass", "warn", "fail", "skip"]
 GIB = float(2**30)
 PROFILE_SLACK = 0.95  # a node showing less than this share of the profile's memory is flagged
@@ -35,13 +37,13 @@ def disk_row(report: Mapping[str, Any], want: Capacity) -> tuple[str, Status, st
     if not one:
         return ("output disk", "pass", f"{have} (doctor --model M compares a checkpoint)")
     if one > free:
-        return ("output disk", "fail", f"{have}; one checkpoint needs {one / GIB:.1f} GiB: no "
+        return ("output disk", "fail", f"{have}; one checkpoint needs {gib(one)}: no "
                                        "save can complete")
     at_once = want.checkpoints_at_once
     if at_once and one * at_once > free:
-        return ("output disk", "warn", f"{have}; {at_once} checkpoints of {one / GIB:.1f} GiB "
+        return ("output disk", "warn", f"{have}; {at_once} checkpoints of {gib(one)} "
                                        "exist at once while saving: later saves will be skipped")
-    return ("output disk", "pass", f"{have}; a checkpoint needs {one / GIB:.1f} GiB")
+    return ("output disk", "pass", f"{have}; a checkpoint needs {gib(one)}")
 
 
 def memory_row(report: Mapping[str, Any], want: Capacity) -> tuple[str, Status, str] | None:

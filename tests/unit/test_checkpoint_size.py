@@ -118,7 +118,7 @@ def tiny_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_submit_refuses_when_no_checkpoint_fits(tiny_home: Path, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(inputs, "free_space", lambda root: (100_000, "the output file system (x)"))
-    with pytest.raises(UserError, match=r"one checkpoint needs .* GiB but the output file system"):
+    with pytest.raises(UserError, match=r"one checkpoint needs [0-9.]+ MiB but the output file system"):
         api.submit(_request(tmp_path / "runs"))
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
     prepared = api.prepare(_request(tmp_path / "runs"))  # plan and render show it, not refuse
