@@ -24,6 +24,7 @@ from hpc_grpo.config.spec import JobSpec, build_spec, parse_set
 from hpc_grpo.config.strict import read_yaml
 from hpc_grpo.errors import UserError, UserErrors
 from hpc_grpo.planner.blocks import default_name
+from hpc_grpo.planner.checkpoints import checkpoint_report, refuse_if_no_fit, resident_host_gib
 from hpc_grpo.planner.job import JobPlan, build_plan
 from hpc_grpo.planner.timing import Timings
 from hpc_grpo.preflight import inputs
@@ -116,7 +117,7 @@ def _prepare(site: SiteProfile, spec: JobSpec, *, root: Path, run_id: str | None
     name = spec.name or default_name(model.source)
     measured = registry.measured_timings(name, site.name)
     timings = Timings(*measured) if measured else None
-    plan = build_plan(site, spec, staging.model, timings)
+    plan = build_plan(site, spec, staging.model, timings, inputs.free_space(root))
     refused, notes = staging.problems(site, site_name)
     plan = dataclasses.replace(plan, dataset_commit=staging.dataset_commit,
                                warnings=plan.warnings + notes + tuple(probed.notes))
@@ -185,6 +186,7 @@ def submit(request: Request) -> Submitted:
     if ensure_builtin_model(prepared.plan.spec.model, prepared.python):
         prepared = prepare(request)  # again, now that the model's architecture can be read
     plan = prepared.plan
+    refuse_if_no_fit(plan.checkpoint_problem)
     record = plan.run_record(prepared.run_id, str(prepared.run_dir))
     files = {
         RUN_JSON: json.dumps(record.to_dict(), indent=2) + "\n",
@@ -261,6 +263,7 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Re
     prepared = _prepare(site, spec, root=run_dir.parent, run_id=run_dir.name, python=python,
                         site_name=saved["site"])
     _refuse_unstaged(prepared)
+    refuse_if_no_fit(prepared.plan.checkpoint_problem)
     record = prepared.plan.run_record(files.run_id, str(run_dir))
     problems = rules.unchangeable(files.record, record.to_dict())
     if problems:
@@ -336,6 +339,7 @@ def plan_report(plan: JobPlan) -> dict[str, Any]:
         "tensor_parallel_size": plan.tensor_parallel_size, "vllm": block_dict(plan.vllm),
         "deepspeed": block_dict(plan.deepspeed), "memory_plan": memory.to_dict() if memory else None,
         "no_memory_plan": why_none, "warnings": list(plan.warnings),
+        "checkpoint": checkpoint_report(plan.checkpoint),
     }
 
 
@@ -360,13 +364,24 @@ def cancel(name: str) -> Any:
 
 
 def doctor(site_name: str, nodes: int | None, partition: str, output_root: str,
-           timeout_s: int) -> Any:
-    """A real preflight job on the site's nodes."""
+           timeout_s: int, model: str = "") -> Any:
+    """A real preflight job on the site's nodes; with a model, its planned checkpoint and save
+    memory are compared with each node's free output space and memory."""
     from hpc_grpo.preflight import doctor as checks
+    from hpc_grpo.preflight.capacity import Capacity
 
     profile = find_site(site_name)
-    return checks.run(profile, nodes=nodes or min(2, profile.max_nodes or 2), partition=partition,
-                      output_root=output_root, timeout_s=timeout_s)
+    count = nodes or min(2, profile.max_nodes or 2)
+    capacity = Capacity(cpu_memory_gib=profile.cpu_memory_gib)
+    if model:
+        plan = prepare(Request(site=site_name, flags={"model": model, "nodes": count},
+                               output_root=output_root or None)).plan
+        if plan.checkpoint is not None:
+            capacity = Capacity(profile.cpu_memory_gib, plan.checkpoint.one,
+                                plan.checkpoint.at_once,
+                                resident_host_gib(plan.memory) + plan.checkpoint.host_bytes / 2**30)
+    return checks.run(profile, nodes=count, partition=partition, output_root=output_root,
+                      timeout_s=timeout_s, capacity=capacity)
 
 
 def init_site(name: str, partition: str, output: str, force: bool) -> tuple[Path, dict[str, Any]]:

@@ -308,6 +308,12 @@ def _plan_table(data: dict[str, Any]) -> None:
         for item, gib in memory["breakdown_gib"].items():
             breakdown.add_row(item, f"{gib:.1f}")
         console.print(breakdown)
+    ckpt = data.get("checkpoint")
+    if ckpt:
+        kept = f"{ckpt['at_once']} at once while saving ({ckpt['peak_disk_gib']:.1f} GiB)" \
+            if ckpt["at_once"] else "all kept (save_total_limit unset)"
+        console.print(f"checkpoint: {ckpt['one_gib']:.1f} GiB each, {kept}; a save needs "
+                      f"{ckpt['save_host_gib']:.1f} GiB of host memory on rank 0's node")
     for warning in data["warnings"]:
         console.print(f"warning: {warning}")
 
@@ -342,15 +348,18 @@ def plan(as_json: bool, list_models: bool, **kwargs: Any) -> None:
 @click.option("--output-root", default="", help="Directory to prove shared (default: the site's).")
 @click.option("--timeout", "timeout_s", type=click.IntRange(min=10), default=180, show_default=True,
               help="Seconds to wait for the job, queueing included.")
+@click.option("--model", default="",
+              help="Also compare this model's planned checkpoint and save memory with each "
+                   "node's free output space and memory.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @user_errors
 def doctor(site_name: str, nodes: int | None, partition: str, output_root: str, timeout_s: int,
-           as_json: bool) -> None:
+           model: str, as_json: bool) -> None:
     """Check the cluster with a short job: exit 0 all pass, 1 a check failed, 2 bad input."""
     from hpc_grpo import api
     from hpc_grpo.preflight import doctor as checks
 
-    result = api.doctor(site_name, nodes, partition, output_root, timeout_s)
+    result = api.doctor(site_name, nodes, partition, output_root, timeout_s, model)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:

@@ -16,10 +16,12 @@ from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner import MemoryPlan, ModelArch, PlanRequest, check_batch_rules, make_plan
 from hpc_grpo.planner.blocks import dataset_block, default_name, model_block, peft_block
+from hpc_grpo.planner.checkpoint_size import CheckpointSize
+from hpc_grpo.planner.checkpoints import check_checkpoints
 from hpc_grpo.planner.engines import deepspeed_plan, vllm_plan
 from hpc_grpo.planner.timeouts import collective_timeout
 from hpc_grpo.planner.timing import Timings, signal_lead
-from hpc_grpo.planner.topology import ServerSplit, rank_table, server_split
+from hpc_grpo.planner.topology import ServerSplit, layout_notes, rank_table, server_split
 from hpc_grpo.runtime.contract import (
     DeepSpeedBlock,
     RankRow,
@@ -76,6 +78,8 @@ class JobPlan:
     dataset_commit: str = ""  # a hub dataset staged in the site's hf_home: the pinned commit
     collective_timeout_s: int = 0
     collective_timeout_reason: str = ""
+    checkpoint: CheckpointSize | None = None  # one checkpoint's files (planner/checkpoints.py)
+    checkpoint_problem: str = ""  # why no checkpoint fits the output file system; submit refuses
 
     @property
     def nodes(self) -> int:
@@ -109,6 +113,7 @@ class JobPlan:
             watchdog=WatchdogBlock(startup_s=self.site.watchdog_startup_s,
                                    min_s=self.site.watchdog_min_s),
             collective_timeout_s=self.collective_timeout_s,
+            checkpoint_bytes=self.checkpoint.one if self.checkpoint else 0,
         )
 
 
@@ -216,30 +221,29 @@ def _memory_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int) 
 
 
 def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
-               timings: Timings | None = None) -> JobPlan:
-    """Check the request against the site and choose the layout; raises UserError early."""
+               timings: Timings | None = None, free: tuple[int | None, str] = (None, "")) -> JobPlan:
+    """Check the request against the site and choose the layout; raises UserError early.
+    ``free``: the output file system's free bytes and name, probed by the caller."""
     time_min = minutes(spec.time, "time")
     lead, lead_reason = signal_lead(site.signal_lead_s, timings)
     warnings = [*spec.notes, *_check_limits(site, spec, time_min, lead, timings)]
     procs, server = _processes(site, spec)
     _check_batches(spec, spec.nodes * procs)
     memory = None if server is not None else _memory_plan(site, spec, model, procs)
-    if site.device == "cuda" and server is None and memory is None:
-        warnings.append("model architecture unknown: TP 1 and TRL's vLLM defaults, no memory plan")
-    if site.device == "cpu" and spec.tensor_parallel_size > 1:
-        warnings.append(
-            f"tensor_parallel_size {spec.tensor_parallel_size} on CPU site '{site.name}' only "
-            f"groups ranks (vLLM seed rank // {spec.tensor_parallel_size}): no vLLM runs on CPU, "
-            "each process generates alone with transformers")
+    warnings += layout_notes(site.device, site.name, spec.tensor_parallel_size, memory or server)
     sequence = prompt_bound(spec) + _grpo(spec, "max_completion_length")
     timeout, timeout_reason = collective_timeout(timings, site.watchdog_startup_s,
                                                  site.watchdog_min_s, spec.grpo.get("ddp_timeout"))
     vllm = vllm_plan(site, spec, memory, server, sequence)
+    deepspeed = deepspeed_plan(site.device, spec, memory)
+    checkpoint, no_fit, more = check_checkpoints(site, spec, model.arch, deepspeed, memory,
+                                                 spec.nodes * procs, *free)
+    warnings += more
     return JobPlan(
         site=site, spec=spec, model=model, device=site.device, procs_per_node=procs,
         ranks=rank_table(spec.nodes, procs, vllm.tensor_parallel_size), vllm=vllm,
-        deepspeed=deepspeed_plan(site.device, spec, memory), memory=memory, server=server,
-        time_min=time_min, job_name=spec.name or default_name(model.source),
+        deepspeed=deepspeed, memory=memory, server=server, checkpoint=checkpoint,
+        checkpoint_problem=no_fit, time_min=time_min, job_name=spec.name or default_name(model.source),
         warnings=tuple(warnings), signal_lead_s=lead, signal_lead_reason=lead_reason,
         collective_timeout_s=timeout, collective_timeout_reason=timeout_reason,
     )

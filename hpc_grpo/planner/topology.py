@@ -81,3 +81,17 @@ def server_split(nodes: int, gpus_per_node: int, server_gpus: int) -> ServerSpli
         server_node=nodes - 1,
         idle_gpus_per_node=server_gpus if nodes > 1 else 0,
     )
+
+
+def layout_notes(device: str, site_name: str, tp: int, planned: object) -> list[str]:
+    """Warnings about the layout the plan could not size or that means less than it says:
+    a GPU job without a memory plan or server split (``planned`` falsy: architecture unknown),
+    TP > 1 on a CPU site."""
+    notes = []
+    if device == "cuda" and not planned:
+        notes.append("model architecture unknown: TP 1 and TRL's vLLM defaults, no memory plan")
+    if device == "cpu" and tp > 1:
+        notes.append(f"tensor_parallel_size {tp} on CPU site '{site_name}' only groups ranks "
+                     f"(vLLM seed rank // {tp}): no vLLM runs on CPU, each process generates "
+                     "alone with transformers")
+    return notes

@@ -22,7 +22,9 @@ from typing import Any, Literal
 from hpc_grpo import __version__
 from hpc_grpo.config.site import SiteProfile, minutes
 from hpc_grpo.errors import UserError
+from hpc_grpo.preflight.capacity import Capacity, capacity_rows
 from hpc_grpo.preflight.nodecmd import node_command, pyxis_found
+from hpc_grpo.preflight.versions import satisfies
 from hpc_grpo.runtime.probe import MARKER, PACKAGES
 from hpc_grpo.scheduler import slurm
 
@@ -41,8 +43,8 @@ MATRIX: Mapping[str, tuple[str, str]] = {
 TRL_VLLM_FALLBACK = ">=0.22.0,<=0.31.0"  # TRL 1.16's vllm extra, when the node's TRL says nothing
 CHECK_ORDER = ("job", *PACKAGES, "known: ZeRO-3 + LoRA", "known: vLLM vs TRL", "known: vLLM TP seeds",
                "same stack", "hpc-grpo", "modules", "container runtime", "container", "node names",
-               "scontrol", "interface", "rendezvous port", "shared output", "gpus")
-_SPEC = re.compile(r"^\s*(~=|==|!=|>=|<=|>|<)\s*([0-9][0-9a-zA-Z.*+!-]*)\s*$")
+               "scontrol", "interface", "rendezvous port", "shared output", "output disk",
+               "node memory", "gpus")
 
 
 @dataclass(frozen=True)
@@ -61,47 +63,10 @@ class Expect:
     interface: str
     modules: tuple[str, ...] = ()
     container: str = ""  # the profile's container runtime, "" for none
+    capacity: Capacity = Capacity()  # disk and memory a planned job needs (doctor --model)
 
 
 # ---- versions ------------------------------------------------------------------------------
-
-def parse_version(text: str) -> tuple[int, ...]:
-    """Leading release numbers: ``2.6.0+cu124`` -> (2, 6, 0). Pre-releases count as the release."""
-    match = re.match(r"\s*v?(\d+(?:\.\d+)*)", text)
-    if not match:
-        raise ValueError(f"not a version: {text!r}")
-    return tuple(int(part) for part in match.group(1).split("."))
-
-
-def _compare(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    width = max(len(a), len(b))
-    a, b = a + (0,) * (width - len(a)), b + (0,) * (width - len(b))
-    return (a > b) - (a < b)
-
-
-def satisfies(version: str, spec: str) -> bool:
-    """Whether ``version`` meets a PEP 440-style specifier list such as ``>=0.22.0,<=0.31.0``."""
-    have = parse_version(version)
-    for clause in filter(None, (c.strip() for c in spec.split(","))):
-        match = _SPEC.match(clause)
-        if not match:
-            raise ValueError(f"not a version specifier: {clause!r}")
-        op, text = match.groups()
-        if op in ("==", "!=") and text.endswith(".*"):
-            prefix = parse_version(text[:-2])
-            ok = have[: len(prefix)] == prefix
-            ok = ok if op == "==" else not ok
-        elif op == "~=":
-            want = parse_version(text)
-            ok = _compare(have, want) >= 0 and have[: len(want) - 1] == want[:-1]
-        else:
-            cmp = _compare(have, parse_version(text))
-            ok = {"==": cmp == 0, "!=": cmp != 0, ">=": cmp >= 0, "<=": cmp <= 0,
-                  ">": cmp > 0, "<": cmp < 0}[op]
-        if not ok:
-            return False
-    return True
-
 
 def judge_package(name: str, version: str | None, *, gpu_site: bool) -> tuple[Status, str]:
     """One package against the supported matrix."""
@@ -228,7 +193,7 @@ def node_checks(report: Mapping[str, Any], expect: Expect) -> list[tuple[str, St
     want = expect.gpus_per_node
     status: Status = "pass" if count == want else ("warn" if count > want else "fail")
     rows.append(("gpus", status, f"{count} seen ({source}), profile says {want}"))
-    return rows
+    return rows + capacity_rows(report, expect.capacity)
 
 
 # ---- all nodes -> rows -----------------------------------------------------------------------
@@ -323,7 +288,8 @@ def srun_options(site: SiteProfile, nodes: int, partition: str, time_min: int) -
 
 
 def run(site: SiteProfile, *, nodes: int, partition: str = "", output_root: str = "",
-        python: str = "", timeout_s: float = 180, share_wait_s: float = 20) -> Result:
+        python: str = "", timeout_s: float = 180, share_wait_s: float = 20,
+        capacity: Capacity | None = None) -> Result:
     """Submit the probe job, wait for it (at most ``timeout_s``) and judge what came back."""
     if site.scheduler != "slurm":
         raise UserError(f"site '{site.name}' has no Slurm: doctor checks cluster nodes",
@@ -363,7 +329,9 @@ def run(site: SiteProfile, *, nodes: int, partition: str = "", output_root: str 
     else:
         note = f"srun exit code {step.returncode}" + (f": {said}" if said else "")
     box = site.container.runtime if site.container is not None else ""
-    rows = aggregate(reports, Expect(site.gpus_per_node, site.network_interface, site.modules, box),
+    want = capacity or Capacity(cpu_memory_gib=site.cpu_memory_gib)
+    rows = aggregate(reports, Expect(site.gpus_per_node, site.network_interface, site.modules, box,
+                                     want),
                      job_note=note if (step.timed_out or step.returncode or not reports) else "")
     return Result(site.name, tuple(sorted_rows([*pre, *rows])), tuple(reports))
 

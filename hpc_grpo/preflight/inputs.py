@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -257,3 +258,15 @@ def with_prompt_bound(spec: JobSpec, probed: Probed) -> JobSpec:
                         hint=f"--set max_prompt_length={longest}, or leave it unset to use the "
                              "measured length")
     return spec
+
+
+def free_space(root: Path) -> tuple[int | None, str]:
+    """Free bytes of the file system that will hold ``root`` (its nearest existing parent, as
+    the run directory may not exist yet) and how to name it; (None, "") when it cannot be read."""
+    probe = root
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        return shutil.disk_usage(probe).free, f"the output file system ({probe})"
+    except OSError:
+        return None, ""

@@ -45,6 +45,7 @@ class Progress:
     drift: str = ""  # drift.py's line when a recent step exceeds its bound, else ""
     stalled: str = ""  # the hang watchdog's line while its stop is the latest, else ""
     stalled_ranks: tuple[int, ...] = ()  # the ranks it found behind
+    skipped: str = ""  # state.json checkpoint_skipped: the last save skipped for lack of space
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,7 @@ def _progress(record: dict[str, Any], state: dict[str, Any], recent: list[dict[s
         logp_diff=drift.logp_diff(metrics),
         drift=found.line() if (found := drift.judge(recent)) else "",
         stalled=stalled, stalled_ranks=stalled_ranks,
+        skipped=_text("state.json", state, "checkpoint_skipped", problems),
     )
 
 

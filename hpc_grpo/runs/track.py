@@ -53,6 +53,7 @@ class RunStatus:
     stalled: str = ""  # the hang watchdog's finding while it is why the run stopped last
     stalled_ranks: tuple[int, ...] = ()  # the ranks it found behind (() all stopped level)
     tracker_sync: str = ""  # the command that uploads the run's offline W&B run (tracking.py)
+    checkpoint_skipped: str = ""  # the last save skipped for lack of space (rank callbacks)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -83,6 +84,7 @@ def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
         logp_diff=progress.logp_diff, drift=progress.drift,
         stalled=progress.stalled, stalled_ranks=progress.stalled_ranks,
         tracker_sync=str(files.state.get("tracker_sync") or ""),
+        checkpoint_skipped=progress.skipped,
     )
 
 

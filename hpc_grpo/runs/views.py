@@ -69,6 +69,8 @@ def _notes(row: track.RunStatus) -> list[str]:
         notes.append(f"requeues: {_requeue_causes(row)}")
     if row.drift:  # e.g. "vLLM drift: at step 7 ... differ ... by 0.412 on average (bound 0.1)..."
         notes.append(row.drift)
+    if row.checkpoint_skipped:
+        notes.append(row.checkpoint_skipped)
     if row.note:
         notes.append(row.note)
     if row.tracker_sync:  # W&B offline on nodes without internet: one command uploads it

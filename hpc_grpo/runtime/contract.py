@@ -254,6 +254,7 @@ class RunRecord:
     memory_plan: Mapping[str, Any] | None = None
     watchdog: WatchdogBlock = WatchdogBlock()
     collective_timeout_s: int = DEFAULT_COLLECTIVE_TIMEOUT_S  # torch.distributed (planner/timeouts.py)
+    checkpoint_bytes: int = 0  # the plan's size of one checkpoint; 0: not estimated
     schema: int = SCHEMA
 
     @property
@@ -321,6 +322,7 @@ class RunRecord:
                 watchdog=WatchdogBlock(**(data.get("watchdog") or {})),
                 collective_timeout_s=int(data.get("collective_timeout_s",
                                                   DEFAULT_COLLECTIVE_TIMEOUT_S)),
+                checkpoint_bytes=int(data.get("checkpoint_bytes") or 0),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ContractError):
@@ -370,6 +372,7 @@ class RunState:
     stalled: Mapping[str, Any] | None = None  # the watchdog's finding (runtime/node/watchdog.py)
     tracker_logged_through: int = 0  # the highest step any attempt sent to report_to's trackers
     tracker_sync: str = ""  # the command that uploads the run's offline W&B run, "" for none
+    checkpoint_skipped: str | None = None  # the last save skipped for lack of space, one line
 
 
 STATE_FIELDS = frozenset(f.name for f in dataclasses.fields(RunState))

@@ -271,6 +271,32 @@ def container(expected: str, env: dict[str, str]) -> dict[str, Any] | None:
     return _fact(True, f"inside the {expected} image (srun --container-image)")
 
 
+def disk(path: str) -> dict[str, Any]:
+    """Free space of the file system holding path (its nearest existing parent)."""
+    probe = Path(path or ".")
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return {"free": shutil.disk_usage(probe).free, "path": str(probe)}
+
+
+def memory(meminfo: Path = Path("/proc/meminfo")) -> dict[str, Any]:
+    """The node's memory and this job's cgroup limit (v2 memory.max, v1 limit_in_bytes)."""
+    fields = {line.split(":")[0]: int(line.split()[1]) * 1024
+              for line in meminfo.read_text().splitlines() if line.endswith("kB")}
+    limit = None
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, rel = line.split(":", 2)
+        base = Path("/sys/fs/cgroup")
+        path = base / rel.lstrip("/") / "memory.max" if controllers == "" else \
+            base / "memory" / rel.lstrip("/") / "memory.limit_in_bytes"
+        if (controllers == "" or "memory" in controllers.split(",")) and path.exists():
+            text = path.read_text().strip()
+            if text.isdigit() and int(text) < fields["MemTotal"]:
+                limit = int(text)
+    return {"total": fields["MemTotal"], "available": fields.get("MemAvailable"),
+            "cgroup_limit": limit}
+
+
 def _safely(check: Callable[..., Any], *args: Any) -> Any:
     """A check that raises reports the error as its finding: one odd node must still report."""
     try:
@@ -302,7 +328,10 @@ def collect(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
         "resolve": _safely(resolve, names),
         "scontrol": scontrol,
         "gpus": _safely(gpus, args.gpus, env),
+        "memory": _safely(memory),
     }
+    if args.share_dir:
+        report["disk"] = _safely(disk, args.share_dir)
     if args.interface:
         report["interface"] = _safely(interface, args.interface)
     for key, fact in (("modules", _safely(modules, env.get("HPC_GRPO_PROBE_MODULES"))),

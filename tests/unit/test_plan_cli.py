@@ -5,16 +5,25 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from hpc_grpo import api
 from hpc_grpo.cli import main
 from hpc_grpo.planner import catalogue_names
+from hpc_grpo.preflight import inputs
 
 BIG = ["--site", "h100-pyxis", "--model", "Qwen2.5-Math-72B", "--nodes", "4",
        "--set", "max_completion_length=2048", "--set", "per_device_train_batch_size=8",
        "--set", "num_generations=8", "--set", "max_prompt_length=512"]
 
+
+
+@pytest.fixture(autouse=True)
+def cluster_sized_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These plans are for clusters, not this machine: the output file system's free space is
+    a cluster's scratch (1 PiB), so no warning depends on this machine's disk."""
+    monkeypatch.setattr(inputs, "free_space", lambda root: (2**50, "the output file system"))
 
 def invoke(*args: str) -> tuple[int, str, str]:
     result = CliRunner().invoke(main, ["plan", *args], catch_exceptions=False)

@@ -32,12 +32,30 @@ def configuration_error(state: Mapping[str, Any], attempt: str) -> str:
     return str(state.get("message") or "every rank failed alike before the first step")
 
 
+RESOURCE_CAUSES = ("out of memory", "disk full")  # node/oom.py, rank/checkpoints.py
+
+
+def repeated_resource_failure(earlier: Sequence[Mapping[str, Any]], checkpoint_step: int,
+                              cause: str) -> str:
+    """Why not to retry an OOM kill or a full disk that already ended an attempt from the same
+    checkpoint (the same steps again would end the same way), else ""."""
+    if cause not in RESOURCE_CAUSES:
+        return ""
+    if any(e.get("cause") == cause and int(e.get("checkpoint_step", -1)) == checkpoint_step
+           for e in earlier):
+        return (f"{cause} twice from checkpoint step {checkpoint_step}: deterministic, not "
+                "retried")
+    return ""
+
+
 def decide_retry(earlier: Sequence[Mapping[str, Any]], checkpoint_step: int,
-                 max_retries: int, config_error: str = "") -> RetryDecision:
-    """Requeue after a crash unless it is a configuration error, retries are spent or the run
-    makes no progress."""
+                 max_retries: int, config_error: str = "", cause: str = "") -> RetryDecision:
+    """Requeue after a crash unless it is a configuration error, retries are spent, the run
+    makes no progress, or an OOM kill / full disk repeats from the same checkpoint."""
     if config_error:
         return RetryDecision(False, f"{CONFIGURATION_ERROR}, not retried: {config_error}")
+    if repeated := repeated_resource_failure(earlier, checkpoint_step, cause):
+        return RetryDecision(False, repeated)
     if len(earlier) >= max_retries:
         return RetryDecision(False, f"{len(earlier)} automatic retries spent (max {max_retries})")
     same = sum(1 for e in earlier if int(e.get("checkpoint_step", -1)) == checkpoint_step)

@@ -20,8 +20,9 @@ from types import FrameType
 from typing import Any
 
 from hpc_grpo.runtime import contract, rundir
-from hpc_grpo.runtime.contract import ALWAYS_STOP, CLEAN_END, PORTS_PER_JOB, STALLED, RunRecord
-from hpc_grpo.runtime.node import causes, retry, slurm_facts, vllm_server, watchdog
+from hpc_grpo.runtime.contract import ALWAYS_STOP, CLEAN_END, STALLED, RunRecord
+from hpc_grpo.runtime.node import causes, oom, retry, slurm_facts, vllm_server, watchdog
+from hpc_grpo.runtime.node.ports import free_port, with_master_port
 
 PAYLOAD_MODULES = {"train": "hpc_grpo.runtime.rank.train", "check": "hpc_grpo.runtime.rank.smoke"}
 
@@ -33,38 +34,6 @@ def stop_signals(run: RunRecord) -> tuple[signal.Signals, ...]:
     signal (exit 138) or SIGKILL the workers 30 s after forwarding SIGTERM, mid-checkpoint."""
     names = [*ALWAYS_STOP, *run.stop.signals]
     return tuple(dict.fromkeys(signal.Signals["SIG" + n.upper().removeprefix("SIG")] for n in names))
-
-
-def free_port(span: int = PORTS_PER_JOB) -> int:
-    """A TCP port free on this host right now with the next ``span - 1`` free too (a job's
-    rendezvous, vLLM server and weight-sync ports), for single-node runs without MASTER_PORT."""
-    for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port + span - 1 < 65536 and all(_free(port + i) for i in range(span)):
-            return port
-    raise RuntimeError(f"found no {span} consecutive free TCP ports")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def with_master_port(env: Mapping[str, str], nodes: int, pick: Callable[[], int]) -> dict[str, str]:
-    """The environment with MASTER_PORT fixed once: torchrun, the ranks and the vLLM server
-    (rendezvous port + 1, + 2) must all see the same one. Only one node may pick its own."""
-    out = dict(env)
-    if not out.get("MASTER_PORT"):
-        if nodes > 1:
-            raise ValueError("MASTER_PORT must be set when a run spans several nodes")
-        out["MASTER_PORT"] = str(pick())
-    return out
 
 
 def torchrun_argv(run: RunRecord, env: Mapping[str, str]) -> list[str]:
@@ -296,6 +265,7 @@ class NodeTask:
                 port = vllm_server.address(node_env).port
                 print(f"[node] vllm serve starting on port {port} (log {log})", flush=True)
                 vllm_server.wait_healthy(server, port)
+            kills_before, kills_file = oom.read_kills()
             proc = subprocess.Popen(argv, env=env, preexec_fn=_agent_ignores(signals))
             dog = watchdog.start_for(run, self.run_dir, attempt, self._started_at, proc,
                                      records=os.environ.get("SLURM_NODEID", "0") == "0")
@@ -303,6 +273,9 @@ class NodeTask:
             if dog is not None:
                 dog.stop()
                 self._stalled = dog.fired is not None
+            if rc != 0 and not self._stalled:  # an OOM-killed rank leaves no record of its own
+                self._record_oom(oom.killed_line(kills_before, oom.read_kills()[0], kills_file,
+                                                 socket.gethostname()))
         finally:
             if server is not None:
                 vllm_server.stop(server)
@@ -327,6 +300,11 @@ class NodeTask:
             raise RunFailed(failed)
         return code
 
+    def _record_oom(self, line: str) -> None:
+        if line:
+            print(f"[node] {oom.CAUSE}: {line}", flush=True)
+            rundir.update_state(self.run_dir, phase="failed", stop_cause=oom.CAUSE, message=line)
+
     def _after_exit(self, run: RunRecord, code: int, state: Mapping[str, Any],
                     attempt: str) -> str:
         """Rank-0 node: name the cause of a signalled stop; requeue a crash while retries last.
@@ -347,13 +325,17 @@ class NodeTask:
         stalled = self._stalled or (state.get("attempt") == attempt
                                     and state.get("stop_cause") == STALLED)
         config_error = "" if stalled else retry.configuration_error(state, attempt)  # never
-        decision = retry.decide_retry(earlier, step, run.max_requeues, config_error)
+        recorded = str(state.get("stop_cause") or "")  # an OOM kill is this node task's record
+        recorded = recorded if state.get("attempt") == attempt or recorded == oom.CAUSE else ""
         if config_error:
             cause = contract.CONFIGURATION_ERROR
         elif stalled:  # the watchdog ended the attempt: no crash of Slurm's to look up
             cause = STALLED
+        elif recorded in retry.RESOURCE_CAUSES:  # out of memory, disk full: recorded on the node
+            cause = recorded
         else:
             cause = causes.crash_cause(slurm_facts.job(os.environ), slurm_facts.node_states(os.environ))
+        decision = retry.decide_retry(earlier, step, run.max_requeues, config_error, cause)
         print(f"[node] training failed (exit {code}, {cause}): {decision.reason}", flush=True)
         if not decision.requeue:
             if not config_error:  # a configuration error's state already holds its line

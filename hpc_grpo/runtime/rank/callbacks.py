@@ -72,6 +72,37 @@ class GracefulStopCallback(TrainerCallback):
         return control
 
 
+class DiskSpaceCallback(TrainerCallback):
+    """Before a save (last in the callback list, after every callback that may ask for one):
+    skip it when the output file system cannot hold it. All ranks agree (all_reduce MIN), as a
+    save is collective. A skipped save leaves the newest complete checkpoint as the resume
+    point; the skip is one log line and state.json's checkpoint_skipped."""
+
+    def __init__(self, run_dir: Path, planned_bytes: int, device: torch.device) -> None:
+        self.run_dir = run_dir
+        self.planned = planned_bytes
+        self.device = device
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
+    ) -> TrainerControl:
+        if not control.should_save:
+            return control
+        output = Path(str(args.output_dir))
+        needed = checkpoints.bytes_needed(self.planned, output)
+        free = checkpoints.free_bytes(output)
+        fits = torch.tensor([1 if needed <= free else 0], dtype=torch.int32, device=self.device)
+        if _dist_ready():
+            dist.all_reduce(fits, op=dist.ReduceOp.MIN)
+        if not int(fits.item()):
+            control.should_save = False
+            line = checkpoints.skip_line(state.global_step, needed, free, output)
+            print(f"[checkpoint] {line}", flush=True)
+            if state.is_world_process_zero:
+                rundir.update_state(self.run_dir, checkpoint_skipped=line)
+        return control
+
+
 class CheckpointMarkerCallback(TrainerCallback):
     """After a save, wait for every rank, then rank 0 marks the checkpoint complete."""
 
@@ -106,6 +137,7 @@ class CheckpointMarkerCallback(TrainerCallback):
                 last_checkpoint_time=time.time(),
                 last_checkpoint=str(folder),
                 checkpoint_seconds=round(time.time() - self.step_end, 3),
+                checkpoint_skipped=None,  # this save completed: no skip stands
             )
         return control
 

@@ -7,8 +7,10 @@ never picked, however many files it already holds.
 
 from __future__ import annotations
 
+import errno
 import json
 import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -63,3 +65,70 @@ def checkpoint_info(checkpoint_dir: Path) -> dict[str, Any]:
     """Step and marker time of a complete checkpoint, for state.json."""
     marker = json.loads((checkpoint_dir / MARKER).read_text())
     return {"step": int(marker["step"]), "time": float(marker["time"]), "path": str(checkpoint_dir)}
+
+
+def folder_bytes(path: Path) -> int:
+    """Bytes of every file under path (a checkpoint's size on disk, as measured)."""
+    total = 0
+    for item in path.rglob("*"):
+        try:
+            if item.is_file():
+                total += item.stat().st_size
+        except OSError:  # rotated away while we looked
+            continue
+    return total
+
+
+def bytes_needed(planned: int, output_dir: Path) -> int:
+    """What the next save writes: the newest complete checkpoint's measured size where there is
+    one (the truth for this run), else the plan's estimate (0: unknown, nothing is checked)."""
+    newest = newest_complete(output_dir)
+    return folder_bytes(newest) if newest is not None else planned
+
+
+def free_bytes(output_dir: Path) -> int:
+    """Free bytes on the file system that holds output_dir (or its nearest existing parent)."""
+    probe = output_dir
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return shutil.disk_usage(probe).free
+
+
+def skip_line(step: int, needed: int, free: int, output_dir: Path) -> str:
+    gib = float(2**30)
+    return (f"checkpoint at step {step} skipped: it needs {needed / gib:.1f} GiB but "
+            f"{free / gib:.1f} GiB are free under {output_dir}; the newest complete checkpoint "
+            "stays the one a restart resumes from")
+
+
+# What torch's writer says when a write fails (it hides the errno): the 7B save that filled a
+# 64 GiB disk on an H200 ended with these (issue #15).
+_TORCH_WRITE_FAILED = ("iostream error", "unexpected pos", "file write failed")
+LOW_SPACE = 2**30  # below this much free space a failed write is taken for a full disk
+
+
+def disk_full_message(exc: BaseException, free: int | None) -> str:
+    """"disk full: ..." when exc (or its cause) is a write that failed for lack of space: ENOSPC,
+    or torch's writer error while the output file system is (nearly) full; else ""."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return f"disk full: {seen.strerror or 'no space left on device'} ({seen.filename or exc})"
+        text = str(seen)
+        if any(s in text for s in _TORCH_WRITE_FAILED) and free is not None and free < LOW_SPACE:
+            return f"disk full: a checkpoint write failed ({text.strip()[:120]}) with " \
+                   f"{free / 2**20:.0f} MiB free"
+        seen = seen.__cause__ or seen.__context__
+    return ""
+
+
+def remove_incomplete(output_dir: Path) -> list[Path]:
+    """Delete checkpoint folders without the completion marker (a save cut off by a full disk:
+    never resumed from, and its files hold the space state.json needs to record why)."""
+    if not output_dir.is_dir():
+        return []
+    gone = [p for p in output_dir.iterdir()
+            if p.is_dir() and checkpoint_step(p) is not None and not is_complete(p)]
+    for path in gone:
+        shutil.rmtree(path, ignore_errors=True)
+    return gone

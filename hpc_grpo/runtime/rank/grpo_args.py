@@ -68,7 +68,11 @@ def deepspeed_config(ds: Mapping[str, Any]) -> dict[str, Any]:
     if ds.get("offload_optimizer"):
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if stage == 3:
-        zero["stage3_gather_16bit_weights_on_model_save"] = True  # full weights in checkpoints
+        # A bf16 model file in each checkpoint, gathered on rank 0's host first (2 B/param): not
+        # needed to resume (DeepSpeed's own files hold the fp32 master weights), so left out
+        # with optimizer offload, where the host is what runs out (a 7B save was OOM-killed on a
+        # 126 GiB H200 host, issue #15); zero_to_fp32.py in the checkpoint recovers the weights.
+        zero["stage3_gather_16bit_weights_on_model_save"] = not ds.get("offload_optimizer")
     return {
         "zero_optimization": zero,
         "bf16": {"enabled": "auto"},

@@ -158,6 +158,7 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
     from hpc_grpo.runtime.rank import model_load, phases
     from hpc_grpo.runtime.rank.callbacks import (
         CheckpointMarkerCallback,
+        DiskSpaceCallback,
         GracefulStopCallback,
         MetricsCallback,
     )
@@ -173,7 +174,8 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
-        callbacks=[stop, CheckpointMarkerCallback(run_dir), MetricsCallback(run_dir)],
+        callbacks=[stop, CheckpointMarkerCallback(run_dir), MetricsCallback(run_dir),
+                   DiskSpaceCallback(run_dir, run.checkpoint_bytes, device)],  # last: sees every save
         **model_load.trainer_kwargs(run),  # LoRA / QLoRA
     )
     return trainer, stop
@@ -292,6 +294,13 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
     return 0
 
 
+def _free_or_none(run_dir: Path) -> int | None:
+    try:
+        return checkpoints.free_bytes(run_dir / contract.CHECKPOINTS)
+    except OSError:
+        return None
+
+
 def _shutdown() -> None:
     """Barrier, then destroy the group: exiting with it alive intermittently aborts (SIGABRT)."""
     import torch.distributed as dist
@@ -332,8 +341,16 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         traceback.print_exc()
         tracking.finish()
+        full = checkpoints.disk_full_message(exc, _free_or_none(run_dir))
+        if full:
+            print(f"[train] {full}", flush=True)
+            if rank == 0:  # frees the space the record of why needs
+                checkpoints.remove_incomplete(run_dir / contract.CHECKPOINTS)
         if rank == 0:
-            rundir.update_state(run_dir, phase="failed", message=f"{type(exc).__name__}: {exc}")
+            rundir.update_state(run_dir, phase="failed",
+                                message=full.removeprefix("disk full: ")
+                                or f"{type(exc).__name__}: {exc}",
+                                **({"stop_cause": "disk full"} if full else {}))
         return 1
     _shutdown()
     return code

@@ -1,0 +1,142 @@
+"""How big a checkpoint is on disk, and how much host memory saving one takes.
+
+Assumptions, each from what transformers 5.x / TRL 1.16 / DeepSpeed 0.19 write for one
+``checkpoint-<step>`` (Trainer._save_checkpoint: save_model, then optimizer, scheduler and RNG
+states, then trainer_state.json; older checkpoints are rotated away only after the new one is
+complete, so save_total_limit + 1 exist while the next is written):
+
+* ZeRO off (no DeepSpeed): the model stays as TRL loads it, fp32 unless the job sets a dtype
+  (planner/memory.py), and those weights are their own master copy: ``model.safetensors`` holds
+  4 B/param, ``optimizer.pt`` AdamW's m and v in the weights' dtype, 8 B/trainable param. Both
+  are what an exact resume needs; nothing is redundant. Measured on the tiny model
+  (docs/results/checkpoint-size-cpu.json, tests/unit/test_checkpoint_size.py).
+* ZeRO-1/2 (DeepSpeed, bf16 on GPUs, fp32 on CPU): ``model.safetensors`` in the training dtype
+  (2 B/param), DeepSpeed's ``mp_rank_00_model_states.pt`` with the module's weights again in
+  that dtype (2 B/param), and one optimizer file per rank holding the fp32 master partition and
+  Adam's m and v (12 B/trainable param in all). The safetensors copy is not needed to resume
+  (DeepSpeed restores the weights from its own files) but transformers always writes it, with a
+  tied embedding twice (measured: builtin:tiny, docs/results/2026-11-24-ckpt-tiny-cpu.json).
+* ZeRO-3: the module states hold placeholders only; the optimizer files hold 12 B/trainable
+  param. ``model.safetensors`` (2 B/param, gathered on rank 0 into host memory first) is written
+  only with ``stage3_gather_16bit_weights_on_model_save``, which the runtime turns off with
+  optimizer offload (runtime/rank/grpo_args.py): there the host is the scarce resource.
+* LoRA: the model file is the adapter only (fp32 without DeepSpeed, 4 B per adapter param;
+  DeepSpeed skips frozen weights), optimizer state covers the adapters alone.
+* Small files: scheduler.pt, trainer_state.json, config, tokenizer: 32 MiB allowance; one RNG
+  file per rank (about 16 KiB).
+* Host memory of a save, on the node of rank 0: safetensors builds each shard's bytes in memory
+  before writing (at most transformers' 5 GB ``max_shard_size``, or the whole file if smaller);
+  a ZeRO-3 gather first holds the full 16-bit state dict on the CPU; torch.save streams tensor
+  by tensor (one largest tensor, ignored). Not yet compared with a measured peak on a 7B save.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = float(2**30)
+SHARD_BYTES = 5 * 10**9  # transformers' default max_shard_size for save_pretrained
+SMALL_FILES_BYTES = 32 * 2**20
+RNG_BYTES_PER_RANK = 16 * 2**10
+ADAM_STATE_BYTES = 8  # m and v, fp32, per trainable parameter (their dtype without DeepSpeed)
+DS_OPTIM_BYTES = 12  # fp32 master copy, m and v per trainable parameter under DeepSpeed
+DEFAULT_SAVE_TOTAL_LIMIT = 3  # runtime/rank/grpo_args.py DEFAULTS (a unit test keeps them equal)
+
+
+@dataclass(frozen=True)
+class CheckpointRequest:
+    num_params: int
+    trainable_params: int
+    zero_stage: int
+    offload_optimizer: bool
+    lora: bool
+    device: str  # "cuda": bf16 under DeepSpeed; "cpu": fp32 throughout
+    world_size: int
+    save_total_limit: int | None  # None: TRL keeps every checkpoint
+    weight_bytes: int = 4  # the dtype the model is loaded in, used without DeepSpeed
+    tied_params: int = 0  # a tied embedding, written twice in ZeRO-1/2's model.safetensors
+
+
+@dataclass(frozen=True)
+class CheckpointSize:
+    """One checkpoint's files in bytes, how many exist at once, and the save's host memory."""
+
+    items: tuple[tuple[str, int], ...]
+    at_once: int | None  # save_total_limit + 1; None: unbounded
+    host_bytes: int
+
+    @property
+    def one(self) -> int:
+        return sum(b for _, b in self.items)
+
+    @property
+    def peak_disk(self) -> int | None:
+        return None if self.at_once is None else self.one * self.at_once
+
+
+def gathers_16bit_weights(zero_stage: int, offload_optimizer: bool) -> bool:
+    """ZeRO-3 writes a gathered bf16 model file unless the optimizer is offloaded (host-bound)."""
+    return zero_stage == 3 and not offload_optimizer
+
+
+def estimate(req: CheckpointRequest) -> CheckpointSize:
+    """The files of one checkpoint and the host memory its save needs (assumptions above)."""
+    trainable = req.trainable_params
+    items: list[tuple[str, int]] = []
+    if req.zero_stage == 0:
+        model = req.weight_bytes * (trainable if req.lora else req.num_params)
+        items += [("model weights (own master copy)", model),
+                  ("optimizer (Adam m, v)", ADAM_STATE_BYTES * req.weight_bytes // 4 * trainable)]
+        host = min(model, SHARD_BYTES)
+    else:
+        dtype = 2 if req.device == "cuda" else 4
+        saved = trainable if req.lora else req.num_params
+        gather = gathers_16bit_weights(req.zero_stage, req.offload_optimizer) or req.zero_stage < 3
+        model = dtype * (saved + (0 if req.lora or req.zero_stage == 3 else req.tied_params)) \
+            if gather else 0
+        module = dtype * saved if req.zero_stage < 3 else 0
+        items += [("model weights (safetensors)", model),
+                  ("DeepSpeed module states", module),
+                  ("DeepSpeed optimizer (fp32 master, m, v)", DS_OPTIM_BYTES * trainable)]
+        host = min(model, SHARD_BYTES) + (model if req.zero_stage == 3 else 0)
+    items.append(("scheduler, trainer state, RNG, tokenizer",
+                  SMALL_FILES_BYTES + RNG_BYTES_PER_RANK * req.world_size))
+    at_once = None if req.save_total_limit is None else req.save_total_limit + 1
+    return CheckpointSize(tuple(items), at_once, host)
+
+
+def gib(value: float) -> str:
+    """A size for one line: GiB, or MiB below one GiB (a tiny model's checkpoint)."""
+    return f"{value / GIB:.1f} GiB" if value >= GIB / 10 else f"{value / 2**20:.1f} MiB"
+
+
+def disk_verdict(size: CheckpointSize, free_bytes: int, where: str) -> tuple[str, str]:
+    """(problem, warning) for the output file system: a problem when not even one checkpoint
+    fits, a warning when the checkpoints kept at once do not (with the limit that fits)."""
+    one = size.one
+    if one > free_bytes:
+        return (f"one checkpoint needs {gib(one)} but {where} has {gib(free_bytes)} free: "
+                "no save can complete", "")
+    peak = size.peak_disk
+    kept = free_bytes // one if one else 0
+    if peak is None:
+        return "", (f"save_total_limit unset: checkpoints of {gib(one)} each are all kept; "
+                    f"{where} has room for {kept} ({gib(free_bytes)} free)")
+    if peak > free_bytes:
+        limit = max(kept - 1, 0)
+        fix = f"set save_total_limit={limit}" if limit else "free space first"
+        return "", (f"{size.at_once} checkpoints of {gib(one)} exist at once while the next is "
+                    f"written ({gib(peak)}) but {where} has {gib(free_bytes)} free: later saves "
+                    f"will be skipped; {fix}")
+    return "", ""
+
+
+def host_verdict(size: CheckpointSize, resident_gib: float, node_memory_gib: float) -> str:
+    """A warning when the save's host memory on top of what training holds there exceeds the
+    node's memory (the kernel's OOM killer ends the rank mid-save)."""
+    need = resident_gib + size.host_bytes / GIB
+    if node_memory_gib and need > node_memory_gib:
+        return (f"saving a checkpoint needs {need:.0f} GiB of host memory on rank 0's node "
+                f"({resident_gib:.0f} held while training + {gib(size.host_bytes)} for the save) "
+                f"but the node has {node_memory_gib:g} GiB")
+    return ""

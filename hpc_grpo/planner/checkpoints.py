@@ -1,0 +1,90 @@
+"""The plan's checkpoint step: the size of one checkpoint against the output file system's free
+space and the node's memory (sizes: planner/checkpoint_size.py). Pure: the free space is a
+value the launcher probed (preflight/inputs.py); None means unknown and checks nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hpc_grpo.config.site import SiteProfile
+from hpc_grpo.config.spec import JobSpec
+from hpc_grpo.errors import UserError
+from hpc_grpo.planner.arch import ModelArch
+from hpc_grpo.planner.checkpoint_size import (
+    DEFAULT_SAVE_TOTAL_LIMIT,
+    GIB,
+    CheckpointRequest,
+    CheckpointSize,
+    disk_verdict,
+    estimate,
+    host_verdict,
+)
+from hpc_grpo.planner.types import MemoryPlan
+from hpc_grpo.runtime.contract import DeepSpeedBlock
+
+HALF_PRECISION = ("bfloat16", "bf16", "float16", "fp16", "half")
+
+
+def checkpoint_request(spec: JobSpec, arch: ModelArch, device: str,
+                       deepspeed: DeepSpeedBlock | None, world_size: int) -> CheckpointRequest:
+    lora = bool(spec.use_peft or spec.grpo.get("use_peft"))
+    limit = spec.grpo.get("save_total_limit", DEFAULT_SAVE_TOTAL_LIMIT)
+    return CheckpointRequest(
+        num_params=arch.num_params,
+        trainable_params=arch.lora_params(spec.lora_r) if lora else arch.num_params,
+        zero_stage=deepspeed.zero_stage if deepspeed else 0,
+        offload_optimizer=bool(deepspeed and deepspeed.offload_optimizer), lora=lora,
+        device=device, world_size=world_size,
+        save_total_limit=int(limit) if limit is not None else None,
+        weight_bytes=2 if spec.dtype.lower() in HALF_PRECISION else 4,
+        tied_params=arch.embedding_params if arch.tie_word_embeddings else 0)
+
+
+def resident_host_gib(memory: MemoryPlan | None) -> float:
+    """What training already holds in a node's memory per the memory plan (offloaded state)."""
+    if memory is None:
+        return 0.0
+    return dict(memory.breakdown).get("CPU memory per node", 0.0)
+
+
+def check_checkpoints(site: SiteProfile, spec: JobSpec, arch: ModelArch | None,
+                      deepspeed: DeepSpeedBlock | None, memory: MemoryPlan | None,
+                      world_size: int, free_bytes: int | None,
+                      where: str) -> tuple[CheckpointSize | None, str, list[str]]:
+    """The checkpoint estimate, why no checkpoint can fit ("" when one can) and warnings."""
+    if arch is None:
+        return None, "", []
+    size = estimate(checkpoint_request(spec, arch, site.device, deepspeed, world_size))
+    warnings: list[str] = []
+    problem = ""
+    if free_bytes is not None:
+        problem, warning = disk_verdict(size, free_bytes, where)
+        if problem:
+            problem = f"checkpoints do not fit: {problem}"
+            warnings.append(f"{problem} (submit refuses this)")
+        if warning:
+            warnings.append(f"checkpoints: {warning}")
+    host = host_verdict(size, resident_host_gib(memory), site.cpu_memory_gib)
+    if host:
+        warnings.append(f"checkpoints: {host}")
+    return size, problem, warnings
+
+
+def refuse_if_no_fit(problem: str) -> None:
+    """Submit and resume: a run whose checkpoints cannot fit is not queued."""
+    if problem:
+        raise UserError(problem, field="output_root",
+                        hint="use an output root on a larger file system (--output-root), LoRA "
+                             "(use_peft: true), or free space")
+
+
+def checkpoint_report(size: CheckpointSize | None) -> dict[str, Any] | None:
+    """For `plan --json`: one checkpoint's files in GiB, how many exist at once, the save's
+    host memory."""
+    if size is None:
+        return None
+    return {"files_gib": {name: round(b / GIB, 3) for name, b in size.items},
+            "one_gib": round(size.one / GIB, 3), "at_once": size.at_once,
+            "peak_disk_gib": None if size.peak_disk is None else round(size.peak_disk / GIB, 3),
+            "save_host_gib": round(size.host_bytes / GIB, 3)}

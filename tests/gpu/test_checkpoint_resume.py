@@ -1,0 +1,199 @@
+"""Checkpoints that fit, and a SIGUSR2 mid-run resumed exactly (issue #15), on one GPU.
+
+Marked ``gpu`` (skipped without CUDA). Run on the lent machine (docs/gpu.md), one test per
+device call, in this order, with ``HPC_GRPO_RESULTS`` and ``HPC_GRPO_WORK`` (a folder kept
+between calls, e.g. /tmp/ckpt) set:
+
+- ``-k seven_b``: the 7B shape's plan against this machine's disk: a full-parameter
+  checkpoint (12 B/param at least) cannot fit 64 GiB, so submit refuses with the numbers; LoRA
+  fits. The 7B model is built (27 s) and deleted afterwards.
+- ``-k reference``: an uninterrupted 1.5B run through ``hpc-grpo submit`` (compile cache cold),
+  its checkpoint measured against the plan's size, NVML and host RSS peaks recorded.
+- ``-k usr2``: the same run record in a new directory through the node task; SIGUSR2 to the node
+  task only (as Slurm's ``--signal`` sends it) after step 1, resume with an empty compile cache;
+  SIGUSR2 again, resume with the shared warm one; every step's reward and loss must equal the
+  reference's. Time from restart to first new step, cold vs warm.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.gpu.test_gpu import _site, needs_gpu
+from tests.gpu.test_multinode import _save, _saved
+
+pytestmark = pytest.mark.gpu
+
+STEPS = 6
+SETS = {"max_steps": STEPS, "learning_rate": 1e-5, "per_device_train_batch_size": 8,
+        "num_generations": 8, "max_completion_length": 64, "save_steps": 1000,
+        "save_total_limit": 1, "vllm_enable_sleep_mode": "true"}
+GIB = float(2**30)
+
+
+def _work(sub: str = "") -> Path:
+    work = Path(os.environ.get("HPC_GRPO_WORK", "/tmp/ckpt-gpu")) / sub
+    work.mkdir(parents=True, exist_ok=True)
+    return work
+
+
+def _cli(*args: str, timeout: int = 560) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HPC_GRPO_HOME": str(_work() / "home")}
+    return subprocess.run([sys.executable, "-m", "hpc_grpo.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+class HostPeak:
+    """Peak resident memory (RSS summed over a process and its children), sampled every 0.5 s."""
+
+    def __init__(self, pid: int | None = None) -> None:
+        import psutil
+
+        self.root = psutil.Process(pid or os.getpid())
+        self.peak = 0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        import psutil
+
+        while not self.done.wait(0.5):
+            total = 0
+            try:
+                for proc in [self.root, *self.root.children(recursive=True)]:
+                    total += proc.memory_info().rss
+            except psutil.Error:
+                continue
+            self.peak = max(self.peak, total)
+
+    def stop(self) -> float:
+        self.done.set()
+        self.thread.join()
+        return round(self.peak / GIB, 2)
+
+
+def _metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def _folder_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+@needs_gpu
+def test_seven_b_checkpoint_against_the_disk() -> None:
+    site = _site(_work("site7"), 1)
+    common = ["--site", str(site), "--model", "builtin:qwen2-7b", "--run-id", "seven-b",
+              *(f"--set={k}={v}" for k, v in SETS.items())]
+    refused = _cli("submit", *common)  # builds the model, plans, refuses before any job
+    plans = {}
+    for name, extra in (("full", []), ("lora", ["--set=use_peft=true"])):
+        proc = _cli("plan", *common[:4], *extra, *common[6:], "--json")
+        assert proc.returncode == 0, proc.stderr
+        plans[name] = json.loads(proc.stdout)
+    free = shutil.disk_usage(_work()).free
+    shutil.rmtree(_work() / "home" / "models" / "qwen2-7b", ignore_errors=True)
+    result = {"submit_exit": refused.returncode, "submit_stderr": refused.stderr.strip()[-600:],
+              "free_gib": round(free / GIB, 1),
+              "full": {k: plans["full"][k] for k in ("checkpoint", "deepspeed", "warnings")},
+              "lora": {k: plans["lora"][k] for k in ("checkpoint", "deepspeed", "warnings")},
+              "memory_plan_full": plans["full"]["memory_plan"]}
+    _save("ckpt-7b-plan", result)
+    assert refused.returncode == 2 and "checkpoints do not fit" in refused.stderr, refused.stderr
+    assert plans["full"]["checkpoint"]["one_gib"] > result["free_gib"]
+    assert plans["lora"]["checkpoint"]["peak_disk_gib"] < result["free_gib"]
+
+
+@needs_gpu
+def test_reference_run_and_its_checkpoint() -> None:
+    site = _site(_work("site"), 1)
+    peak = HostPeak()
+    started = time.time()
+    proc = _cli("submit", "--site", str(site), "--model", "builtin:qwen2-1.5b", "--run-id",
+                "reference", "--wait", *(f"--set={k}={v}" for k, v in SETS.items()))
+    host = peak.stop()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = _work() / "site" / "runs" / "reference"
+    record = json.loads((run_dir / "run.json").read_text())
+    ckpt = run_dir / "checkpoints" / f"checkpoint-{STEPS}"
+    measured = _folder_bytes(ckpt)
+    rows = _metrics(run_dir)
+    result = {"run_dir": str(run_dir), "wall_s": round(time.time() - started, 1),
+              "host_rss_peak_gib": host, "checkpoint_bytes_planned": record["checkpoint_bytes"],
+              "checkpoint_bytes_measured": measured,
+              "checkpoint_files": {p.name: p.stat().st_size for p in ckpt.rglob("*") if p.is_file()},
+              "memory_plan": record["memory_plan"], "deepspeed": record["deepspeed"],
+              "state": json.loads((run_dir / "state.json").read_text()), "steps": rows}
+    _save("ckpt-reference", result)
+    shutil.rmtree(run_dir / "checkpoints")  # the disk is for the interrupted run
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
+    assert abs(measured - record["checkpoint_bytes"]) <= 0.05 * measured, result
+
+
+def _node(run_dir: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], float]:
+    cmd = [sys.executable, "-m", "hpc_grpo.runtime.node", str(run_dir)]
+    log = open(run_dir / f"node-{int(time.time())}.log", "w")  # noqa: SIM115
+    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True), time.time()
+
+
+def _attempt(run_dir: Path, env: dict[str, str], stop_after: int | None) -> dict[str, Any]:
+    """Start the node task; SIGUSR2 it once `stop_after` new steps were logged (None: run on)."""
+    before = len(_metrics(run_dir))
+    proc, t0 = _node(run_dir, env)
+    peak = HostPeak(proc.pid)
+    first_new = None
+    while proc.poll() is None:
+        rows = _metrics(run_dir)
+        if first_new is None and len(rows) > before:
+            first_new = rows[before]["time"] - t0
+        if stop_after is not None and len(rows) >= before + stop_after:
+            proc.send_signal(signal.SIGUSR2)  # the node task alone, as Slurm's --signal B:USR2
+            stop_after = None
+        time.sleep(0.2)
+    state = json.loads((run_dir / "state.json").read_text())
+    return {"exit": proc.returncode, "first_new_step_s": round(first_new or -1, 1),
+            "wall_s": round(time.time() - t0, 1), "host_rss_peak_gib": peak.stop(),
+            "phase": state.get("phase"), "step": state.get("step"),
+            "stop_cause": state.get("stop_cause"), "resumed_from": state.get("resumed_from")}
+
+
+@needs_gpu
+def test_usr2_then_resume_is_exact() -> None:
+    ref = _saved("ckpt-reference")
+    assert ref, "run -k reference first (same HPC_GRPO_RESULTS)"
+    source = Path(ref["run_dir"])
+    run_dir = source.parent / "interrupted"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir()
+    record = json.loads((source / "run.json").read_text())
+    record.update(run_id="interrupted", run_dir=str(run_dir))
+    (run_dir / "run.json").write_text(json.dumps(record, indent=2))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    attempts = [_attempt(run_dir, env, stop_after=1)]  # warm cache (the reference filled it)
+    cold = _work() / f"cold-{int(time.time())}"
+    cold_env = {**env, "VLLM_CACHE_ROOT": str(cold / "vllm"),
+                "TORCHINDUCTOR_CACHE_DIR": str(cold / "inductor"), "TRITON_CACHE_DIR": str(cold / "triton")}
+    attempts.append({"cache": "cold", **_attempt(run_dir, cold_env, stop_after=1)})
+    attempts.append({"cache": "warm", **_attempt(run_dir, env, stop_after=None)})
+    rows, ref_rows = _metrics(run_dir), ref["steps"]
+    keys = ("step", "reward_mean", "reward_std", "loss")
+    result = {"attempts": attempts, "steps": [{k: r.get(k) for k in keys} for r in rows],
+              "reference": [{k: r.get(k) for k in keys} for r in ref_rows],
+              "restarts": [json.loads(x) for x in (run_dir / "restarts.jsonl").read_text().splitlines()]
+              if (run_dir / "restarts.jsonl").exists() else []}
+    _save("ckpt-usr2-resume", result)
+    assert [a["phase"] for a in attempts] == ["interrupted", "interrupted", "done"], attempts
+    assert result["steps"] == result["reference"], result

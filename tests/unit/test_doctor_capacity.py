@@ -1,0 +1,64 @@
+"""Doctor's disk and memory rows (#15): a node's probed free output space and memory against a
+planned checkpoint and the profile; the probe's own readers on this machine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hpc_grpo.preflight import doctor
+from hpc_grpo.preflight.capacity import Capacity, capacity_rows
+from hpc_grpo.runtime import probe
+
+GIB = 2**30
+SEVEN_B = Capacity(cpu_memory_gib=126, checkpoint_bytes=int(74.3 * GIB), checkpoints_at_once=2,
+                   save_host_gib=4.7)
+
+
+def _report(free_gib: float, total_gib: float, limit_gib: float | None = None) -> dict:
+    return {"disk": {"free": int(free_gib * GIB), "path": "/scratch/runs"},
+            "memory": {"total": int(total_gib * GIB), "available": int(total_gib * GIB),
+                       "cgroup_limit": int(limit_gib * GIB) if limit_gib else None}}
+
+
+def test_a_7b_checkpoint_against_an_h200_machines_disk() -> None:
+    rows = dict((c, (s, d)) for c, s, d in capacity_rows(_report(50.7, 125.8), SEVEN_B))
+    assert rows["output disk"][0] == "fail" and "74.3 GiB" in rows["output disk"][1]
+    assert rows["node memory"][0] == "pass"
+    rows = dict((c, (s, d)) for c, s, d in capacity_rows(_report(100, 125.8), SEVEN_B))
+    assert rows["output disk"][0] == "warn"  # one fits, not two at once
+    assert capacity_rows(_report(200, 125.8), SEVEN_B)[0][1] == "pass"
+
+
+def test_memory_below_the_profile_or_the_save_is_flagged() -> None:
+    limited = capacity_rows(_report(500, 256, limit_gib=64), Capacity(cpu_memory_gib=128))
+    assert limited[1][1] == "warn" and "cgroup limit" in limited[1][2] and "128" in limited[1][2]
+    save = Capacity(cpu_memory_gib=128, checkpoint_bytes=GIB, checkpoints_at_once=2,
+                    save_host_gib=140)
+    assert capacity_rows(_report(500, 128), save)[1][1] == "fail"
+
+
+def test_facts_alone_without_a_model_and_a_probe_error() -> None:
+    rows = capacity_rows(_report(10, 64), Capacity())
+    assert [r[1] for r in rows] == ["pass", "pass"] and "--model" in rows[0][2]
+    broken = capacity_rows({"disk": {"ok": False, "detail": "probe error: PermissionError"}},
+                           Capacity())
+    assert broken == [("output disk", "fail", "probe error: PermissionError")]
+    assert capacity_rows({}, Capacity()) == []  # an older probe: no rows
+
+
+def test_rows_reach_the_doctor_table_in_order() -> None:
+    report = {"node": "n1", "hosts": ["n1"], "job_id": 3, "versions": {}, **_report(50, 125)}
+    rows = doctor.aggregate([report], doctor.Expect(0, "", capacity=SEVEN_B))
+    checks = [r.check for r in rows]
+    assert checks.index("output disk") < checks.index("node memory") < checks.index("gpus")
+    assert doctor.exit_code(rows) == 1
+
+
+def test_the_probe_reads_this_machines_disk_and_memory(tmp_path: Path) -> None:
+    disk = probe.disk(str(tmp_path / "not" / "yet"))
+    assert disk["free"] > 0 and disk["path"] == str(tmp_path)
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       131072 kB\nMemAvailable:    65536 kB\nHugePages_Total: 0\n")
+    seen = probe.memory(meminfo)
+    assert (seen["total"], seen["available"]) == (131072 * 1024, 65536 * 1024)
+    assert probe.memory()["total"] > 2**30
