@@ -1,9 +1,11 @@
 """A configuration error found only on the nodes (issue #13), on the real sandbox cluster.
 
-`log_completions_hub_repo` set without `log_completions` is a valid string to the login node's
-checks (types, allowed values, ranges) but GRPOConfig's own __post_init__ refuses it, on every
-rank alike, before the first step. It used to be requeued three times as "node failure" and end
-COMPLETED 0:0; now: one attempt, Slurm's FAILED, and `status` names the cause and TRL's line.
+`auto_find_batch_size: true` is a valid bool to the login node's checks (types, allowed values,
+ranges) but GRPOConfig's own __post_init__ refuses it, on every rank alike, before the first step.
+(It was `log_completions_hub_repo` without `log_completions`, until recipes learnt to drop hub
+upload keys with a warning on the login node, #14.) It used to be requeued three times as
+"node failure" and end COMPLETED 0:0; now: one attempt, Slurm's FAILED, and `status` names the
+cause and TRL's line.
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ from tests.cluster.clusterlib import RECIPE, cli, finished, submit, wait_for, wa
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("sandbox_cluster")]
 
-TRL_SAYS = "ValueError: log_completions_hub_repo is set, but log_completions is False"
+TRL_SAYS = "ValueError: auto_find_batch_size is not supported by GRPO"
 
 
 def test_a_value_only_trl_refuses_fails_once_and_status_says_why(tmp_path: Path) -> None:
     root = tmp_path / "runs"
     run_id, job, run_dir = submit(root, "--site", "sandbox", "--nodes", "2", "--recipe",
                                   str(RECIPE), "--set", "max_steps=4",
-                                  "--set", "log_completions_hub_repo=someone/completions",
+                                  "--set", "auto_find_batch_size=true",
                                   "--run-id", "cfgerr-0001")
     row = wait_for(run_id, finished, timeout=300)
     log = (run_dir / "logs" / "rank-0.log").read_text()[-3000:]

@@ -1,6 +1,8 @@
 """A real user's math job on the real sandbox cluster (#14): 2 nodes x 2 ranks, LoRA, a local
 math JSONL with a solution column and a system prompt, math-verify accuracy, format and a
-(slow, 0.5 s) length reward. The login node measured the longest chat prompt and the plan used
+(slow, 0.5 s) length reward, from a recipe written as open-r1's grpo.py / `trl grpo --config`
+take it (model_name_or_path, dataset_name, dataset_prompt_column, reward_funcs by open-r1 name,
+output_dir, TRL's LoRA keys). The login node measured the longest chat prompt and the plan used
 it; `scancel --signal=USR2` mid-run checkpoints the adapter and the requeued job continues that
 one adapter to the last step, logging every reward every step once. (That the resumed adapter
 equals an uninterrupted run's, tensor for tensor, is tests/slow/test_lora_math.py's.)
@@ -15,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.cluster.clusterlib import finished, submit, wait_for, wait_no_processes, wait_step
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("sandbox_cluster")]
 STEPS = 6
 SYSTEM = "Think in <think> tags, then answer in <answer> tags as \\boxed{}."
-REWARDS = ["builtin:accuracy", "builtin:format", "tests.slow.slow_reward:slow_length"]
+REWARDS = ["accuracy", "format", "tests.slow.slow_reward:slow_length"]  # open-r1's names
 
 
 def write_job(tmp: Path) -> Path:
@@ -29,13 +32,14 @@ def write_job(tmp: Path) -> Path:
     data.write_text("".join(json.dumps({"question": f"What is {a} + {a}?", "answer": str(2 * a)})
                             + "\n" for a in range(16)))
     recipe = tmp / "math-lora.yaml"
-    recipe.write_text(json.dumps({
-        "model": "builtin:tiny", "dataset": str(data), "prompt_column": "question",
-        "solution_column": "answer", "system_prompt": SYSTEM, "reward_funcs": REWARDS,
-        "reward_weights": [1.0, 1.0, 0.1], "use_peft": True, "lora_r": 4, "lora_alpha": 8,
+    recipe.write_text(yaml.safe_dump({  # open-r1 / TRL key names; solution_column is hpc-grpo's
+        "model_name_or_path": "builtin:tiny", "dataset_name": str(data),
+        "dataset_prompt_column": "question", "solution_column": "answer",
+        "system_prompt": SYSTEM, "reward_funcs": REWARDS, "reward_weights": [1.0, 1.0, 0.1],
+        "use_peft": True, "lora_r": 4, "lora_alpha": 8, "output_dir": "data/tiny-grpo-math",
         "max_steps": STEPS, "learning_rate": 0.01, "per_device_train_batch_size": 4,
         "num_generations": 4, "max_completion_length": 24, "save_steps": 1000, "report_to": "none",
-        "time": "00:10:00"}))
+        "time": "00:10:00"}, sort_keys=False))
     return recipe
 
 
@@ -56,7 +60,7 @@ def test_lora_math_job_requeued_by_usr2_continues_one_adapter(tmp_path: Path) ->
 
     restarts = [json.loads(x) for x in (run_dir / "restarts.jsonl").read_text().splitlines()]
     at = restarts[0]["resumed_from_step"]
-    assert restarts[0]["cause"] == "preempted" and 2 <= at < STEPS, restarts
+    assert restarts[0]["cause"] == "user signal" and 2 <= at < STEPS, restarts  # Slurm's record
     mid, end = adapter(run_dir, at), adapter(run_dir, STEPS)
     assert sorted(mid) == sorted(end) and len(end) == 8  # one adapter: 2 layers x q,v x A,B
     assert any(not end[k].equal(mid[k]) for k in end if ".lora_B." in k)  # trained on after it

@@ -37,7 +37,7 @@ def test_submit_that_waits_exits_1_when_the_job_fails(tmp_path: Path) -> None:
     FAILED, and `submit` (waiting, as on the local site by default) exits 1."""
     cli = str(Path(sys.executable).with_name("hpc-grpo"))
     proc = subprocess.run([cli, "submit", "--site", "local", "--model", "builtin:tiny",
-                           "--set", "max_steps=2", "--set", "log_completions_hub_repo=someone/c",
+                           "--set", "max_steps=2", "--set", "auto_find_batch_size=true",
                            "--output-root", str(tmp_path / "runs")],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
