@@ -239,9 +239,15 @@ sys.exit(subprocess.run(args, env=env).returncode)
 
 @pytest.fixture
 def fake_srun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    return install_fake_srun(tmp_path, monkeypatch, FAKE_SRUN)
+
+
+def install_fake_srun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, srun: str) -> Path:
+    """srun (the given script, which runs the command on this host as node 0), scontrol and
+    sinfo (FAKE_SINFO, default one node) on PATH; returns the log srun writes its argv to."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "srun").write_text(FAKE_SRUN.format(python=sys.executable))
+    (bin_dir / "srun").write_text(srun.format(python=sys.executable))
     (bin_dir / "scontrol").write_text('#!/bin/sh\necho "$3" | tr , "\\n"\n')
     (bin_dir / "sinfo").write_text('#!/bin/sh\nprintf "${FAKE_SINFO-node1\\n}"\n')
     for name in ("srun", "scontrol", "sinfo"):

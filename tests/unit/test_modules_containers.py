@@ -26,7 +26,7 @@ from hpc_grpo.preflight.doctor import Expect
 from hpc_grpo.preflight.nodecmd import node_command, pyxis_found
 from hpc_grpo.runs import joberror
 from hpc_grpo.runtime import probe
-from tests.unit.test_doctor import REPO, report
+from tests.unit.test_doctor import REPO, install_fake_srun, report
 
 # A `module` that fails for any name containing "missing", exported into `bash -c`.
 FAKE_MODULE = ('module() { [ "$1" = load ] && case "$2" in *missing*) echo "unknown $2" >&2; '
@@ -229,18 +229,7 @@ sys.exit(subprocess.run(args, env=env).returncode)
 
 @pytest.fixture
 def srun_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "srun").write_text(FAKE_SRUN.format(python=sys.executable))
-    (bin_dir / "scontrol").write_text('#!/bin/sh\necho "$3" | tr , "\\n"\n')
-    (bin_dir / "sinfo").write_text('#!/bin/sh\nprintf "node1\\n"\n')
-    for name in ("srun", "scontrol", "sinfo"):
-        (bin_dir / name).chmod(0o755)
-    log = tmp_path / "srun.log"
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_SRUN_LOG", str(log))
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
-    return log
+    return install_fake_srun(tmp_path, monkeypatch, FAKE_SRUN)  # skips container options
 
 
 def doctor_json(tmp_path: Path, extra: str) -> dict[str, Any]:
