@@ -25,7 +25,8 @@ from hpc_grpo.errors import UserError
 from hpc_grpo.preflight.capacity import Capacity, capacity_rows
 from hpc_grpo.preflight.nodecmd import node_command, pyxis_found
 from hpc_grpo.preflight.versions import satisfies
-from hpc_grpo.runtime.probe import MARKER, PACKAGES
+from hpc_grpo.runtime.probe import PACKAGES
+from hpc_grpo.runtime.probe_lines import read_reports
 from hpc_grpo.scheduler import slurm
 
 Status = Literal["pass", "warn", "fail", "skip"]
@@ -199,15 +200,10 @@ def node_checks(report: Mapping[str, Any], expect: Expect) -> list[tuple[str, St
 # ---- all nodes -> rows -----------------------------------------------------------------------
 
 def parse_reports(stdout: str) -> list[dict[str, Any]]:
-    """The probe's JSON lines out of srun's merged stdout, one per node (first wins)."""
+    """The probe's reports out of srun's merged stdout, one per node (first wins)."""
     reports: dict[str, dict[str, Any]] = {}
-    for line in stdout.splitlines():
-        if line.startswith(MARKER):
-            try:
-                report = json.loads(line[len(MARKER):])
-            except json.JSONDecodeError:
-                continue
-            reports.setdefault(str(report.get("node")), report)
+    for report in read_reports(stdout):
+        reports.setdefault(str(report.get("node")), report)
     return sorted(reports.values(), key=lambda r: int(r.get("node_id", 0)))
 
 

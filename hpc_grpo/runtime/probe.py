@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import json
 import os
 import re
 import shutil
@@ -24,8 +23,8 @@ from typing import Any
 
 from hpc_grpo import __version__
 from hpc_grpo.runtime.contract import PORTS_PER_JOB, job_port, port_slots
+from hpc_grpo.runtime.probe_lines import report_lines
 
-MARKER = "HPC_GRPO_PROBE "
 PACKAGES = ("torch", "trl", "vllm", "transformers", "deepspeed", "accelerate", "peft")
 _BRACKET = re.compile(r"^(.*?)\[([^\]]+)\](.*)$")
 
@@ -361,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--container", default="", help="the profile's container runtime")
     args = parser.parse_args(argv)
     report = collect(args, dict(os.environ))
-    print(MARKER + json.dumps(report, sort_keys=True), flush=True)
+    print("\n".join(report_lines(report)), flush=True)
     return 0
 
 

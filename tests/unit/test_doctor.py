@@ -19,7 +19,7 @@ from hpc_grpo.cli import main
 from hpc_grpo.config.site import SiteProfile, load_site
 from hpc_grpo.preflight import doctor
 from hpc_grpo.preflight.doctor import Expect, Row
-from hpc_grpo.runtime import probe
+from hpc_grpo.runtime import probe, probe_lines
 from hpc_grpo.runtime.contract import job_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -171,9 +171,21 @@ def test_interface_unset_is_skipped() -> None:
 
 
 def test_parse_reports_ignores_noise() -> None:
-    lines = ["srun: job 5 queued", probe.MARKER + json.dumps(report("gpu2", 1)), "noise",
-             probe.MARKER + "{broken", probe.MARKER + json.dumps(report("gpu1", 0))]
+    lines = ["srun: job 5 queued", *probe_lines.report_lines(report("gpu2", 1)), "noise",
+             probe_lines.MARKER + "{broken", probe_lines.MARKER + "k 0/2 {half",
+             probe_lines.MARKER + json.dumps(report("gpu1", 0))]  # an older probe's one line
     assert [r["node"] for r in doctor.parse_reports("\n".join(lines))] == ["gpu1", "gpu2"]
+
+
+def test_reports_cut_into_each_other_by_srun_are_put_back_together() -> None:
+    """srun passes a merged line through whole only below its ~1 KiB buffer: the sandbox
+    cluster's doctor once got node2's report in the middle of node1's (then no report at all)."""
+    big = [dict(report(f"gpu{i}", i), padding="x" * 3000) for i in range(2)]
+    per_node = [probe_lines.report_lines(r) for r in big]
+    assert all(len(line) < 512 for lines in per_node for line in lines)
+    merged = [line for pair in zip(*per_node, strict=True) for line in pair]  # alternating
+    assert doctor.parse_reports("\n".join(merged)) == big
+    assert doctor.parse_reports("\n".join(merged[1:])) == [big[1]]  # a lost chunk drops one
 
 
 @pytest.mark.parametrize(("hostlist", "names"), [
