@@ -46,3 +46,37 @@ def test_install_on_the_real_trl_profiling_context() -> None:
     with context:
         pass
     assert set(phases.STEP.take()) == {"generate_s"}
+
+
+def test_memory_phase_is_generation_only_inside_the_engine_blocks() -> None:
+    from trl.extras import profiling
+
+    assert phases.install(profiling)
+    seen: list[str] = []
+    for name in ("GRPOTrainer.sync_weights", "GRPOTrainer.vLLM.generate",
+                 "GRPOTrainer.compute_loss", "GRPOTrainer._calculate_rewards"):
+        with profiling.ProfilingContext(name=name, report_to=[]):
+            seen.append(phases.MEMORY_PHASE())
+    assert seen == ["generation", "generation", "training", "training"]
+    assert phases.MEMORY_PHASE() == "training"
+    try:
+        with profiling.ProfilingContext(name="GRPOTrainer.vLLM.generate", report_to=[]):
+            raise RuntimeError("engine died")
+    except RuntimeError:
+        pass
+    assert phases.MEMORY_PHASE() == "training"  # left on an exception too
+
+
+def test_sampler_keeps_a_peak_per_phase() -> None:
+    from hpc_grpo.runtime.rank.gpumem import GpuMemorySampler
+
+    used = iter([10, 30, 20, 25])
+    phase = iter(["training", "generation", "training", "training"])
+    sampler = GpuMemorySampler(0, phase=lambda: next(phase))
+    info = types.SimpleNamespace(nvmlDeviceGetMemoryInfo=lambda _h: types.SimpleNamespace(
+        used=next(used) * 2**30))
+    sampler._handle, sampler._nvml = object(), info  # NVML stand-in: this machine has no GPU
+    for _ in range(4):
+        sampler.sample()
+    assert sampler.phase_peaks_gib() == {"generation": 30.0, "training": 25.0}
+    assert sampler.peak_gib == 30.0

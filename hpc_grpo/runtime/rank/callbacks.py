@@ -170,7 +170,8 @@ class MetricsCallback(TrainerCallback):
         self.last_tokens = float(state.num_input_tokens_seen or 0)
         self.last_end = time.time()
         if torch.cuda.is_available() and state.is_world_process_zero:
-            self.memory = GpuMemorySampler(physical_gpu(torch.cuda.current_device())).start()
+            self.memory = GpuMemorySampler(physical_gpu(torch.cuda.current_device()),
+                                           phase=phases.MEMORY_PHASE).start()
             if self.memory.available:  # model and vLLM engine loaded, nothing trained yet
                 rundir.update_state(self.run_dir, gpu_mem_train_begin=_torch_memory(self.memory.sample()))
         return control
@@ -215,6 +216,7 @@ class MetricsCallback(TrainerCallback):
         }
         if self.memory is not None and self.memory.available:
             row["gpu_mem_peak_gib"] = round(self.memory.peak_gib, 3)
+            row["gpu_mem_peak_by_phase_gib"] = self.memory.phase_peaks_gib()  # run so far
             row.update(_torch_memory(None))
         row.update({k: v for k, v in logs.items() if k.startswith("rewards/")})
         row.update({ours: logs[trl] for trl, ours in LOGP_DIFF.items() if logs.get(trl) is not None})

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 
@@ -25,10 +26,14 @@ def physical_gpu(cuda_index: int) -> int:
 
 
 class GpuMemorySampler:
-    """Samples used memory of one device every ``interval`` seconds; ``peak_gib`` is the max."""
+    """Samples used memory of one device every ``interval`` seconds; ``peak_gib`` is the max,
+    ``phase_peaks_gib`` the max within each phase ``phase()`` names when a sample is taken."""
 
-    def __init__(self, device_index: int, interval: float = 0.05) -> None:
+    def __init__(self, device_index: int, interval: float = 0.05,
+                 phase: Callable[[], str] = lambda: "all") -> None:
         self.peak_bytes = 0
+        self.phase_peaks: dict[str, int] = {}
+        self._phase = phase
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._handle: Any = None
@@ -49,8 +54,10 @@ class GpuMemorySampler:
     def sample(self) -> int:
         if self._handle is None:
             return 0
+        phase = self._phase()
         used = int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used)
         self.peak_bytes = max(self.peak_bytes, used)
+        self.phase_peaks[phase] = max(self.phase_peaks.get(phase, 0), used)
         return used
 
     def _loop(self) -> None:
@@ -69,3 +76,6 @@ class GpuMemorySampler:
     @property
     def peak_gib(self) -> float:
         return self.peak_bytes / 2**30
+
+    def phase_peaks_gib(self) -> dict[str, float]:
+        return {phase: round(used / 2**30, 3) for phase, used in sorted(self.phase_peaks.items())}

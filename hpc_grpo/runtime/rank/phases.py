@@ -48,6 +48,30 @@ class PhaseTimes:
 
 STEP = PhaseTimes()  # this process's recorder: the ranks run one trainer each
 
+# Blocks during which the vLLM engine is awake (weights pushed, KV cache mapped): GPU memory
+# sampled inside them is the plan's "during generation", everything else its "during training".
+GENERATION_BLOCKS = frozenset({"sync_weights", "vLLM.generate"})
+
+
+class MemoryPhase:
+    """The memory phase this process is in, as TRL's blocks enter and leave ("training" outside)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+
+    def enter(self, block: str) -> None:
+        self.depth += block.split(".", 1)[-1] in GENERATION_BLOCKS
+
+    def leave(self, block: str) -> None:
+        if block.split(".", 1)[-1] in GENERATION_BLOCKS:
+            self.depth = max(0, self.depth - 1)
+
+    def __call__(self) -> str:
+        return "generation" if self.depth else "training"
+
+
+MEMORY_PHASE = MemoryPhase()
+
 
 def install(profiling: Any) -> bool:
     """Route ``profiling.ProfilingContext``'s durations into ``STEP`` as well (idempotent).
@@ -65,4 +89,24 @@ def install(profiling: Any) -> bool:
 
     _log_metrics._hpc_grpo = True  # type: ignore[attr-defined]
     context._log_metrics = _log_metrics
+    _tag_memory_phase(context)
     return True
+
+
+def _tag_memory_phase(context: Any) -> None:
+    """Make entering and leaving a block move ``MEMORY_PHASE`` too (TRL's own timing unchanged)."""
+    enter: Callable[..., Any] | None = getattr(context, "__enter__", None)
+    leave: Callable[..., Any] | None = getattr(context, "__exit__", None)
+    if enter is None or leave is None:
+        return
+    entered, left = enter, leave
+
+    def __enter__(self: Any) -> Any:
+        MEMORY_PHASE.enter(str(getattr(self, "name", "")))
+        return entered(self)
+
+    def __exit__(self: Any, *exc: Any) -> Any:
+        MEMORY_PHASE.leave(str(getattr(self, "name", "")))
+        return left(self, *exc)
+
+    context.__enter__, context.__exit__ = __enter__, __exit__
