@@ -30,7 +30,13 @@ Assumptions, each a round number on purpose (GiB = 2**30 bytes):
   +0.5 across nodes), and 10 % of the GPU is kept free for allocator fragmentation.
 * Colocated phases: without sleep mode vLLM's whole budget stays resident during training. With
   sleep mode (level 2) it is released, so the peak is max(training, generation + the training
-  state that stays resident: weights, gradients, optimizer state, reference model).
+  state that stays resident: weights, optimizer state, reference model, and gradients under
+  DeepSpeed; plain PyTorch frees them after each step and TRL empties the cache before waking
+  the engine). Without DeepSpeed the fp32 weights train under bf16 autocast, which keeps a bf16
+  copy of every trainable weight for the forward and backward: 2 B/param more while training.
+  Measured (2026-11-24, H200, NVML per phase, docs/results/2026-11-24-memory-phases-*.json):
+  the 7B shape trained at 112.4 and generated at 99.4 GiB, where counting the gradients in
+  generation and no autocast copies had planned 102.6 and 123.0.
 * CPU memory for offloaded state, plus 4 GiB per rank, must fit in 80 % of the node's memory.
 """
 
@@ -132,6 +138,7 @@ class _Training:
     reference: float
     buffers: float
     lm_head: float
+    autocast: float
 
 
 def _training_bytes(req: PlanRequest, layout: Layout) -> _Training:
@@ -156,8 +163,9 @@ def _training_bytes(req: PlanRequest, layout: Layout) -> _Training:
         buffers = 2 * min(ZERO2_BUCKET_ELEMENTS, trainable) * 2 if layout.zero >= 2 else 0
     completion_tokens = req.per_device_train_batch_size * (sequence_length(req) - req.prompt_length)
     lm_head = min(completion_tokens, LM_HEAD_TILE_TOKENS) * arch.vocab_size * 4
+    autocast = 2 * params if layout.zero == 0 and not req.lora else 0.0
     return _Training(trainable, weight_shards, state_shards, on_cpu_weights, weights, grads, optim,
-                     reference, buffers, lm_head)
+                     reference, buffers, lm_head, autocast)
 
 
 def _host_gib(req: PlanRequest, layout: Layout, t: _Training) -> float:
@@ -178,7 +186,7 @@ def _training_items(req: PlanRequest, t: _Training) -> list[tuple[str, float]]:
         items.append(("reference model", t.reference / GIB))
     return [*items, ("ZeRO buffers", t.buffers / GIB),
             ("activations", activations_gib(req, req.gradient_checkpointing)),
-            ("lm head tile", t.lm_head / GIB)]
+            ("lm head tile", t.lm_head / GIB), ("bf16 weight copies (autocast)", t.autocast / GIB)]
 
 
 def estimate(req: PlanRequest, layout: Layout, share: float = UTIL_MAX) -> Estimate:
@@ -192,10 +200,11 @@ def estimate(req: PlanRequest, layout: Layout, share: float = UTIL_MAX) -> Estim
         util = planned_util(vllm_weights + kv, gpu)
     budget = util * gpu
     overhead, reserve = overhead_gib(req, layout.tp), RESERVE_FRACTION * gpu
-    resident = (t.weights + t.grads + t.optim + t.reference) / GIB
+    resident = (t.weights + (t.grads if layout.zero else 0.0) + t.optim + t.reference) / GIB
     if t.weight_shards == 1:
         resident += t.buffers / GIB  # ZeRO-2 buckets live as long as the engine
-    train_only = (t.weights + t.grads + t.optim + t.reference + t.buffers + t.lm_head) / GIB + (
+    train_only = (t.weights + t.grads + t.optim + t.reference + t.buffers + t.lm_head
+                  + t.autocast) / GIB + (
         activations_gib(req, req.gradient_checkpointing))
     training_sleep = train_only + overhead + reserve
     training_awake = training_sleep + budget

@@ -2,7 +2,8 @@
 
 The runtime (``hpc_grpo.runtime``) runs on compute nodes with the training stack and must import
 nothing of the launcher but ``runtime.contract``'s shared package root; the launcher imports of the
-runtime only the contract, the node task that submitit pickles, and the probe doctor reads. The
+runtime only the contract, the node task that submitit pickles, and the probe doctor reads (with
+the lines its report travels in). The
 static rule is read from every module's AST; the import-time rules run in fresh interpreters.
 """
 
@@ -19,7 +20,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "hpc_grpo"
 LAUNCHER_MAY_IMPORT = {"hpc_grpo.runtime.contract", "hpc_grpo.runtime.node.task",
-                       "hpc_grpo.runtime.probe"}
+                       "hpc_grpo.runtime.probe", "hpc_grpo.runtime.probe_lines"}
 LAUNCHER_ONLY_LIBS = {"click", "jinja2", "submitit", "yaml", "rich"}
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import types
 from typing import Any
 
+import pytest
+
 from hpc_grpo.runtime.rank import phases
 
 
@@ -48,23 +50,41 @@ def test_install_on_the_real_trl_profiling_context() -> None:
     assert set(phases.STEP.take()) == {"generate_s"}
 
 
-def test_memory_phase_is_generation_only_inside_the_engine_blocks() -> None:
-    from trl.extras import profiling
-
-    assert phases.install(profiling)
+def test_memory_phase_is_generation_while_the_engine_is_awake() -> None:
+    """From sync_weights' wake-up to generate's return (its sleep included), and only then."""
     seen: list[str] = []
-    for name in ("GRPOTrainer.sync_weights", "GRPOTrainer.vLLM.generate",
-                 "GRPOTrainer.compute_loss", "GRPOTrainer._calculate_rewards"):
-        with profiling.ProfilingContext(name=name, report_to=[]):
+
+    class Engine:
+        def sync_weights(self) -> None:
             seen.append(phases.MEMORY_PHASE())
-    assert seen == ["generation", "generation", "training", "training"]
-    assert phases.MEMORY_PHASE() == "training"
-    try:
-        with profiling.ProfilingContext(name="GRPOTrainer.vLLM.generate", report_to=[]):
-            raise RuntimeError("engine died")
-    except RuntimeError:
-        pass
+
+        def generate(self, prompts: list[str]) -> list[str]:
+            seen.append(phases.MEMORY_PHASE())
+            self.sleep()
+            if not prompts:
+                raise RuntimeError("engine died")
+            return prompts
+
+        def sleep(self) -> None:  # TRL's llm.sleep: after its profiled block, inside generate
+            seen.append(phases.MEMORY_PHASE())
+
+    assert phases.tag_engine(Engine) and phases.tag_engine(Engine)  # the second: no double wrap
+    engine = Engine()
+    engine.sync_weights()
+    assert engine.generate(["p"]) == ["p"]
+    engine.sleep()
+    assert seen == ["generation", "generation", "generation", "training"]
+    with pytest.raises(RuntimeError):
+        engine.generate([])
     assert phases.MEMORY_PHASE() == "training"  # left on an exception too
+    assert not phases.tag_engine(type("Other", (), {"generate": lambda self: None}))
+
+
+def test_the_real_trl_engine_class_can_be_tagged() -> None:
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    assert phases.tag_engine(VLLMGeneration)
+    assert VLLMGeneration.generate.__name__ == "generate"
 
 
 def test_sampler_keeps_a_peak_per_phase() -> None:

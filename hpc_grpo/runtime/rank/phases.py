@@ -48,23 +48,13 @@ class PhaseTimes:
 
 STEP = PhaseTimes()  # this process's recorder: the ranks run one trainer each
 
-# Blocks during which the vLLM engine is awake (weights pushed, KV cache mapped): GPU memory
-# sampled inside them is the plan's "during generation", everything else its "during training".
-GENERATION_BLOCKS = frozenset({"sync_weights", "vLLM.generate"})
-
-
 class MemoryPhase:
-    """The memory phase this process is in, as TRL's blocks enter and leave ("training" outside)."""
+    """Whether the colocated vLLM engine is awake: inside its ``sync_weights`` (weights woken and
+    pushed) and ``generate`` (KV cache woken, generation, back to sleep) GPU memory sampled is
+    the plan's "during generation", everywhere else its "during training"."""
 
     def __init__(self) -> None:
         self.depth = 0
-
-    def enter(self, block: str) -> None:
-        self.depth += block.split(".", 1)[-1] in GENERATION_BLOCKS
-
-    def leave(self, block: str) -> None:
-        if block.split(".", 1)[-1] in GENERATION_BLOCKS:
-            self.depth = max(0, self.depth - 1)
 
     def __call__(self) -> str:
         return "generation" if self.depth else "training"
@@ -89,24 +79,33 @@ def install(profiling: Any) -> bool:
 
     _log_metrics._hpc_grpo = True  # type: ignore[attr-defined]
     context._log_metrics = _log_metrics
-    _tag_memory_phase(context)
     return True
 
 
-def _tag_memory_phase(context: Any) -> None:
-    """Make entering and leaving a block move ``MEMORY_PHASE`` too (TRL's own timing unchanged)."""
-    enter: Callable[..., Any] | None = getattr(context, "__enter__", None)
-    leave: Callable[..., Any] | None = getattr(context, "__exit__", None)
-    if enter is None or leave is None:
-        return
-    entered, left = enter, leave
+def tag_engine(engine_class: Any) -> bool:
+    """Make the engine's ``sync_weights`` and ``generate`` move ``MEMORY_PHASE`` (idempotent).
 
-    def __enter__(self: Any) -> Any:
-        MEMORY_PHASE.enter(str(getattr(self, "name", "")))
-        return entered(self)
+    The whole methods, not TRL's profiled blocks inside them: ``llm.sleep`` runs after the
+    ``vLLM.generate`` block closes, and memory sampled until it returns is still the engine's.
+    False when the class lacks either method (another TRL): no phase split then."""
+    for name in ("sync_weights", "generate"):
+        method = getattr(engine_class, name, None)
+        if method is None:
+            return False
+        if getattr(method, "_hpc_grpo", False):
+            continue
+        setattr(engine_class, name, _awake(method))
+    return True
 
-    def __exit__(self: Any, *exc: Any) -> Any:
-        MEMORY_PHASE.leave(str(getattr(self, "name", "")))
-        return left(self, *exc)
 
-    context.__enter__, context.__exit__ = __enter__, __exit__
+def _awake(method: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        MEMORY_PHASE.depth += 1
+        try:
+            return method(*args, **kwargs)
+        finally:
+            MEMORY_PHASE.depth -= 1
+
+    wrapper._hpc_grpo = True  # type: ignore[attr-defined]
+    wrapper.__doc__, wrapper.__name__ = method.__doc__, method.__name__
+    return wrapper

@@ -166,6 +166,8 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
 
     if not phases.install(profiling):  # metrics lines then carry no step split
         print("[train] this TRL has no ProfilingContext hook: no per-phase step times", flush=True)
+    if run.device == "cuda" and not phases.tag_engine(_engine_class()):
+        print("[train] this TRL's vLLM engine class is not known: no GPU memory per phase", flush=True)
     rewards, dataset, tokenizer = inputs
     stop = GracefulStopCallback(run_dir, flag, device)
     trainer = GRPOTrainer(
@@ -368,3 +370,12 @@ def exit_now(code: int) -> None:
 
 if __name__ == "__main__":
     exit_now(main())
+
+
+def _engine_class() -> Any:
+    """TRL's colocated/served vLLM wrapper class (None where this TRL has another layout)."""
+    try:
+        from trl.generation.vllm_generation import VLLMGeneration
+    except ImportError:
+        return None
+    return VLLMGeneration
