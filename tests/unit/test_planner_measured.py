@@ -3,9 +3,8 @@
 tests/gpu/test_memory_phases.py measured the plan's own layout (ZeRO off, sleep mode) for the
 1.5B and 7B shapes and saved the JSON in docs/results; these tests rebuild the same plan here and
 hold each phase's total, less the fragmentation reserve, to within 10 % of the measured peak.
-The 1.5B run's training peak was filed with the engine's sleep still running (the first phase
-tagging ended at TRL's profiled block): it is a ceiling, not a peak, so only its generation is
-compared.
+Before the correction the plan was 102.6/123.0 GiB (training/generation) for the 7B shape, and
+37.3 for the 1.5B's generation: 9 %, 24 % and 18 % off.
 """
 
 from __future__ import annotations
@@ -47,17 +46,13 @@ def _plan(shape_name: str, saved: dict[str, Any]) -> Any:
         num_generations=sets["num_generations"], enable_sleep_mode=True))
 
 
-@pytest.mark.parametrize(("shape_name", "phases"), [
-    ("qwen2-7b", ("training", "generation")),
-    ("qwen2-1.5b", ("generation",)),
-])
-def test_each_phase_within_ten_percent_of_the_h200_measurement(
-        shape_name: str, phases: tuple[str, ...]) -> None:
+@pytest.mark.parametrize("shape_name", sorted(SAVED))
+def test_each_phase_within_ten_percent_of_the_h200_measurement(shape_name: str) -> None:
     saved = json.loads((RESULTS / SAVED[shape_name]).read_text())
     plan = _plan(shape_name, saved)
     assert (plan.zero_stage, plan.enable_sleep_mode) == (0, True)  # the layout that was measured
     reserve = plan.gib("fragmentation reserve")
     measured = saved["steps"][-1]["gpu_mem_peak_by_phase_gib"]
-    for phase in phases:
+    for phase in ("training", "generation"):
         planned = plan.gib(f"total during {phase}") - reserve
         assert abs(planned - measured[phase]) <= 0.10 * measured[phase], (phase, planned, measured)

@@ -149,6 +149,15 @@ def _finish(run_dir: Path, run: RunRecord, **state: Any) -> None:
     rundir.update_state(run_dir, phase="done", reward_delta=summary["reward_delta"], **state)
 
 
+def _engine_class() -> Any:
+    """TRL's colocated/served vLLM wrapper class (None where this TRL has another layout)."""
+    try:
+        from trl.generation.vllm_generation import VLLMGeneration
+    except ImportError:
+        return None
+    return VLLMGeneration
+
+
 def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, Any],
              flag: StopFlag, device: Any) -> tuple[Any, Any]:
     """GRPOTrainer with the project's callbacks; returns it and the graceful-stop callback."""
@@ -166,7 +175,7 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
 
     if not phases.install(profiling):  # metrics lines then carry no step split
         print("[train] this TRL has no ProfilingContext hook: no per-phase step times", flush=True)
-    if run.device == "cuda" and not phases.tag_engine(_engine_class()):
+    if not phases.tag_engine(_engine_class()) and run.device == "cuda":  # tagged on CPU too
         print("[train] this TRL's vLLM engine class is not known: no GPU memory per phase", flush=True)
     rewards, dataset, tokenizer = inputs
     stop = GracefulStopCallback(run_dir, flag, device)
@@ -371,11 +380,3 @@ def exit_now(code: int) -> None:
 if __name__ == "__main__":
     exit_now(main())
 
-
-def _engine_class() -> Any:
-    """TRL's colocated/served vLLM wrapper class (None where this TRL has another layout)."""
-    try:
-        from trl.generation.vllm_generation import VLLMGeneration
-    except ImportError:
-        return None
-    return VLLMGeneration
