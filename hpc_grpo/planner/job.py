@@ -230,7 +230,7 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
     procs, server = _processes(site, spec)
     _check_batches(spec, spec.nodes * procs)
     memory = None if server is not None else _memory_plan(site, spec, model, procs)
-    warnings += layout_notes(site.device, site.name, spec.tensor_parallel_size, memory or server)
+    warnings += layout_notes(site.device, site.name, spec, memory or server)
     sequence = prompt_bound(spec) + _grpo(spec, "max_completion_length")
     timeout, timeout_reason = collective_timeout(timings, site.watchdog_startup_s,
                                                  site.watchdog_min_s, spec.grpo.get("ddp_timeout"))

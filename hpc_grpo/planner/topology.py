@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 from hpc_grpo.runtime.contract import RankRow, rank_row
 
@@ -83,10 +84,16 @@ def server_split(nodes: int, gpus_per_node: int, server_gpus: int) -> ServerSpli
     )
 
 
-def layout_notes(device: str, site_name: str, tp: int, planned: object) -> list[str]:
+def layout_notes(device: str, site_name: str, spec: JobSpec, planned: object) -> list[str]:
     """Warnings about the layout the plan could not size or that means less than it says:
     a GPU job without a memory plan or server split (``planned`` falsy: architecture unknown),
-    TP > 1 on a CPU site."""
+    TP > 1 on a CPU site. Refuses what cannot run on the site's device at all (QLoRA on CPU:
+    otherwise every rank fails on its first line, after the queue wait)."""
+    tp = spec.tensor_parallel_size
+    if device == "cpu" and spec.use_peft and spec.load_in_4bit:
+        raise UserError(f"load_in_4bit (QLoRA) needs CUDA GPUs (bitsandbytes 4-bit kernels); "
+                        f"site '{site_name}' trains on CPU", field="load_in_4bit",
+                        hint="drop load_in_4bit and keep use_peft: true for LoRA in full precision")
     notes = []
     if device == "cuda" and not planned:
         notes.append("model architecture unknown: TP 1 and TRL's vLLM defaults, no memory plan")

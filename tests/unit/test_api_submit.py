@@ -78,3 +78,25 @@ def test_the_same_run_id_in_two_output_roots(fake: FakeSlurm, tmp_path: Path) ->
     one = CliRunner().invoke(main, ["status", "--json", str(second.run_dir)])
     assert one.exit_code == 0 and [r["run_dir"] for r in json.loads(one.stdout)] == [
         str(second.run_dir)]
+
+
+def test_qlora_on_a_cpu_site_is_refused_before_anything_is_written(fake: FakeSlurm,
+                                                                    tmp_path: Path) -> None:
+    """An open-r1 style recipe asking for QLoRA on the (CPU) sandbox: bitsandbytes' 4-bit
+    kernels need CUDA, so every rank would fail on its first line after the queue wait."""
+    recipe = tmp_path / "qlora.yaml"
+    recipe.write_text(f"model_name_or_path: {MODEL}\nuse_peft: true\nload_in_4bit: true\n"
+                      "lora_r: 16\nlora_alpha: 32\nmax_steps: 4\n")
+    root = tmp_path / "runs"
+    result = CliRunner().invoke(main, ["submit", "--site", "sandbox", "--nodes", "2", "--recipe",
+                                       str(recipe), "--output-root", str(root), "--no-wait"])
+    assert result.exit_code == 2, result.output
+    said = [line for line in result.output.splitlines() if line.strip()]
+    assert len(said) == 1 and "load_in_4bit (QLoRA) needs CUDA GPUs" in said[0], said
+    assert "drop load_in_4bit" in said[0] and "Traceback" not in result.output
+    assert fake.calls("sbatch") == []
+    assert not root.exists() or [p for p in root.iterdir() if not p.name.startswith(".")] == []
+    recipe.write_text(recipe.read_text().replace("load_in_4bit: true", "load_in_4bit: false"))
+    again = CliRunner().invoke(main, ["plan", "--site", "sandbox", "--nodes", "2", "--recipe",
+                                      str(recipe)])
+    assert again.exit_code == 0, again.output  # plain LoRA is fine on CPU
