@@ -67,6 +67,22 @@ def test_deepspeed_file(tmp_path: Path) -> None:
         deepspeed_config({"zero_stage": 4})
 
 
+@pytest.mark.parametrize(("nodes", "ppn", "deepspeed", "user", "want"), [
+    (2, 2, None, {}, True),  # 4 ranks: one DDP bucket layout for every step
+    (1, 3, None, {}, True),
+    (1, 2, None, {}, None),  # two summands commute: TRL's default stays
+    (2, 2, {"zero_stage": 2}, {}, None),  # DeepSpeed reduces without DDP
+    (2, 2, None, {"ddp_find_unused_parameters": False}, False),  # the recipe's word wins
+])
+def test_ddp_keeps_one_bucket_layout_from_three_ranks(
+        tmp_path: Path, nodes: int, ppn: int, deepspeed: dict[str, Any] | None,
+        user: dict[str, Any], want: bool | None) -> None:
+    known = [*KNOWN, "ddp_find_unused_parameters"]
+    kwargs, _ = grpo_kwargs(run(nodes=nodes, procs_per_node=ppn, deepspeed=deepspeed,
+                                grpo_config={"max_steps": 5, **user}), tmp_path, known)
+    assert kwargs.get("ddp_find_unused_parameters") is want
+
+
 def test_summary_windows() -> None:
     rows = [{"step": s, "reward_mean": float(s), "step_time": 0.5} for s in range(1, 31)]
     rows.append({"step": 30, "reward_mean": 30.0, "step_time": 0.5})  # duplicate line

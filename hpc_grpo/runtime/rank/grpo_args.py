@@ -143,6 +143,14 @@ def grpo_kwargs(
         user.setdefault("bf16", True)
     user.setdefault("ddp_timeout", run.collective_timeout_s)  # the process group's (train.py)
     user.setdefault("run_name", run.run_id)  # the trackers' run name (tracking.py)
+    if run.deepspeed is None and run.world_size > 2:
+        # DDP sums a bucket over the ranks in an order that depends on where each element sits
+        # in the bucket, and lays its buckets out by parameter order for a process's first step,
+        # then by the order the gradients became ready. A resumed process's first step so used
+        # the other layout: weights a few ulp off the uninterrupted run's (from 3 ranks up; two
+        # summands commute), enough to change a sampled token 20-30 steps later (issue #13's
+        # chaos run). Looking for unused parameters keeps DDP on one layout for every step.
+        user.setdefault("ddp_find_unused_parameters", True)
     owned.update(_run_fields(run, user))
     return {**DEFAULTS, **user, **owned}, notes
 
