@@ -128,3 +128,20 @@ def kill_training(nodes: tuple[str, ...], run_dir: Path) -> int:
 def rewards(run_dir: Path) -> list[tuple[int, float]]:
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [(int(r["step"]), float(r["reward_mean"])) for r in rows]
+
+
+def final_state_differs(run_dir: Path, other: Path, step: int) -> list[str]:
+    """Tensors of the final checkpoints' weights and Adam state that are not bit for bit equal.
+
+    Rewards alone hide a few-ulp weight difference for 20-30 steps (issue #13: DDP's bucket
+    layout in a resumed process's first step, seen only from 3 ranks up)."""
+    import torch
+    from safetensors.torch import load_file
+
+    ours, theirs = (d / "checkpoints" / f"checkpoint-{step}" for d in (run_dir, other))
+    a, b = load_file(ours / "model.safetensors"), load_file(theirs / "model.safetensors")
+    differ = [name for name in a if not torch.equal(a[name], b[name])]
+    sa, sb = (torch.load(d / "optimizer.pt", weights_only=False)["state"] for d in (ours, theirs))
+    differ += [f"adam {key}.{n}" for key in sa for n in sa[key]
+               if not torch.equal(sa[key][n], sb[key][n])]
+    return differ
