@@ -4,8 +4,8 @@ math JSONL with a solution column and a system prompt, math-verify accuracy, for
 take it (model_name_or_path, dataset_name, dataset_prompt_column, reward_funcs by open-r1 name,
 output_dir, TRL's LoRA keys). The login node measured the longest chat prompt and the plan used
 it; `scancel --signal=USR2` mid-run checkpoints the adapter and the requeued job continues that
-one adapter to the last step, logging every reward every step once. (That the resumed adapter
-equals an uninterrupted run's, tensor for tensor, is tests/slow/test_lora_math.py's.)
+one adapter to the last step, logging every reward every step once, and ends with the adapter
+an uninterrupted run of the same recipe (beside it, on the other two nodes) ends with, bit for bit.
 """
 
 from __future__ import annotations
@@ -53,10 +53,14 @@ def test_lora_math_job_requeued_by_usr2_continues_one_adapter(tmp_path: Path) ->
     recipe = write_job(tmp_path)
     run_id, job, run_dir = submit(tmp_path / "runs", "--site", "sandbox", "--nodes", "2",
                                   "--recipe", str(recipe), "--partition", "low")
+    ref_id, _, ref_dir = submit(tmp_path / "reference", "--site", "sandbox", "--nodes", "2",
+                                "--recipe", str(recipe), "--partition", "low")
     wait_step(run_id, 2)
     subprocess.run(["scancel", "--signal=USR2", job], check=True)
     row = wait_for(run_id, finished, timeout=300)
     assert row["state"] == "COMPLETED" and row["step"] == STEPS and row["requeues"] == 1, row
+    ref = wait_for(ref_id, finished, timeout=300)
+    assert ref["state"] == "COMPLETED" and ref["requeues"] == 0, ref
 
     restarts = [json.loads(x) for x in (run_dir / "restarts.jsonl").read_text().splitlines()]
     at = restarts[0]["resumed_from_step"]
@@ -64,6 +68,9 @@ def test_lora_math_job_requeued_by_usr2_continues_one_adapter(tmp_path: Path) ->
     mid, end = adapter(run_dir, at), adapter(run_dir, STEPS)
     assert sorted(mid) == sorted(end) and len(end) == 8  # one adapter: 2 layers x q,v x A,B
     assert any(not end[k].equal(mid[k]) for k in end if ".lora_B." in k)  # trained on after it
+    uninterrupted = adapter(ref_dir, STEPS)
+    assert sorted(uninterrupted) == sorted(end)
+    assert [k for k in end if not end[k].equal(uninterrupted[k])] == []  # the same adapter, to the bit
 
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == list(range(1, STEPS + 1))
