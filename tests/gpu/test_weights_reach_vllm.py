@@ -19,6 +19,10 @@ and a half after the engine starts; the two runs share one output root, so the s
 with the first's compile cache. Seen on an H200 (2026-11-24, docs/benchmarks.md): 0.006-0.009
 healthy, 0.62-0.65 stale from step 2 (bound 0.1); both tests together 197 s.
 
+The LoRA pair (#14) runs the plan's layout (ZeRO off) with adapters of rank 16 at learning rate
+1e-2: TRL merges them into the base model before each push, so a healthy run stays under the
+bound and a skipped push (the engine keeps the base model) breaks it.
+
 Run on the lent GPU machine (docs/gpu.md): ``python -m pytest -q -m gpu
 tests/gpu/test_weights_reach_vllm.py``. With ``HPC_GRPO_RESULTS`` set, each run's per-step
 values are written there as JSON.
@@ -44,6 +48,9 @@ pytestmark = pytest.mark.gpu
 
 STEPS = 4
 LEARNING_RATE = 1e-4
+# LoRA's B starts at zero and Adam moves it by about the learning rate a step: 1e-2 makes the
+# adapters' product (alpha/r = 2) as large as the base weights within a step or two.
+LORA_LEARNING_RATE = 1e-2
 FAULT = "HPC_GRPO_FAULT_SKIP_WEIGHT_SYNC"  # runtime/rank/stale_weights.py's FAULT_ENV
 
 
@@ -53,14 +60,18 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _site(tmp_path_factory.mktemp("weights"), 1)
 
 
-def _submit(site: Path, run_id: str, env: dict[str, str]) -> Path:
-    sets = [f"--set={k}={v}" for k, v in {
-        "max_steps": STEPS, "learning_rate": LEARNING_RATE, "per_device_train_batch_size": 8,
-        "num_generations": 8, "max_completion_length": 64, "save_steps": 1000,
-        "vllm_enable_sleep_mode": "true"}.items()]
+def _submit(site: Path, run_id: str, env: dict[str, str], lora: bool = False) -> Path:
+    settings: dict[str, Any] = {
+        "max_steps": STEPS, "learning_rate": LORA_LEARNING_RATE if lora else LEARNING_RATE,
+        "per_device_train_batch_size": 8, "num_generations": 8, "max_completion_length": 64,
+        "save_steps": 1000, "vllm_enable_sleep_mode": "true"}
+    if lora:
+        settings.update(use_peft="true", lora_r=16, lora_alpha=32)
+    sets = [f"--set={k}={v}" for k, v in settings.items()]
+    layout = [] if lora else ["--zero-stage", "3"]  # LoRA: the plan's layout (ZeRO off)
     proc = subprocess.run(
         [sys.executable, "-m", "hpc_grpo.cli", "submit", "--site", str(site), "--model",
-         "builtin:qwen2-0.5b", "--zero-stage", "3", "--run-id", run_id, "--wait", *sets],
+         "builtin:qwen2-0.5b", *layout, "--run-id", run_id, "--wait", *sets],
         capture_output=True, text=True, timeout=420, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     match = re.search(r"dir (\S+)", proc.stdout)
@@ -68,11 +79,11 @@ def _submit(site: Path, run_id: str, env: dict[str, str]) -> Path:
     return Path(match.group(1))
 
 
-def _measure(site: Path, run_id: str, fault: bool) -> dict[str, Any]:
+def _measure(site: Path, run_id: str, fault: bool, lora: bool = False) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != FAULT}
     if fault:
         env[FAULT] = "1"
-    run_dir = _submit(site, run_id, env)
+    run_dir = _submit(site, run_id, env, lora)
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     state = json.loads((run_dir / "state.json").read_text())
     result = {"run_dir": str(run_dir), "fault": fault, "learning_rate": LEARNING_RATE,
@@ -80,9 +91,11 @@ def _measure(site: Path, run_id: str, fault: bool) -> dict[str, Any]:
               "steps": [{k: m.get(k) for k in ("step", "vllm_logp_diff_mean", "vllm_logp_diff_max",
                                                 "loss", "reward_mean", "learning_rate")}
                         for m in metrics],
-              "deepspeed": json.loads((run_dir / "deepspeed.json").read_text()),
-              "run_vllm": json.loads((run_dir / "run.json").read_text())["vllm"]}
-    _save(f"weights-reach-vllm-{'stale' if fault else 'healthy'}", result)
+              "deepspeed": json.loads((run_dir / "deepspeed.json").read_text())
+              if (run_dir / "deepspeed.json").exists() else None,
+              "run_vllm": json.loads((run_dir / "run.json").read_text())["vllm"],
+              "peft": json.loads((run_dir / "run.json").read_text()).get("peft")}
+    _save(f"weights-reach-vllm-{'lora-' if lora else ''}{'stale' if fault else 'healthy'}", result)
     return result
 
 
@@ -115,3 +128,20 @@ def test_skipped_weight_sync_breaks_the_bound_and_status_flags_it(site: Path) ->
                            result["run_dir"]], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)[0]["drift"].startswith("vLLM drift"), proc.stdout
+
+
+@needs_gpu
+@pytest.mark.parametrize("fault", [False, True], ids=["healthy", "stale"])
+def test_lora_merged_weights_reach_vllm(site: Path, fault: bool) -> None:
+    """LoRA (#14): TRL merges the adapters into the base before each push; healthy, every step's
+    difference stays under the bound; with the push skipped (the engine keeps the base model),
+    the trained adapters break it from step 2."""
+    result = _measure(site, f"weights-lora-{'stale' if fault else 'healthy'}-0001", fault, lora=True)
+    assert result["phase"] == "done" and result["peft"]["r"] == 16, result
+    assert [s["step"] for s in result["steps"]] == list(range(1, STEPS + 1))
+    diffs = [s["vllm_logp_diff_mean"] for s in result["steps"]]
+    assert all(isinstance(d, float) for d in diffs), diffs
+    if fault:
+        assert not drift.exceeds(diffs[0]) and any(drift.exceeds(d) for d in diffs[1:]), diffs
+    else:
+        assert not [d for d in diffs if drift.exceeds(d)], (diffs, drift.BOUND_NATS)
