@@ -54,7 +54,8 @@ def test_lora_math_job_requeued_by_usr2_continues_one_adapter(tmp_path: Path) ->
     run_id, job, run_dir = submit(tmp_path / "runs", "--site", "sandbox", "--nodes", "2",
                                   "--recipe", str(recipe), "--partition", "low")
     ref_id, _, ref_dir = submit(tmp_path / "reference", "--site", "sandbox", "--nodes", "2",
-                                "--recipe", str(recipe), "--partition", "low")
+                                "--recipe", str(recipe), "--partition", "low",
+                                "--run-id", "lora-uninterrupted")  # a name of its own
     wait_step(run_id, 2)
     subprocess.run(["scancel", "--signal=USR2", job], check=True)
     row = wait_for(run_id, finished, timeout=300)
