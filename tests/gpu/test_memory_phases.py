@@ -88,3 +88,40 @@ def test_each_phase_peak_against_the_plan(shape: str) -> None:
         row = result["phases"][phase]
         assert row["measured_gib"], result["phases"]
         assert 0.9 <= row["ratio"] <= 1.1, result["phases"]
+
+
+@needs_gpu
+@pytest.mark.xfail(strict=True, reason="the plan's 4 GiB per rank besides the offloaded state is "
+                   "too low: 24.3 planned, 34.8 GiB measured on an H200 (2026-11-24, "
+                   "docs/benchmarks.md); not corrected yet (one rank measured, the model for "
+                   "several ranks a node unknown)")
+def test_host_memory_with_optimizer_offload_against_the_plan() -> None:
+    """ZeRO-3 + optimizer offload (1.5B shape): the plan's "CPU memory per node" against the
+    peak resident memory of the whole process tree (test, launcher, node task, torchrun, rank
+    with its engine), sampled every 0.5 s. ``-k offload``; CPU Adam compiles on first use."""
+    from tests.gpu.test_checkpoint_resume import HostPeak
+
+    work = _work("mem-offload")
+    site = _site(work, 1)
+    sets = {**SETS, "max_steps": 3}
+    peak = HostPeak()
+    proc = subprocess.run(
+        [sys.executable, "-m", "hpc_grpo.cli", "submit", "--site", str(site), "--model",
+         SHAPES["1.5b"], "--zero-stage", "3", "--set=offload_optimizer=true", "--run-id",
+         "mem-offload", "--wait", *(f"--set={k}={v}" for k, v in sets.items())],
+        capture_output=True, text=True, timeout=560,
+        env={**os.environ, "HPC_GRPO_HOME": str(_work() / "home")})
+    host = peak.stop()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = work / "runs" / "mem-offload"
+    record = json.loads((run_dir / "run.json").read_text())
+    planned = dict(record["memory_plan"]["breakdown_gib"]).get("CPU memory per node")
+    result = {"planned_host_gib": planned, "measured_host_rss_peak_gib": host,
+              "ratio": round(planned / host, 3) if planned else None,
+              "memory_plan": record["memory_plan"], "deepspeed": record["deepspeed"],
+              "steps": [{k: r.get(k) for k in ("step", "gpu_mem_peak_by_phase_gib", "step_time")}
+                        for r in _metrics(run_dir)]}
+    _save("memory-offload-1.5b", result)
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    assert planned and record["deepspeed"]["offload_optimizer"], record["deepspeed"]
+    assert 0.9 <= result["ratio"] <= 1.1, result
