@@ -191,9 +191,9 @@ def test_node_task_records_the_cause_at_the_signal_for_the_next_attempt(
     from hpc_grpo.runtime.contract import STOP_CAUSE_JSON
     from hpc_grpo.runtime.node import task as node
     from hpc_grpo.runtime.rank import train
-    from tests.unit.test_config_error_node import _run
+    from tests.unit.nodefake import minimal_run
 
-    run_dir = _run(tmp_path)
+    run_dir = minimal_run(tmp_path)
     case = SIGNALLED["preempted_usr2"]
     monkeypatch.setattr(slurm_facts, "_scontrol", lambda *a: case["scontrol_show_job"])
     monkeypatch.setenv("SLURM_JOB_ID", "1")
@@ -217,9 +217,9 @@ def test_a_signal_on_another_node_asks_nothing(tmp_path: Path, monkeypatch: pyte
 
     from hpc_grpo.runtime.contract import STOP_CAUSE_JSON
     from hpc_grpo.runtime.node import task as node
-    from tests.unit.test_config_error_node import _run
+    from tests.unit.nodefake import minimal_run
 
-    run_dir = _run(tmp_path)
+    run_dir = minimal_run(tmp_path)
     monkeypatch.setattr(slurm_facts, "_scontrol", lambda *a: pytest.fail("asked Slurm"))
     monkeypatch.setenv("SLURM_JOB_ID", "1")
     monkeypatch.setenv("SLURM_NODEID", "1")

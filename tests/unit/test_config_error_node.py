@@ -5,7 +5,6 @@ exchange and the node task are tested with stand-ins for the ranks and for torch
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 from pathlib import Path
 from typing import Any
@@ -13,11 +12,12 @@ from typing import Any
 import pytest
 
 from hpc_grpo.runtime import rundir
-from hpc_grpo.runtime.contract import CONFIGURATION_ERROR, RETRIES_JSONL, RunRecord
+from hpc_grpo.runtime.contract import CONFIGURATION_ERROR, RETRIES_JSONL
 from hpc_grpo.runtime.node import retry
 from hpc_grpo.runtime.node import task as node
 from hpc_grpo.runtime.rank import setup_failure
 from hpc_grpo.runtime.rank.setup_failure import common_error, exception_line, settle
+from tests.unit.nodefake import fake_node, minimal_run
 
 LINE = "ValueError: log_completions_hub_repo is set, but log_completions is False."
 
@@ -104,36 +104,16 @@ def test_a_rank_whose_rank0_never_decides_leaves_after_the_wait(tmp_path: Path) 
 
 # -- the node task: no requeue, and the job ends failed ---------------------------------------
 
-def _run(tmp_path: Path) -> Path:
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    record = RunRecord.from_dict({"schema": 1, "run_id": "r", "run_dir": str(run_dir),
-                                  "model": "m", "dataset": {"name": "d"}, "nodes": 1,
-                                  "procs_per_node": 1})
-    (run_dir / "run.json").write_text(json.dumps(record.to_dict()))
-    return run_dir
-
-
 def _node_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                **state: Any) -> tuple[Path, list[list[str]]]:
     """A node task under Slurm job 7 whose torchrun stand-in leaves ``state`` and exits 1."""
-    run_dir = _run(tmp_path)
+    run_dir = minimal_run(tmp_path)
 
-    class Torchrun:
-        def __init__(self, *_: Any, **__: Any) -> None:
-            pass
+    def leaves_state() -> int:
+        rundir.update_state(run_dir, attempt="slurm-7.0", **state)
+        return 1
 
-        def wait(self) -> int:
-            rundir.update_state(run_dir, attempt="slurm-7.0", **state)
-            return 1
-
-    called: list[list[str]] = []
-    monkeypatch.setattr(node.subprocess, "Popen", Torchrun)
-    monkeypatch.setattr(node.subprocess, "run", lambda argv, **_: called.append(argv)
-                        or subprocess.CompletedProcess(argv, 0))
-    monkeypatch.setenv("SLURM_JOB_ID", "7")
-    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
-    monkeypatch.setenv("SLURM_NODEID", "0")
+    called = fake_node(monkeypatch, "7", leaves_state)
     return run_dir, called
 
 

@@ -4,17 +4,15 @@ from a cgroup tree laid out as the kernel does; the node task runs with a torchr
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from hpc_grpo.runtime import rundir
-from hpc_grpo.runtime.contract import RETRIES_JSONL, RunRecord
+from hpc_grpo.runtime.contract import RETRIES_JSONL
 from hpc_grpo.runtime.node import oom, retry
 from hpc_grpo.runtime.node import task as node
+from tests.unit.nodefake import fake_node, minimal_run
 
 # memory.events of a Slurm step's cgroup v2 after one OOM kill (kernel 6.1 fields).
 EVENTS_V2 = "low 0\nhigh 0\nmax 212\noom 1\noom_kill 1\noom_group_kill 0\n"
@@ -66,20 +64,10 @@ def test_the_same_resource_failure_twice_from_one_checkpoint_stops() -> None:
     assert not retry.decide_retry(full, 8, 5, cause="disk full").requeue
 
 
-def _run(tmp_path: Path) -> Path:
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    record = RunRecord.from_dict({"schema": 1, "run_id": "r", "run_dir": str(run_dir),
-                                  "model": "m", "dataset": {"name": "d"}, "nodes": 1,
-                                  "procs_per_node": 1})
-    (run_dir / "run.json").write_text(json.dumps(record.to_dict()))
-    return run_dir
-
-
 def _oom_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, list[list[str]]]:
     """A node task under Slurm job 41 whose torchrun stand-in's rank is OOM-killed at step 7:
     state.json stays at phase training, the cgroup's oom_kill count rises, torchrun exits 1."""
-    run_dir = _run(tmp_path)
+    run_dir = minimal_run(tmp_path)
     cgroups = tmp_path / "cgroup"
     _cgroup_v2(cgroups, 0)
     proc_cgroup = tmp_path / "proc-self-cgroup"
@@ -87,24 +75,14 @@ def _oom_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, li
     monkeypatch.setattr(oom, "CGROUP_ROOT", cgroups)
     monkeypatch.setattr(oom, "read_kills", lambda: oom.__dict__["_real"](proc_cgroup, cgroups))
 
-    class Torchrun:
-        def __init__(self, *_: Any, **__: Any) -> None:
-            pass
+    def killed_at_step_7() -> int:
+        rundir.update_state(run_dir, attempt="slurm-41.0", phase="training", step=7,
+                            last_checkpoint_step=5)
+        kills = oom.oom_kills((cgroups / STEP.lstrip("/") / "memory.events").read_text()) or 0
+        _cgroup_v2(cgroups, kills + 1)
+        return 1
 
-        def wait(self) -> int:
-            rundir.update_state(run_dir, attempt="slurm-41.0", phase="training", step=7,
-                                last_checkpoint_step=5)
-            kills = oom.oom_kills((cgroups / STEP.lstrip("/") / "memory.events").read_text()) or 0
-            _cgroup_v2(cgroups, kills + 1)
-            return 1
-
-    called: list[list[str]] = []
-    monkeypatch.setattr(node.subprocess, "Popen", Torchrun)
-    monkeypatch.setattr(node.subprocess, "run", lambda argv, **_: called.append(argv)
-                        or subprocess.CompletedProcess(argv, 0))
-    monkeypatch.setenv("SLURM_JOB_ID", "41")
-    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
-    monkeypatch.setenv("SLURM_NODEID", "0")
+    called = fake_node(monkeypatch, "41", killed_at_step_7)
     return run_dir, called
 
 
