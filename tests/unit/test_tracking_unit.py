@@ -106,3 +106,23 @@ def test_wandb_files_say_which_steps_w_and_b_has(tmp_path: Path) -> None:
     _wandb_file(tmp_path / "wandb" / "offline-run-20261124_091000-r-1" / "run-r-1.wandb", [4, 5], True)
     _wandb_file(tmp_path / "wandb" / "offline-run-20261124_092000-r-2" / "run-r-2.wandb", [9], False)
     assert wandb_log.highest_step(tmp_path, "r-1") == 5  # another run's file is not read
+
+
+@pytest.mark.parametrize("sync", ["wandb sync --project hpc-grpo {run}/wandb/offline-run-*", ""])
+def test_wait_summary_prints_the_sync_command(
+    sync: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`submit --wait` / `resume --wait` end in follow(): a finished offline W&B run must say how
+    to upload it there too, read from state.json as the ranks left it, and only when there is one."""
+    from tests.unit.slurmfake import make_run
+
+    monkeypatch.setenv("COLUMNS", "400")  # rich folds long lines at 80 columns off a terminal
+    run_dir = make_run(tmp_path / "runs", "r-1", phase="done", step=10, site="local")
+    command = sync.format(run=run_dir)
+    state = json.loads((run_dir / "state.json").read_text())
+    (run_dir / "state.json").write_text(json.dumps({**state, "tracker_sync": command}))
+    assert views.follow(str(run_dir), poll=0.01) == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "W&B" in line]
+    assert lines == ([f"W&B offline run; upload it with: {command}"] if command else [])
+    assert "run r-1: COMPLETED, phase done" in err
