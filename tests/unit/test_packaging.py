@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import tomllib
 from packaging.requirements import Requirement
+from packaging.version import Version
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -152,3 +153,24 @@ def test_runtime_pins_are_the_tested_set() -> None:
             assert name == "vllm", f"{name} is pinned in [runtime] but not installed in the dev venv"
             continue
         assert specifier.contains(version.split("+")[0], prereleases=True), (name, version, specifier)
+
+
+# The wandb the tests ran with (tests/slow/test_tracking_slow.py writes one run as three offline
+# fragments, which `wandb sync` must merge); an older `wandb sync` let one fragment overwrite the
+# next (wandb/wandb#3841).
+WANDB_TESTED = Version("0.31")
+
+
+def test_tracker_pins_agree_and_start_at_the_tested_wandb() -> None:
+    """[wandb] and [tracking] pin wandb alike, from no older than the tested version, and the
+    dev venv's wandb (the one the slow tracking test used) lies inside the pin."""
+    pins = {extra: {Requirement(r).name: Requirement(r).specifier for r in _extras()[extra]}
+            for extra in ("wandb", "tracking")}
+    assert pins["wandb"]["wandb"] == pins["tracking"]["wandb"]
+    floor = Version(next(s.version for s in pins["wandb"]["wandb"] if s.operator == ">="))
+    assert floor >= WANDB_TESTED, f"wandb>={floor} admits a `wandb sync` that overwrites fragments"
+    try:
+        version = importlib.metadata.version("wandb")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("wandb is not installed in this venv")
+    assert pins["wandb"]["wandb"].contains(version, prereleases=True), (version, floor)
