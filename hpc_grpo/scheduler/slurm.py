@@ -15,8 +15,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -115,19 +114,6 @@ def live_record(job_id: str) -> JobRecord | None:
             return None
         raise
     return parse_squeue_records(out).get(job_id)
-
-
-def wait_for_state(
-    job_id: str, states: Collection[str] = (), *, timeout_s: float, poll_s: float = 2.0
-) -> JobState:
-    """Poll until the job is in `states` or finished (a failed job must not hang the waiter);
-    returns the last state seen, also on timeout. Not `sbatch --wait`: it wakes in 2/10/42 s."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        state = query_states([job_id])[job_id]
-        if state.state in states or state.finished or time.monotonic() + poll_s > deadline:
-            return state
-        time.sleep(poll_s)
 
 
 def submitit_command(python: str, folder: Path) -> str:
@@ -275,17 +261,6 @@ def require_partition_nodes(partition: str, nodes: int) -> None:
     if available is not None and nodes > available:
         raise UserError(f"{nodes} nodes requested but partition '{partition}' has {available}",
                         field="nodes", hint=f"use --nodes {available} or fewer")
-
-
-def cluster_available() -> bool:
-    """Whether this machine can submit: sbatch and sinfo exist and slurmctld answers."""
-    if shutil.which("sbatch") is None or shutil.which("sinfo") is None:
-        return False
-    try:
-        run_slurm(["sinfo", "--noheader", "--format=%P"], timeout=10)
-    except UserError:
-        return False
-    return True
 
 
 def _one_line(text: str) -> str:

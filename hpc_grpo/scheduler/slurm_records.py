@@ -144,11 +144,6 @@ def fold_sacct(records: Sequence[JobRecord]) -> JobState:
     return replace(newest.state, restarts=restarts)
 
 
-def parse_sacct(text: str) -> dict[str, JobState]:
-    """Read `sacct --parsable2 --noheader -X -D -o SACCT_FIELDS`: the newest record per job wins."""
-    return {job_id: fold_sacct(recs) for job_id, recs in parse_sacct_records(text).items()}
-
-
 def parse_squeue_records(text: str) -> dict[str, JobRecord]:
     """Read `squeue --noheader --Format=SQUEUE_FORMAT` (no exit code nor restarts there)."""
     records: dict[str, JobRecord] = {}
@@ -159,11 +154,6 @@ def parse_squeue_records(text: str) -> dict[str, JobRecord]:
             submit, cluster, name, command = (cols[5:] + ["", "", "", ""])[:4]
             records[cols[0]] = _record(cols, state, [submit, name, cluster, command])
     return records
-
-
-def parse_squeue(text: str) -> dict[str, JobState]:
-    """Read `squeue --noheader --Format=SQUEUE_FORMAT` (no exit code nor restarts there)."""
-    return {job_id: rec.state for job_id, rec in parse_squeue_records(text).items()}
 
 
 @dataclass(frozen=True)

@@ -114,8 +114,18 @@ SACCT = textwrap.dedent("""\
     """)
 
 
+def _sacct_states(text: str) -> dict[str, slurm_records.JobState]:
+    """One state per job id from sacct's records, as tracking folds them."""
+    return {job: slurm_records.fold_sacct(recs)
+            for job, recs in slurm_records.parse_sacct_records(text).items()}
+
+
+def _squeue_states(text: str) -> dict[str, slurm_records.JobState]:
+    return {job: rec.state for job, rec in slurm_records.parse_squeue_records(text).items()}
+
+
 def test_parse_sacct() -> None:
-    got = slurm_records.parse_sacct(SACCT)
+    got = _sacct_states(SACCT)
     assert sorted(got) == [str(i) for i in range(101, 111)]  # no "101.batch"
     assert got["101"] == slurm_records.JobState(
         "101",
@@ -149,9 +159,9 @@ def test_parse_sacct() -> None:
 
 
 def test_parse_sacct_preempted_and_empty() -> None:
-    got = slurm_records.parse_sacct("7|PREEMPTED|n1|00:00:10|0:0|None|2025-01-01T00:00:00\n")
+    got = _sacct_states("7|PREEMPTED|n1|00:00:10|0:0|None|2025-01-01T00:00:00\n")
     assert (got["7"].state, got["7"].finished) == ("PREEMPTED", False)
-    assert slurm_records.parse_sacct("") == {} and slurm_records.parse_sacct("garbage\n") == {}
+    assert _sacct_states("") == {} and _sacct_states("garbage\n") == {}
 
 
 def test_parse_squeue() -> None:
@@ -163,7 +173,7 @@ def test_parse_squeue() -> None:
         205|REQUEUED|node1|0:10|None
         206|CONFIGURING|node3|0:01|None
         """)
-    got = slurm_records.parse_squeue(text)
+    got = _squeue_states(text)
     assert (got["201"].state, got["201"].nodes, got["201"].elapsed, got["201"].reason) == (
         "RUNNING",
         "node[1-2]",
@@ -271,15 +281,6 @@ def test_job_ids_are_checked_before_any_call(fake: FakeSlurm) -> None:
     got = slurm.query_states(["12", "--all"])  # a bad record does not break the others
     assert (got["12"].state, got["--all"].state) == ("RUNNING", "UNKNOWN")
     assert "--jobs=12" in fake.calls("squeue")[0]["argv"]
-
-
-def test_wait_for_state(fake: FakeSlurm) -> None:
-    fake.answer("squeue", "8|RUNNING|n1|0:10|None\n")
-    assert slurm.wait_for_state("8", {"RUNNING"}, timeout_s=5, poll_s=0.01).state == "RUNNING"
-    fake.answer("squeue", "8|FAILED|n1|0:10|None\n")  # finished: returns though not RUNNING
-    assert slurm.wait_for_state("8", {"RUNNING"}, timeout_s=5, poll_s=0.01).state == "FAILED"
-    fake.answer("squeue", "8|PENDING||0:00|Priority\n")
-    assert slurm.wait_for_state("8", {"RUNNING"}, timeout_s=0.05, poll_s=0.01).state == "PENDING"
 
 
 # --- submit -----------------------------------------------------------------------------------
@@ -427,7 +428,7 @@ def test_cancel_failure_is_one_line(fake: FakeSlurm) -> None:
     assert "ran: scancel 11" in info.value.hint
 
 
-def test_partition_node_count_and_cluster_available(fake: FakeSlurm) -> None:
+def test_partition_node_count(fake: FakeSlurm) -> None:
     fake.answer("sinfo", "node1\nnode2\nnode2\nnode3\n")
     assert slurm.partition_node_count("debug") == 3
     assert fake.calls("sinfo")[-1]["argv"] == [
@@ -436,10 +437,8 @@ def test_partition_node_count_and_cluster_available(fake: FakeSlurm) -> None:
         "--partition=debug",
         "--format=%N",
     ]
-    assert slurm.cluster_available()
     fake.answer("sinfo", err="sinfo: fatal: Could not establish a configuration source\n", rc=1)
     assert slurm.partition_node_count("debug") is None
-    assert not slurm.cluster_available()
 
 
 def test_run_slurm_errors(tmp_path: Path) -> None:

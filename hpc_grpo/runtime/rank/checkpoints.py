@@ -13,7 +13,6 @@ import re
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
 from hpc_grpo.runtime.contract import CHECKPOINT_MARKER
 
@@ -59,12 +58,6 @@ def newest_complete(output_dir: Path) -> Path | None:
         if p.is_dir() and (step := checkpoint_step(p)) is not None and is_complete(p)
     ]
     return max(found)[1] if found else None
-
-
-def checkpoint_info(checkpoint_dir: Path) -> dict[str, Any]:
-    """Step and marker time of a complete checkpoint, for state.json."""
-    marker = json.loads((checkpoint_dir / MARKER).read_text())
-    return {"step": int(marker["step"]), "time": float(marker["time"]), "path": str(checkpoint_dir)}
 
 
 def folder_bytes(path: Path) -> int:
