@@ -34,6 +34,12 @@ def test_slurm_executor_lets_us_supply_the_script(tmp_path: Path) -> None:
 
     params = list(inspect.signature(SlurmExecutor._make_submission_file_text).parameters)
     assert params == ["self", "command", "uid"]
+    # submit() also overrides the sbatch argv hook, to learn the submission file's name (the
+    # job's identity) and to keep submitit's argv: it must still be sbatch and that file.
+    params = list(inspect.signature(SlurmExecutor._make_submission_command).parameters)
+    assert params == ["self", "submission_file_path"]
+    stub = SlurmExecutor.__new__(SlurmExecutor)
+    assert SlurmExecutor._make_submission_command(stub, Path("/x/s.sh")) == ["sbatch", "/x/s.sh"]
     executor = SlurmExecutor.__new__(SlurmExecutor)
     executor.folder = tmp_path
     executor.python = "/opt/py/bin/python"
