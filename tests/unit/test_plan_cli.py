@@ -81,6 +81,24 @@ def test_cpu_site_has_no_gpu_memory_plan() -> None:
     assert data["deepspeed"] is None and data["vllm"]["enabled"] is False
 
 
+def test_server_mode_says_it_has_no_memory_plan_and_what_the_server_gets() -> None:
+    """Server mode is not memory-planned (#12): the plan says so plainly, with the share that
+    `vllm serve` is given, instead of printing a colocated plan that would not apply."""
+    args = ["--site", "h100-pyxis", "--model", "Qwen2.5-Math-7B", "--nodes", "2",
+            "--vllm-mode", "server"]
+    code, out, _ = invoke(*args, "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["memory_plan"] is None and data["vllm"]["mode"] == "server"
+    share = data["vllm"]["gpu_memory_utilization"]
+    assert data["no_memory_plan"].startswith("server mode is not memory-planned")
+    assert f"`vllm serve` gets {share} of its GPUs" in data["no_memory_plan"]
+    code, text, _ = invoke(*args)
+    assert code == 0 and "server mode is not memory-planned" in text
+    colocated = json.loads(invoke(*args[:-2], "--json")[1])
+    assert colocated["memory_plan"] is not None and colocated["no_memory_plan"] is None
+
+
 def test_list_models() -> None:
     code, out, _ = invoke("--list-models")
     assert code == 0 and out.splitlines() == list(catalogue_names())
