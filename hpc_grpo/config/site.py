@@ -17,10 +17,13 @@ from hpc_grpo.config.strict import from_mapping, read_yaml
 from hpc_grpo.errors import UserError, did_you_mean
 from hpc_grpo.runtime.contract import (
     DEFAULT_MAX_REQUEUES,
+    DEFAULT_PORT_RANGE,
+    DEFAULT_REQUEUE_SIGNAL,
     DEFAULT_SIGNAL_LEAD_S,
     DEFAULT_WATCHDOG_MIN_S,
     DEFAULT_WATCHDOG_STARTUP_S,
     PORTS_PER_JOB,
+    REQUEUE_SIGNALS,
 )
 
 # Environment names whose values are secrets wherever a profile sets them: never written into a
@@ -75,9 +78,9 @@ class SiteProfile:
     env: dict[str, str] = field(default_factory=dict)
     container: Container | None = None
     network_interface: str = ""
-    requeue_signal: str = "USR2"
+    requeue_signal: str = DEFAULT_REQUEUE_SIGNAL
     signal_lead_s: int = DEFAULT_SIGNAL_LEAD_S
-    port_range: tuple[int, ...] = (20000, 29999)
+    port_range: tuple[int, ...] = DEFAULT_PORT_RANGE
     output_root: str = "~/hpc-grpo-runs"
     python: str = ""  # empty: the python running hpc-grpo
     max_requeues: int = DEFAULT_MAX_REQUEUES
@@ -102,9 +105,9 @@ class SiteProfile:
                 field="port_range",
                 hint=f"each job takes {PORTS_PER_JOB} ports: rendezvous, vLLM server, weight-sync group",
             )
-        if self.requeue_signal not in {"USR1", "USR2", "TERM"}:
+        if self.requeue_signal not in REQUEUE_SIGNALS:
             raise UserError(
-                f"requeue_signal {self.requeue_signal} is not USR1, USR2 or TERM",
+                f"requeue_signal {self.requeue_signal} is not one of {', '.join(REQUEUE_SIGNALS)}",
                 field="requeue_signal",
             )
         minutes(self.max_time, "max_time")

@@ -40,7 +40,6 @@ SMALL_FILES_BYTES = 32 * 2**20
 RNG_BYTES_PER_RANK = 16 * 2**10
 ADAM_STATE_BYTES = 8  # m and v, fp32, per trainable parameter (their dtype without DeepSpeed)
 DS_OPTIM_BYTES = 12  # fp32 master copy, m and v per trainable parameter under DeepSpeed
-DEFAULT_SAVE_TOTAL_LIMIT = 3  # runtime/rank/grpo_args.py DEFAULTS (a unit test keeps them equal)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner.arch import ModelArch
 from hpc_grpo.planner.checkpoint_size import (
-    DEFAULT_SAVE_TOTAL_LIMIT,
     GIB,
     CheckpointRequest,
     CheckpointSize,
@@ -21,7 +20,7 @@ from hpc_grpo.planner.checkpoint_size import (
     host_verdict,
 )
 from hpc_grpo.planner.types import MemoryPlan
-from hpc_grpo.runtime.contract import DeepSpeedBlock
+from hpc_grpo.runtime.contract import DEFAULT_SAVE_TOTAL_LIMIT, DeepSpeedBlock
 
 HALF_PRECISION = ("bfloat16", "bf16", "float16", "fp16", "half")
 

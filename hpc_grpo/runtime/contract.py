@@ -68,12 +68,18 @@ def job_port(port_low: int, port_high: int, job_id: int) -> int:
 
 # Signals that always mean "checkpoint and stop": USR2 is submitit's and the profiles' default
 # requeue signal, TERM is what Slurm sends before a kill. A profile may add its own (USR1).
-ALWAYS_STOP = ("USR2", "TERM")
+DEFAULT_REQUEUE_SIGNAL = "USR2"
+REQUEUE_SIGNALS = ("USR1", DEFAULT_REQUEUE_SIGNAL, "TERM")  # what a profile may name
+ALWAYS_STOP = (DEFAULT_REQUEUE_SIGNAL, "TERM")
 
 DEFAULT_SEED = 42
 DEFAULT_MAX_REQUEUES = 3
 DEFAULT_SIGNAL_LEAD_S = 120
 DEFAULT_VLLM_GPU_MEMORY_UTILIZATION = 0.3  # TRL's own default
+DEFAULT_PORT_RANGE = (20000, 29999)  # a site's rendezvous/vLLM ports, PORTS_PER_JOB a job
+# Checkpoints kept when the recipe does not say (the ranks' GRPOConfig default and what the
+# planner sizes the output disk for).
+DEFAULT_SAVE_TOTAL_LIMIT = 3
 # The hang watchdog (runtime/node/watchdog.py): the start-up allowance (up to the first step of
 # an attempt), the least it waits for progress once steps are measured, and the factor on the
 # slowest measured step. A collective timeout of TRL's default (30 min) where nothing is planned.

@@ -17,6 +17,7 @@ from hpc_grpo import __version__
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner.job import JobPlan
 from hpc_grpo.runtime.contract import (
+    DEFAULT_REQUEUE_SIGNAL,
     PORTS_PER_JOB,
     VLLM_SERVER_PORT_OFFSET,
     WEIGHT_SYNC_PORT_OFFSET,
@@ -67,7 +68,8 @@ def _directive(value: str, field: str) -> str:
 def batch_signals(requeue_signal: str) -> list[str]:
     """Signals the batch shell passes on to the node tasks: USR2 and a site's USR1. Not TERM:
     Slurm sends it to the steps itself when it cancels or requeues the job."""
-    return list(dict.fromkeys(s for s in ("USR2", requeue_signal) if s != "TERM"))
+    wanted = (DEFAULT_REQUEUE_SIGNAL, requeue_signal)
+    return list(dict.fromkeys(s for s in wanted if s != "TERM"))
 
 
 def _container_prefix(plan: JobPlan) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.runtime import contract, rundir
-from hpc_grpo.runtime.contract import RunRecord
+from hpc_grpo.runtime.contract import DEFAULT_SAVE_TOTAL_LIMIT, RunRecord
 
 # Fields set from run.json's other blocks; grpo_config may repeat them only with the same value.
 OWNED = (
@@ -36,7 +36,7 @@ DEFAULTS: dict[str, Any] = {
     "disable_tqdm": True,  # progress bars make unreadable rank logs
     "save_strategy": "steps",
     "save_steps": 50,
-    "save_total_limit": 3,
+    "save_total_limit": DEFAULT_SAVE_TOTAL_LIMIT,
 }
 
 
