@@ -62,6 +62,15 @@ def test_runtime_and_launcher_meet_only_at_the_contract(path: Path) -> None:
             assert name in LAUNCHER_MAY_IMPORT, f"{module} (launcher) imports runtime module {name}"
 
 
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_every_import_is_absolute(path: Path) -> None:
+    """The static check above reads absolute module names only: a relative import would pass
+    it unseen, so there is none."""
+    relative = [node.lineno for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, ast.ImportFrom) and node.level > 0]
+    assert relative == [], f"{path.relative_to(PACKAGE)}: relative import at lines {relative}"
+
+
 def _loaded_after(imports: str, candidates: tuple[str, ...]) -> list[str]:
     """Which of ``candidates`` a fresh interpreter has loaded after ``import {imports}``."""
     code = (f"import json, sys, {imports}; "
