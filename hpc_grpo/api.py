@@ -24,7 +24,7 @@ from hpc_grpo.config.spec import JobSpec, build_spec, parse_set
 from hpc_grpo.config.strict import read_yaml
 from hpc_grpo.errors import UserError, UserErrors
 from hpc_grpo.planner.blocks import default_name
-from hpc_grpo.planner.checkpoints import checkpoint_report, refuse_if_no_fit, resident_host_gib
+from hpc_grpo.planner.checkpoint_fit import checkpoint_report, refuse_if_no_fit, resident_host_gib
 from hpc_grpo.planner.job import JobPlan, build_plan
 from hpc_grpo.planner.timing import Timings
 from hpc_grpo.preflight import inputs

@@ -16,8 +16,8 @@ from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner import MemoryPlan, ModelArch, PlanRequest, check_batch_rules, make_plan
 from hpc_grpo.planner.blocks import dataset_block, default_name, model_block, peft_block
+from hpc_grpo.planner.checkpoint_fit import check_checkpoints
 from hpc_grpo.planner.checkpoint_size import CheckpointSize
-from hpc_grpo.planner.checkpoints import check_checkpoints
 from hpc_grpo.planner.engines import deepspeed_plan, vllm_plan
 from hpc_grpo.planner.timeouts import collective_timeout
 from hpc_grpo.planner.timing import Timings, signal_lead
@@ -78,7 +78,7 @@ class JobPlan:
     dataset_commit: str = ""  # a hub dataset staged in the site's hf_home: the pinned commit
     collective_timeout_s: int = 0
     collective_timeout_reason: str = ""
-    checkpoint: CheckpointSize | None = None  # one checkpoint's files (planner/checkpoints.py)
+    checkpoint: CheckpointSize | None = None  # one checkpoint's files (planner/checkpoint_fit.py)
     checkpoint_problem: str = ""  # why no checkpoint fits the output file system; submit refuses
 
     @property
