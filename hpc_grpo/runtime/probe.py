@@ -27,6 +27,7 @@ from hpc_grpo.runtime.probe_lines import report_lines
 
 PACKAGES = ("torch", "trl", "vllm", "transformers", "deepspeed", "accelerate", "peft")
 _BRACKET = re.compile(r"^(.*?)\[([^\]]+)\](.*)$")
+NEEDS = "the requeue's scontrol must reach slurmctld: slurm.conf and munge where it runs"
 
 
 def expand_hostlist(hostlist: str) -> list[str]:
@@ -85,8 +86,9 @@ def trl_vllm_requirement() -> str:
     return ""
 
 
-def node_names(nodelist: str) -> tuple[list[str], dict[str, Any]]:
-    """The allocation's names the way the job script gets them (scontrol), and whether that works."""
+def node_names(nodelist: str, job_id: int = 0) -> tuple[list[str], dict[str, Any]]:
+    """The allocation's names the way the job script gets them (scontrol), and whether scontrol
+    works here: with a job id, also whether it reaches slurmctld (``controller``)."""
     path = shutil.which("scontrol")
     if path is None:
         return expand_hostlist(nodelist), _fact(False, "scontrol not on PATH of the compute node")
@@ -99,7 +101,23 @@ def node_names(nodelist: str) -> tuple[list[str], dict[str, Any]]:
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
         return expand_hostlist(nodelist), _fact(False, f"{path} show hostnames failed: {why}")
-    return done.stdout.split(), _fact(True, path)
+    return done.stdout.split(), controller(path, job_id) if job_id else _fact(True, path)
+
+
+def controller(path: str, job_id: int) -> dict[str, Any]:
+    """``scontrol show job`` asks slurmctld, as the requeue's ``scontrol requeue`` does; ``show
+    hostnames`` never does, so it passes in an image without slurm.conf or munge."""
+    argv = [path, "show", "job", str(job_id)]
+    command = " ".join(argv)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
+    except subprocess.TimeoutExpired:
+        return _fact(False, f"{command} timed out ({NEEDS})")
+    if done.returncode != 0:
+        said = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+        why = said[-1] if said else f"exit code {done.returncode}"
+        return _fact(False, f"{command} failed: {why} ({NEEDS})")
+    return _fact(True, f"{path} reaches slurmctld")
 
 
 def resolve(names: list[str]) -> dict[str, dict[str, Any]]:
@@ -310,7 +328,7 @@ def collect(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
     job_id = int(env.get("SLURM_JOB_ID", "0"))
     nodelist = env.get("SLURM_JOB_NODELIST", socket.gethostname())
     try:
-        names, scontrol = node_names(nodelist)
+        names, scontrol = node_names(nodelist, job_id)
     except Exception as err:  # a broken node list must not cost the other facts
         names, scontrol = [nodelist], _fact(False, f"probe error: {err}")
     report: dict[str, Any] = {
