@@ -24,8 +24,9 @@ from hpc_grpo.config.spec import JobSpec, build_spec, parse_set
 from hpc_grpo.config.strict import read_yaml
 from hpc_grpo.errors import UserError, UserErrors
 from hpc_grpo.planner.blocks import default_name
-from hpc_grpo.planner.checkpoint_fit import checkpoint_report, refuse_if_no_fit, resident_host_gib
+from hpc_grpo.planner.checkpoint_fit import refuse_if_no_fit, resident_host_gib
 from hpc_grpo.planner.job import JobPlan, build_plan
+from hpc_grpo.planner.report import plan_report
 from hpc_grpo.planner.timing import Timings
 from hpc_grpo.preflight import inputs
 from hpc_grpo.runs import identity, registry
@@ -36,7 +37,6 @@ from hpc_grpo.runtime.contract import (
     RUN_JSON,
     SPEC_JSON,
     SUBMITIT,
-    block_dict,
 )
 from hpc_grpo.scheduler import envvars, local, slurm
 from hpc_grpo.scheduler.render import render_script, submitit_folder, summary_text
@@ -318,29 +318,28 @@ def sites_report() -> list[dict[str, Any]]:
     return [dataclasses.asdict(profile) for profile in all_sites().values()]
 
 
-def plan_report(plan: JobPlan) -> dict[str, Any]:
-    """The JobPlan that render and submit use, as the plan command shows it."""
-    memory = plan.memory
-    why_none = None
-    if memory is None:
-        if plan.device == "cpu":
-            why_none = (f"site '{plan.site.name}' has no GPUs: ranks train fp32 DDP over gloo and "
-                        "generate with transformers, so there is no vLLM or GPU memory to plan")
-        elif plan.server is not None:
-            why_none = ("server mode is not memory-planned: the planner models colocated engines; "
-                        "trainer GPUs hold no engine and `vllm serve` gets "
-                        f"{plan.vllm.gpu_memory_utilization} of its GPUs")
-        else:
-            why_none = (f"the architecture of {plan.model.source} is unknown (no local config.json, "
-                        "not in the catalogue: --list-models), so TP 1 and TRL's vLLM defaults")
-    return {
-        "site": plan.site.name, "model": plan.model.source, "device": plan.device,
-        "nodes": plan.nodes, "procs_per_node": plan.procs_per_node, "world_size": plan.world_size,
-        "tensor_parallel_size": plan.tensor_parallel_size, "vllm": block_dict(plan.vllm),
-        "deepspeed": block_dict(plan.deepspeed), "memory_plan": memory.to_dict() if memory else None,
-        "no_memory_plan": why_none, "warnings": list(plan.warnings),
-        "checkpoint": checkpoint_report(plan.checkpoint),
-    }
+def plan(request: Request) -> dict[str, Any]:
+    """The plan a request gets (``plan``): what render and submit would use, and why."""
+    return plan_report(prepare(request).plan)
+
+
+def model_names() -> list[str]:
+    """The model shapes the planner knows without a config.json (``plan --list-models``)."""
+    from hpc_grpo.planner import catalogue_names
+
+    return list(catalogue_names())
+
+
+def find_run(name: str) -> Path:
+    """A run's directory from its id or path; an id two output roots share is refused."""
+    return registry.find_run(name)
+
+
+def progress(run_dir: Path) -> Any:
+    """A followed run's status row, last step time and final summary (``track.Progress``)."""
+    from hpc_grpo.runs import track
+
+    return track.progress(run_dir)
 
 
 def status(names: tuple[str, ...] = ()) -> list[Any]:

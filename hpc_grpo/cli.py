@@ -148,7 +148,7 @@ def submit(dry_run: bool, wait: bool | None, **kwargs: Any) -> None:
     if wait if wait is not None else request.site == "local":
         from hpc_grpo.runs.views import follow
 
-        sys.exit(follow(str(result.run_dir)))  # its id may also name a run in another root
+        sys.exit(follow(result.run_dir, api.progress))  # its id may also name a run in another root
 
 
 @main.command()
@@ -162,7 +162,7 @@ def status(runs: tuple[str, ...], as_json: bool, watch: bool) -> None:
     from hpc_grpo.runs.views import status_table, watch_status
 
     if watch:
-        watch_status(runs)
+        watch_status(lambda: api.status(runs))
         return
     rows = api.status(runs)
     if as_json:
@@ -223,7 +223,7 @@ def resume(run: str, time: str | None, sets: tuple[str, ...], wait: bool) -> Non
     if wait:
         from hpc_grpo.runs.views import follow
 
-        sys.exit(follow(str(result.run_dir)))
+        sys.exit(follow(result.run_dir, api.progress))
 
 
 @main.command()
@@ -325,15 +325,13 @@ def _plan_table(data: dict[str, Any]) -> None:
 @user_errors
 def plan(as_json: bool, list_models: bool, **kwargs: Any) -> None:
     """The resolved plan render and submit use (TP, ZeRO, offload, vLLM memory), and why."""
-    if list_models:
-        from hpc_grpo.planner import catalogue_names
-
-        names = list(catalogue_names())
-        click.echo(json.dumps(names, indent=2) if as_json else "\n".join(names))
-        return
     from hpc_grpo import api
 
-    data = api.plan_report(api.prepare(make_request(kwargs)).plan)
+    if list_models:
+        names = api.model_names()
+        click.echo(json.dumps(names, indent=2) if as_json else "\n".join(names))
+        return
+    data = api.plan(make_request(kwargs))
     if as_json:
         click.echo(json.dumps(data, indent=2))
     else:

@@ -12,7 +12,7 @@ from hpc_grpo.planner.arch import ModelArch
 class PlanRequest:
     """One GRPO job on GPUs as the planner sees it; override fields left None are the planner's.
 
-    CPU sites get no memory plan (planner/job.py, api.plan_report say why)."""
+    CPU sites get no memory plan (planner/job.py, planner/report.py say why)."""
 
     arch: ModelArch
     nodes: int

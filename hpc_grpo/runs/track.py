@@ -20,7 +20,14 @@ from hpc_grpo.runs.attempts import with_accounting
 from hpc_grpo.runs.identity import match
 from hpc_grpo.runs.jobstate import JobView, local_view, slurm_view
 from hpc_grpo.runs.runfiles import RunFiles, read_run
-from hpc_grpo.runtime.contract import JOBS_JSONL, LOGS, RANK_LOG, SUBMITIT
+from hpc_grpo.runtime.contract import (
+    JOBS_JSONL,
+    LOGS,
+    METRICS_JSONL,
+    RANK_LOG,
+    SUBMITIT,
+    SUMMARY_JSON,
+)
 from hpc_grpo.scheduler import local, slurm
 
 
@@ -235,6 +242,23 @@ def signal(name: str, signal_name: str) -> Action:
     """Send a signal to the run's node tasks (USR2: checkpoint at the next step, then requeue)."""
     return _act(name, "signalled",
                 lambda job, job_name: slurm.signal_job(job, signal_name, name=job_name))
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What following a run shows: its status row, the last step's time, and the final summary
+    (empty until the ranks write it)."""
+
+    row: RunStatus
+    step_time: float | None
+    summary: dict[str, Any]
+
+
+def progress(run_dir: Path) -> Progress:
+    row = status([str(run_dir)])[0]
+    step_time = registry.last_jsonl(run_dir / METRICS_JSONL).get("step_time")
+    return Progress(row, step_time if isinstance(step_time, int | float) else None,
+                    registry.read_json(run_dir / SUMMARY_JSON) if row.finished else {})
 
 
 def log_paths(name: str, rank: int | None) -> list[Path]:

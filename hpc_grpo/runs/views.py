@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from hpc_grpo.runs import registry, track
-from hpc_grpo.runtime.contract import METRICS_JSONL, SUMMARY_JSON
+from hpc_grpo.runs import track
 
 
 def _age(timestamp: float | None, now: float) -> str:
@@ -135,41 +134,39 @@ def status_table(rows: Sequence[track.RunStatus]) -> None:
         console.print(f"{run_id}: {note}", soft_wrap=True)
 
 
-def watch_status(names: Sequence[str], interval: float = 5.0) -> None:
+def watch_status(fetch: Callable[[], Sequence[track.RunStatus]], interval: float = 5.0) -> None:
+    """Redraw the status table from ``fetch`` (the api's status) until interrupted."""
     try:
         while True:
             print("\033[2J\033[H", end="")
-            status_table(track.status(names))
+            status_table(fetch())
             time.sleep(interval)
     except KeyboardInterrupt:
         pass
 
 
-def follow(run: str, poll: float = 1.0) -> int:
-    """Progress bar over metrics.jsonl until the job ends; exit code 0 only if training ended.
-
-    `run` is best the run directory: an id may also name a run under another output root."""
+def follow(run_dir: Path, progress_of: Callable[[Path], track.Progress], poll: float = 1.0) -> int:
+    """Progress bar until the job ends, from ``progress_of`` (the api's progress); exit code 0
+    only if training ended. ``run_dir``, not an id: an id may name a run in another root."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     console = Console(stderr=True)
-    run_dir = registry.find_run(run)
-    row = track.status([str(run_dir)])[0]
+    now = progress_of(run_dir)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[info]}"), console=console) as progress:
-        task = progress.add_task(row.run_id, total=None, info="starting")
+                  TextColumn("{task.fields[info]}"), console=console) as bar:
+        task = bar.add_task(now.row.run_id, total=None, info="starting")
         while True:
-            row = track.status([str(run_dir)])[0]
-            step_time = registry.last_jsonl(run_dir / METRICS_JSONL).get("step_time")
-            info = row.state
+            now = progress_of(run_dir)
+            row, info = now.row, now.row.state
             if row.reward is not None:
-                per_step = f"  {step_time:.2f}s/step" if isinstance(step_time, int | float) else ""
+                per_step = f"  {now.step_time:.2f}s/step" if now.step_time is not None else ""
                 info = f"reward {row.reward:.3f}{per_step}"
-            progress.update(task, total=row.max_steps or None, completed=row.step, info=info)
+            bar.update(task, total=row.max_steps or None, completed=row.step, info=info)
             if row.finished or row.state == "BROKEN":
                 break
             time.sleep(poll)
-    summary = registry.read_json(run_dir / SUMMARY_JSON)
+    summary = now.summary
     if summary:
         console.print(
             f"reward {summary.get('reward_first_mean', 0):.3f} -> {summary.get('reward_last_mean', 0):.3f}"

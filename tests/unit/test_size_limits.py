@@ -19,7 +19,7 @@ PLANNER_MODULE_LINES = 250
 FUNCTION_LINES = 60
 # The launcher's planning and rendering path: what turns a request into a plan and a script.
 PLANNING_PATH = ("planner", "config", "scheduler/render.py", "scheduler/envvars.py")
-API_PLANNING = ("load_spec", "site_ref", "prepare", "_prepare", "plan_report")
+API_PLANNING = ("load_spec", "site_ref", "prepare", "_prepare", "plan")
 
 
 def _modules() -> list[Path]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hpc_grpo import api
 from hpc_grpo.runs import track, views
 from hpc_grpo.runtime.rank import tracking
 
@@ -121,7 +122,7 @@ def test_wait_summary_prints_the_sync_command(
     command = sync.format(run=run_dir)
     state = json.loads((run_dir / "state.json").read_text())
     (run_dir / "state.json").write_text(json.dumps({**state, "tracker_sync": command}))
-    assert views.follow(str(run_dir), poll=0.01) == 0
+    assert views.follow(run_dir, api.progress, poll=0.01) == 0
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if "W&B" in line]
     assert lines == ([f"W&B offline run; upload it with: {command}"] if command else [])
