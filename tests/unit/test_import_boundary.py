@@ -105,3 +105,30 @@ def test_the_rule_catches_a_crossing(tmp_path: Path) -> None:
     names = _imports(bad)
     assert "hpc_grpo.planner.job" in names and "click" in names
     assert _is_module("hpc_grpo.planner.job") and not _is_module("hpc_grpo.planner.job.JobPlan")
+
+
+# What the CLI may take from beside api: the error type, a default for --help, and the views
+# that draw what api returned.
+CLI_MAY_IMPORT = {
+    "hpc_grpo": {"api"}, "hpc_grpo.api": {"Request"}, "hpc_grpo.errors": {"UserError"},
+    "hpc_grpo.runtime.contract": {"DEFAULT_SEED"},
+    "hpc_grpo.runs.views": {"follow", "print_logs", "status_table", "watch_status"},
+    "hpc_grpo.preflight": {"doctor"},
+}
+
+
+def test_every_cli_command_goes_through_api() -> None:
+    """#12: 7 of the CLI's 10 commands went around api. The CLI parses and prints; everything
+    it asks goes to api (views draw what api returned; doctor's table is drawn by doctor)."""
+    tree = ast.parse((PACKAGE / "cli.py").read_text())
+    taken = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hpc_grpo"):
+            taken.setdefault(node.module, set()).update(a.name for a in node.names)
+        elif isinstance(node, ast.Import):
+            assert not any(a.name.startswith("hpc_grpo") for a in node.names), ast.dump(node)
+    extra = {m: names - CLI_MAY_IMPORT.get(str(m), set()) for m, names in taken.items()}
+    assert {m: n for m, n in extra.items() if n} == {}
+    calls = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+             and isinstance(n.value, ast.Name) and n.value.id == "checks"}
+    assert calls == {"print_table"}, calls  # doctor's module only draws; api.doctor runs it
