@@ -24,6 +24,8 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 REPO = Path(__file__).resolve().parents[2]
+TRAINING = ("torch", "trl", "transformers", "vllm", "deepspeed")  # only on the compute nodes
+TRACKERS = ("wandb", "tensorboard", "mlflow", "trackio")  # report_to's extras, nodes only too
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +59,13 @@ def test_base_install_needs_no_training_stack(wheel: Path) -> None:
     requires = [line for line in zipfile.ZipFile(wheel).read(meta).decode().splitlines()
                 if line.startswith("Requires-Dist:")]
     base = [r for r in requires if "extra ==" not in r]
-    assert base and not any(p in r for r in base for p in ("torch", "trl", "vllm", "deepspeed"))
+    names = [Requirement(r.split(":", 1)[1]).name.lower() for r in base]
+    assert names and not set(names) & {*TRAINING, *TRACKERS}, names
     assert any("trl" in r and "runtime" in r for r in requires)
     assert any("vllm" in r and "extra == 'vllm'" in r for r in requires)
+    for tracker in TRACKERS:  # each is an extra of its own, so the check above is not vacuous
+        assert any(r.startswith(f"Requires-Dist: {tracker}") and f"extra == '{tracker}'" in r
+                   for r in requires), tracker
 
 
 
@@ -98,11 +104,10 @@ def in_venv(venv: Path, *argv: str, **env: str) -> subprocess.CompletedProcess[s
     return proc
 
 
-PROBE = """import importlib.metadata as m, importlib.util as u, json, hpc_grpo
-print(json.dumps({"file": hpc_grpo.__file__,
+PROBE = f"""import importlib.metadata as m, importlib.util as u, json, hpc_grpo
+print(json.dumps({{"file": hpc_grpo.__file__,
                   "dists": sorted(d.metadata["Name"].lower() for d in m.distributions()),
-                  "heavy": [n for n in ("torch", "trl", "transformers", "vllm", "deepspeed")
-                            if u.find_spec(n)]}))
+                  "heavy": [n for n in {(*TRAINING, *TRACKERS)!r} if u.find_spec(n)]}}))
 """
 
 
