@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo import __version__
-from hpc_grpo.runtime.contract import PORTS_PER_JOB, job_port, port_slots
+from hpc_grpo.runtime.contract import DEFAULT_PORT_RANGE, PORTS_PER_JOB, job_port, port_slots
 from hpc_grpo.runtime.probe_lines import report_lines
 
 PACKAGES = ("torch", "trl", "vllm", "transformers", "deepspeed", "accelerate", "peft")
@@ -369,8 +369,8 @@ def collect(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hpc_grpo.runtime.probe")
     parser.add_argument("--interface", default="")
-    parser.add_argument("--port-low", type=int, default=20000)
-    parser.add_argument("--port-high", type=int, default=29999)
+    parser.add_argument("--port-low", type=int, default=DEFAULT_PORT_RANGE[0])
+    parser.add_argument("--port-high", type=int, default=DEFAULT_PORT_RANGE[1])
     parser.add_argument("--share-dir", default="")
     parser.add_argument("--token", default="token")
     parser.add_argument("--share-wait", type=float, default=30.0)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
 import pytest
 
-from hpc_grpo.runtime import rundir
+from hpc_grpo.runtime import contract, rundir
 from hpc_grpo.runtime.contract import ContractError, RunRecord, rank_row
 
 BASE = {"schema": 1, "run_id": "r", "run_dir": "/r", "model": "m", "dataset": {"name": "d"},
@@ -62,3 +63,32 @@ def test_model_dataset_and_lora_blocks_round_trip(tmp_path: Path) -> None:
     assert again.reward_kwargs == {"builtin:length_penalty": {"max_len": 64}}
     old = RunRecord.from_dict(BASE)
     assert old.peft is None and not old.model_load.offline and old.reward_weights == ()
+
+
+# Defaults the launcher and the runtime share, by value: each may be written in contract.py only.
+SHARED_DEFAULTS = {"USR2", 20000, 29999}
+
+
+def _constants_outside_docstrings(tree: ast.AST) -> list[ast.Constant]:
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef)
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    return [node for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and id(node) not in docstrings]
+
+
+def test_shared_defaults_are_written_in_the_contract_only() -> None:
+    """The requeue signal and the port range were restated by the site profile, render and the
+    probe (#12); a copy that drifts would make a job and its doctor check disagree."""
+    package = Path(contract.__file__).parents[1]
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path == Path(contract.__file__):
+            continue
+        for node in _constants_outside_docstrings(ast.parse(path.read_text())):
+            if type(node.value) in (str, int) and node.value in SHARED_DEFAULTS:
+                found.append(f"{path.relative_to(package)}:{node.lineno} {node.value!r}")
+    assert found == []
+    planted = ast.parse('"""USR2"""\nsignal = "USR2"\n')  # the check can fail
+    assert [n.value for n in _constants_outside_docstrings(planted)] == ["USR2"]
