@@ -98,6 +98,31 @@ RANGES: dict[str, Range] = {
 # Fields the plan computes with (batch rules, vLLM context): TRL's null would leave it guessing.
 PLAN_NEEDS = ("num_generations", "max_completion_length")
 
+# report_to's names: transformers' INTEGRATION_TO_CALLBACK, which refuses any other name on every
+# rank after the queue wait. Written out, not imported: a login node has no transformers
+# (tests/unit/test_report_to.py compares it with the installed one).
+REPORT_TO = ("azure_ml", "clearml", "codecarbon", "comet_ml", "dagshub", "dvclive", "flyte",
+             "kubeflow", "mlflow", "neptune", "swanlab", "tensorboard", "trackio", "wandb")
+REPORT_TO_ALONE = ("all", "none")  # transformers takes these only as the whole value
+
+
+def report_to_problem(value: Any) -> tuple[str, str]:
+    """(problem, hint) for report_to as TRL takes it (a name or a list of names); ("", "") if fine."""
+    names = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    if len(names) == 1 and names[0] in REPORT_TO_ALONE:
+        return "", ""
+    for name in names:
+        if name in REPORT_TO_ALONE:
+            return f"{name!r} stands only alone (report_to: {name}), not in a list of trackers", ""
+        if name not in REPORT_TO:
+            return (f"{name!r} is not a tracker transformers knows",
+                    did_you_mean(name, (*REPORT_TO, *REPORT_TO_ALONE)))
+    return "", ""
+
+
+# Checks of one field's whole value beyond its kinds and choices: (problem, hint).
+VALUE_RULES: dict[str, Callable[[Any], tuple[str, str]]] = {"report_to": report_to_problem}
+
 _WORDS = {"none": "null", "dict": "a mapping", "any": "anything"}
 
 
@@ -155,6 +180,9 @@ def check_value(name: str, value: Any, field: FieldType) -> tuple[Any, str, str]
         return value, "must be a number: the plan sizes batches and vLLM's context from it", ""
     if isinstance(out, str) and field.choices and out not in field.choices:
         return value, f"{out!r} is not one of TRL's values", did_you_mean(out, field.choices)
+    problem, hint = VALUE_RULES[name](out) if name in VALUE_RULES else ("", "")
+    if problem:
+        return value, problem, hint
     rule = RANGES.get(name)
     if rule is not None and isinstance(out, int | float) and not isinstance(out, bool) \
             and not rule.ok(out):
