@@ -1,5 +1,5 @@
 """Download the launcher's dependency wheels (pyproject's base dependencies, at the versions this
-venv has) into a wheelhouse, so tests/unit/test_packaging.py can install the built hpc-grpo wheel
+venv has) into a wheelhouse, so tests/slow/test_packaging.py can install the built hpc-grpo wheel
 into a fresh venv offline, with nothing else: a venv that sees this one's torch would prove
 nothing about `pip install hpc-grpo` on a login node.
 
