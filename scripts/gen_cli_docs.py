@@ -1,7 +1,7 @@
 """Regenerate docs/cli.md from the Click command tree in hpc_grpo/cli.py.
 
 The reference is written from the commands themselves (docstrings, arguments, options, types,
-defaults), so it cannot describe a flag that does not exist; tests/unit/test_cli_docs.py fails
+defaults), so it cannot describe a flag that does not exist; tests/unit/cli/test_cli_docs.py fails
 while docs/cli.md differs from what this script writes. Run: python scripts/gen_cli_docs.py
 """
 
@@ -18,7 +18,7 @@ TARGET = REPO / "docs" / "cli.md"
 HEADER = """# CLI reference
 
 Generated from the Click commands by `scripts/gen_cli_docs.py`; do not edit by hand
-(`tests/unit/test_cli_docs.py` fails while this file is stale). How the commands fit together:
+(`tests/unit/cli/test_cli_docs.py` fails while this file is stale). How the commands fit together:
 [quickstart-cluster.md](quickstart-cluster.md). Exit codes and shell completion: the end of this page.
 """
 

@@ -1,7 +1,7 @@
 """Regenerate hpc_grpo/grpo_fields.txt from the installed TRL.
 
 The launcher checks recipe and ``--set`` keys, value types and allowed values against this list,
-so a login node needs no trl and a typo fails before the queue wait; tests/unit/test_config.py
+so a login node needs no trl and a typo fails before the queue wait; tests/unit/config/test_config.py
 compares it with the installed GRPOConfig and fails when they drift apart.
 
 One line per field: ``name kinds [choices]``. ``kinds`` is ``|``-joined from int, float, bool,

@@ -100,7 +100,7 @@ PLAN_NEEDS = ("num_generations", "max_completion_length")
 
 # report_to's names: transformers' INTEGRATION_TO_CALLBACK, which refuses any other name on every
 # rank after the queue wait. Written out, not imported: a login node has no transformers
-# (tests/unit/test_report_to.py compares it with the installed one).
+# (tests/unit/config/test_report_to.py compares it with the installed one).
 REPORT_TO = ("azure_ml", "clearml", "codecarbon", "comet_ml", "dagshub", "dvclive", "flyte",
              "kubeflow", "mlflow", "neptune", "swanlab", "tensorboard", "trackio", "wandb")
 REPORT_TO_ALONE = ("all", "none")  # transformers takes these only as the whole value

@@ -9,7 +9,7 @@ complete, so save_total_limit + 1 exist while the next is written):
   (planner/memory.py), and those weights are their own master copy: ``model.safetensors`` holds
   4 B/param, ``optimizer.pt`` AdamW's m and v in the weights' dtype, 8 B/trainable param. Both
   are what an exact resume needs; nothing is redundant. Measured on the tiny model
-  (docs/results/checkpoint-size-cpu.json, tests/unit/test_checkpoint_size.py).
+  (docs/results/checkpoint-size-cpu.json, tests/unit/planner/test_checkpoint_size.py).
 * ZeRO-1/2 (DeepSpeed, bf16 on GPUs, fp32 on CPU): ``model.safetensors`` in the training dtype
   (2 B/param), DeepSpeed's ``mp_rank_00_model_states.pt`` with the module's weights again in
   that dtype (2 B/param), and one optimizer file per rank holding the fp32 master partition and

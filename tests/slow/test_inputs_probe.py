@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from hpc_grpo import api
 from hpc_grpo.cli import main
 from hpc_grpo.errors import UserError
-from tests.unit.test_cli_errors import assert_refused, fake_slurm  # noqa: F401 (fixture)
+from tests.unit.cli.test_cli_errors import assert_refused, fake_slurm  # noqa: F401 (fixture)
 
 MATH = [{"problem": f"What is {i} + {i}? Put the answer in a box.", "solution": str(2 * i)}
         for i in range(8)]

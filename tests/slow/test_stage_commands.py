@@ -1,7 +1,7 @@
 """The stage command as a user meets it (#14): submit refuses a hub name the offline nodes
 cannot load and prints the stage commands; those commands, run as printed in a child process
 against a loopback hub, fix it, and the run records the pinned commits. A slow test: the child
-processes import huggingface_hub and the planner (tests/unit/test_stage.py holds the rest)."""
+processes import huggingface_hub and the planner (tests/unit/preflight/test_stage.py holds the rest)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from click.testing import CliRunner
 
 from hpc_grpo.cli import main
 from hpc_grpo.preflight import stage
+from tests.unit.preflight.test_stage import DATASET, MODEL, REPO, _hub, _profile
+from tests.unit.preflight.test_stage import fake as fake  # noqa: F401 (a fixture)
+from tests.unit.preflight.test_stage import tiny_files as tiny_files  # noqa: F401 (a fixture)
 from tests.unit.slurmfake import FakeSlurm
-from tests.unit.test_stage import DATASET, MODEL, REPO, _hub, _profile
-from tests.unit.test_stage import fake as fake  # noqa: F401 (a fixture)
-from tests.unit.test_stage import tiny_files as tiny_files  # noqa: F401 (a fixture)
 
 
 def test_submit_refuses_what_is_not_staged_with_the_command_that_stages_it(

@@ -10,7 +10,7 @@ from hpc_grpo.config.spec import build_spec
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner import lookup_model, make_plan
 from hpc_grpo.planner.job import ModelRef, build_plan
-from tests.unit.test_planner import request
+from tests.unit.planner.test_planner import request
 
 
 def test_adapter_size_follows_rank_and_targets() -> None:

@@ -401,7 +401,7 @@ ALLOWED_IMPORTS = {"__future__", "collections.abc", "dataclasses", "functools", 
 
 
 @pytest.mark.parametrize("module", sorted(
-    (Path(__file__).resolve().parents[2] / "hpc_grpo" / "planner").glob("*.py")),
+    (Path(__file__).resolve().parents[3] / "hpc_grpo" / "planner").glob("*.py")),
     ids=lambda p: p.name)
 def test_planner_modules_are_pure_and_small(module: Path) -> None:
     tree = ast.parse(module.read_text())
@@ -445,7 +445,7 @@ def test_recomputation_saving_matches_the_gpu_measurement() -> None:
     allocated peak is what turning recomputation off costs."""
     from hpc_grpo.runtime.models.shapes import SHAPES
 
-    saved = Path(__file__).resolve().parents[2] / "docs/results/2026-11-23-bench-two-16-steps.json"
+    saved = Path(__file__).resolve().parents[3] / "docs/results/2026-11-23-bench-two-16-steps.json"
     runs = json.loads(saved.read_text())
     measured = (runs["no_grad_ckpt"]["torch_peaks_gib"]["torch_alloc_peak_gib"]
                 - runs["default_plan"]["torch_peaks_gib"]["torch_alloc_peak_gib"])

@@ -26,7 +26,7 @@ from hpc_grpo.preflight.doctor import Expect
 from hpc_grpo.preflight.nodecmd import node_command, pyxis_found
 from hpc_grpo.runs import joberror
 from hpc_grpo.runtime import probe
-from tests.unit.test_doctor import REPO, install_fake_srun, report
+from tests.unit.preflight.test_doctor import REPO, install_fake_srun, report
 
 # A `module` that fails for any name containing "missing", exported into `bash -c`.
 FAKE_MODULE = ('module() { [ "$1" = load ] && case "$2" in *missing*) echo "unknown $2" >&2; '

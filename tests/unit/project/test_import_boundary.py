@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PACKAGE = REPO / "hpc_grpo"
 LAUNCHER_MAY_IMPORT = {"hpc_grpo.runtime.contract", "hpc_grpo.runtime.node.task",
                        "hpc_grpo.runtime.probe", "hpc_grpo.runtime.probe_lines"}

@@ -14,7 +14,7 @@ import pytest
 
 from hpc_grpo.scheduler.render import batch_signals
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 FAKE_SRUN = """#!/bin/bash
 trap 'echo "USR2" >> "$FAKE_OUT"; exit 7' USR2
 trap 'echo "USR1" >> "$FAKE_OUT"; exit 9' USR1

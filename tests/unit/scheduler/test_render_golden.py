@@ -1,6 +1,7 @@
 """Rendered scripts for profile x spec pairs, compared byte for byte with tests/golden/.
 
-Regenerate with ``pytest tests/unit/test_render_golden.py --update-golden`` after a deliberate change.
+Regenerate with ``pytest tests/unit/scheduler/test_render_golden.py --update-golden`` after a deliberate
+change.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 from hpc_grpo import api
 from hpc_grpo.preflight import inputs
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 CASES = {
     "sandbox-2n-tiny": dict(site="sandbox", flags={"model": "builtin:tiny", "nodes": 2}),
     "sandbox-3n-tp2-check": dict(site="sandbox", flags={

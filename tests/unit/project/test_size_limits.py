@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "hpc_grpo"
+PACKAGE = Path(__file__).resolve().parents[3] / "hpc_grpo"
 MODULE_LINES = 400
 PLANNER_MODULE_LINES = 250
 FUNCTION_LINES = 60

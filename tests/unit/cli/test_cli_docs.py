@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from hpc_grpo.cli import main
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _gen_script() -> ModuleType:

@@ -29,7 +29,7 @@ from hpc_grpo.runtime.rank import staged
 from tests.unit.hubfake import FakeHub, Repo, commit_of, lay_out, read_folder
 from tests.unit.slurmfake import FakeSlurm, install
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 MODEL = "tiny-org/tiny-grpo"  # in no catalogue: the plan can only come from its config.json
 DATASET = "tiny-org/tiny-math"
 ROWS = b"".join(json.dumps({"prompt": f"What is {i} + {i}?", "solution": str(2 * i)}).encode()

@@ -19,7 +19,7 @@ from hpc_grpo.errors import UserError
 from hpc_grpo.scheduler import local, slurm, slurm_records
 from tests.unit.slurmfake import FAKED, FakeSlurm, install
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 FINISHED = {
     "TIMEOUT",
     "NODE_FAIL",

@@ -16,7 +16,7 @@ import tomllib
 
 from hpc_grpo.scheduler import slurm
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_installed_submitit_is_inside_the_pin() -> None:

@@ -106,7 +106,7 @@ def test_parse_set_values() -> None:
 
 
 def _field_script() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "scripts" / "update_grpo_fields.py"
+    path = Path(__file__).resolve().parents[3] / "scripts" / "update_grpo_fields.py"
     spec = importlib.util.spec_from_file_location("update_grpo_fields", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -125,7 +125,7 @@ def test_shipped_grpo_fields_match_installed_trl() -> None:
     assert trl.__version__.startswith("1.16")
     assert grpo_fields() == {f.name for f in dataclasses.fields(GRPOConfig)}, (
         "run: python scripts/update_grpo_fields.py")
-    shipped = (Path(__file__).resolve().parents[2] / "hpc_grpo" / "grpo_fields.txt").read_text()
+    shipped = (Path(__file__).resolve().parents[3] / "hpc_grpo" / "grpo_fields.txt").read_text()
     assert shipped == _field_script().render(), "run: python scripts/update_grpo_fields.py"
 
 

@@ -12,7 +12,7 @@ from hpc_grpo.runs import track
 from hpc_grpo.runs.attempts import with_accounting
 from tests.unit.slurmfake import FakeSlurm, identity, install, make_run, sacct_line, squeue_line
 
-RECORDS = json.loads((Path(__file__).parent / "records" / "slurm_causes.json").read_text())
+RECORDS = json.loads((Path(__file__).parents[1] / "records" / "slurm_causes.json").read_text())
 
 
 def _recorded_states(job: str) -> list[str]:

@@ -13,7 +13,7 @@ import click
 
 from hpc_grpo.cli import main
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _exit_codes() -> dict[str, str]:
