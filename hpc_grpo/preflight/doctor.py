@@ -172,7 +172,8 @@ def node_checks(report: Mapping[str, Any], expect: Expect) -> list[tuple[str, St
     if scontrol is not None:
         ok, detail = scontrol
         where = f" inside the {expect.container} container" if expect.container else ""
-        fix = "; mount Slurm's binaries, libraries and config (and munge's socket) into the image" if where else ""
+        fix = ("; mount Slurm's binaries, libraries and config (and munge's socket) into the image"
+               if where else "")
         rows.append(("scontrol", "pass" if ok else "fail",
                      f"{detail}{where}" + (fix if not ok else
                                            " (submitit's requeue and the rendezvous use it)")))
