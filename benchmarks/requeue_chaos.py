@@ -50,6 +50,7 @@ TIME_MIN = 60  # the run's limit; a time-limit fault lowers it for one attempt
 # a time-limit fault leaves the run training up to ~30 s more (slurmctld's check period).
 REWARD = "tests.slow.slow_reward:slow_length"
 TIMELIMIT_STEPS = 100
+SECONDS_PER_STEP_BOUND = 3  # a bound on one step of the 2-node tiny run, restarts aside
 
 
 @dataclass
@@ -243,8 +244,15 @@ def main(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> int:
     except br.BenchError as err:
         print(f"  going on with a busy cluster: {err}", flush=True)
     started = time.time()
+    # A run's bound grows with its steps: --per-kind 10 makes 1440 steps, about 20 minutes on
+    # the 2-core sandbox (0.7-1.5 s a step), far past the 600 s default that suits the A/B/C runs.
+    run_timeout = max(args.run_timeout, steps * SECONDS_PER_STEP_BOUND)
     ref_job, ref_dir = _submit(env, tmp / "runs", "chaos-ref", steps, args.save_steps)
-    br.wait_finished(env, "chaos-ref", args.run_timeout)
+    try:
+        br.wait_finished(env, "chaos-ref", run_timeout)
+    except BaseException:  # never leave the reference holding the cluster
+        subprocess.run([br.cli_path(), "cancel", "chaos-ref"], env=env, capture_output=True, timeout=60)
+        raise
     reference = [(int(r["step"]), r.get("reward_mean")) for r in br.read_jsonl(ref_dir / "metrics.jsonl")]
     print(f"  reference run done ({len(reference)} steps, job {ref_job}, "
           f"{time.time() - started:.0f} s)", flush=True)
@@ -252,7 +260,7 @@ def main(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> int:
     chaos_started = time.time()
     try:
         faults = chaos_run(env, tmp / "runs", job, "chaos", run_dir, sequence, args)
-        final = br.wait_finished(env, "chaos", args.run_timeout)
+        final = br.wait_finished(env, "chaos", run_timeout)
     except BaseException:
         subprocess.run([br.cli_path(), "cancel", "chaos"], env=env, capture_output=True, timeout=60)
         raise
