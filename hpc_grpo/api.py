@@ -330,11 +330,6 @@ def model_names() -> list[str]:
     return list(catalogue_names())
 
 
-def find_run(name: str) -> Path:
-    """A run's directory from its id or path; an id two output roots share is refused."""
-    return registry.find_run(name)
-
-
 def progress(run_dir: Path) -> Any:
     """A followed run's status row, last step time and final summary (``track.Progress``)."""
     from hpc_grpo.runs import track

@@ -92,32 +92,31 @@ def node_names(nodelist: str, job_id: int = 0) -> tuple[list[str], dict[str, Any
     path = shutil.which("scontrol")
     if path is None:
         return expand_hostlist(nodelist), _fact(False, "scontrol not on PATH of the compute node")
-    try:
-        done = subprocess.run(
-            [path, "show", "hostnames", nodelist], capture_output=True, text=True, timeout=20, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return expand_hostlist(nodelist), _fact(False, f"{path} show hostnames timed out")
-    if done.returncode != 0:
-        why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
-        return expand_hostlist(nodelist), _fact(False, f"{path} show hostnames failed: {why}")
-    return done.stdout.split(), controller(path, job_id) if job_id else _fact(True, path)
+    out, problem = _scontrol([path, "show", "hostnames", nodelist], f"{path} show hostnames")
+    if problem:
+        return expand_hostlist(nodelist), _fact(False, problem)
+    return out.split(), controller(path, job_id) if job_id else _fact(True, path)
 
 
 def controller(path: str, job_id: int) -> dict[str, Any]:
     """``scontrol show job`` asks slurmctld, as the requeue's ``scontrol requeue`` does; ``show
     hostnames`` never does, so it passes in an image without slurm.conf or munge."""
     argv = [path, "show", "job", str(job_id)]
-    command = " ".join(argv)
+    _, problem = _scontrol(argv, " ".join(argv))
+    return _fact(False, f"{problem} ({NEEDS})") if problem else _fact(True, f"{path} reaches slurmctld")
+
+
+def _scontrol(argv: list[str], command: str) -> tuple[str, str]:
+    """scontrol's output, or "" and one line saying why ``command`` failed (its last line of
+    output, or the timeout: a node whose slurmctld does not answer must not hang the probe)."""
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
     except subprocess.TimeoutExpired:
-        return _fact(False, f"{command} timed out ({NEEDS})")
+        return "", f"{command} timed out"
     if done.returncode != 0:
         said = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
-        why = said[-1] if said else f"exit code {done.returncode}"
-        return _fact(False, f"{command} failed: {why} ({NEEDS})")
-    return _fact(True, f"{path} reaches slurmctld")
+        return "", f"{command} failed: {said[-1] if said else f'exit code {done.returncode}'}"
+    return done.stdout, ""
 
 
 def resolve(names: list[str]) -> dict[str, dict[str, Any]]:

@@ -175,7 +175,8 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
 
     if not phases.install(profiling):  # metrics lines then carry no step split
         print("[train] this TRL has no ProfilingContext hook: no per-phase step times", flush=True)
-    if not phases.tag_engine(_engine_class()) and run.device == "cuda":  # tagged on CPU too
+    tagged = phases.tag_engine(_engine_class())  # on CPU too: CPU runs take the GPU path
+    if run.device == "cuda" and not tagged:
         print("[train] this TRL's vLLM engine class is not known: no GPU memory per phase", flush=True)
     rewards, dataset, tokenizer = inputs
     stop = GracefulStopCallback(run_dir, flag, device)
