@@ -163,6 +163,9 @@ def _stalled(state: dict[str, Any], problems: list[str]) -> tuple[str, tuple[int
 def _progress(record: dict[str, Any], state: dict[str, Any], recent: list[dict[str, Any]],
               problems: list[str]) -> Progress:
     metrics = recent[-1] if recent else {}
+    # a step that trained on an earlier step's generation logs no reward (steps_per_generation)
+    rewarded: dict[str, Any] = next(
+        (row for row in reversed(recent) if row.get("reward_mean") is not None), {})
     phase = state.get("phase", "")
     if not isinstance(phase, str):
         problems.append(f"{STATE_JSON}: phase is {json.dumps(phase)[:40]}, not a word")
@@ -181,7 +184,7 @@ def _progress(record: dict[str, Any], state: dict[str, Any], recent: list[dict[s
     stalled, stalled_ranks = _stalled(state, problems)
     return Progress(
         phase=phase, step=int(step or 0), max_steps=int(max_steps or 0),
-        reward=_number(METRICS_JSONL, metrics, "reward_mean", problems),
+        reward=_number(METRICS_JSONL, rewarded, "reward_mean", problems),
         tokens_per_s=_number(METRICS_JSONL, metrics, "tokens_per_s", problems),
         checkpoint_step=_whole(_number(STATE_JSON, state, "last_checkpoint_step", problems)),
         checkpoint_time=_number(STATE_JSON, state, "last_checkpoint_time", problems),

@@ -192,7 +192,10 @@ class MetricsCallback(TrainerCallback):
         logs: dict[str, Any] | None = None,
         **_: Any,
     ) -> TrainerControl:
-        if not logs or "reward" not in logs:
+        # every optimizer step's log has "loss"; "reward" only a step that generated (with
+        # steps_per_generation > gradient accumulation or num_iterations > 1 most do not). The
+        # end-of-training summary (train_loss, train_runtime) and eval logs have neither.
+        if not logs or ("reward" not in logs and "loss" not in logs):
             return control
         split = phases.STEP.take()  # on every rank, so each line covers its own steps only
         if not state.is_world_process_zero:

@@ -1,0 +1,92 @@
+"""Resume is exact when one generation trains several steps (steps_per_generation > gradient
+accumulation, num_iterations > 1): a stop between two steps of one generation resumes on the
+completions that generation made, not on a new generation.
+
+TRL generates every ``steps_per_generation × num_iterations`` micro-steps and keeps the result
+in memory (``_buffered_inputs``); a checkpoint does not hold it. With steps_per_generation 2
+and num_iterations 2 (gradient accumulation 1), one generation trains steps 1-4, the next 5-8
+and so on, and every stop the test asks for (at a generation step: the reward function asks for
+it) falls inside a block. 8 prompts, 2 ranks, 4 prompts a generation: an epoch is 8 steps, so
+the stop at step 9 is in the second epoch. About 60 s on 2 cores: five launches.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.slow.test_resume_epochs import prompts_per_step
+from tests.slow.test_runtime_slow import metrics, node_cmd, node_env, state, write_run
+
+pytestmark = pytest.mark.slow
+STEPS = 12
+PROMPTS = 8
+STOPS = (1, 5, 9)
+REWARD = "tests.slow.resume_reward:prompt_length_recording"
+BLOCKS = {"steps_per_generation": 2, "num_iterations": 2, "gradient_accumulation_steps": 1}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(uninterrupted run, run stopped at STOPS and resumed after each stop)."""
+    from hpc_grpo.runtime.models.tiny import build_tiny_model
+
+    root = tmp_path_factory.mktemp("blocks")
+    model = build_tiny_model(root / "model", seed=0)
+    data = root / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": "Count on: " + " ".join(map(str, range(i, 2 * i + 2)))})
+                            + "\n" for i in range(PROMPTS)))
+    out = []
+    for name, stops in (("reference", ()), ("stopped", STOPS)):
+        run_dir = root / name
+        run = write_run(run_dir, model, steps=STEPS, reward_funcs=[REWARD],
+                        dataset={"name": str(data), "prompt_column": "prompt", "split": "train"})
+        run["grpo_config"] |= BLOCKS
+        (run_dir / "run.json").write_text(json.dumps(run, indent=2))
+        env = node_env() | {"HPC_GRPO_TEST_RUN_DIR": str(run_dir),
+                            "HPC_GRPO_TEST_STOP_AT": ",".join(map(str, stops))}
+        for stop in (*stops, STEPS):
+            proc = subprocess.run(node_cmd(run_dir), env=env, capture_output=True, text=True,
+                                  timeout=180)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            assert state(run_dir)["step"] == stop, state(run_dir)
+        out.append(run_dir)
+    return out[0], out[1]
+
+
+def test_generations_come_once_per_block(runs: tuple[Path, Path]) -> None:
+    """The setting does what the test needs: one generation every 4 steps, in both runs (a
+    resume that regenerated would add a generation at steps 2, 6 and 10)."""
+    for run_dir in runs:
+        for rank in (0, 1):
+            assert [step for step, _ in prompts_per_step(run_dir, rank)] == [1, 5, 9]
+
+
+def test_same_rewards_and_losses_every_step(runs: tuple[Path, Path]) -> None:
+    reference, stopped = runs
+    keys = ("step", "reward_mean", "reward_std", "loss")
+    ref = [tuple(row.get(k) for k in keys) for row in metrics(reference)]
+    got = [tuple(row.get(k) for k in keys) for row in metrics(stopped)]
+    assert [r[0] for r in ref] == list(range(1, STEPS + 1))
+    assert len({r[3] for r in ref}) > 1  # the losses move: equal lists say something
+    differ = [g[0] for g, r in zip(got, ref, strict=True) if g != r]
+    assert not differ, f"steps {differ} differ from the uninterrupted run"
+    restarts = [json.loads(x) for x in (stopped / "restarts.jsonl").read_text().splitlines()]
+    assert [(r["stopped_at_step"], r["resumed_from_step"], r["steps_lost"]) for r in restarts] == [
+        (s, s, 0) for s in STOPS
+    ]
+
+
+def test_buffer_saved_only_inside_a_block(runs: tuple[Path, Path]) -> None:
+    """The stops' checkpoints still kept (save_total_limit 3: 5 and 9) hold every rank's
+    buffer; the final one (step 12, the end of a block) needs none."""
+    from hpc_grpo.runtime.rank.generation_buffer import FOLDER
+
+    stopped = runs[1] / "checkpoints"
+    for stop in STOPS[1:]:
+        held = sorted(p.name for p in (stopped / f"checkpoint-{stop}" / FOLDER).iterdir())
+        assert held == ["rank-0.pt", "rank-1.pt"]
+    assert not (stopped / f"checkpoint-{STEPS}" / FOLDER).exists()
