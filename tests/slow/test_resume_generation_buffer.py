@@ -90,3 +90,10 @@ def test_buffer_saved_only_inside_a_block(runs: tuple[Path, Path]) -> None:
         held = sorted(p.name for p in (stopped / f"checkpoint-{stop}" / FOLDER).iterdir())
         assert held == ["rank-0.pt", "rank-1.pt"]
     assert not (stopped / f"checkpoint-{STEPS}" / FOLDER).exists()
+
+
+def test_each_resume_says_it_restored_the_buffer(runs: tuple[Path, Path]) -> None:
+    for rank in (0, 1):
+        log = (runs[1] / "logs" / f"rank-{rank}.log").read_text()
+        restored = [line for line in log.splitlines() if "generation buffer of micro-step" in line]
+        assert [line.split("micro-step ")[1].split()[0] for line in restored] == ["1", "5", "9"]

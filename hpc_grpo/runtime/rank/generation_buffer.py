@@ -83,9 +83,26 @@ def load(trainer: Any, checkpoint: Path, rank: int, world_size: int, device: Any
     return f"generation buffer of micro-step {trainer._step} restored from {path}"
 
 
-def install(trainer: Any, rank: int, world_size: int) -> None:
+def steps_to_generation(trainer: Any) -> int:
+    """Optimizer steps up to and including the next one that generates."""
+    generate_every = int(trainer.args.steps_per_generation) * int(trainer.num_iterations)
+    left = generate_every - trainer._step % generate_every
+    return -(-left // int(trainer.args.gradient_accumulation_steps)) + 1
+
+
+def install(trainer: Any, rank: int, world_size: int, resume: Path | None) -> str:
     """Save the buffer with every checkpoint, inside ``_save_checkpoint``: before the callbacks'
-    ``on_save``, whose barrier and completion marker then cover it too."""
+    ``on_save``, whose barrier and completion marker then cover it too; restore it from resume.
+
+    A restored buffer means the attempt's first steps do not generate: the heartbeat then keeps
+    the start-up allowance until a generating step has been measured, or the watchdog would
+    judge the first generation by training-only steps (heartbeat.py ``hold_reference``).
+    """
+    from hpc_grpo.runtime.rank import heartbeat
+
+    line = load(trainer, resume, rank, world_size, trainer.accelerator.device) if resume else ""
+    if line.startswith("generation buffer") and heartbeat.BEAT is not None:
+        heartbeat.BEAT.hold_reference(steps_to_generation(trainer))
     original = trainer._save_checkpoint
 
     def save_checkpoint(model: Any, trial: Any, *args: Any, **kwargs: Any) -> Any:
@@ -95,3 +112,4 @@ def install(trainer: Any, rank: int, world_size: int) -> None:
         return result
 
     trainer._save_checkpoint = save_checkpoint
+    return line

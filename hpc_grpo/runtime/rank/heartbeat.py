@@ -34,6 +34,8 @@ from hpc_grpo.runtime.contract import HEARTBEATS
 
 DUMP_SIGNAL = signal.SIGQUIT
 WINDOW = 20  # the bound follows the slowest of this many recent steps
+# TRL's generation blocks: "transformers.generate", "transformers.generate_batch", "vLLM.generate"
+GENERATE_BLOCK_SUFFIXES = ("generate", "generate_batch")
 
 
 class Heartbeat:
@@ -48,6 +50,14 @@ class Heartbeat:
             "rank": rank, "attempt": attempt, "pid": os.getpid(), "host": socket.gethostname(),
             "phase": "setup", "step": -1, "steps_done": 0, "mark": 0, "block": "",
             "time": time.time(), "step_s": None, "slowest_s": None}
+        self.held = 0  # steps whose times are no reference yet (hold_reference)
+        self.generated = False  # a generation block finished in the current step
+
+    def hold_reference(self, steps: int) -> None:
+        """Report no step time until a step that generates has ended (at most ``steps`` steps):
+        a resume that restored a generation buffer trains its first steps without generating,
+        and a bound from those alone would call the first generation a stall."""
+        self.held = max(0, steps)
 
     def _write(self, **fields: Any) -> None:
         self.record.update(fields, time=time.time())
@@ -64,6 +74,7 @@ class Heartbeat:
 
     def mark(self, block: str) -> None:
         """One of TRL's blocks finished inside the current step."""
+        self.generated = self.generated or block.endswith(GENERATE_BLOCK_SUFFIXES)
         self._write(mark=int(self.record["mark"]) + 1, block=block)
 
     def step_end(self, step: int, saving: bool) -> None:
@@ -72,10 +83,12 @@ class Heartbeat:
         if took is not None:
             self.recent.append(took)
         self.step_start = now
+        self.held = 0 if self.generated else max(0, self.held - 1)
+        self.generated = False
+        slowest = round(max(self.recent), 3) if self.recent and not self.held else None
         self._write(phase="saving" if saving else "training", step=step,
                     steps_done=int(self.record["steps_done"]) + 1, mark=0, block="",
-                    step_s=None if took is None else round(took, 3),
-                    slowest_s=round(max(self.recent), 3) if self.recent else None)
+                    step_s=None if took is None else round(took, 3), slowest_s=slowest)
 
     def saved(self) -> None:
         self.step_start = time.time()  # the next step's time starts after the save

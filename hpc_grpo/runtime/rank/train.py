@@ -250,10 +250,8 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
 
     trainer, stop = _trainer(run, run_dir, args, inputs, flag, device)
     epoch_order.install(trainer)  # each epoch's data order as an uninterrupted run has it
-    generation_buffer.install(trainer, rank, run.world_size)  # a block's completions in a save
-    if resume is not None and (line := generation_buffer.load(
-            trainer, resume, rank, run.world_size, trainer.accelerator.device)):
-        print(f"[train] {line}", flush=True)
+    if line := generation_buffer.install(trainer, rank, run.world_size, resume):
+        print(f"[train] {line}", flush=True)  # a block's completions, saved inside the block
     heartbeat.install(trainer)  # progress for the node task's hang watchdog
     seed = rank_row(rank, run.procs_per_node, run.vllm.tensor_parallel_size).vllm_seed
     generation_record.install(trainer, run_dir, rank, seed=seed)

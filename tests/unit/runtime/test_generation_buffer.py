@@ -88,3 +88,40 @@ def test_status_shows_the_newest_reward_on_a_step_without_one(tmp_path: Path) ->
         for s, r in ((4, None), (5, -0.25), (6, None))))
     progress = runfiles.read_run(tmp_path).progress
     assert (progress.step, progress.reward) == (6, -0.25)
+
+
+def test_steps_to_the_next_generation() -> None:
+    # generate_every 4 micro-steps; micro-step 5 (after optimizer step 5, GA 1): steps 6, 7, 8
+    # train on the buffer, step 9 generates
+    assert generation_buffer.steps_to_generation(trainer(5)) == 4
+    assert generation_buffer.steps_to_generation(trainer(7)) == 2
+    two = trainer(2, spg=4, iterations=1)  # GA 2: micro-steps 2-3 are step 2, 4 generates in step 3
+    two.args.gradient_accumulation_steps = 2
+    assert generation_buffer.steps_to_generation(two) == 2
+
+
+def test_heartbeat_holds_its_step_reference_until_a_generation(tmp_path: Path) -> None:
+    """After a restored buffer the watchdog must not judge the first generation by the training
+    -only steps before it: no step time is reported until a generating step has ended."""
+    from hpc_grpo.runtime.rank.heartbeat import Heartbeat
+
+    def slowest(beat: Heartbeat) -> Any:
+        return json.loads(beat.path.read_text())["slowest_s"]
+
+    beat = Heartbeat(tmp_path, rank=0, attempt="a")
+    beat.train_begin(5)
+    beat.hold_reference(4)
+    for step in (6, 7, 8):
+        beat.step_end(step, saving=False)
+        assert slowest(beat) is None
+    beat.mark("transformers.generate")
+    beat.step_end(9, saving=False)
+    assert slowest(beat) is not None
+    # without a generation block seen (a rollout of its own), the hold ends after its steps
+    other = Heartbeat(tmp_path / "b", rank=0, attempt="a")
+    other.train_begin(0)
+    other.hold_reference(2)
+    other.step_end(1, saving=False)
+    assert slowest(other) is None
+    other.step_end(2, saving=False)
+    assert slowest(other) is not None
