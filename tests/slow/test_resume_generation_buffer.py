@@ -3,11 +3,12 @@ accumulation, num_iterations > 1): a stop between two steps of one generation re
 completions that generation made, not on a new generation.
 
 TRL generates every ``steps_per_generation × num_iterations`` micro-steps and keeps the result
-in memory (``_buffered_inputs``); a checkpoint does not hold it. With steps_per_generation 2
-and num_iterations 2 (gradient accumulation 1), one generation trains steps 1-4, the next 5-8
-and so on, and every stop the test asks for (at a generation step: the reward function asks for
-it) falls inside a block. 8 prompts, 2 ranks, 4 prompts a generation: an epoch is 8 steps, so
-the stop at step 9 is in the second epoch. About 60 s on 2 cores: five launches.
+in memory (``_buffered_inputs``); a checkpoint does not hold it. With steps_per_generation 4,
+num_iterations 2 and gradient accumulation 2, one generation trains 8 micro-steps, optimizer
+steps 1-4, the next 5-8 and so on, and every stop the test asks for (at a generation step: the
+reward function asks for it) falls inside a block. 8 prompts, 2 ranks, 8 prompts a generation:
+an epoch is 4 steps, so the stops at steps 5 and 9 are in the second and third epochs. About
+60 s on 2 cores: four launches.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from tests.slow.test_runtime_slow import metrics, node_cmd, node_env, state, wri
 pytestmark = pytest.mark.slow
 STEPS = 12
 PROMPTS = 8
-STOPS = (1, 5, 9)
+STOPS = (5, 9)
 REWARD = "tests.slow.resume_reward:prompt_length_recording"
-BLOCKS = {"steps_per_generation": 2, "num_iterations": 2, "gradient_accumulation_steps": 1}
+BLOCKS = {"steps_per_generation": 4, "num_iterations": 2, "gradient_accumulation_steps": 2}
 
 
 @pytest.fixture(scope="module")
@@ -81,12 +82,12 @@ def test_same_rewards_and_losses_every_step(runs: tuple[Path, Path]) -> None:
 
 
 def test_buffer_saved_only_inside_a_block(runs: tuple[Path, Path]) -> None:
-    """The stops' checkpoints still kept (save_total_limit 3: 5 and 9) hold every rank's
-    buffer; the final one (step 12, the end of a block) needs none."""
+    """Each stop's checkpoint holds every rank's buffer; the final one (step 12, the end of a
+    block) needs none."""
     from hpc_grpo.runtime.rank.generation_buffer import FOLDER
 
     stopped = runs[1] / "checkpoints"
-    for stop in STOPS[1:]:
+    for stop in STOPS:
         held = sorted(p.name for p in (stopped / f"checkpoint-{stop}" / FOLDER).iterdir())
         assert held == ["rank-0.pt", "rank-1.pt"]
     assert not (stopped / f"checkpoint-{STEPS}" / FOLDER).exists()
@@ -96,4 +97,4 @@ def test_each_resume_says_it_restored_the_buffer(runs: tuple[Path, Path]) -> Non
     for rank in (0, 1):
         log = (runs[1] / "logs" / f"rank-{rank}.log").read_text()
         restored = [line for line in log.splitlines() if "generation buffer of micro-step" in line]
-        assert [line.split("micro-step ")[1].split()[0] for line in restored] == ["1", "5", "9"]
+        assert [line.split("micro-step ")[1].split()[0] for line in restored] == ["10", "18"]
