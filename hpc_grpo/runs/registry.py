@@ -264,7 +264,10 @@ def measured_timings(job_name: str, site: str) -> tuple[float, float, str] | Non
         state = read_json(run.run_dir / STATE_JSON)
         try:
             checkpoint_s = float(state.get("checkpoint_seconds") or 0.0)
-            step_s = float(last_jsonl(run.run_dir / METRICS_JSONL).get("step_time") or 0.0)
+            # the slowest recent step: with steps_per_generation > gradient accumulation most
+            # lines are steps that did not generate, and the last may be one of them
+            recent = tail_jsonl(run.run_dir / METRICS_JSONL, 64, tail_bytes=65536)
+            step_s = max((float(r.get("step_time") or 0.0) for r in recent), default=0.0)
         except (TypeError, ValueError):
             continue  # a damaged run teaches nothing
         if record.get("site") != site or not checkpoint_s:

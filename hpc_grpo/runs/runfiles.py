@@ -27,6 +27,8 @@ from hpc_grpo.runtime.contract import (
     STATE_JSON,
 )
 
+RECENT = 32  # metrics lines status reads from a run's end (read_run)
+
 
 @dataclass(frozen=True)
 class Progress:
@@ -190,7 +192,8 @@ def _progress(record: dict[str, Any], state: dict[str, Any], recent: list[dict[s
         checkpoint_time=_number(STATE_JSON, state, "last_checkpoint_time", problems),
         cause=_text(STATE_JSON, state, "stop_cause", problems),
         message=_text(STATE_JSON, state, "message", problems),
-        logp_diff=drift.logp_diff(metrics),
+        logp_diff=next((v for row in reversed(recent) if (v := drift.logp_diff(row)) is not None),
+                       None),
         drift=found.line() if (found := drift.judge(recent)) else "",
         stalled=stalled, stalled_ranks=stalled_ranks,
         skipped=_text("state.json", state, "checkpoint_skipped", problems),
@@ -205,9 +208,10 @@ def read_run(run_dir: Path) -> RunFiles:
     record = _object(run_dir / RUN_JSON, problems, required=run_dir.is_dir())
     run_id = record.get("run_id")
     state = _object(run_dir / STATE_JSON, problems, required=False)
-    # drift.WINDOW lines: a GPU run's line is about 0.7 kB (rewards, memory, phases); where
-    # they are longer the window is simply shorter. status reads this for every run.
-    recent = registry.tail_jsonl(run_dir / METRICS_JSONL, drift.WINDOW, tail_bytes=8192)
+    # RECENT lines (a GPU run's line is about 0.7 kB: rewards, memory, phases; where they are
+    # longer the tail is simply shorter): enough to hold drift.WINDOW lines with a reward and a
+    # log-prob difference when one generation trains many steps and only its first logs them.
+    recent = registry.tail_jsonl(run_dir / METRICS_JSONL, RECENT, tail_bytes=RECENT * 1024)
     metrics = recent[-1] if recent else {}
     jobs = _jobs(run_dir / JOBS_JSONL, problems)
     progress = _progress(record, state, recent, problems)

@@ -11,7 +11,9 @@ The bound comes from the run's own measured step time: ``factor`` x the slowest 
 this attempt (any rank's), at least ``min_s``; a rank saving a checkpoint gets the measured
 checkpoint time on top (``factor`` x it; the start-up allowance while none is measured). Until a
 rank has finished its first step of the attempt (model load, engine start, compilation), the
-start-up allowance counts from the attempt's start instead: nothing has been measured yet.
+start-up allowance counts from the attempt's start instead: nothing has been measured yet. Steps
+done but no reference reported (a resume that restored a generation buffer trains its first
+steps without generating): the start-up allowance again, counted from the rank's last progress.
 
 Which ranks are behind: ranks stop at different places once one of them blocks. A rank stuck
 inside its reward function has not finished that block, while its peers have and wait in the
@@ -105,8 +107,10 @@ def step_reference(beats: Mapping[int, Beat | None]) -> float | None:
 def rank_bound(beat: Beat | None, policy: Policy, step_s: float | None,
                checkpoint_s: float | None, started: float, now: float) -> tuple[float, float]:
     """(seconds since this rank's last progress, the bound for it)."""
-    if beat is None or beat.steps_done == 0 or step_s is None:
+    if beat is None or beat.steps_done == 0:
         return now - started, policy.startup_s
+    if step_s is None:  # steps done, none a reference yet (heartbeat.py hold_reference)
+        return now - beat.time, policy.startup_s
     since = now - beat.time
     bound = max(policy.min_s, policy.factor * step_s)
     if beat.phase == SAVING:

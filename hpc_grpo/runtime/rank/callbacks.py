@@ -201,9 +201,10 @@ class MetricsCallback(TrainerCallback):
         if not state.is_world_process_zero:
             return control
         step_time = logs.get("step_time") or self.wall
-        tokens = float(logs.get("num_tokens") or 0.0)
-        new = tokens - (self.last_tokens or 0.0)
-        self.last_tokens = tokens
+        # TRL logs num_tokens (its running total) only on a step that generated
+        tokens = logs.get("num_tokens")
+        new = None if tokens is None else float(tokens) - (self.last_tokens or 0.0)
+        self.last_tokens = self.last_tokens if tokens is None else float(tokens)
         row = {
             "step": state.global_step,
             "max_steps": state.max_steps,
@@ -212,7 +213,7 @@ class MetricsCallback(TrainerCallback):
             "completion_length": logs.get("completions/mean_length"),
             "step_time": step_time,
             "wall_step_time": self.wall,
-            "tokens_per_s": new / step_time if step_time else None,
+            "tokens_per_s": new / step_time if step_time and new is not None else None,
             "loss": logs.get("loss"),
             "learning_rate": logs.get("learning_rate"),
             "time": time.time(),

@@ -24,15 +24,33 @@ from pathlib import Path
 from typing import Any
 
 FOLDER = "generation-buffer"
+RESTORED = "generation buffer"  # how load's line starts when it set the buffer back
 
 
-def shape(trainer: Any, world_size: int) -> dict[str, int]:
-    """The settings a saved buffer is only valid under."""
+def _everywhere(flag: bool) -> bool:
+    """Whether flag holds on every rank (the ranks' process group; True without one)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return flag
+    flags: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(flags, flag)
+    return all(flags)
+
+
+def shape(trainer: Any, world_size: int) -> dict[str, Any]:
+    """The settings a saved buffer is only valid under: its split, and which entries the loss
+    reads from it (reference log-probs with beta > 0, vLLM's importance-sampling ratio)."""
     args = trainer.args
     return {"world_size": world_size, "steps_per_generation": int(args.steps_per_generation),
             "num_iterations": int(trainer.num_iterations),
             "per_device_train_batch_size": int(args.per_device_train_batch_size),
-            "gradient_accumulation_steps": int(args.gradient_accumulation_steps)}
+            "gradient_accumulation_steps": int(args.gradient_accumulation_steps),
+            "beta": float(getattr(trainer, "beta", 0.0)),
+            "use_vllm": bool(getattr(trainer, "use_vllm", False)),
+            "importance_sampling": bool(getattr(trainer, "vllm_importance_sampling_correction",
+                                                False)),
+            "loss_type": str(getattr(trainer, "loss_type", ""))}
 
 
 def inside_block(trainer: Any) -> bool:
@@ -73,14 +91,17 @@ def load(trainer: Any, checkpoint: Path, rank: int, world_size: int, device: Any
         return ""
     where = torch.device(device)
     where = torch.device("cpu") if where.type == "cpu" else where  # torch has no "cpu:0" location
-    saved = torch.load(path, map_location=where, weights_only=True)
+    try:
+        saved = torch.load(path, map_location=where, weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - a damaged file costs exactness, not the run
+        return f"{path} cannot be read ({type(exc).__name__}: {exc}): not used, this step generates anew"
     wanted = shape(trainer, world_size)
     if saved.get("shape") != wanted:
         return (f"{path} was saved under {saved.get('shape')}, this run has {wanted}: not used, "
                 "this step generates anew")
     trainer._buffered_inputs = saved["buffer"]
     trainer._step = int(saved["step"])
-    return f"generation buffer of micro-step {trainer._step} restored from {path}"
+    return f"{RESTORED} of micro-step {trainer._step} restored from {path}"
 
 
 def steps_to_generation(trainer: Any) -> int:
@@ -101,7 +122,13 @@ def install(trainer: Any, rank: int, world_size: int, resume: Path | None) -> st
     from hpc_grpo.runtime.rank import heartbeat
 
     line = load(trainer, resume, rank, world_size, trainer.accelerator.device) if resume else ""
-    if line.startswith("generation buffer") and heartbeat.BEAT is not None:
+    restored = line.startswith(RESTORED)
+    if world_size > 1 and not _everywhere(restored):  # one rank alone would skip collectives
+        if restored:
+            trainer._buffered_inputs, trainer._step = None, 0
+            line = f"{line}, then dropped: another rank could not restore its own"
+        restored = False
+    if restored and heartbeat.BEAT is not None:
         heartbeat.BEAT.hold_reference(steps_to_generation(trainer))
     original = trainer._save_checkpoint
 

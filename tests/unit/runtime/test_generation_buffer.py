@@ -125,3 +125,103 @@ def test_heartbeat_holds_its_step_reference_until_a_generation(tmp_path: Path) -
     assert slowest(other) is None
     other.step_end(2, saving=False)
     assert slowest(other) is not None
+
+
+def test_held_steps_get_the_start_up_allowance_from_the_last_progress() -> None:
+    """While every rank holds its reference (steps done, no step time reported) the bound is the
+    start-up allowance, counted from the rank's last progress, not the attempt's start: a long
+    model load plus held steps must not add up to a stall."""
+    from hpc_grpo.runtime.node.stall import Beat, Policy, judge
+
+    policy = Policy(startup_s=100.0, min_s=10.0, factor=3.0)
+    t0 = 1_000_000.0
+    held = {r: Beat(rank=r, attempt="a1", phase="training", step=7, steps_done=2, mark=0,
+                    block="", time=t0 + 90, slowest_s=None) for r in range(2)}
+    assert judge(held, 2, "a1", t0 + 189, t0, policy) is None  # 189 s into the attempt
+    found = judge(held, 2, "a1", t0 + 191, t0, policy)
+    assert found is not None and found.bound_s == 100 and round(found.idle_s) == 101
+
+
+def test_tokens_per_s_only_where_tokens_were_counted(tmp_path: Path) -> None:
+    """TRL logs its running num_tokens only on a step that generated: a step without one has no
+    rate (not minus the total), and the next generating step's rate counts only its new tokens."""
+    from transformers import TrainerControl, TrainerState
+
+    callback = MetricsCallback(tmp_path)
+    for step, logs in ((1, {"reward": 0.5, "loss": 0.1, "num_tokens": 100.0, "step_time": 2.0}),
+                       (2, {"loss": 0.2, "step_time": 1.0}),
+                       (3, {"reward": 0.6, "loss": 0.3, "num_tokens": 160.0, "step_time": 2.0})):
+        state = TrainerState(global_step=step, max_steps=3, is_world_process_zero=True)
+        callback.on_log(None, state, TrainerControl(), logs=logs)  # type: ignore[arg-type]
+    rows = [json.loads(x) for x in (tmp_path / contract.METRICS_JSONL).read_text().splitlines()]
+    assert [r["tokens_per_s"] for r in rows] == [50.0, None, 30.0]
+
+
+def test_plans_take_the_slowest_recent_step_not_the_last(tmp_path: Path,
+                                                         monkeypatch: Any) -> None:
+    """The stop lead and the collective timeout are planned from a run's measured step time;
+    the last line may be a step that trained on an earlier generation (fast)."""
+    from hpc_grpo.runs import registry
+
+    run_dir = tmp_path / "runs" / "grpo-tiny-0001"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"run_id": run_dir.name, "site": "sandbox"}))
+    (run_dir / "state.json").write_text(json.dumps({"checkpoint_seconds": 4.0}))
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "step_time": t}) + "\n"
+                                                   for s, t in ((1, 9.0), (2, 1.0), (3, 1.0))))
+    monkeypatch.setattr(registry, "indexed_runs",
+                        lambda: [types.SimpleNamespace(run_id=run_dir.name, run_dir=run_dir)])
+    assert registry.measured_timings("grpo-tiny", "sandbox") == (4.0, 9.0, "grpo-tiny-0001")
+
+
+def test_status_finds_reward_and_drift_many_steps_back(tmp_path: Path) -> None:
+    """One generation training 12 steps: the newest reward and log-prob difference are 11 lines
+    back, further than drift's window of lines."""
+    from hpc_grpo.runs import drift, runfiles
+
+    rows = [{"step": 1, "reward_mean": -0.5, contract.LOGP_DIFF_MEAN: 5.0}]
+    rows += [{"step": s, "reward_mean": None} for s in range(2, 13)]
+    assert len(rows) - 1 > drift.WINDOW
+    (tmp_path / "run.json").write_text(json.dumps({"run_id": "blocks-0002"}))
+    (tmp_path / contract.STATE_JSON).write_text(json.dumps({"phase": "training", "step": 12}))
+    (tmp_path / contract.METRICS_JSONL).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    progress = runfiles.read_run(tmp_path).progress
+    assert (progress.step, progress.reward, progress.logp_diff) == (12, -0.5, 5.0)
+    assert progress.drift.startswith("vLLM drift: at step 1")
+
+
+def test_a_buffer_the_loss_would_read_wrongly_is_not_used(tmp_path: Path) -> None:
+    """beta 0 saves no reference log-probs; a resume with beta > 0 would look them up and crash
+    on every attempt. A damaged file is not used either."""
+    generation_buffer.save(trainer(5), tmp_path, rank=0, world_size=2)
+    kl = trainer(0, buffered=None)
+    kl.beta = 0.04
+    line = generation_buffer.load(kl, tmp_path, rank=0, world_size=2, device="cpu")
+    assert "not used" in line and "'beta': 0.04" in line and kl._buffered_inputs is None
+    (tmp_path / generation_buffer.FOLDER / "rank-0.pt").write_bytes(b"cut off")
+    line = generation_buffer.load(trainer(0, buffered=None), tmp_path, rank=0, world_size=2,
+                                  device="cpu")
+    assert "cannot be read" in line and "generates anew" in line
+
+
+def test_all_ranks_restore_or_none_does(tmp_path: Path, monkeypatch: Any) -> None:
+    """A rank that restored while another could not would skip the generation (and its
+    collectives) the other runs: the run would hang. Then every rank generates anew."""
+    generation_buffer.save(trainer(5), tmp_path, rank=0, world_size=2)
+
+    def resumed() -> Any:
+        fresh = trainer(0, buffered=None)
+        fresh.accelerator = types.SimpleNamespace(device="cpu")
+        fresh.state = types.SimpleNamespace(global_step=5)
+        fresh._save_checkpoint = lambda model, trial: None
+        return fresh
+
+    monkeypatch.setattr(generation_buffer, "_everywhere", lambda flag: True)
+    alone = resumed()
+    assert generation_buffer.install(alone, 0, 2, tmp_path).startswith(generation_buffer.RESTORED)
+    assert alone._step == 5 and alone._buffered_inputs is not None
+    monkeypatch.setattr(generation_buffer, "_everywhere", lambda flag: False)  # rank 1 failed
+    dropped = resumed()
+    line = generation_buffer.install(dropped, 0, 2, tmp_path)
+    assert line.endswith("then dropped: another rank could not restore its own")
+    assert dropped._step == 0 and dropped._buffered_inputs is None
