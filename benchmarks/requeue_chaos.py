@@ -8,7 +8,7 @@ batch     ``scancel --signal=USR2 --batch JOB`` (the batch shell)    user signal
 preempt   a job on partition ``high`` needing this job's nodes       preempted
           (``--exclusive -w NODES``; the run is on ``low``)
 timelimit ``scontrol update JobId=J TimeLimit=<run time + 2 min>``:  time limit
-          Slurm's ``--signal=USR2@lead`` fires; the limit is restored once requeued
+          Slurm's ``--signal=USR2@lead`` fires; the limit is restored while requeued
 requeue   ``scontrol requeue JOB``                                   scontrol requeue
 node      ``scontrol update NodeName=<the job's 2nd node> State=DOWN`` node failure
           (only while no other job uses it; the sandbox returns it to service at once)
@@ -131,6 +131,20 @@ def inject(kind: str, job: str, run_dir: Path) -> float:
     return sent
 
 
+def _restore_limit_once_requeued(job: str, timeout: float) -> None:
+    """Set the run's own limit back while the requeued job waits to start again. Restoring it
+    only once the next attempt had logged its restart (20 s in) was too late once in 70 faults
+    (2026-11-24): Slurm signalled that attempt for the lowered 1-minute limit as well, an
+    extra, real time-limit stop the benchmark then counted on the fault before it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = _sh("squeue", "-h", "-j", job, "-o", "%T").strip()
+        if state not in ("RUNNING", "COMPLETING", "SIGNALING"):  # requeued: pending again
+            _sh("scontrol", "update", f"JobId={job}", f"TimeLimit={TIME_MIN}")
+            return
+        time.sleep(0.3)
+
+
 def _wait_restart(env: dict[str, str], run_id: str, run_dir: Path, count: int,
                   timeout: float) -> list[dict[str, Any]]:
     deadline = time.monotonic() + timeout
@@ -161,8 +175,10 @@ def chaos_run(env: dict[str, str], root: Path, job: str, run_id: str, run_dir: P
         before = len(br.read_jsonl(run_dir / "restarts.jsonl"))
         sent = inject(kind, job, run_dir)
         interrupted.add(str(state.get("attempt")))
+        if kind == "timelimit":  # the next attempt gets the run's own limit back
+            _restore_limit_once_requeued(job, args.fault_timeout)
         found = _wait_restart(env, run_id, run_dir, before + 1, args.fault_timeout)
-        if kind == "timelimit":  # the next attempts get the run's own limit back
+        if kind == "timelimit":  # in case the wait above missed the pending moment
             _sh("scontrol", "update", f"JobId={job}", f"TimeLimit={TIME_MIN}")
         restart = found[before]
         resumed = int(restart.get("resumed_from_step") or 0)
