@@ -40,6 +40,10 @@ class GracefulStopCallback(TrainerCallback):
 
     The collective runs every step (not only when a flag is set): otherwise a rank that saw the
     signal would enter a collective its peers never join, and gloo/NCCL would abort or hang.
+    A stop and the last step also log: with ``logging_steps`` > 1 the loss transformers sums
+    since the previous log is in memory only, and the end-of-training summary (into which TRL
+    folds its reward averages) has none. That log gathers the loss across ranks: safe, as every
+    rank decides alike here.
     """
 
     def __init__(self, run_dir: Path, flag: StopFlag, device: torch.device) -> None:
@@ -63,8 +67,10 @@ class GracefulStopCallback(TrainerCallback):
             dist.all_reduce(local, op=dist.ReduceOp.MAX)
         if state.global_step >= state.max_steps:
             control.should_save = True  # a final checkpoint makes a restart of a done run a no-op
+            control.should_log = True
         if int(local.item()):
             control.should_save = True
+            control.should_log = True
             control.should_training_stop = True
             self.stopped_at = state.global_step
             self.reason = self.flag.reason or "another rank's stop request"
