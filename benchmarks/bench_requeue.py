@@ -486,6 +486,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                        "(default: enough for the faults)")
     chaos.add_argument("--fault-timeout", type=float, default=240, help="bound on a fault's restart")
     chaos.add_argument("--json", default="", help="write the chaos result here")
+    chaos.add_argument("--chaos-set", action="append", default=[], metavar="KEY=VALUE",
+                       help="a GRPOConfig setting for both chaos runs, e.g. steps_per_generation=4 "
+                       "(repeatable)")
     args = parser.parse_args(argv)
     args.modes = [m for m in args.modes.upper() if m in MODES]
     args.at = [int(s) for s in args.at.split(",") if s.strip()]

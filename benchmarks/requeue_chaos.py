@@ -17,9 +17,10 @@ crash     ``kill -9`` of the 2nd node's rank processes               task crash
 A configuration error ends a run, so it is not among them (tests/cluster/test_cluster_config_error.py).
 For each fault it reads the restart it caused (restarts.jsonl: cause, steps done again) and the
 time from the fault to the resumed attempt's first new step; at the end it checks each step
-was logged once, that the per-step rewards equal the reference run's and that the final
-checkpoint's weights and Adam state equal the reference's bit for bit (rewards alone hid a
-few-ulp difference for 20-30 steps).
+was logged once, that the per-step rewards and losses equal the reference run's and that the
+final checkpoint's weights and Adam state equal the reference's bit for bit (rewards alone hid a
+few-ulp difference for 20-30 steps). ``--chaos-set steps_per_generation=4`` and the like run
+both runs with one generation training several steps, so faults land inside generation blocks.
 """
 
 from __future__ import annotations
@@ -73,11 +74,14 @@ def _site(tmp: Path, retries: int) -> None:
     (sites / "chaos.yaml").write_text("\n".join([*lines, f"max_requeues: {retries}", ""]))
 
 
-def _submit(env: dict[str, str], root: Path, run_id: str, steps: int, save_steps: int) -> tuple[str, Path]:
+def _submit(env: dict[str, str], root: Path, run_id: str, steps: int, save_steps: int,
+            extra: list[str]) -> tuple[str, Path]:
+    """extra: more ``KEY=VALUE`` GRPOConfig settings, the same for the reference and chaos runs."""
+    sets = [arg for item in extra for arg in ("--set", item)]
     out = br.cli(env, "submit", "--output-root", str(root), "--no-wait", "--run-id", run_id,
                  "--site", "chaos", "--nodes", "2", "--partition", "low", "--recipe", str(br.RECIPE),
                  "--time", f"{TIME_MIN // 60:02d}:{TIME_MIN % 60:02d}:00", "--reward", REWARD,
-                 "--set", f"max_steps={steps}", "--set", f"save_steps={save_steps}")
+                 "--set", f"max_steps={steps}", "--set", f"save_steps={save_steps}", *sets)
     match = re.search(r"run (\S+)\s+job (\S+)\s+dir (\S+)", out)
     if not match:
         raise br.BenchError(f"cannot parse the submit output:\n{out}")
@@ -227,7 +231,7 @@ def report(faults: list[Fault], steps: list[int], same: bool, n_steps: int,
     missing = sorted(set(range(1, n_steps + 1)) - set(steps))
     result = {**meta, "faults": len(faults), "by_kind": by_kind,
               "steps_missing": missing, "steps_logged_twice": len(steps) - len(set(steps)),
-              "rewards_equal_reference": same,
+              "rewards_and_losses_equal_reference": same,
               "sequence": [{"i": f.index, "kind": f.kind, "step": f.step_at_send,
                             "cause": f.restart.get("cause"),
                             "resumed_from": f.restart.get("resumed_from_step"),
@@ -243,8 +247,14 @@ def report(faults: list[Fault], steps: list[int], same: bool, n_steps: int,
               f"{br.fmt(row['fault_to_first_new_step_s_median'], 1)} / "
               f"{br.fmt(row['fault_to_first_new_step_s_max'], 1)} |")
     print(f"\nsteps missing: {missing or 'none'}; logged twice: {result['steps_logged_twice']}; "
-          f"per-step rewards equal the uninterrupted run's: {'yes' if same else 'NO'}")
+          f"per-step rewards and losses equal the uninterrupted run's: {'yes' if same else 'NO'}")
     return result
+
+
+def _compared(row: dict[str, Any]) -> tuple[int, Any, Any]:
+    """What must equal the uninterrupted run's at every step: the reward (null on a step that
+    trained on an earlier generation, with steps_per_generation > 1) and the loss."""
+    return int(row["step"]), row.get("reward_mean"), row.get("loss")
 
 
 def main(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> int:
@@ -263,16 +273,16 @@ def main(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> int:
     # A run's bound grows with its steps: --per-kind 10 makes 1440 steps, about 20 minutes on
     # the 2-core sandbox (0.7-1.5 s a step), far past the 600 s default that suits the A/B/C runs.
     run_timeout = max(args.run_timeout, steps * SECONDS_PER_STEP_BOUND)
-    ref_job, ref_dir = _submit(env, tmp / "runs", "chaos-ref", steps, args.save_steps)
+    ref_job, ref_dir = _submit(env, tmp / "runs", "chaos-ref", steps, args.save_steps, args.chaos_set)
     try:
         br.wait_finished(env, "chaos-ref", run_timeout)
     except BaseException:  # never leave the reference holding the cluster
         subprocess.run([br.cli_path(), "cancel", "chaos-ref"], env=env, capture_output=True, timeout=60)
         raise
-    reference = [(int(r["step"]), r.get("reward_mean")) for r in br.read_jsonl(ref_dir / "metrics.jsonl")]
+    reference = [_compared(r) for r in br.read_jsonl(ref_dir / "metrics.jsonl")]
     print(f"  reference run done ({len(reference)} steps, job {ref_job}, "
           f"{time.time() - started:.0f} s)", flush=True)
-    job, run_dir = _submit(env, tmp / "runs", "chaos", steps, args.save_steps)
+    job, run_dir = _submit(env, tmp / "runs", "chaos", steps, args.save_steps, args.chaos_set)
     chaos_started = time.time()
     try:
         faults = chaos_run(env, tmp / "runs", job, "chaos", run_dir, sequence, args)
@@ -284,16 +294,17 @@ def main(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> int:
     metrics = {int(r["step"]): r for r in rows}
     restarts = br.read_jsonl(run_dir / "restarts.jsonl")
     _first_steps(faults, restarts, metrics)
-    got = [(int(r["step"]), r.get("reward_mean")) for r in rows]
+    got = [_compared(r) for r in rows]
     meta = {"date": time.strftime("%Y-%m-%d"), "seed": args.seed, "per_kind": args.per_kind,
             "max_steps": steps, "save_steps": args.save_steps, "gap_steps": args.gap,
+            "grpo_set": args.chaos_set,
             "nodes": 2, "ranks": 4, "final_state": final.get("state"), "final_step": final.get("step"),
             "restarts": len(restarts), "chaos_run_wall_s": round(time.time() - chaos_started),
             "median_step_time_s": statistics.median(float(r.get("step_time") or 0) for r in rows)}
     differ = final_state_differs(run_dir, ref_dir, steps)
     meta["final_weights_and_adam_equal_reference"] = not differ
     meta["final_tensors_differing"] = len(differ)
-    result = report(faults, [s for s, _ in got], got == reference, steps, meta)
+    result = report(faults, [row[0] for row in got], got == reference, steps, meta)
     print(f"final checkpoint's weights and Adam state equal the uninterrupted run's bit for bit: "
           f"{'yes' if not differ else f'NO ({len(differ)} tensors differ)'}")
     if args.json:
