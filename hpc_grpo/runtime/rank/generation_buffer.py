@@ -53,11 +53,15 @@ def shape(trainer: Any, world_size: int) -> dict[str, Any]:
             "loss_type": str(getattr(trainer, "loss_type", ""))}
 
 
+def _generate_every(trainer: Any) -> int:
+    """Micro-steps between two generations (TRL's ``generate_every``)."""
+    return int(trainer.args.steps_per_generation) * int(trainer.num_iterations)
+
+
 def inside_block(trainer: Any) -> bool:
     """True when the next micro-step would reuse the buffer rather than generate."""
-    generate_every = int(trainer.args.steps_per_generation) * int(trainer.num_iterations)
     buffered = getattr(trainer, "_buffered_inputs", None)
-    return buffered is not None and trainer._step % generate_every != 0
+    return buffered is not None and trainer._step % _generate_every(trainer) != 0
 
 
 def save(trainer: Any, checkpoint: Path, rank: int, world_size: int) -> Path | None:
@@ -106,7 +110,7 @@ def load(trainer: Any, checkpoint: Path, rank: int, world_size: int, device: Any
 
 def steps_to_generation(trainer: Any) -> int:
     """Optimizer steps up to and including the next one that generates."""
-    generate_every = int(trainer.args.steps_per_generation) * int(trainer.num_iterations)
+    generate_every = _generate_every(trainer)
     left = generate_every - trainer._step % generate_every
     return -(-left // int(trainer.args.gradient_accumulation_steps)) + 1
 
