@@ -41,8 +41,9 @@ BATCH = dict(per_device_train_batch_size=32, num_generations=8, max_completion_l
              learning_rate=1e-5, save_steps=100000)
 
 
-def _last_reward(metrics: list[dict[str, Any]]) -> float | None:
-    """The newest reward: a step that trained on an earlier generation logs none."""
+def last_reward(metrics: list[dict[str, Any]]) -> float | None:
+    """The newest reward: a step that trained on an earlier generation logs none (also used by
+    bench_multinode.py)."""
     return next((m["reward_mean"] for m in reversed(metrics) if m.get("reward_mean") is not None), None)
 
 
@@ -129,7 +130,7 @@ def hpc_grpo(site: Path, steps: int, *extra: str, batch: dict[str, Any] | None =
                             for k in ("torch_alloc_peak_gib", "torch_reserved_peak_gib")},
         "at_train_begin": state.get("gpu_mem_train_begin"),
         "planned": record.get("memory_plan"), "vllm": record["vllm"], "generations": gens,
-        "vllm_seeds": [r["vllm_seed"] for r in ranks["ranks"]], "reward_last": _last_reward(metrics),
+        "vllm_seeds": [r["vllm_seed"] for r in ranks["ranks"]], "reward_last": last_reward(metrics),
         "grpo_config": str(run_dir / "grpo_config.json"),
         "omp_threads": launch.env().get("OMP_NUM_THREADS", "hpc-grpo's choice"),
         "phases_s": {k: mean(p.get(k, 0.0) for p in split) for k in sorted({k for p in split for k in p})},

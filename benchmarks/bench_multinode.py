@@ -28,16 +28,13 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+from bench_gpu import last_reward
+
 REPO = Path(__file__).resolve().parent.parent
 SANDBOX = REPO / "tests" / "cluster" / "sandbox.sh"
 COMPLETIONS = 64
 BATCH = {"num_generations": 8, "max_completion_length": 256, "learning_rate": 1e-5,
          "save_steps": 100000}
-
-
-def _last_reward(metrics: list[dict[str, Any]]) -> float | None:
-    """The newest reward: a step that trained on an earlier generation logs none."""
-    return next((m["reward_mean"] for m in reversed(metrics) if m.get("reward_mean") is not None), None)
 
 
 def sandbox(gpus_per_node: int) -> None:
@@ -85,7 +82,7 @@ def submit(site_path: Path, nodes: int, steps: int, per_rank: int, *extra: str) 
         "startup_s": first["time"] - first["wall_step_time"] - state["started"],
         "tokens_per_s": mean(m["tokens_per_s"] for m in metrics[1:] if m.get("tokens_per_s")),
         "peak_gpu_gib": max((m.get("gpu_mem_peak_gib") or 0) for m in metrics),
-        "reward_last": _last_reward(metrics), "vllm": record["vllm"],
+        "reward_last": last_reward(metrics), "vllm": record["vllm"],
         "deepspeed": record.get("deepspeed"), "memory_plan": record.get("memory_plan"),
         "hosts": [r["hostname"] for r in ranks["ranks"]],
         "vllm_seeds": [r["vllm_seed"] for r in ranks["ranks"]],
