@@ -10,13 +10,12 @@ every step is trained once. About 50 s on 2 cores (80 s while they are shared): 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.slow.test_runtime_slow import metrics, node_cmd, node_env, state, write_run
+from tests.slow.resume_runs import counting_prompts, prompts_per_step, run_with_stops
+from tests.slow.test_runtime_slow import metrics, write_run
 
 pytestmark = pytest.mark.slow
 STEPS = 14
@@ -32,31 +31,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
     root = tmp_path_factory.mktemp("epochs")
     model = build_tiny_model(root / "model", seed=0)
-    data = root / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"prompt": "Count on: " + " ".join(map(str, range(i, 2 * i + 2)))})
-                            + "\n" for i in range(PROMPTS)))  # 1 to 8 numbers: lengths differ
+    dataset = counting_prompts(root / "prompts.jsonl", PROMPTS)
     out = []
     for name, stops in (("reference", ()), ("stopped", STOPS)):
         run_dir = root / name
-        write_run(run_dir, model, steps=STEPS, reward_funcs=[REWARD],
-                  dataset={"name": str(data), "prompt_column": "prompt", "split": "train"})
-        env = node_env() | {"HPC_GRPO_TEST_RUN_DIR": str(run_dir),
-                            "HPC_GRPO_TEST_STOP_AT": ",".join(map(str, stops))}
-        for attempt, stop in enumerate((*stops, STEPS)):
-            proc = subprocess.run(node_cmd(run_dir), env=env | {"MASTER_PORT": node_env()["MASTER_PORT"]},
-                                  capture_output=True, text=True, timeout=120)
-            assert proc.returncode == 0, proc.stdout + proc.stderr
-            st = state(run_dir)
-            assert st["step"] == stop and st["phase"] == ("done" if stop == STEPS else "interrupted"), st
-            assert st["resumed_from"] == (None if attempt == 0 else
-                                          str(run_dir / "checkpoints" / f"checkpoint-{stops[attempt - 1]}"))
+        write_run(run_dir, model, steps=STEPS, reward_funcs=[REWARD], dataset=dataset)
+        run_with_stops(run_dir, stops, STEPS, timeout=120)
         out.append(run_dir)
     return out[0], out[1]
-
-
-def prompts_per_step(run_dir: Path, rank: int) -> list[tuple[int, list[Any]]]:
-    path = run_dir / f"prompts-rank-{rank}.jsonl"
-    return [(row["step"], row["prompts"]) for row in map(json.loads, path.read_text().splitlines())]
 
 
 def test_same_prompts_every_step(runs: tuple[Path, Path]) -> None:

@@ -14,13 +14,12 @@ an epoch is 4 steps, so the stops at steps 5 and 9 are in the second and third e
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.slow.test_resume_epochs import prompts_per_step
-from tests.slow.test_runtime_slow import metrics, node_cmd, node_env, state, write_run
+from tests.slow.resume_runs import counting_prompts, prompts_per_step, run_with_stops
+from tests.slow.test_runtime_slow import metrics, write_run
 
 pytestmark = pytest.mark.slow
 STEPS = 12
@@ -37,23 +36,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
     root = tmp_path_factory.mktemp("blocks")
     model = build_tiny_model(root / "model", seed=0)
-    data = root / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"prompt": "Count on: " + " ".join(map(str, range(i, 2 * i + 2)))})
-                            + "\n" for i in range(PROMPTS)))
+    dataset = counting_prompts(root / "prompts.jsonl", PROMPTS)
     out = []
     for name, stops in (("reference", ()), ("stopped", STOPS)):
         run_dir = root / name
-        run = write_run(run_dir, model, steps=STEPS, reward_funcs=[REWARD],
-                        dataset={"name": str(data), "prompt_column": "prompt", "split": "train"})
+        run = write_run(run_dir, model, steps=STEPS, reward_funcs=[REWARD], dataset=dataset)
         run["grpo_config"] |= BLOCKS
         (run_dir / "run.json").write_text(json.dumps(run, indent=2))
-        env = node_env() | {"HPC_GRPO_TEST_RUN_DIR": str(run_dir),
-                            "HPC_GRPO_TEST_STOP_AT": ",".join(map(str, stops))}
-        for stop in (*stops, STEPS):
-            proc = subprocess.run(node_cmd(run_dir), env=env, capture_output=True, text=True,
-                                  timeout=180)
-            assert proc.returncode == 0, proc.stdout + proc.stderr
-            assert state(run_dir)["step"] == stop, state(run_dir)
+        run_with_stops(run_dir, stops, STEPS)
         out.append(run_dir)
     return out[0], out[1]
 

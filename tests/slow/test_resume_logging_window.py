@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.slow.test_runtime_slow import metrics, node_cmd, node_env, state, tiny_model, write_run
+from tests.slow.resume_runs import run_with_stops
+from tests.slow.test_runtime_slow import metrics, tiny_model, write_run
 
 pytestmark = pytest.mark.slow
 STEPS = 7
@@ -38,13 +38,7 @@ def runs(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pa
         run = write_run(run_dir, tiny_model, steps=STEPS, reward_funcs=[REWARD])
         run["grpo_config"]["logging_steps"] = EVERY
         (run_dir / "run.json").write_text(json.dumps(run, indent=2))
-        env = node_env() | {"HPC_GRPO_TEST_RUN_DIR": str(run_dir),
-                            "HPC_GRPO_TEST_STOP_AT": ",".join(map(str, stops))}
-        for stop in (*stops, STEPS):
-            proc = subprocess.run(node_cmd(run_dir), env=env, capture_output=True, text=True,
-                                  timeout=180)
-            assert proc.returncode == 0, proc.stdout + proc.stderr
-            assert state(run_dir)["step"] == stop, state(run_dir)
+        run_with_stops(run_dir, stops, STEPS)
         out.append(run_dir)
     return out[0], out[1]
 

@@ -1,0 +1,41 @@
+"""What the resume tests share: the counting-prompts dataset, launching a run until it is done with
+the test reward asking for a stop at given steps, and reading the prompts each step trained on
+(tests/slow/resume_reward.py writes them)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tests.slow.test_runtime_slow import node_cmd, node_env, state
+
+
+def counting_prompts(path: Path, count: int) -> dict[str, str]:
+    """count prompts of 1, 2, ... numbers to count on (lengths differ, so do rewards): a run.json
+    dataset block."""
+    path.write_text("".join(json.dumps({"prompt": "Count on: " + " ".join(map(str, range(i, 2 * i + 2)))})
+                            + "\n" for i in range(count)))
+    return {"name": str(path), "prompt_column": "prompt", "split": "train"}
+
+
+def run_with_stops(run_dir: Path, stops: Sequence[int], steps: int, timeout: float = 180) -> None:
+    """Launch the node task on run_dir until the run is done, stopping exactly at each of stops:
+    every launch ends at its stop (the last at steps) and resumes from the previous stop's
+    checkpoint. Each launch gets a free rendezvous port of its own."""
+    asked = {"HPC_GRPO_TEST_RUN_DIR": str(run_dir), "HPC_GRPO_TEST_STOP_AT": ",".join(map(str, stops))}
+    for attempt, stop in enumerate((*stops, steps)):
+        proc = subprocess.run(node_cmd(run_dir), env=node_env() | asked, capture_output=True,
+                              text=True, timeout=timeout)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        st = state(run_dir)
+        assert st["step"] == stop and st["phase"] == ("done" if stop == steps else "interrupted"), st
+        assert st["resumed_from"] == (None if attempt == 0 else
+                                      str(run_dir / "checkpoints" / f"checkpoint-{stops[attempt - 1]}"))
+
+
+def prompts_per_step(run_dir: Path, rank: int) -> list[tuple[int, list[Any]]]:
+    path = run_dir / f"prompts-rank-{rank}.jsonl"
+    return [(row["step"], row["prompts"]) for row in map(json.loads, path.read_text().splitlines())]
