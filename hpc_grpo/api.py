@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shlex
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -29,17 +28,17 @@ from hpc_grpo.planner.job import JobPlan, build_plan
 from hpc_grpo.planner.report import plan_report
 from hpc_grpo.planner.timing import Timings
 from hpc_grpo.preflight import inputs
-from hpc_grpo.runs import identity, registry
-from hpc_grpo.runtime.contract import (
+from hpc_grpo.rundir.contract import (
     ATTEMPTS,
     JOB_SBATCH,
     PLAN_TXT,
     RUN_JSON,
     SPEC_JSON,
-    SUBMITIT,
 )
-from hpc_grpo.scheduler import envvars, local, slurm
-from hpc_grpo.scheduler.render import render_script, submitit_folder, summary_text
+from hpc_grpo.runs import registry
+from hpc_grpo.scheduler import envvars
+from hpc_grpo.scheduler.backend import backend_for
+from hpc_grpo.scheduler.render import render_script, summary_text
 
 
 @dataclass(frozen=True)
@@ -133,11 +132,6 @@ def _refuse_unstaged(prepared: Prepared) -> None:
         raise UserErrors(prepared.refused) if len(prepared.refused) > 1 else prepared.refused[0]
 
 
-def _check_partition(plan: JobPlan) -> None:
-    if not plan.site.max_nodes:  # a profile's own limit was already checked by the plan
-        slurm.require_partition_nodes(plan.spec.partition or plan.site.partition, plan.nodes)
-
-
 def write_example_model(shape: str, target: Path, python: str = sys.executable) -> Path:
     """Build an offline example model in ``target`` with the runtime's own builder, in a child
     process: the launcher never imports torch."""
@@ -175,14 +169,14 @@ class Submitted:
     run_dir: Path
     job_id: str
     warnings: tuple[str, ...]
+    follow: bool = False  # the back end runs it here: `submit` follows it unless told not to
 
 
 def submit(request: Request) -> Submitted:
     """Create the run directory atomically and submit it; either both happen or neither."""
     prepared = prepare(request)  # every check before anything is built or written
     _refuse_unstaged(prepared)
-    if prepared.plan.site.scheduler == "slurm":
-        _check_partition(prepared.plan)
+    backend_for(prepared.plan.site.scheduler).check(prepared.plan)
     if ensure_builtin_model(prepared.plan.spec.model, prepared.python):
         prepared = prepare(request)  # again, now that the model's architecture can be read
     plan = prepared.plan
@@ -199,29 +193,18 @@ def submit(request: Request) -> Submitted:
         job_id, known = _submit_job(prepared, run_dir)
         registry.record_job(run_dir, job_id, "submitted", **known)
         registry.register(prepared.run_id, run_dir)
-    return Submitted(prepared.run_id, run_dir, job_id, plan.warnings)
+    return Submitted(prepared.run_id, run_dir, job_id, plan.warnings,
+                     backend_for(plan.site.scheduler).follow_by_default)
 
 
 def _submit_job(prepared: Prepared, run_dir: Path) -> tuple[str, dict[str, str]]:
-    """Submit the prepared script for ``run_dir``; the job id and what tells the job apart."""
-    from hpc_grpo.runtime.node.task import NodeTask  # cheap: no torch at import
-
+    """Submit the prepared script for ``run_dir`` through its site's back end; the job id and
+    what tells the job apart."""
     plan = prepared.plan
-    task = NodeTask(str(run_dir))
     with envvars.exported(plan.site.secret_values):  # secrets reach the job, not its files
-        if plan.site.scheduler == "local":
-            return local.submit_local(folder=run_dir / SUBMITIT, task=task,
-                                      timeout_min=plan.time_min, gpus=plan.site.gpus_per_node), {}
-        job = slurm.submit_job(
-            script_text=prepared.script,
-            folder=Path(submitit_folder(str(run_dir))),
-            task=task,
-            nodes=plan.nodes,
-            timeout_min=plan.time_min,
-            max_requeues=plan.site.max_requeues,
-            python=shlex.quote(prepared.python),
-        )
-    return job.job_id, identity.of_submission(job, str(run_dir)).fields()
+        job = backend_for(plan.site.scheduler).submit(script=prepared.script, run_dir=run_dir,
+                                                      plan=plan, python=prepared.python)
+    return job.job_id, dict(job.known)
 
 
 @dataclass(frozen=True)
@@ -273,8 +256,7 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Re
                                   checkpoint_step=from_step, max_steps=record.max_steps)
     if nothing is not None:
         raise nothing
-    if site.scheduler == "slurm":
-        _check_partition(prepared.plan)
+    backend_for(site.scheduler).check(prepared.plan)
     previous = files.job_id
     files_now = {
         RUN_JSON: json.dumps(record.to_dict(), indent=2) + "\n",

@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from hpc_grpo.errors import UserError
-from hpc_grpo.runtime.contract import DEFAULT_SEED
+from hpc_grpo.rundir.contract import DEFAULT_SEED
 
 
 def complete_sites(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
@@ -129,7 +129,7 @@ def render(**kwargs: Any) -> None:
 @job_options
 @click.option("--dry-run", is_flag=True, help="Same as render: print, submit nothing.")
 @click.option("--wait/--no-wait", default=None,
-              help="Follow progress until the job ends (default: on for the local site).")
+              help="Follow progress until the job ends (default: on for a site of scheduler: local).")
 @user_errors
 def submit(dry_run: bool, wait: bool | None, **kwargs: Any) -> None:
     """Create a run directory and submit the job."""
@@ -145,7 +145,7 @@ def submit(dry_run: bool, wait: bool | None, **kwargs: Any) -> None:
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
     click.echo(f"run {result.run_id}  job {result.job_id}  dir {result.run_dir}")
-    if wait if wait is not None else request.site == "local":
+    if wait if wait is not None else result.follow:
         from hpc_grpo.runs.views import follow
 
         sys.exit(follow(result.run_dir, api.progress))  # its id may also name a run in another root

@@ -15,7 +15,7 @@ from typing import Literal
 
 from hpc_grpo.config.strict import from_mapping, read_yaml
 from hpc_grpo.errors import UserError, did_you_mean
-from hpc_grpo.runtime.contract import (
+from hpc_grpo.rundir.contract import (
     DEFAULT_MAX_REQUEUES,
     DEFAULT_PORT_RANGE,
     DEFAULT_REQUEUE_SIGNAL,
@@ -111,6 +111,8 @@ class SiteProfile:
                 field="requeue_signal",
             )
         minutes(self.max_time, "max_time")
+        if self.scheduler == "local":
+            self._refuse_what_a_local_run_cannot_apply()
         for key in ("watchdog_startup_s", "watchdog_min_s"):
             if getattr(self, key) < 1:
                 raise UserError(f"{key} must be at least 1 second, got {getattr(self, key)}",
@@ -123,6 +125,17 @@ class SiteProfile:
             raise UserError(f"run_dir_mode {self.run_dir_mode!r} is not an octal mode from 0700 to "
                             "0777", field="run_dir_mode",
                             hint="e.g. 0700 (you only) or 0750 (your group may read)")
+
+    def _refuse_what_a_local_run_cannot_apply(self) -> None:
+        """A local run is this machine running the rendered script: no Slurm to load modules
+        into the job or start a container around it. Saying so at load time beats a profile
+        whose modules silently never apply (what render shows is what runs)."""
+        for key, value, hint in (
+                ("modules", self.modules, "load them in the shell that runs hpc-grpo submit"),
+                ("container", self.container, "run hpc-grpo inside the container instead")):
+            if value:
+                raise UserError(f"{key} cannot apply to a local site (no Slurm job to apply "
+                                f"them to)", field=key, hint=f"{hint}, and remove {key}: here")
 
     @property
     def nodes_offline(self) -> bool | None:

@@ -27,7 +27,7 @@ from hpc_grpo.config.recipe_format import (
 from hpc_grpo.config.site import SiteProfile
 from hpc_grpo.config.strict import from_mapping, load_yaml_text
 from hpc_grpo.errors import UserError, UserErrors
-from hpc_grpo.runtime.contract import DEFAULT_SEED
+from hpc_grpo.rundir.contract import DEFAULT_SEED, world_size
 
 # GRPOConfig fields that the plan owns: the user sets them through job-spec fields instead.
 # (bf16, use_vllm, use_cpu are checked against the site; output_dir is ignored with a warning:
@@ -156,8 +156,8 @@ def _world_size(site: SiteProfile, merged: Mapping[str, Any]) -> int:
     """Training processes the plan will run (planner/job.py _processes), for num_processes."""
     nodes = merged.get("nodes", 1)
     if site.device == "cuda" and merged.get("vllm_mode") == "server":
-        return int(nodes) * (site.gpus_per_node - int(merged.get("vllm_server_gpus", 1)))
-    return int(nodes) * int(merged.get("procs_per_node") or site.default_procs_per_node)
+        return world_size(int(nodes), site.gpus_per_node - int(merged.get("vllm_server_gpus", 1)))
+    return world_size(int(nodes), int(merged.get("procs_per_node") or site.default_procs_per_node))
 
 
 def build_spec(

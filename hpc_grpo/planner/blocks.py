@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 
 from hpc_grpo.config.site import SiteProfile
 from hpc_grpo.config.spec import JobSpec
-from hpc_grpo.runtime.contract import DatasetBlock, ModelBlock, PeftBlock
+from hpc_grpo.rundir.contract import DatasetBlock, ModelBlock, PeftBlock
 
 if TYPE_CHECKING:
-    from hpc_grpo.planner.job import ModelRef
+    from hpc_grpo.planner.types import ModelRef
 
 
 def dataset_block(spec: JobSpec, max_prompt_length: int, commit: str = "") -> DatasetBlock:

@@ -20,7 +20,7 @@ from hpc_grpo.planner.checkpoint_size import (
     host_verdict,
 )
 from hpc_grpo.planner.types import MemoryPlan
-from hpc_grpo.runtime.contract import DEFAULT_SAVE_TOTAL_LIMIT, DeepSpeedBlock
+from hpc_grpo.rundir.contract import DEFAULT_SAVE_TOTAL_LIMIT, DeepSpeedBlock
 
 HALF_PRECISION = ("bfloat16", "bf16", "float16", "fp16", "half")
 

@@ -10,7 +10,7 @@ from hpc_grpo.config.site import SiteProfile
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.planner.topology import ServerSplit
 from hpc_grpo.planner.types import MemoryPlan
-from hpc_grpo.runtime.contract import (
+from hpc_grpo.rundir.contract import (
     DEFAULT_VLLM_GPU_MEMORY_UTILIZATION,
     DeepSpeedBlock,
     ServerBlock,

@@ -14,7 +14,7 @@ from typing import Any
 from hpc_grpo.config.site import SiteProfile, minutes
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
-from hpc_grpo.planner import MemoryPlan, ModelArch, PlanRequest, check_batch_rules, make_plan
+from hpc_grpo.planner import MemoryPlan, PlanRequest, check_batch_rules, make_plan
 from hpc_grpo.planner.blocks import dataset_block, default_name, model_block, peft_block
 from hpc_grpo.planner.checkpoint_fit import check_checkpoints
 from hpc_grpo.planner.checkpoint_size import CheckpointSize
@@ -22,14 +22,17 @@ from hpc_grpo.planner.engines import deepspeed_plan, vllm_plan
 from hpc_grpo.planner.timeouts import collective_timeout
 from hpc_grpo.planner.timing import Timings, signal_lead
 from hpc_grpo.planner.topology import ServerSplit, layout_notes, rank_table, server_split
-from hpc_grpo.runtime.contract import (
+from hpc_grpo.planner.types import ModelRef
+from hpc_grpo.rundir.contract import (
     DeepSpeedBlock,
     RankRow,
     RunRecord,
     StopBlock,
     VllmBlock,
     WatchdogBlock,
+    dist_backend,
     stop_signals,
+    world_size,
 )
 
 # TRL 1.16 GRPOConfig defaults the batch rules depend on.
@@ -45,17 +48,6 @@ TRL_DEFAULTS: dict[str, Any] = {
 # Longest prompt of each built-in dataset, in tokens of any byte-level tokenizer (at most one
 # token per byte, plus BOS); tests/unit/runtime/test_runtime_data.py checks it against the built-in models.
 BUILTIN_PROMPT_TOKENS = {"builtin:digits": 32, "builtin:sums": 32}
-
-
-@dataclass(frozen=True)
-class ModelRef:
-    """The model as the ranks will load it, and its architecture when known."""
-
-    source: str  # absolute local folder or hub id
-    local: bool
-    arch: ModelArch | None
-    commit: str = ""  # a hub id staged in the site's hf_home: the pinned commit
-    hf_home: str = ""  # the site's shared Hugging Face cache, expanded on the login node
 
 
 @dataclass(frozen=True)
@@ -87,11 +79,16 @@ class JobPlan:
 
     @property
     def world_size(self) -> int:
-        return self.spec.nodes * self.procs_per_node
+        return world_size(self.spec.nodes, self.procs_per_node)
 
     @property
     def tensor_parallel_size(self) -> int:
         return self.vllm.tensor_parallel_size
+
+    @property
+    def stop(self) -> StopBlock:
+        """The signals the run stops on (run.json's stop block; the script forwards them)."""
+        return StopBlock(stop_signals(self.site.requeue_signal))
 
     def run_record(self, run_id: str, run_dir: str) -> RunRecord:
         """``run.json``: everything the ranks need (docs/run-directory.md)."""
@@ -104,9 +101,9 @@ class JobPlan:
             model_load=model_block(self.spec, self.model, self.site),
             peft=peft_block(self.spec), seed=self.spec.seed, nodes=self.nodes,
             procs_per_node=self.procs_per_node, device=self.device,
-            dist_backend="nccl" if self.device == "cuda" else "gloo",
+            dist_backend=dist_backend(self.device),
             grpo_config=dict(self.spec.grpo), vllm=self.vllm, deepspeed=self.deepspeed,
-            stop=StopBlock(stop_signals(self.site.requeue_signal)), ranks=self.ranks,
+            stop=self.stop, ranks=self.ranks,
             site=self.site.name, scheduler=self.site.scheduler,
             max_requeues=self.site.max_requeues, signal_lead_s=self.signal_lead_s,
             time_min=self.time_min, memory_plan=self.memory.to_dict() if self.memory else None,
@@ -228,7 +225,7 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
     lead, lead_reason = signal_lead(site.signal_lead_s, timings)
     warnings = [*spec.notes, *_check_limits(site, spec, time_min, lead, timings)]
     procs, server = _processes(site, spec)
-    _check_batches(spec, spec.nodes * procs)
+    _check_batches(spec, world_size(spec.nodes, procs))
     memory = None if server is not None else _memory_plan(site, spec, model, procs)
     warnings += layout_notes(site.device, site.name, spec, memory or server)
     sequence = prompt_bound(spec) + _grpo(spec, "max_completion_length")
@@ -237,7 +234,7 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
     vllm = vllm_plan(site, spec, memory, server, sequence)
     deepspeed = deepspeed_plan(site.device, spec, memory)
     checkpoint, no_fit, more = check_checkpoints(site, spec, model.arch, deepspeed, memory,
-                                                 spec.nodes * procs, *free)
+                                                 world_size(spec.nodes, procs), *free)
     warnings += more
     return JobPlan(
         site=site, spec=spec, model=model, device=site.device, procs_per_node=procs,

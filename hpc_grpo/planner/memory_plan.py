@@ -13,7 +13,7 @@ from hpc_grpo.planner.memory import Estimate, sequence_length
 from hpc_grpo.planner.reasons import explain
 from hpc_grpo.planner.search import search, tp_divisibility, valid_tps
 from hpc_grpo.planner.types import MemoryPlan, PlanRequest
-from hpc_grpo.runtime.contract import DEFAULT_VLLM_GPU_MEMORY_UTILIZATION
+from hpc_grpo.rundir.contract import DEFAULT_VLLM_GPU_MEMORY_UTILIZATION
 
 
 def _validate(req: PlanRequest) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from hpc_grpo.planner.checkpoint_fit import checkpoint_report
 from hpc_grpo.planner.job import JobPlan
-from hpc_grpo.runtime.contract import block_dict
+from hpc_grpo.rundir.contract import block_dict
 
 
 def plan_report(plan: JobPlan) -> dict[str, Any]:

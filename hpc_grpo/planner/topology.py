@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
-from hpc_grpo.runtime.contract import RankRow, rank_row
+from hpc_grpo.rundir.contract import RankRow, rank_row, tp_layout_problem, world_size
 
 
 def check_layout(nodes: int, procs_per_node: int, tp: int) -> None:
@@ -24,29 +24,18 @@ def check_layout(nodes: int, procs_per_node: int, tp: int) -> None:
             f"processes per node must be at least 1, got {procs_per_node}",
             field="procs_per_node",
         )
-    if tp < 1:
-        raise UserError(f"tensor parallel size must be at least 1, got {tp}",
-                        field="tensor_parallel_size")
-    if tp > procs_per_node:
-        raise UserError(
-            f"tensor parallel size {tp} is larger than a node ({procs_per_node} processes)",
-            field="tensor_parallel_size",
-            hint="a TP group must stay inside one node: use at most "
-            f"{procs_per_node} or more GPUs per node",
-        )
-    if procs_per_node % tp:
+    problem = tp_layout_problem(tp, procs_per_node)
+    if problem:
         divisors = [d for d in range(1, procs_per_node + 1) if procs_per_node % d == 0]
-        raise UserError(
-            f"tensor parallel size {tp} does not divide {procs_per_node} processes per node",
-            field="tensor_parallel_size",
-            hint=f"use one of {divisors}",
-        )
+        hint = (f"a TP group must stay inside one node: use at most {procs_per_node} or more "
+                "GPUs per node" if tp > procs_per_node else f"use one of {divisors}")
+        raise UserError(problem, field="tensor_parallel_size", hint=hint)
 
 
 def rank_table(nodes: int, procs_per_node: int, tp: int) -> tuple[RankRow, ...]:
     """Every rank's row; node-major order as a static torchrun rendezvous assigns them."""
     check_layout(nodes, procs_per_node, tp)
-    return tuple(rank_row(rank, procs_per_node, tp) for rank in range(nodes * procs_per_node))
+    return tuple(rank_row(rank, procs_per_node, tp) for rank in range(world_size(nodes, procs_per_node)))
 
 
 @dataclass(frozen=True)

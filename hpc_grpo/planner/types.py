@@ -1,4 +1,5 @@
-"""What the planner is asked (PlanRequest) and what it answers (MemoryPlan): plain frozen values."""
+"""The planner's shared types: the model it plans for (ModelRef), what the memory plan is asked
+(PlanRequest) and what it answers (MemoryPlan). Plain frozen values."""
 
 from __future__ import annotations
 
@@ -6,6 +7,18 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hpc_grpo.planner.arch import ModelArch
+from hpc_grpo.rundir.contract import world_size
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """The model as the ranks will load it, and its architecture when known."""
+
+    source: str  # absolute local folder or hub id
+    local: bool
+    arch: ModelArch | None
+    commit: str = ""  # a hub id staged in the site's hf_home: the pinned commit
+    hf_home: str = ""  # the site's shared Hugging Face cache, expanded on the login node
 
 
 @dataclass(frozen=True)
@@ -38,7 +51,7 @@ class PlanRequest:
 
     @property
     def world_size(self) -> int:
-        return self.nodes * self.gpus_per_node
+        return world_size(self.nodes, self.gpus_per_node)
 
     @property
     def trainable_params(self) -> int:

@@ -25,8 +25,8 @@ from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError, did_you_mean
 from hpc_grpo.planner import ModelArch, arch_from_config, lookup_model
 from hpc_grpo.planner.blocks import dataset_block, model_block
-from hpc_grpo.planner.job import ModelRef
-from hpc_grpo.runtime.contract import hub_snapshot
+from hpc_grpo.planner.types import ModelRef
+from hpc_grpo.rundir.contract import hub_snapshot
 
 # runtime/models/shapes.py SHAPES (the launcher may not import it; a unit test keeps them equal)
 BUILTIN_MODELS = ("builtin:tiny", "builtin:qwen2-0.5b", "builtin:qwen2-1.5b", "builtin:qwen2-7b")

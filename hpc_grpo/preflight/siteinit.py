@@ -24,7 +24,7 @@ from typing import Any
 
 from hpc_grpo.config.site import SiteProfile, load_site, minutes, site_dirs
 from hpc_grpo.errors import UserError, did_you_mean
-from hpc_grpo.runtime.contract import PORTS_PER_JOB
+from hpc_grpo.rundir.contract import PORTS_PER_JOB
 from hpc_grpo.scheduler import slurm
 
 _RECORD_START = re.compile(r"\n\s*\n|\n(?=(?:NodeName|PartitionName)=)")

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hpc_grpo.runtime.contract import LOGP_DIFF_MEAN
+from hpc_grpo.rundir.contract import LOGP_DIFF_MEAN
 
 BOUND_NATS = 0.1
 WINDOW = 5  # the last steps status looks at

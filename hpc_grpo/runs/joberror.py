@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, TypeVar
 
-from hpc_grpo.runtime.contract import JOB_ERROR_JSON
+from hpc_grpo.rundir.contract import JOB_ERROR_JSON
 
 CAUSE = "job script"
 T = TypeVar("T")

@@ -12,10 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from hpc_grpo.rundir.contract import CHECK
 from hpc_grpo.runs.identity import Match, match
 from hpc_grpo.runs.runfiles import RunFiles
-from hpc_grpo.runtime.contract import CHECK, SUBMITIT
-from hpc_grpo.scheduler import local
 from hpc_grpo.scheduler.slurm_records import (
     STATE_MEANINGS,
     JobRecord,
@@ -63,9 +62,11 @@ def from_run_dir(files: RunFiles, job_id: str, *, over: bool, why: str) -> JobVi
     return JobView(state, "run directory", f"{why}: state from the run directory")
 
 
-def local_view(files: RunFiles) -> JobView:
+def local_view(files: RunFiles, alive: bool) -> JobView:
+    """A local run's state: RUNNING while its job's process lives (the back end tells), else
+    what the run directory says."""
     job_id = files.job_id
-    if job_id and local.local_job_alive(job_id, files.run_dir / SUBMITIT):
+    if job_id and alive:
         state = "RUNNING"
     elif training_ended(files):
         state = "COMPLETED"

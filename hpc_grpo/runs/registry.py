@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.errors import UserError, did_you_mean
-from hpc_grpo.runtime.contract import (
+from hpc_grpo.rundir.contract import (
     ATTEMPTS,
     CHECKPOINTS,
     JOBS_JSONL,

@@ -14,9 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runs import drift, registry
-from hpc_grpo.runs.identity import JobIdentity, from_jobs
-from hpc_grpo.runtime.contract import (
+from hpc_grpo.rundir.contract import (
     CHECKPOINT_MARKER,
     CHECKPOINTS,
     JOBS_JSONL,
@@ -26,6 +24,8 @@ from hpc_grpo.runtime.contract import (
     STALLED,
     STATE_JSON,
 )
+from hpc_grpo.runs import drift, registry
+from hpc_grpo.runs.identity import JobIdentity, from_jobs
 
 RECENT = 32  # metrics lines status reads from a run's end (read_run)
 
@@ -80,6 +80,11 @@ class RunFiles:
     def is_local(self) -> bool:
         """Runs of a local-scheduler site (whatever its name) have a pid, not a Slurm job id."""
         return self.record.get("scheduler") == "local" or self.site == "local"
+
+    @property
+    def scheduler(self) -> str:
+        """The back end the run's job went to (``scheduler/backend.py backend_for``)."""
+        return "local" if self.is_local else "slurm"
 
 
 def _object(path: Path, problems: list[str], *, required: bool) -> dict[str, Any]:

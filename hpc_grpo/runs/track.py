@@ -9,26 +9,24 @@ its number alone (``identity``), and one run directory never breaks the status o
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hpc_grpo.errors import UserError
-from hpc_grpo.runs import joberror, registry
-from hpc_grpo.runs.attempts import with_accounting
-from hpc_grpo.runs.identity import match
-from hpc_grpo.runs.jobstate import JobView, local_view, slurm_view
-from hpc_grpo.runs.runfiles import RunFiles, read_run
-from hpc_grpo.runtime.contract import (
+from hpc_grpo.rundir.contract import (
     JOBS_JSONL,
     LOGS,
     METRICS_JSONL,
     RANK_LOG,
-    SUBMITIT,
     SUMMARY_JSON,
 )
-from hpc_grpo.scheduler import local, slurm
+from hpc_grpo.runs import joberror, registry
+from hpc_grpo.runs.attempts import with_accounting
+from hpc_grpo.runs.jobstate import JobView
+from hpc_grpo.runs.runfiles import RunFiles, read_run
+from hpc_grpo.scheduler.backend import Action, Backend, backend_for
 
 
 @dataclass(frozen=True)
@@ -113,135 +111,73 @@ def _read(run_dir: Path) -> RunFiles | Exception:
         return err
 
 
+def backend_of(files: RunFiles) -> Backend:
+    """The back end a run directory's job went to (run.json's scheduler)."""
+    return backend_for(files.scheduler)
+
+
 def status(names: Sequence[str] = ()) -> list[RunStatus]:
-    """Every run (or the named ones) joined with Slurm state from ONE batched query.
+    """Every run (or the named ones) joined with its back end's state, from ONE batched query
+    per back end.
 
     Slurm failing or absent is not an error: the rows then say what the run directories know."""
     dirs = [registry.find_run(n) for n in names] if names else \
         [run.run_dir for run in registry.indexed_runs()]
     read = {d: _read(d) for d in dict.fromkeys(dirs)}
     runs = [f for f in read.values() if isinstance(f, RunFiles)]
-    slurm_ids = [i.job_id for f in runs if not f.is_local and (i := f.identity) and i.job_id]
-    records = slurm.query_records(slurm_ids)  # no ids: no call, empty records
+    by_backend: dict[str, list[RunFiles]] = {}
+    for run in runs:
+        by_backend.setdefault(run.scheduler, []).append(run)
+    views: dict[Path, JobView | Exception] = {}
+    for name, group in by_backend.items():
+        try:
+            views.update(zip((f.run_dir for f in group), backend_for(name).views(group), strict=True))
+        except Exception as err:  # noqa: BLE001 - one back end's failure stays on its rows
+            views.update(dict.fromkeys((f.run_dir for f in group), err))
     out = []
     for run_dir, files in read.items():
         if not isinstance(files, RunFiles):
             out.append(_broken(run_dir, files))
             continue
+        view = views[files.run_dir]
         try:
-            view = local_view(files) if files.is_local else slurm_view(files, records)
+            if isinstance(view, Exception):
+                raise view
             out.append(_row(files, view))
         except Exception as err:  # noqa: BLE001 - a case nobody foresaw stays on its own row
             out.append(_broken(run_dir, err))
     return out
 
 
-@dataclass(frozen=True)
-class Action:
-    """What an action on a run's job did: ``done`` False when there was nothing to act on."""
-
-    run_id: str
-    job_id: str
-    done: bool
-    message: str
-
-
-def _act(name: str, verb: str, act: Callable[[str, str], None],
-         act_local: Callable[[RunFiles], None] | None = None) -> Action:
-    """Act on the run's job only after squeue shows that the job under its id is this run's.
-
-    A job that is over, forgotten or now someone else's is left alone (``done`` False); where
-    it cannot be told (squeue failing, Slurm not saying which script the job runs, another
-    cluster) nothing is done and the reason is a UserError."""
+def _with_job(name: str) -> RunFiles:
     files = read_run(registry.find_run(name))
-    identity = files.identity
-    if identity is None or not identity.job_id:
+    if files.identity is None or not files.identity.job_id:
         raise UserError(f"run {files.run_id} has no job", field="run",
                         hint=f"{files.run_dir / JOBS_JSONL} names none")
-    run, job_id = files.run_id, identity.job_id
-    if files.is_local:
-        if act_local is None:
-            raise UserError(f"a local run cannot be {verb}", field="run")
-        if not local.local_job_alive(job_id, files.run_dir / SUBMITIT):
-            return Action(run, job_id, False, f"run {run} is not running: nothing {verb}")
-        act_local(files)
-        return Action(run, job_id, True, f"{verb} local run {run} (pid {job_id})")
-    try:
-        record = slurm.live_record(job_id)
-    except UserError as err:
-        raise UserError(f"cannot check that job {job_id} is run {run}'s: {err.message}",
-                        field="run", hint=f"nothing was {verb}; try again once squeue answers"
-                        ) from err
-    if record is None:
-        return Action(run, job_id, False, f"nothing {verb}: Slurm no longer has job {job_id} "
-                      f"of run {run} (phase {files.progress.phase or 'not started'})")
-    verdict = match(identity, record)
-    if verdict.verdict == "other":
-        return Action(run, job_id, False, f"nothing {verb}: {verdict.why}; run {run}'s own job "
-                      f"is over (phase {files.progress.phase or 'not started'})")
-    if verdict.verdict != "ours":
-        raise UserError(f"cannot tell that job {job_id} is run {run}'s: {verdict.why}",
-                        field="run", hint=f"nothing was {verb}; check `scontrol show job "
-                        f"{job_id}` and use Slurm's own commands if it is")
-    if record.state.finished:
-        return Action(run, job_id, False,
-                      f"nothing {verb}: job {job_id} of run {run} already ended ({record.state.state})")
-    act(job_id, record.name)
-    registry.record_job(files.run_dir, job_id, verb)
-    return Action(run, job_id, True, f"{verb} job {job_id} (run {run})")
+    return files
 
 
 def refuse_if_alive(files: RunFiles, verb: str = "resumed") -> None:
-    """A UserError unless the run's own job is known to be over (gone from squeue, ended, or its
-    id now another job's): a second job in the same run directory would train over the first.
-    Where squeue cannot say (it fails, Slurm names no script, another cluster), refuse too."""
-    identity = files.identity
-    run = files.run_id
-    if identity is None or not identity.job_id:
-        return  # never submitted: nothing can be running
-    job_id = identity.job_id
-    if files.is_local:
-        if local.local_job_alive(job_id, files.run_dir / SUBMITIT):
-            raise UserError(f"run {run} is still running (pid {job_id})", field="run",
-                            hint=f"wait for it or `hpc-grpo cancel {run}` first")
-        return
-    try:
-        record = slurm.live_record(job_id)
-    except UserError as err:
-        raise UserError(f"cannot check that job {job_id} of run {run} is over: {err.message}",
-                        field="run", hint=f"nothing was {verb}; try again once squeue answers"
-                        ) from err
-    if record is None:
-        return
-    verdict = match(identity, record)
-    if verdict.verdict == "other":
-        return
-    if verdict.verdict == "elsewhere":
-        raise UserError(f"run {run} belongs to another cluster: {verdict.why}", field="run",
-                        hint=f"{verb} it from a login node of cluster {identity.cluster}")
-    if verdict.verdict != "ours":
-        raise UserError(f"cannot tell whether job {job_id} is run {run}'s: {verdict.why}",
-                        field="run", hint=f"nothing was {verb}; check `scontrol show job {job_id}`")
-    if not record.state.finished:
-        raise UserError(f"run {run} is still {record.state.state} as job {job_id}", field="run",
-                        hint=f"wait for it to end or `hpc-grpo cancel {run}` first")
+    """A UserError unless the run's own job is known to be over (the back end decides how)."""
+    backend_of(files).refuse_if_alive(files, verb)
 
 
 def cancel(name: str) -> Action:
     """Cancel the run's job on all nodes, if it is still this run's and not over."""
-    return _act(name, "cancelled", lambda job, job_name: slurm.cancel(job, name=job_name),
-                lambda files: local.cancel_local(files.job_id, files.run_dir / SUBMITIT))
+    files = _with_job(name)
+    return backend_of(files).cancel(files)
 
 
 def requeue(name: str) -> Action:
     """Requeue the run's job (no checkpoint first: ``signal(name, "USR2")`` takes one)."""
-    return _act(name, "requeued", lambda job, _: slurm.requeue(job))
+    files = _with_job(name)
+    return backend_of(files).requeue(files)
 
 
 def signal(name: str, signal_name: str) -> Action:
-    """Send a signal to the run's node tasks (USR2: checkpoint at the next step, then requeue)."""
-    return _act(name, "signalled",
-                lambda job, job_name: slurm.signal_job(job, signal_name, name=job_name))
+    """Send a signal to the run's node tasks (USR2: checkpoint at the next step, then stop)."""
+    files = _with_job(name)
+    return backend_of(files).signal(files, signal_name)
 
 
 @dataclass(frozen=True)
@@ -262,7 +198,7 @@ def progress(run_dir: Path) -> Progress:
 
 
 def log_paths(name: str, rank: int | None) -> list[Path]:
-    """Per-rank logs (``--rank N``) or every rank's, plus the node tasks' Slurm logs."""
+    """Per-rank logs (``--rank N``) or every rank's, plus the node tasks' own logs."""
     run_dir = registry.find_run(name)
     if rank is not None:
         path = run_dir / LOGS / RANK_LOG.format(rank=rank)
@@ -273,5 +209,6 @@ def log_paths(name: str, rank: int | None) -> list[Path]:
         return [path]
     ranks = sorted((run_dir / LOGS).glob(RANK_LOG.format(rank="*")),
                    key=lambda p: int(p.stem.split("-")[1]))
-    nodes = sorted((run_dir / SUBMITIT).glob("*_log.*"))
-    return ranks + nodes
+    files = _read(run_dir)
+    return ranks + backend_for(files.scheduler if isinstance(files, RunFiles) else "slurm"
+                               ).node_logs(run_dir)

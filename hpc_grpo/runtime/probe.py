@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo import __version__
-from hpc_grpo.runtime.contract import DEFAULT_PORT_RANGE, PORTS_PER_JOB, job_port, port_slots
+from hpc_grpo.rundir.contract import DEFAULT_PORT_RANGE, PORTS_PER_JOB, job_port, port_slots
 from hpc_grpo.runtime.probe_lines import report_lines
 
 PACKAGES = ("torch", "trl", "vllm", "transformers", "deepspeed", "accelerate", "peft")

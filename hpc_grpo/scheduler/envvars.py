@@ -1,6 +1,6 @@
 """Secrets reach a job through the environment of the process that submits it, not through files.
 
-sbatch (``--export=ALL``, its default) and submitit's local executor hand the submitting
+sbatch (``--export=ALL``, its default) and the local back end's bash hand the submitting
 process's environment to the job, so a secret the site profile sets (``HF_TOKEN``...) is put into
 this process's environment only for the moment of submission and never written into the job
 script, run.json or plan.txt.

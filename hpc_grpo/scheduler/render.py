@@ -16,13 +16,13 @@ import jinja2
 from hpc_grpo import __version__
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner.job import JobPlan
-from hpc_grpo.runtime.contract import (
-    DEFAULT_REQUEUE_SIGNAL,
+from hpc_grpo.rundir.contract import (
     PORTS_PER_JOB,
     VLLM_SERVER_PORT_OFFSET,
     WEIGHT_SYNC_PORT_OFFSET,
     port_slots,
 )
+from hpc_grpo.scheduler.slurm_backend import submitit_folder
 
 # sbatch parses #SBATCH lines itself (no shell), so their values must be plain tokens.
 _DIRECTIVE_SAFE = re.compile(r"^[A-Za-z0-9_.,:@%+=/-]+$")
@@ -65,13 +65,6 @@ def _directive(value: str, field: str) -> str:
     return value
 
 
-def batch_signals(requeue_signal: str) -> list[str]:
-    """Signals the batch shell passes on to the node tasks: USR2 and a site's USR1. Not TERM:
-    Slurm sends it to the steps itself when it cancels or requeues the job."""
-    wanted = (DEFAULT_REQUEUE_SIGNAL, requeue_signal)
-    return list(dict.fromkeys(s for s in wanted if s != "TERM"))
-
-
 def _container_prefix(plan: JobPlan) -> str:
     box = plan.site.container
     if box is None:
@@ -86,10 +79,6 @@ def _container_prefix(plan: JobPlan) -> str:
         words += ["--bind", mount]
     words.append(box.image)
     return " ".join(shlex.quote(w) for w in words) + " "
-
-
-def submitit_folder(run_dir: str) -> str:
-    return f"{run_dir}/submitit"
 
 
 def render_script(plan: JobPlan, *, run_id: str, run_dir: str, python: str) -> str:
@@ -124,7 +113,8 @@ def render_script(plan: JobPlan, *, run_id: str, run_dir: str, python: str) -> s
         container_prefix=_container_prefix(plan),
         server_mode=plan.server is not None,
         signal_lead_s=plan.signal_lead_s,
-        batch_signals=batch_signals(plan.site.requeue_signal),
+        signal_after_s=max(1, plan.time_min * 60 - plan.signal_lead_s),
+        batch_signals=plan.stop.forwarded_by_batch_shell(),
     )
 
 

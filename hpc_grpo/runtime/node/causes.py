@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from hpc_grpo.runtime.contract import CONFIGURATION_ERROR
+from hpc_grpo.rundir.contract import CONFIGURATION_ERROR
 
 PREEMPTED = "preempted"
 TIME_LIMIT = "time limit"

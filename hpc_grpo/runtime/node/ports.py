@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable, Mapping
 
-from hpc_grpo.runtime.contract import PORTS_PER_JOB
+from hpc_grpo.rundir.contract import PORTS_PER_JOB
 
 
 def free_port(span: int = PORTS_PER_JOB) -> int:

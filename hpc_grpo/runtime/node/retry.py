@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hpc_grpo.runtime.contract import CONFIGURATION_ERROR
+from hpc_grpo.rundir.contract import CONFIGURATION_ERROR
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from hpc_grpo.runtime import contract, rundir
-from hpc_grpo.runtime.contract import ALWAYS_STOP, CLEAN_END, STALLED, RunRecord
+from hpc_grpo import rundir
+from hpc_grpo.rundir import contract
+from hpc_grpo.rundir.contract import CLEAN_END, STALLED, RunRecord
 from hpc_grpo.runtime.node import causes, oom, retry, slurm_facts, vllm_server, watchdog
 from hpc_grpo.runtime.node.ports import free_port, with_master_port
 
@@ -32,8 +33,7 @@ def stop_signals(run: RunRecord) -> tuple[signal.Signals, ...]:
 
     The torchrun agent ignores these: the workers handle them; the agent would die of a user
     signal (exit 138) or SIGKILL the workers 30 s after forwarding SIGTERM, mid-checkpoint."""
-    names = [*ALWAYS_STOP, *run.stop.signals]
-    return tuple(dict.fromkeys(signal.Signals["SIG" + n.upper().removeprefix("SIG")] for n in names))
+    return tuple(signal.Signals["SIG" + name] for name in run.stop.every())
 
 
 def torchrun_argv(run: RunRecord, env: Mapping[str, str]) -> list[str]:

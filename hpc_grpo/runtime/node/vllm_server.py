@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hpc_grpo.runtime.contract import (
+from hpc_grpo.rundir.contract import (
     VLLM_SERVER_PORT_OFFSET,
     WEIGHT_SYNC_PORT_OFFSET,
     RunRecord,

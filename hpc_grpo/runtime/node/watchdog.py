@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runtime import rundir
-from hpc_grpo.runtime.contract import HEARTBEATS, STALLED, STATE_JSON, RunRecord
+from hpc_grpo import rundir
+from hpc_grpo.rundir.contract import HEARTBEATS, STALLED, STATE_JSON, RunRecord
 from hpc_grpo.runtime.node.stall import Beat, Policy, Stall, judge, poll_interval
 from hpc_grpo.runtime.rank.heartbeat import DUMP_SIGNAL
 

@@ -14,7 +14,8 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from hpc_grpo.runtime import contract, rundir
+from hpc_grpo import rundir
+from hpc_grpo.rundir import contract
 from hpc_grpo.runtime.rank import checkpoints, phases
 from hpc_grpo.runtime.rank.gpumem import GpuMemorySampler, physical_gpu
 from hpc_grpo.runtime.rank.stop import StopFlag, request_reason

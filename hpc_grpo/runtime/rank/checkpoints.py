@@ -14,7 +14,7 @@ import shutil
 import time
 from pathlib import Path
 
-from hpc_grpo.runtime.contract import CHECKPOINT_MARKER
+from hpc_grpo.rundir.contract import CHECKPOINT_MARKER
 
 MARKER = CHECKPOINT_MARKER
 TRAINER_STATE = "trainer_state.json"

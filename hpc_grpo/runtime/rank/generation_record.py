@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runtime.contract import GENERATIONS
+from hpc_grpo.rundir.contract import GENERATIONS
 
 
 def digest(outputs: Any) -> tuple[str, int]:

@@ -13,8 +13,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runtime import contract, rundir
-from hpc_grpo.runtime.contract import DEFAULT_SAVE_TOTAL_LIMIT, RunRecord
+from hpc_grpo import rundir
+from hpc_grpo.rundir import contract
+from hpc_grpo.rundir.contract import DEFAULT_SAVE_TOTAL_LIMIT, RunRecord
 
 # Fields set from run.json's other blocks; grpo_config may repeat them only with the same value.
 OWNED = (

@@ -29,8 +29,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runtime import rundir
-from hpc_grpo.runtime.contract import HEARTBEATS
+from hpc_grpo import rundir
+from hpc_grpo.rundir.contract import HEARTBEATS
 
 DUMP_SIGNAL = signal.SIGQUIT
 WINDOW = 20  # the bound follows the slowest of this many recent steps

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runtime.contract import DatasetBlock, ModelBlock
+from hpc_grpo.rundir.contract import DatasetBlock, ModelBlock
 
 
 def _first_line(exc: BaseException) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hpc_grpo.runtime.contract import DatasetBlock, ModelBlock
+from hpc_grpo.rundir.contract import DatasetBlock, ModelBlock
 
 SAMPLE_THINKING = "Let me work it out."
 

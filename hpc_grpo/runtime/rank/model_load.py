@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runtime.contract import ModelBlock, PeftBlock, RunRecord
+from hpc_grpo.rundir.contract import ModelBlock, PeftBlock, RunRecord
 
 
 class ModelLoadError(ValueError):

@@ -13,8 +13,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runtime import contract, rundir
-from hpc_grpo.runtime.contract import RunRecord, rank_row
+from hpc_grpo import rundir
+from hpc_grpo.rundir import contract
+from hpc_grpo.rundir.contract import RunRecord, rank_row, tp_layout_problem
 
 ROW_FIELDS = ("node", "rank", "local_rank", "tp_group", "tp_rank", "vllm_seed")
 
@@ -31,14 +32,11 @@ def expected_row(rank: int, procs_per_node: int, tp: int) -> dict[str, int]:
 def layout_problems(run: RunRecord) -> list[str]:
     """Problems with the plan itself (the same on every rank)."""
     problems = []
-    nodes, ppn, tp = run.nodes, run.procs_per_node, run.vllm.tensor_parallel_size
-    if tp < 1 or ppn % tp:
-        problems.append(
-            f"vllm tensor_parallel_size {tp} must divide procs_per_node {ppn} "
-            "(TP groups are contiguous ranks inside one node)"
-        )
-    if len(run.ranks) != nodes * ppn:
-        problems.append(f"run.json has {len(run.ranks)} rank rows, expected {nodes * ppn}")
+    tp_problem = tp_layout_problem(run.vllm.tensor_parallel_size, run.procs_per_node)
+    if tp_problem:
+        problems.append(f"vllm {tp_problem} (TP groups are contiguous ranks inside one node)")
+    if len(run.ranks) != run.world_size:
+        problems.append(f"run.json has {len(run.ranks)} rank rows, expected {run.world_size}")
     vllm = run.vllm
     if vllm.enabled and vllm.mode == "colocate":
         server_keys = sorted(k for k in run.grpo_config if k.startswith("vllm_server"))
@@ -59,7 +57,7 @@ def own_row_problems(run: RunRecord, env: Mapping[str, str]) -> tuple[dict[str, 
         raise RuntimeCheckError(f"RANK/LOCAL_RANK/WORLD_SIZE not set by torchrun: {exc}") from exc
     ppn, nodes = run.procs_per_node, run.nodes
     row = expected_row(rank, ppn, run.vllm.tensor_parallel_size)
-    if world != nodes * ppn:
+    if world != run.world_size:
         problems.append(f"WORLD_SIZE={world} but nodes {nodes} x procs_per_node {ppn} != {world}")
     if local_rank != row["local_rank"]:
         problems.append(f"rank {rank}: LOCAL_RANK={local_rank}, expected {row['local_rank']}")

@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runtime import contract, rundir
+from hpc_grpo import rundir
+from hpc_grpo.rundir import contract
 
 WAIT_S = 60.0  # how long rank 0 waits for its peers' records: the skew between ranks at setup
 POLL_S = 0.5

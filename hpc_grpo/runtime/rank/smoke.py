@@ -11,8 +11,8 @@ import socket
 import sys
 from pathlib import Path
 
-from hpc_grpo.runtime import rundir
-from hpc_grpo.runtime.contract import CHECK
+from hpc_grpo import rundir
+from hpc_grpo.rundir.contract import CHECK
 
 
 def expected_sum(world_size: int) -> int:

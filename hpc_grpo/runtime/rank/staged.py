@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import socket
 
-from hpc_grpo.runtime.contract import RunRecord, hub_snapshot
+from hpc_grpo.rundir.contract import RunRecord, hub_snapshot
 
 
 class NotStagedError(RuntimeError):

@@ -9,7 +9,7 @@ import signal
 from collections.abc import Iterable
 from types import FrameType
 
-from hpc_grpo.runtime.contract import STOP_REQUEST, STOP_REQUESTED
+from hpc_grpo.rundir.contract import STOP_REQUEST, STOP_REQUESTED
 
 
 def request_reason(text: str) -> str:

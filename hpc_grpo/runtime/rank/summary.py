@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runtime import contract, rundir
+from hpc_grpo import rundir
+from hpc_grpo.rundir import contract
 
 WINDOW = 10
 

@@ -104,8 +104,8 @@ def prepare(run_id: str, run_dir: Path, names: Iterable[str], previous: Mapping[
     """Set this rank's tracker environment; rank 0 also records in state.json the highest step
     the trackers have (before the metrics lines are cut back) and the W&B sync command.
     Returns that step (0 on the other ranks, which log nothing)."""
-    from hpc_grpo.runtime import contract, rundir
-
+    from hpc_grpo import rundir
+    from hpc_grpo.rundir import contract
     names = tuple(names)
     if not names:
         return 0

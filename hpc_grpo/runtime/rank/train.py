@@ -19,8 +19,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runtime import contract, rundir
-from hpc_grpo.runtime.contract import RunRecord, rank_row
+from hpc_grpo import rundir
+from hpc_grpo.rundir import contract
+from hpc_grpo.rundir.contract import RunRecord, rank_row
 from hpc_grpo.runtime.rank import checkpoints, heartbeat, tracking
 from hpc_grpo.runtime.rank.placement import RuntimeCheckError
 from hpc_grpo.runtime.rank.stop import StopFlag, request_cause

@@ -9,7 +9,8 @@ from hpc_grpo.config.site import find_site
 from hpc_grpo.config.spec import build_spec
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner import lookup_model, make_plan
-from hpc_grpo.planner.job import ModelRef, build_plan
+from hpc_grpo.planner.job import build_plan
+from hpc_grpo.planner.types import ModelRef
 from tests.unit.planner.test_planner import request
 
 

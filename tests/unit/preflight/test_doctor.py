@@ -19,8 +19,8 @@ from hpc_grpo.cli import main
 from hpc_grpo.config.site import SiteProfile, load_site
 from hpc_grpo.preflight import doctor
 from hpc_grpo.preflight.doctor import Expect, Row
+from hpc_grpo.rundir.contract import job_port
 from hpc_grpo.runtime import probe, probe_lines
-from hpc_grpo.runtime.contract import job_port
 
 REPO = Path(__file__).resolve().parents[3]
 GOOD = {"torch": "2.7.1+cu126", "trl": "1.16.0", "vllm": "0.24.0", "transformers": "4.57.1",

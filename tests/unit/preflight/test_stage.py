@@ -22,7 +22,7 @@ from hpc_grpo import api
 from hpc_grpo.config.site import find_site
 from hpc_grpo.errors import UserError
 from hpc_grpo.preflight import stage
-from hpc_grpo.runtime.contract import ModelBlock, RunRecord, ServerBlock, VllmBlock
+from hpc_grpo.rundir.contract import ModelBlock, RunRecord, ServerBlock, VllmBlock
 from hpc_grpo.runtime.node.task import child_env
 from hpc_grpo.runtime.node.vllm_server import server_argv
 from hpc_grpo.runtime.rank import staged
@@ -195,7 +195,7 @@ def _record(tmp_path: Path, commit: str = "", offline: bool = True) -> RunRecord
 
 
 def stage_dataset(commit: str):  # type: ignore[no-untyped-def]
-    from hpc_grpo.runtime.contract import DatasetBlock
+    from hpc_grpo.rundir.contract import DatasetBlock
 
     return DatasetBlock(name=DATASET, commit=commit)
 

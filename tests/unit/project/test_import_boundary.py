@@ -1,9 +1,10 @@
-"""The one import-boundary test: runtime and launcher meet only at the contract.
+"""The one import-boundary test: runtime and launcher meet only at the run directory.
 
-The runtime (``hpc_grpo.runtime``) runs on compute nodes with the training stack and must import
-nothing of the launcher but ``runtime.contract``'s shared package root; the launcher imports of the
-runtime only the contract, the node task that submitit pickles, and the probe doctor reads (with
-the lines its report travels in). The
+The run directory's room (``hpc_grpo.rundir``: the contract, its file names and its reads and
+writes) is stdlib only and imports nothing else of the package. The runtime (``hpc_grpo.runtime``)
+runs on compute nodes with the training stack and imports of the package only itself, the run
+directory's room and the package root; the launcher imports of the runtime only the node task
+that submitit pickles and the probe doctor reads (with the lines its report travels in). The
 static rule is read from every module's AST; the import-time rules run in fresh interpreters.
 """
 
@@ -19,7 +20,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 PACKAGE = REPO / "hpc_grpo"
-LAUNCHER_MAY_IMPORT = {"hpc_grpo.runtime.contract", "hpc_grpo.runtime.node.task",
+LAUNCHER_MAY_IMPORT = {"hpc_grpo.runtime.node.task",
                        "hpc_grpo.runtime.probe", "hpc_grpo.runtime.probe_lines"}
 LAUNCHER_ONLY_LIBS = {"click", "jinja2", "submitit", "yaml", "rich"}
 
@@ -51,12 +52,16 @@ MODULES = sorted(PACKAGE.rglob("*.py"))
 def test_runtime_and_launcher_meet_only_at_the_contract(path: Path) -> None:
     module = _module_name(path)
     in_runtime = module.startswith("hpc_grpo.runtime")
+    in_rundir = module.startswith("hpc_grpo.rundir")
     for name in _imports(path):
         top = name.split(".")[0]
-        if in_runtime:
+        if in_rundir:  # both sides read it: nothing of either side, nothing beyond the stdlib
+            assert top in sys.stdlib_module_names or name.startswith("hpc_grpo.rundir") \
+                or name == "__future__", f"{module} (run directory) imports {name}"
+        elif in_runtime:
             assert top not in LAUNCHER_ONLY_LIBS, f"{module} imports {name}"
             if name.startswith("hpc_grpo") and _is_module(name):
-                assert name == "hpc_grpo" or name.startswith("hpc_grpo.runtime"), \
+                assert name == "hpc_grpo" or name.startswith(("hpc_grpo.runtime", "hpc_grpo.rundir")), \
                     f"{module} (runtime) imports launcher module {name}"
         elif name.startswith("hpc_grpo.runtime") and _is_module(name) and name != "hpc_grpo.runtime":
             assert name in LAUNCHER_MAY_IMPORT, f"{module} (launcher) imports runtime module {name}"
@@ -111,7 +116,7 @@ def test_the_rule_catches_a_crossing(tmp_path: Path) -> None:
 # that draw what api returned.
 CLI_MAY_IMPORT = {
     "hpc_grpo": {"api"}, "hpc_grpo.api": {"Request"}, "hpc_grpo.errors": {"UserError"},
-    "hpc_grpo.runtime.contract": {"DEFAULT_SEED"},
+    "hpc_grpo.rundir.contract": {"DEFAULT_SEED"},
     "hpc_grpo.runs.views": {"follow", "print_logs", "status_table", "watch_status"},
     "hpc_grpo.preflight": {"doctor"},
 }

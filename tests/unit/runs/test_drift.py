@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from hpc_grpo.cli import main
+from hpc_grpo.rundir.contract import LOGP_DIFF_MAX, LOGP_DIFF_MEAN
 from hpc_grpo.runs import drift, track
-from hpc_grpo.runtime.contract import LOGP_DIFF_MAX, LOGP_DIFF_MEAN
 from tests.unit.slurmfake import FakeSlurm, identity, install, make_run, sacct_line
 
 T0 = "2026-01-01T10:00:00"

@@ -187,8 +187,8 @@ def test_node_task_records_the_cause_at_the_signal_for_the_next_attempt(
 ) -> None:
     import signal
 
-    from hpc_grpo.runtime import rundir
-    from hpc_grpo.runtime.contract import STOP_CAUSE_JSON
+    from hpc_grpo import rundir
+    from hpc_grpo.rundir.contract import STOP_CAUSE_JSON
     from hpc_grpo.runtime.node import task as node
     from hpc_grpo.runtime.rank import train
     from tests.unit.nodefake import minimal_run
@@ -215,7 +215,7 @@ def test_node_task_records_the_cause_at_the_signal_for_the_next_attempt(
 def test_a_signal_on_another_node_asks_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import signal
 
-    from hpc_grpo.runtime.contract import STOP_CAUSE_JSON
+    from hpc_grpo.rundir.contract import STOP_CAUSE_JSON
     from hpc_grpo.runtime.node import task as node
     from tests.unit.nodefake import minimal_run
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from hpc_grpo.runtime import rundir
-from hpc_grpo.runtime.contract import CONFIGURATION_ERROR, RETRIES_JSONL
+from hpc_grpo import rundir
+from hpc_grpo.rundir.contract import CONFIGURATION_ERROR, RETRIES_JSONL
 from hpc_grpo.runtime.node import retry
 from hpc_grpo.runtime.node import task as node
 from hpc_grpo.runtime.rank import setup_failure

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from hpc_grpo.runtime import contract
+from hpc_grpo.rundir import contract
 from hpc_grpo.runtime.rank import generation_buffer
 from hpc_grpo.runtime.rank.callbacks import MetricsCallback
 

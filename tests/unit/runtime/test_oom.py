@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hpc_grpo.runtime import rundir
-from hpc_grpo.runtime.contract import RETRIES_JSONL
+from hpc_grpo import rundir
+from hpc_grpo.rundir.contract import RETRIES_JSONL
 from hpc_grpo.runtime.node import oom, retry
 from hpc_grpo.runtime.node import task as node
 from tests.unit.nodefake import fake_node, minimal_run

@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from hpc_grpo.runtime import rundir
+from hpc_grpo import rundir
 from hpc_grpo.runtime.rank.checkpoints import is_complete, newest_complete, write_marker
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from hpc_grpo.runtime.contract import RunRecord
+from hpc_grpo.rundir.contract import RunRecord
 from hpc_grpo.runtime.rank.placement import (
     RuntimeCheckError,
     cuda_problems,
@@ -85,7 +85,8 @@ def test_missing_torchrun_env_is_a_check_error() -> None:
 def test_layout_tp_must_divide_procs_per_node() -> None:
     run = make_run(nodes=2, ppn=4, tp=2)
     run["vllm"]["tensor_parallel_size"] = 3
-    assert any("tensor_parallel_size 3 must divide" in p for p in layout_problems(record(run)))
+    wanted = "tensor parallel size 3 does not divide 4 processes per node"
+    assert any(wanted in p for p in layout_problems(record(run)))
     assert layout_problems(record(make_run())) == []
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from hpc_grpo.runtime.contract import RunRecord
+from hpc_grpo.rundir.contract import RunRecord
 from hpc_grpo.runtime.rank.grpo_args import ConfigError, deepspeed_config, grpo_kwargs, unknown_keys
 from hpc_grpo.runtime.rank.summary import summarize
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hpc_grpo.runtime.contract import DatasetBlock, ModelBlock, PeftBlock
+from hpc_grpo.rundir.contract import DatasetBlock, ModelBlock, PeftBlock
 from hpc_grpo.runtime.rank.data import DatasetError, load_prompts, longest_prompt_tokens
 
 ROWS = [{"problem": f"What is {i} over {i + 1}?", "solution": f"\\frac{{{i}}}{{{i + 1}}}",

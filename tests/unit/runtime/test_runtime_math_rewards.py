@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from hpc_grpo.runtime.contract import RunRecord
+from hpc_grpo.rundir.contract import RunRecord
 from hpc_grpo.runtime.rank import math_rewards
 from hpc_grpo.runtime.rank.grpo_args import ConfigError, grpo_kwargs
 from hpc_grpo.runtime.rank.rewards import RewardError, check_weights, resolve_rewards

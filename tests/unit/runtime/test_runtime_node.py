@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hpc_grpo.runtime.contract import RunRecord
+from hpc_grpo.rundir.contract import RunRecord
 from hpc_grpo.runtime.node.task import (
     NodeTask,
     attempt_id,
@@ -157,7 +157,7 @@ def usr2_during_torchrun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, job: s
     import json
     import signal
 
-    from hpc_grpo.runtime import rundir
+    from hpc_grpo import rundir
     from hpc_grpo.runtime.node import task as node
 
     run_dir = tmp_path / "run"
@@ -205,8 +205,7 @@ def test_checkpoint_resubmits_through_loaded_submitit(
 ) -> None:
     import types
 
-    from hpc_grpo.runtime import rundir
-
+    from hpc_grpo import rundir
     task = NodeTask(str(tmp_path))
     monkeypatch.delitem(sys.modules, "submitit.core.utils", raising=False)
     assert task.checkpoint() is None  # outside submitit: nothing to resubmit with
@@ -284,7 +283,7 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
 """
 FAKE_RANK = """
 import json, os, sys, urllib.request
-from hpc_grpo.runtime import rundir
+from hpc_grpo import rundir
 from hpc_grpo.runtime.node import vllm_server
 fields = vllm_server.grpo_server_fields(os.environ)  # what train.py gives GRPOConfig
 url = f"http://{fields['vllm_server_host']}:{fields['vllm_server_port']}/health"

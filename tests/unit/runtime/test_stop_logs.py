@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("transformers")
 from transformers import TrainerControl, TrainerState  # noqa: E402
 
-from hpc_grpo.runtime import rundir  # noqa: E402
+from hpc_grpo import rundir  # noqa: E402
 from hpc_grpo.runtime.rank.callbacks import GracefulStopCallback  # noqa: E402
 from hpc_grpo.runtime.rank.stop import StopFlag  # noqa: E402
 

@@ -12,19 +12,18 @@ from typing import Any
 
 import pytest
 
-from hpc_grpo import api
+from hpc_grpo import api, rundir
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner.timeouts import FLOOR_S, collective_timeout
 from hpc_grpo.planner.timing import Timings
-from hpc_grpo.runs import runfiles, track, views
-from hpc_grpo.runtime import rundir
-from hpc_grpo.runtime.contract import (
+from hpc_grpo.rundir.contract import (
     CONFIGURATION_ERROR,
     DEFAULT_COLLECTIVE_TIMEOUT_S,
     STALLED,
     RunRecord,
     WatchdogBlock,
 )
+from hpc_grpo.runs import runfiles, track, views
 from hpc_grpo.runtime.node import stall, watchdog
 from hpc_grpo.runtime.node.stall import Beat, Policy, judge
 from hpc_grpo.runtime.rank import hang_fault, heartbeat

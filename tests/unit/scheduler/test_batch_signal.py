@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc_grpo.scheduler.render import batch_signals
+from hpc_grpo.rundir.contract import StopBlock, stop_signals
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 FAKE_SRUN = """#!/bin/bash
@@ -60,7 +60,19 @@ def test_the_script_ends_with_sruns_exit_status(tmp_path: Path) -> None:
     assert proc.wait(timeout=10) == 3
 
 
+def batch_signals(requeue_signal: str) -> tuple[str, ...]:
+    return StopBlock(stop_signals(requeue_signal)).forwarded_by_batch_shell()
+
+
 def test_which_signals_the_batch_shell_passes_on() -> None:
-    assert batch_signals("USR2") == ["USR2"]
-    assert batch_signals("USR1") == ["USR2", "USR1"]
-    assert batch_signals("TERM") == ["USR2"]  # Slurm sends TERM to the steps itself
+    assert batch_signals("USR2") == ("USR2",)
+    assert batch_signals("USR1") == ("USR2", "USR1")
+    assert batch_signals("TERM") == ("USR2",)  # Slurm sends TERM to the steps itself
+
+
+def test_the_stop_set_always_holds_usr2_and_term() -> None:
+    """The node task, the ranks and the batch shell read one set: USR2 and TERM whatever the
+    profile says, and its own signal besides (an old run.json's block without USR2 too)."""
+    assert StopBlock(("TERM", "USR1")).every() == ("USR2", "TERM", "USR1")
+    assert StopBlock(("SIGUSR1",)).every() == ("USR2", "TERM", "USR1")
+    assert StopBlock().every() == ("USR2", "TERM")

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import functools
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from hpc_grpo.errors import UserError
-from hpc_grpo.scheduler import local, slurm, slurm_records
+from hpc_grpo.scheduler import slurm, slurm_records
 from tests.unit.slurmfake import FakeSlurm, install, sacct_line, squeue_line
 
 
@@ -133,21 +132,3 @@ def test_live_record(fake: FakeSlurm) -> None:
         slurm.live_record("21 --all")
 
 
-def test_local_job_alive_checks_whose_controller_the_pid_is(tmp_path: Path) -> None:
-    folder = tmp_path / "submitit"
-    # The task outlives the wait below, so only the cancel can end the controller in time; the
-    # wait is long because a loaded machine (the cluster tests run beside these) is slow to exit.
-    job_id = local.submit_local(folder=folder, task=functools.partial(time.sleep, 180),
-                                timeout_min=5)
-    try:
-        assert local.local_job_alive(job_id, folder)
-        assert local.local_job_alive(job_id)
-        assert not local.local_job_alive(job_id, tmp_path / "other-run" / "submitit")
-        local.cancel_local(job_id, tmp_path / "other-run" / "submitit")  # not that run's: no-op
-        assert local.local_job_alive(job_id, folder)
-    finally:
-        local.cancel_local(job_id, folder)
-    deadline = time.monotonic() + 90
-    while local.local_job_alive(job_id) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not local.local_job_alive(job_id)

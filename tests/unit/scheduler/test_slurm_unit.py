@@ -4,19 +4,15 @@ against fake Slurm binaries."""
 from __future__ import annotations
 
 import functools
-import os
 import pickle
 import re
-import subprocess
-import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from hpc_grpo.errors import UserError
-from hpc_grpo.scheduler import local, slurm, slurm_records
+from hpc_grpo.scheduler import slurm, slurm_records
 from tests.unit.slurmfake import FAKED, FakeSlurm, install
 
 REPO = Path(__file__).resolve().parents[3]
@@ -448,53 +444,6 @@ def test_run_slurm_errors(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="gave no answer within 0.2 s"):
         slurm.run_slurm(["sleep", "5"], timeout=0.2)
     assert slurm.run_slurm(["sh", "-c", "echo $SLURM_TIME_FORMAT"]) == "standard\n"
-
-
-# --- local runs -------------------------------------------------------------------------------
-
-
-def _wait_dead(job_id: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while local.local_job_alive(job_id):
-        if time.monotonic() > deadline:
-            local.cancel_local(job_id)
-            pytest.fail(f"local job {job_id} still alive after {timeout_s} s")
-        time.sleep(0.1)
-
-
-def test_submit_local_runs_the_task(tmp_path: Path) -> None:
-    out = tmp_path / "done.txt"
-    task = functools.partial(Path.write_text, out, "done")
-    job_id = local.submit_local(folder=tmp_path / "submitit", task=task, timeout_min=5)
-    assert job_id.isdigit()
-    _wait_dead(job_id)  # the finished controller stays a zombie child of pytest: not alive
-    assert out.read_text() == "done"
-    assert (tmp_path / "submitit" / f"{job_id}_0_result.pkl").exists()
-    assert not local.local_job_alive(str(os.getpid())) and not local.local_job_alive("x")
-
-
-def test_submit_local_does_not_hold_the_callers_pipes(tmp_path: Path) -> None:
-    code = (
-        "import functools, sys, time; from pathlib import Path; from hpc_grpo.scheduler import local; "
-        "print(local.submit_local(folder=Path(sys.argv[1]), "
-        "task=functools.partial(time.sleep, 5), timeout_min=5))"
-    )
-    start = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "submitit")],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    took = time.monotonic() - start
-    job_id = proc.stdout.strip()
-    try:
-        assert proc.returncode == 0, proc.stderr
-        assert took < 4.5, f"the caller waited {took:.1f} s for the local run"
-        assert local.local_job_alive(job_id)
-    finally:
-        _wait_dead(job_id)
 
 
 SLURM_BINARIES = {"sbatch", "squeue", "sacct", "scontrol", "scancel", "srun", "sinfo", "salloc"}

@@ -39,6 +39,7 @@ HEARTBEATS = "heartbeats"  # rank-<N>.json: each rank's last progress (runtime/r
 LOGS = "logs"
 RANK_LOG = "rank-{rank}.log"  # in LOGS: stdout+stderr of global rank N; rank="*" globs them all
 VLLM_SERVER_LOG = "vllm-server.log"  # in LOGS: `vllm serve` in server mode
+LOCAL_NODE_LOG = "node-local.log"  # in LOGS: a local run's node task (Slurm's are in SUBMITIT)
 CHECK = "check"  # payload "check": rank-<N>.json, what each rank saw
 GENERATIONS = "generations"  # rank-<N>.jsonl: hashes of the first colocated generate() results
 SUBMITIT = "submitit"
@@ -106,12 +107,23 @@ LOGP_DIFF_MEAN = "vllm_logp_diff_mean"
 LOGP_DIFF_MAX = "vllm_logp_diff_max"
 
 
+def dist_backend(device: str) -> str:
+    """torch.distributed's backend for a device: NCCL on GPUs, gloo on CPUs (the one rule)."""
+    return "nccl" if device == "cuda" else "gloo"
+
+
+def world_size(nodes: int, procs_per_node: int) -> int:
+    """Ranks in a run: node-major, the same number on every node (the one rule)."""
+    return nodes * procs_per_node
+
+
 class ContractError(ValueError):
     """A run directory this version cannot read; the message is one line saying what to do."""
 
 
 def stop_signals(requeue_signal: str) -> tuple[str, ...]:
-    """The signal names a run stops on: the profile's requeue signal and TERM, sorted."""
+    """What run.json's stop block records for a profile: its requeue signal and TERM, sorted.
+    The run stops on ``StopBlock.every`` of it, which adds USR2 whatever the profile says."""
     return tuple(sorted({requeue_signal.upper().removeprefix("SIG"), "TERM"}))
 
 
@@ -129,6 +141,19 @@ class RankRow:
 
     def to_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
+
+
+def tp_layout_problem(tp: int, procs_per_node: int) -> str:
+    """Why TP groups of ``tp`` contiguous ranks cannot tile a node of ``procs_per_node`` ranks
+    ("" when they can). The planner refuses such a layout and every rank checks run.json with
+    the same rule."""
+    if tp < 1:
+        return f"tensor parallel size must be at least 1, got {tp}"
+    if tp > procs_per_node:
+        return f"tensor parallel size {tp} is larger than a node ({procs_per_node} processes)"
+    if procs_per_node % tp:
+        return f"tensor parallel size {tp} does not divide {procs_per_node} processes per node"
+    return ""
 
 
 def rank_row(rank: int, procs_per_node: int, tp: int) -> RankRow:
@@ -217,6 +242,16 @@ class DeepSpeedBlock:
 class StopBlock:
     signals: tuple[str, ...] = ALWAYS_STOP
 
+    def every(self) -> tuple[str, ...]:
+        """Every signal name the node task and the ranks turn into "checkpoint and stop":
+        ALWAYS_STOP first, then what the profile added. The one place the set is built."""
+        return tuple(dict.fromkeys(s.upper().removeprefix("SIG") for s in (*ALWAYS_STOP, *self.signals)))
+
+    def forwarded_by_batch_shell(self) -> tuple[str, ...]:
+        """The signals the batch shell passes on to the node tasks: all but TERM, which Slurm
+        sends to the steps itself when it cancels or requeues the job."""
+        return tuple(s for s in self.every() if s != "TERM")
+
 
 @dataclass(frozen=True)
 class WatchdogBlock:
@@ -265,12 +300,12 @@ class RunRecord:
 
     @property
     def world_size(self) -> int:
-        return self.nodes * self.procs_per_node
+        return world_size(self.nodes, self.procs_per_node)
 
     @property
     def backend(self) -> str:
-        """torch.distributed backend: the record's, else NCCL on GPUs and gloo on CPUs."""
-        return self.dist_backend or ("nccl" if self.device == "cuda" else "gloo")
+        """torch.distributed backend: the record's, else the device's (``dist_backend``)."""
+        return self.dist_backend or dist_backend(self.device)
 
     @property
     def max_steps(self) -> int:
@@ -299,7 +334,7 @@ class RunRecord:
             ds = data.get("deepspeed")
             peft = data.get("peft")
             nodes, ppn = int(data["nodes"]), int(data["procs_per_node"])
-            if "world_size" in data and int(data["world_size"]) != nodes * ppn:
+            if "world_size" in data and int(data["world_size"]) != world_size(nodes, ppn):
                 raise ContractError(f"run.json world_size {data['world_size']} is not nodes {nodes}"
                                     f" x procs_per_node {ppn}")
             return cls(
@@ -348,37 +383,3 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Sequence) and not isinstance(value, str):
         return [_plain(v) for v in value]
     return value
-
-
-@dataclass(frozen=True)
-class RunState:
-    """``state.json``'s schema: rank 0 and the rank-0 node task write it, the launcher reads it.
-
-    Every key a writer may set is a field here (``rundir.update_state`` refuses others).
-    """
-
-    phase: str = ""
-    attempt: str = ""
-    started: float | None = None
-    updated: float | None = None
-    step: int = 0
-    max_steps: int = 0
-    message: str = ""
-    notes: tuple[str, ...] = ()
-    stop_reason: str | None = None
-    stop_cause: str | None = None
-    resumed_from: str | None = None
-    metrics_lines_dropped: int = 0
-    last_checkpoint: str | None = None
-    last_checkpoint_step: int | None = None
-    last_checkpoint_time: float | None = None
-    checkpoint_seconds: float | None = None
-    reward_delta: float | None = None
-    gpu_mem_train_begin: Mapping[str, Any] | None = None
-    stalled: Mapping[str, Any] | None = None  # the watchdog's finding (runtime/node/watchdog.py)
-    tracker_logged_through: int = 0  # the highest step any attempt sent to report_to's trackers
-    tracker_sync: str = ""  # the command that uploads the run's offline W&B run, "" for none
-    checkpoint_skipped: str | None = None  # the last save skipped for lack of space, one line
-
-
-STATE_FIELDS = frozenset(f.name for f in dataclasses.fields(RunState))

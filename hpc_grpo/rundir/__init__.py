@@ -14,17 +14,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runtime.contract import (
+from hpc_grpo.rundir.contract import (
     LOGS,
     PHASES,
     RANK_LOG,
     RUN_JSON,
-    STATE_FIELDS,
     STATE_JSON,
     STOP_REQUEST,
     ContractError,
     RunRecord,
 )
+from hpc_grpo.rundir.state import STATE_FIELDS, RunState
 
 
 def load_run(run_dir: str | os.PathLike[str]) -> RunRecord:
@@ -71,13 +71,18 @@ def read_state(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     return state if isinstance(state, dict) else {}
 
 
+def load_state(run_dir: str | os.PathLike[str]) -> RunState:
+    """state.json typed (``RunState``): the defaults before the first write."""
+    return RunState.from_dict(read_state(run_dir))
+
+
 def update_state(run_dir: str | os.PathLike[str], **fields: Any) -> dict[str, Any]:
     """Merge fields into state.json (rank 0 only: it is the single writer)."""
     if "phase" in fields and fields["phase"] not in PHASES:
         raise ValueError(f"unknown phase {fields['phase']!r}")
     unknown = sorted(set(fields) - STATE_FIELDS)
     if unknown:
-        raise ValueError(f"not state.json fields (runtime/contract.py RunState): {unknown}")
+        raise ValueError(f"not state.json fields (rundir/state.py RunState): {unknown}")
     state = read_state(run_dir)
     state.update(fields)
     state["updated"] = time.time()
