@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpc_grpo import rundir
 from hpc_grpo.config.site import SiteProfile, all_sites, find_site
 from hpc_grpo.config.spec import JobSpec, build_spec, parse_set
 from hpc_grpo.config.strict import read_yaml
@@ -234,7 +235,7 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Re
     if files.problems:
         raise UserError(f"run {files.run_id} cannot be resumed: {files.problems[0]}", field="run",
                         hint="`hpc-grpo status` shows what is wrong with it")
-    saved = registry.read_json(run_dir / SPEC_JSON)
+    saved = rundir.read_json_object(run_dir / SPEC_JSON)
     if not isinstance(saved.get("spec"), dict) or not isinstance(saved.get("site"), str):
         raise UserError(f"run {files.run_id} has no {SPEC_JSON} (submitted by an older hpc-grpo)",
                         field="run", hint="submit a new run with the same recipe")

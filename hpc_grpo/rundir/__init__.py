@@ -67,8 +67,7 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 
 def read_state(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """state.json as a dict ({} before the first write)."""
-    state = read_json(Path(run_dir) / STATE_JSON)
-    return state if isinstance(state, dict) else {}
+    return read_json_object(Path(run_dir) / STATE_JSON)
 
 
 def load_state(run_dir: str | os.PathLike[str]) -> RunState:
@@ -97,12 +96,13 @@ def append_jsonl(path: str | os.PathLike[str], obj: Mapping[str, Any]) -> None:
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """All complete JSON lines of a file (a torn last line is skipped)."""
-    rows: list[dict[str, Any]] = []
+    """The JSON object lines of a file; others (a torn last line, one being written right
+    now) are skipped; [] when the file is absent or unreadable."""
     try:
-        lines = Path(path).read_text().splitlines()
+        lines = Path(path).read_text(errors="replace").splitlines()
     except OSError:
-        return rows
+        return []
+    rows: list[dict[str, Any]] = []
     for line in lines:
         try:
             row = json.loads(line)
@@ -111,6 +111,42 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         if isinstance(row, dict):
             rows.append(row)
     return rows
+
+
+def read_json_object(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A JSON object file's content; {} if it is absent, unreadable or not an object."""
+    data = read_json(path)
+    return data if isinstance(data, dict) else {}
+
+
+def tail_jsonl(path: str | os.PathLike[str], lines: int, tail_bytes: int = 4096) -> list[dict[str, Any]]:
+    """Up to ``lines`` last complete JSON-object lines, oldest first, reading only the file's
+    last ``tail_bytes`` (metrics grow with every step; a line cut at the start is skipped)."""
+    try:
+        with Path(path).open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - tail_bytes))
+            chunk = handle.read().decode(errors="replace")
+    except OSError:
+        return []
+    out: list[dict[str, Any]] = []
+    for line in reversed(chunk.splitlines()):
+        if len(out) == lines:
+            break
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            out.append(data)
+    return out[::-1]
+
+
+def last_jsonl(path: str | os.PathLike[str], tail_bytes: int = 4096) -> dict[str, Any]:
+    """The last complete line, reading only the file's end (metrics grow with every step)."""
+    rows = tail_jsonl(path, 1, tail_bytes)
+    return rows[-1] if rows else {}
 
 
 def truncate_metrics(path: str | os.PathLike[str], last_step: int) -> int:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.errors import UserError, did_you_mean
+from hpc_grpo.rundir import read_json_object, tail_jsonl
 from hpc_grpo.rundir.contract import (
     ATTEMPTS,
     CHECKPOINTS,
@@ -196,62 +197,6 @@ def find_run(name: str) -> Path:
                     hint=did_you_mean(name, {r.run_id for r in runs}))
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object file's content; {} if it is absent, unreadable or not an object."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The JSON object lines of a file; others (a line being written right now) are skipped."""
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(data, dict):
-            out.append(data)
-    return out
-
-
-def tail_jsonl(path: Path, lines: int, tail_bytes: int = 4096) -> list[dict[str, Any]]:
-    """Up to ``lines`` last complete JSON-object lines, oldest first, reading only the file's
-    last ``tail_bytes`` (metrics grow with every step; a line cut at the start is skipped)."""
-    try:
-        with path.open("rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - tail_bytes))
-            chunk = handle.read().decode(errors="replace")
-    except OSError:
-        return []
-    out: list[dict[str, Any]] = []
-    for line in reversed(chunk.splitlines()):
-        if len(out) == lines:
-            break
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(data, dict):
-            out.append(data)
-    return out[::-1]
-
-
-def last_jsonl(path: Path, tail_bytes: int = 4096) -> dict[str, Any]:
-    """The last complete line, reading only the file's end (metrics grow with every step)."""
-    rows = tail_jsonl(path, 1, tail_bytes)
-    return rows[-1] if rows else {}
-
-
 def measured_timings(job_name: str, site: str) -> tuple[float, float, str] | None:
     """(checkpoint seconds, step seconds, run id) from the newest run of this job on this site.
 
@@ -260,8 +205,8 @@ def measured_timings(job_name: str, site: str) -> tuple[float, float, str] | Non
     for run in reversed(indexed_runs()):
         if not run.run_id.startswith(f"{job_name}-"):
             continue
-        record = read_json(run.run_dir / RUN_JSON)
-        state = read_json(run.run_dir / STATE_JSON)
+        record = read_json_object(run.run_dir / RUN_JSON)
+        state = read_json_object(run.run_dir / STATE_JSON)
         try:
             checkpoint_s = float(state.get("checkpoint_seconds") or 0.0)
             # the slowest recent step: with steps_per_generation > gradient accumulation most

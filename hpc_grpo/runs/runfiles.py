@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpc_grpo import rundir
 from hpc_grpo.rundir.contract import (
     CHECKPOINT_MARKER,
     CHECKPOINTS,
@@ -24,7 +25,7 @@ from hpc_grpo.rundir.contract import (
     STALLED,
     STATE_JSON,
 )
-from hpc_grpo.runs import drift, registry
+from hpc_grpo.runs import drift
 from hpc_grpo.runs.identity import JobIdentity, from_jobs
 
 RECENT = 32  # metrics lines status reads from a run's end (read_run)
@@ -216,14 +217,14 @@ def read_run(run_dir: Path) -> RunFiles:
     # RECENT lines (a GPU run's line is about 0.7 kB: rewards, memory, phases; where they are
     # longer the tail is simply shorter): enough to hold drift.WINDOW lines with a reward and a
     # log-prob difference when one generation trains many steps and only its first logs them.
-    recent = registry.tail_jsonl(run_dir / METRICS_JSONL, RECENT, tail_bytes=RECENT * 1024)
+    recent = rundir.tail_jsonl(run_dir / METRICS_JSONL, RECENT, tail_bytes=RECENT * 1024)
     metrics = recent[-1] if recent else {}
     jobs = _jobs(run_dir / JOBS_JSONL, problems)
     progress = _progress(record, state, recent, problems)
     return RunFiles(
         run_id=run_id if isinstance(run_id, str) and run_id else run_dir.name,
         run_dir=run_dir, record=record, jobs=jobs, state=state, last_metrics=metrics,
-        restarts=registry.read_jsonl(run_dir / RESTARTS_JSONL),
+        restarts=rundir.read_jsonl(run_dir / RESTARTS_JSONL),
         progress=progress, problems=tuple(problems),
     )
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpc_grpo import rundir
 from hpc_grpo.errors import UserError
 from hpc_grpo.rundir.contract import (
     JOBS_JSONL,
@@ -192,9 +193,9 @@ class Progress:
 
 def progress(run_dir: Path) -> Progress:
     row = status([str(run_dir)])[0]
-    step_time = registry.last_jsonl(run_dir / METRICS_JSONL).get("step_time")
+    step_time = rundir.last_jsonl(run_dir / METRICS_JSONL).get("step_time")
     return Progress(row, step_time if isinstance(step_time, int | float) else None,
-                    registry.read_json(run_dir / SUMMARY_JSON) if row.finished else {})
+                    rundir.read_json_object(run_dir / SUMMARY_JSON) if row.finished else {})
 
 
 def log_paths(name: str, rank: int | None) -> list[Path]:
