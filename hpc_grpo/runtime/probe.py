@@ -23,6 +23,7 @@ from typing import Any
 
 from hpc_grpo import __version__
 from hpc_grpo.rundir.contract import DEFAULT_PORT_RANGE, PORTS_PER_JOB, job_port, port_slots
+from hpc_grpo.runtime.node import slurm_facts
 from hpc_grpo.runtime.probe_lines import report_lines
 
 PACKAGES = ("torch", "trl", "vllm", "transformers", "deepspeed", "accelerate", "peft")
@@ -92,7 +93,7 @@ def node_names(nodelist: str, job_id: int = 0) -> tuple[list[str], dict[str, Any
     path = shutil.which("scontrol")
     if path is None:
         return expand_hostlist(nodelist), _fact(False, "scontrol not on PATH of the compute node")
-    out, problem = _scontrol([path, "show", "hostnames", nodelist], f"{path} show hostnames")
+    out, problem = _scontrol([path, "show", "hostnames", nodelist])
     if problem:
         return expand_hostlist(nodelist), _fact(False, problem)
     return out.split(), controller(path, job_id) if job_id else _fact(True, path)
@@ -102,21 +103,14 @@ def controller(path: str, job_id: int) -> dict[str, Any]:
     """``scontrol show job`` asks slurmctld, as the requeue's ``scontrol requeue`` does; ``show
     hostnames`` never does, so it passes in an image without slurm.conf or munge."""
     argv = [path, "show", "job", str(job_id)]
-    _, problem = _scontrol(argv, " ".join(argv))
+    _, problem = _scontrol(argv)
     return _fact(False, f"{problem} ({NEEDS})") if problem else _fact(True, f"{path} reaches slurmctld")
 
 
-def _scontrol(argv: list[str], command: str) -> tuple[str, str]:
-    """scontrol's output, or "" and one line saying why ``command`` failed (its last line of
-    output, or the timeout: a node whose slurmctld does not answer must not hang the probe)."""
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
-    except subprocess.TimeoutExpired:
-        return "", f"{command} timed out"
-    if done.returncode != 0:
-        said = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
-        return "", f"{command} failed: {said[-1] if said else f'exit code {done.returncode}'}"
-    return done.stdout, ""
+def _scontrol(argv: list[str]) -> tuple[str, str]:
+    """``argv`` (the scontrol found on PATH, then its arguments) through the runtime's one
+    runner, with the probe's longer bound."""
+    return slurm_facts.scontrol(argv[1:], timeout_s=20, binary=argv[0])
 
 
 def resolve(names: list[str]) -> dict[str, dict[str, Any]]:

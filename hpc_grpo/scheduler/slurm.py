@@ -1,4 +1,5 @@
-"""Every Slurm command and every submitit call of the project, in one place.
+"""Every Slurm command and every submitit call of the launcher, in one place (the runtime's own
+scontrol calls, on the compute nodes, are runtime/node/slurm_facts.py's).
 
 One module so that the rest can be tested with fake binaries on PATH, and so that submitit (slow to
 import) is only imported inside the functions that submit: the CLI's cold start stays fast. What

@@ -344,7 +344,11 @@ class NodeTask:
         rundir.append_jsonl(path, {"time": time.time(), "checkpoint_step": step, "exit_code": code,
                                    "job_id": job, "cause": cause})
         rundir.update_state(self.run_dir, stop_cause=cause)
-        subprocess.run(["scontrol", "requeue", job], check=False)
+        problem = slurm_facts.requeue(job)
+        if problem:  # the run then ends with this attempt: say why in the node log and state
+            print(f"[node] requeue failed: {problem}", flush=True)
+            rundir.update_state(self.run_dir, phase="failed", message=f"requeue failed: {problem}")
+            return f"requeue failed: {problem}"
         return ""
 
     def checkpoint(self) -> Any:

@@ -5,6 +5,7 @@ exchange and the node task are tested with stand-ins for the ranks and for torch
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any
@@ -144,3 +145,24 @@ def test_a_crash_is_still_requeued_and_spent_retries_fail_the_job(
         node.NodeTask(str(run_dir))()  # before: returned 1, and Slurm said COMPLETED 0:0
     assert len([argv for argv in called if argv[1] == "requeue"]) == 1
     assert rundir.read_state(run_dir)["phase"] == "failed"
+
+
+def test_a_requeue_slurm_refuses_fails_the_job_with_slurms_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The crash's requeue went through an unchecked `scontrol requeue` with no time bound: a
+    refused requeue (or a slurmctld that never answered) ended the run silently as requeued."""
+    run_dir, _ = _node_task(tmp_path, monkeypatch, phase="training", step=3)
+
+    def slurm_refuses(argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        if argv[1] == "requeue":
+            return subprocess.CompletedProcess(
+                argv, 1, "", "scontrol: error: Requeue of job 7 not allowed: Job is pending\n")
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(node.subprocess, "run", slurm_refuses)
+    with pytest.raises(node.RunFailed, match="requeue failed: scontrol requeue 7 failed: "
+                                             "scontrol: error: Requeue of job 7 not allowed"):
+        node.NodeTask(str(run_dir))()
+    state = rundir.read_state(run_dir)
+    assert state["phase"] == "failed" and state["message"].startswith("requeue failed")
