@@ -7,7 +7,7 @@ of the memory model are listed in ``hpc_grpo.planner.memory``.
 
 from hpc_grpo.planner.arch import ModelArch, arch_from_config, dense_arch
 from hpc_grpo.planner.batch import check_batch_rules
-from hpc_grpo.planner.catalogue import catalogue_names, lookup_model, require_model
+from hpc_grpo.planner.catalogue import catalogue_names, lookup_model
 from hpc_grpo.planner.memory_plan import make_plan
 from hpc_grpo.planner.types import MemoryPlan, PlanRequest
 
@@ -21,5 +21,4 @@ __all__ = [
     "dense_arch",
     "lookup_model",
     "make_plan",
-    "require_model",
 ]

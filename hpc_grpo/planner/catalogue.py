@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from hpc_grpo.errors import UserError, did_you_mean
 from hpc_grpo.planner.arch import ModelArch, dense_arch
 
 _QWEN_VOCAB_SMALL = 151936  # Qwen2.5 <= 3B (tied embeddings), every Qwen3
@@ -108,10 +107,3 @@ def lookup_model(name: str) -> ModelArch | None:
     return None
 
 
-def require_model(name: str) -> ModelArch:
-    """lookup_model that raises a UserError naming the closest built-in name."""
-    arch = lookup_model(name)
-    if arch is None:
-        raise UserError(f"model '{name}' is not in the built-in catalogue", field="model",
-                        hint=did_you_mean(name, catalogue_names()))
-    return arch

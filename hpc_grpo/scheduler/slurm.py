@@ -30,13 +30,9 @@ from hpc_grpo.scheduler.slurm_records import (
     SQUEUE_FORMAT,
     JobRecord,
     JobRecords,
-    JobState,
     SubmittedJob,
-    combine,
-    fold_sacct,
     parse_sacct_records,
     parse_squeue_records,
-    unknown,
 )
 
 _SACCT = ["sacct", "--parsable2", "--noheader", "--allocations", "--duplicates"]
@@ -81,28 +77,6 @@ def query_records(job_ids: Sequence[str]) -> JobRecords:
         if "invalid job id" not in err.message.lower():
             squeue_error = err  # else: squeue rejects a single id it no longer holds
     return JobRecords(acct, queue, sacct_error, squeue_error)
-
-
-def query_states(job_ids: Sequence[str]) -> dict[str, JobState]:
-    """States of any number of jobs from one sacct and one squeue call, by job id alone.
-
-    Raises when neither command answers. Tracking a run's job goes through ``query_records``
-    instead, so that records of other jobs under the same id are left out."""
-    ids = list(dict.fromkeys(str(j) for j in job_ids))
-    records = query_records(ids)
-    if records.unreachable is not None:
-        raise records.unreachable from records.squeue_error
-    states: dict[str, JobState] = {}
-    for job_id in ids:
-        if not JOB_ID.fullmatch(job_id):
-            states[job_id] = unknown(job_id, "not a Slurm job id")
-            continue
-        acct = records.acct.get(job_id)
-        live = records.queue.get(job_id)
-        why = f"sacct failed: {records.sacct_error.message}" if records.sacct_error else ""
-        states[job_id] = combine(job_id, fold_sacct(acct) if acct else None,
-                                 live.state if live else None, why)
-    return states
 
 
 def live_record(job_id: str) -> JobRecord | None:
@@ -191,21 +165,6 @@ def submit_job(
     return SubmittedJob(job_id, given[-1] if given else "", name.group(1) if name else "", record)
 
 
-def submit(
-    *,
-    script_text: str,
-    folder: Path,
-    task: Callable[[], object],
-    nodes: int,
-    timeout_min: int,
-    max_requeues: int,
-    python: str,
-) -> str:
-    """``submit_job`` for callers that only need the job id."""
-    return submit_job(script_text=script_text, folder=folder, task=task, nodes=nodes,
-                      timeout_min=timeout_min, max_requeues=max_requeues, python=python).job_id
-
-
 def _name_filter(name: str) -> list[str]:
     """scancel's --name: it then acts on the job only while it still has this name, a last
     guard should the id change hands between the caller's check and scancel. Left out for a
@@ -232,11 +191,6 @@ def signal_job(
 def requeue(job_id: str) -> None:
     """Requeue a job. Slurm sends SIGTERM then SIGKILL: no checkpoint is taken (use USR2 for it)."""
     run_slurm(["scontrol", "requeue", _check_id(job_id)])
-
-
-def batch_script(job_id: str) -> str:
-    """The script Slurm actually holds for a job it still knows."""
-    return run_slurm(["scontrol", "write", "batch_script", _check_id(job_id), "-"])
 
 
 def partition_node_count(partition: str) -> int | None:

@@ -1,7 +1,7 @@
 """A rank that blocks mid-step (issue #13), on the real sandbox cluster.
 
 Rank 3 (second node) blocks inside its reward function in step 3 on the first attempt (the
-test-only fault of runtime/rank/hang_fault.py); its peers wait for it in TRL's gather. The
+test-only fault of runtime/rank/faults/hang.py); its peers wait for it in TRL's gather. The
 watchdog, with bounds the test's own site profile sets small (start-up 120 s, 10 s once steps
 are timed), must write every rank's Python stack to its log, show the run STALLED with rank 3
 behind, end the attempt, and let the bounded retry requeue it from the step-2 checkpoint; the
@@ -69,7 +69,7 @@ def test_a_blocked_rank_is_dumped_shown_stalled_ended_and_retried(tmp_path: Path
         log = (run_dir / "logs" / f"rank-{rank}.log").read_text()
         assert "(most recent call first):" in log and "Current thread 0x" in log, (rank, log[-2000:])
     hung = (run_dir / "logs" / f"rank-{HUNG}.log").read_text()
-    assert "hang_fault.py" in hung and "in hanging" in hung
+    assert "faults/hang.py" in hung and "in hanging" in hung
     nodes = "\n".join(p.read_text() for p in (run_dir / "submitit").glob(f"{job}_*_log.*"))
     assert "[watchdog] stalled: " in nodes and "[watchdog] SIGQUIT to ranks" in nodes
     assert wait_no_processes(str(run_dir)) == {}

@@ -4,7 +4,7 @@ Two short runs through ``hpc-grpo submit`` on a local-scheduler profile (test_gp
 with the embedded engine in sleep mode and ZeRO-3 (so TRL gathers every shard to push it):
 - as shipped: every step's ``vllm_logp_diff_mean`` (vLLM's log-probabilities of the sampled
   tokens against the trainer's, hpc_grpo/runs/drift.py) stays under the bound;
-- with the test-only fault ``HPC_GRPO_FAULT_SKIP_WEIGHT_SYNC=1`` (runtime/rank/stale_weights.py:
+- with the test-only fault ``HPC_GRPO_FAULT_SKIP_WEIGHT_SYNC=1`` (runtime/rank/faults/stale_weights.py:
   the engine keeps the initial weights): the difference exceeds the bound after the first
   optimizer update, and ``status`` flags the run.
 
@@ -51,7 +51,7 @@ LEARNING_RATE = 1e-4
 # LoRA's B starts at zero and Adam moves it by about the learning rate a step: 1e-2 makes the
 # adapters' product (alpha/r = 2) as large as the base weights within a step or two.
 LORA_LEARNING_RATE = 1e-2
-FAULT = "HPC_GRPO_FAULT_SKIP_WEIGHT_SYNC"  # runtime/rank/stale_weights.py's FAULT_ENV
+FAULT = "HPC_GRPO_FAULT_SKIP_WEIGHT_SYNC"  # runtime/rank/faults/stale_weights.py's FAULT_ENV
 
 
 @pytest.fixture(scope="module")

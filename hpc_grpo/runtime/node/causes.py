@@ -23,8 +23,6 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from hpc_grpo.rundir.contract import CONFIGURATION_ERROR
-
 PREEMPTED = "preempted"
 TIME_LIMIT = "time limit"
 USER_SIGNAL = "user signal"
@@ -32,8 +30,6 @@ REQUEUED = "scontrol requeue"
 NODE_FAILURE = "node failure"
 TASK_CRASH = "task crash"
 CANCELLED = "cancelled"
-CAUSES = (PREEMPTED, TIME_LIMIT, USER_SIGNAL, REQUEUED, NODE_FAILURE, TASK_CRASH, CANCELLED,
-          CONFIGURATION_ERROR)
 # Slurm may send --signal up to 60 s before the lead it was given (seen: 52 s left for @30).
 SIGNAL_SLACK_S = 60.0
 # Node state flags (`scontrol show node`'s State, "+"-joined) that mean the node, not the task.

@@ -221,11 +221,11 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
         epoch_order,
         generation_buffer,
         generation_record,
-        hang_fault,
         heartbeat,
         placement,
-        stale_weights,
     )
+    from hpc_grpo.runtime.rank.faults import hang as hang_fault
+    from hpc_grpo.runtime.rank.faults import stale_weights
 
     lead = rank == 0
     args, notes = _grpo_args(run, run_dir, rank)

@@ -15,7 +15,7 @@ import pytest
 from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.contract import RunRecord
-from hpc_grpo.runtime.rank import stale_weights
+from hpc_grpo.runtime.rank.faults import stale_weights
 from hpc_grpo.runtime.rank.grpo_args import grpo_kwargs
 from hpc_grpo.runtime.rank.stop import StopFlag, request_cause, request_reason
 

@@ -26,7 +26,8 @@ from hpc_grpo.rundir.contract import (
 from hpc_grpo.runs import runfiles, track, views
 from hpc_grpo.runtime.node import stall, watchdog
 from hpc_grpo.runtime.node.stall import Beat, Policy, judge
-from hpc_grpo.runtime.rank import hang_fault, heartbeat
+from hpc_grpo.runtime.rank import heartbeat
+from hpc_grpo.runtime.rank.faults import hang as hang_fault
 from tests.unit.runtime.test_config_error_node import _node_task
 
 POLICY = Policy(startup_s=100.0, min_s=10.0, factor=3.0)

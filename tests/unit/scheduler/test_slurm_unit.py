@@ -8,12 +8,41 @@ import pickle
 import re
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from hpc_grpo.errors import UserError
 from hpc_grpo.scheduler import slurm, slurm_records
+from hpc_grpo.scheduler.slurm_records import JobState
 from tests.unit.slurmfake import FAKED, FakeSlurm, install
+
+
+def query_states(job_ids: list[str]) -> dict[str, JobState]:
+    """Each job's state by id alone from one sacct and one squeue call, through the records the
+    launcher reads (tracking goes through ``slurm_view`` instead, which also checks identity);
+    raises when neither command answers."""
+    ids = list(dict.fromkeys(str(j) for j in job_ids))
+    records = slurm.query_records(ids)
+    if records.unreachable is not None:
+        raise records.unreachable from records.squeue_error
+    states: dict[str, JobState] = {}
+    for job_id in ids:
+        if not slurm_records.JOB_ID.fullmatch(job_id):
+            states[job_id] = slurm_records.unknown(job_id, "not a Slurm job id")
+            continue
+        acct = records.acct.get(job_id)
+        live = records.queue.get(job_id)
+        why = f"sacct failed: {records.sacct_error.message}" if records.sacct_error else ""
+        states[job_id] = slurm_records.combine(
+            job_id, slurm_records.fold_sacct(acct) if acct else None,
+            live.state if live else None, why)
+    return states
+
+
+def submit(**kwargs: Any) -> str:
+    return slurm.submit_job(**kwargs).job_id
+
 
 REPO = Path(__file__).resolve().parents[3]
 FINISHED = {
@@ -194,7 +223,7 @@ def test_query_states_one_call_each_for_1000_jobs(fake: FakeSlurm) -> None:
     ids = [str(1000 + i) for i in range(1000)]
     fake.answer("sacct", "1000|COMPLETED|n1|00:01:00|0:0|None|2025-01-01T00:00:00\n")
     fake.answer("squeue", "1001|RUNNING|n2|0:30|None\n")
-    got = slurm.query_states(ids)
+    got = query_states(ids)
     assert list(got) == ids
     sacct, squeue = fake.calls("sacct"), fake.calls("squeue")
     assert len(sacct) == 1 and len(squeue) == 1 and len(fake.calls()) == 2
@@ -233,7 +262,7 @@ def test_query_states_merges_sacct_and_squeue(fake: FakeSlurm) -> None:
         307|CANCELLED|n1|0:02|None
         """),
     )
-    got = slurm.query_states(["301", "302", "303", "304", "305", "306", "307"])
+    got = query_states(["301", "302", "303", "304", "305", "306", "307"])
     assert (got["301"].state, got["301"].nodes) == ("RUNNING", "n[1-2]")  # squeue is fresher
     assert got["302"].state == "COMPLETED" and got["302"].elapsed == "00:01:00"  # sacct's record
     assert (got["303"].state, got["303"].reason) == ("PENDING", "Priority")  # sacct lags
@@ -244,37 +273,35 @@ def test_query_states_merges_sacct_and_squeue(fake: FakeSlurm) -> None:
 
 
 def test_query_states_empty_makes_no_call(fake: FakeSlurm) -> None:
-    assert slurm.query_states([]) == {}
+    assert query_states([]) == {}
     assert fake.calls() == []
 
 
 def test_query_states_squeue_invalid_id_is_not_an_error(fake: FakeSlurm) -> None:
     fake.answer("sacct", "9|COMPLETED|n1|00:01:00|0:0|None|2025-01-01T00:00:00\n")
     fake.answer("squeue", err="slurm_load_jobs error: Invalid job id specified\n", rc=1)
-    assert slurm.query_states(["9"])["9"].state == "COMPLETED"
+    assert query_states(["9"])["9"].state == "COMPLETED"
 
 
 def test_query_states_without_accounting(fake: FakeSlurm) -> None:
     fake.answer("sacct", err="sacct: error: Slurm accounting storage is disabled\n", rc=1)
     fake.answer("squeue", "5|RUNNING|n1|0:10|None\n")
-    got = slurm.query_states(["5", "6"])
+    got = query_states(["5", "6"])
     assert got["5"].state == "RUNNING"
     assert got["6"].state == "UNKNOWN" and "accounting storage is disabled" in got["6"].reason
     fake.answer("squeue", err="squeue: error: Unable to contact slurm controller\n", rc=1)
     with pytest.raises(UserError, match="accounting storage is disabled"):
-        slurm.query_states(["5"])
+        query_states(["5"])
 
 
 def test_job_ids_are_checked_before_any_call(fake: FakeSlurm) -> None:
     for bad in ("--all", "12;rm", "", "12 13"):
-        assert slurm.query_states([bad])[bad].reason == "not a Slurm job id"
+        assert query_states([bad])[bad].reason == "not a Slurm job id"
         with pytest.raises(UserError, match="not a Slurm job id"):
             slurm.cancel(bad)
-        with pytest.raises(UserError, match="not a Slurm job id"):
-            slurm.batch_script(bad)
     assert fake.calls() == []
     fake.answer("squeue", "12|RUNNING|n1|0:10|None\n")
-    got = slurm.query_states(["12", "--all"])  # a bad record does not break the others
+    got = query_states(["12", "--all"])  # a bad record does not break the others
     assert (got["12"].state, got["--all"].state) == ("RUNNING", "UNKNOWN")
     assert "--jobs=12" in fake.calls("squeue")[0]["argv"]
 
@@ -298,7 +325,7 @@ def _script(folder: Path, python: str = "/opt/venv/bin/python") -> str:
 def test_submit_gives_sbatch_the_exact_script(fake: FakeSlurm, tmp_path: Path) -> None:
     folder = tmp_path / "run" / "submitit"
     script = _script(folder)
-    job_id = slurm.submit(
+    job_id = submit(
         script_text=script,
         folder=folder,
         task=functools.partial(print, "hi"),
@@ -321,7 +348,7 @@ def test_submit_refuses_a_script_without_the_submitit_line(fake: FakeSlurm, tmp_
     folder = tmp_path / "submitit"
     script = _script(folder, python="python3")  # rendered for another interpreter
     with pytest.raises(RuntimeError, match="internal error"):
-        slurm.submit(
+        submit(
             script_text=script,
             folder=folder,
             task=functools.partial(print),
@@ -332,7 +359,7 @@ def test_submit_refuses_a_script_without_the_submitit_line(fake: FakeSlurm, tmp_
         )
     no_export = _script(folder).replace("export SUBMITIT_EXECUTOR=slurm\n", "")
     with pytest.raises(RuntimeError, match="SUBMITIT_EXECUTOR"):
-        slurm.submit(
+        submit(
             script_text=no_export,
             folder=folder,
             task=functools.partial(print),
@@ -355,7 +382,7 @@ def test_submit_rejected_by_sbatch(
         rc=1,
     )
     with pytest.raises(UserError) as info:
-        slurm.submit(
+        submit(
             script_text=_script(folder),
             folder=folder,
             task=functools.partial(print),
@@ -374,7 +401,7 @@ def test_submit_without_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     fake = _install(tmp_path, monkeypatch, ("sbatch",))
     monkeypatch.setenv("PATH", str(fake.bin))  # sbatch but no srun
     with pytest.raises(UserError, match="srun not found"):
-        slurm.submit(
+        submit(
             script_text="",
             folder=tmp_path / "s",
             task=functools.partial(print),
@@ -389,20 +416,17 @@ def test_submit_without_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_control_commands_argv(fake: FakeSlurm) -> None:
-    fake.answer("scontrol", "#!/bin/bash\necho hi\n")
     slurm.cancel("11")
     slurm.signal_job("12", "USR2")
     slurm.signal_job("13", "SIGTERM", scope="full")
     slurm.signal_job("14", "USR1", scope="batch")
     slurm.requeue("15")
-    assert slurm.batch_script("16") == "#!/bin/bash\necho hi\n"
     assert [c["argv"] for c in fake.calls()] == [
         ["11"],
         ["--signal=USR2", "12"],
         ["--signal=SIGTERM", "--full", "13"],
         ["--signal=USR1", "--batch", "14"],
         ["requeue", "15"],
-        ["write", "batch_script", "16", "-"],
     ]
     with pytest.raises(UserError, match="not a signal"):
         slurm.signal_job("12", "USR2 --all")
