@@ -314,7 +314,7 @@ def model_names() -> list[str]:
 
 
 def progress(run_dir: Path) -> Any:
-    """A followed run's status row, last step time and final summary (``track.Progress``)."""
+    """A followed run's status row, last step time and final summary (``track.FollowedRun``)."""
     from hpc_grpo.runs import track
 
     return track.progress(run_dir)

@@ -8,7 +8,7 @@ of the memory model are listed in ``hpc_grpo.planner.memory``.
 from hpc_grpo.planner.arch import ModelArch, arch_from_config, dense_arch
 from hpc_grpo.planner.batch import check_batch_rules
 from hpc_grpo.planner.catalogue import catalogue_names, lookup_model
-from hpc_grpo.planner.memory_plan import make_plan
+from hpc_grpo.planner.memory_plan import plan_memory
 from hpc_grpo.planner.types import MemoryPlan, PlanRequest
 
 __all__ = [
@@ -20,5 +20,5 @@ __all__ = [
     "check_batch_rules",
     "dense_arch",
     "lookup_model",
-    "make_plan",
+    "plan_memory",
 ]

@@ -16,8 +16,8 @@ from hpc_grpo.planner.checkpoint_size import (
     CheckpointRequest,
     CheckpointSize,
     disk_verdict,
-    estimate,
     host_verdict,
+    size_checkpoint,
 )
 from hpc_grpo.planner.types import MemoryPlan
 from hpc_grpo.rundir.contract import DEFAULT_SAVE_TOTAL_LIMIT, DeepSpeedBlock
@@ -51,10 +51,10 @@ def check_checkpoints(site: SiteProfile, spec: JobSpec, arch: ModelArch | None,
                       deepspeed: DeepSpeedBlock | None, memory: MemoryPlan | None,
                       world_size: int, free_bytes: int | None,
                       where: str) -> tuple[CheckpointSize | None, str, list[str]]:
-    """The checkpoint estimate, why no checkpoint can fit ("" when one can) and warnings."""
+    """The checkpoint size_checkpoint, why no checkpoint can fit ("" when one can) and warnings."""
     if arch is None:
         return None, "", []
-    size = estimate(checkpoint_request(spec, arch, site.device, deepspeed, world_size))
+    size = size_checkpoint(checkpoint_request(spec, arch, site.device, deepspeed, world_size))
     warnings: list[str] = []
     problem = ""
     if free_bytes is not None:

@@ -78,7 +78,7 @@ def gathers_16bit_weights(zero_stage: int, offload_optimizer: bool) -> bool:
     return zero_stage == 3 and not offload_optimizer
 
 
-def estimate(req: CheckpointRequest) -> CheckpointSize:
+def size_checkpoint(req: CheckpointRequest) -> CheckpointSize:
     """The files of one checkpoint and the host memory its save needs (assumptions above)."""
     trainable = req.trainable_params
     items: list[tuple[str, int]] = []

@@ -14,7 +14,7 @@ from typing import Any
 from hpc_grpo.config.site import SiteProfile, minutes
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
-from hpc_grpo.planner import MemoryPlan, PlanRequest, check_batch_rules, make_plan
+from hpc_grpo.planner import MemoryPlan, PlanRequest, check_batch_rules, plan_memory
 from hpc_grpo.planner.blocks import dataset_block, default_name, model_block, peft_block
 from hpc_grpo.planner.checkpoint_fit import check_checkpoints
 from hpc_grpo.planner.checkpoint_size import CheckpointSize
@@ -31,7 +31,7 @@ from hpc_grpo.rundir.contract import (
     VllmBlock,
     WatchdogBlock,
     dist_backend,
-    stop_signals,
+    recorded_stop_signals,
     world_size,
 )
 
@@ -88,7 +88,7 @@ class JobPlan:
     @property
     def stop(self) -> StopBlock:
         """The signals the run stops on (run.json's stop block; the script forwards them)."""
-        return StopBlock(stop_signals(self.site.requeue_signal))
+        return StopBlock(recorded_stop_signals(self.site.requeue_signal))
 
     def run_record(self, run_id: str, run_dir: str) -> RunRecord:
         """``run.json``: everything the ranks need (docs/run-directory.md)."""
@@ -190,7 +190,7 @@ def _memory_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int) 
     """The colocated memory plan; None on CPU sites and for an unknown architecture."""
     if site.device != "cuda" or model.arch is None:
         return None
-    return make_plan(
+    return plan_memory(
         PlanRequest(
             arch=model.arch,
             nodes=spec.nodes,

@@ -1,4 +1,4 @@
-"""make_plan: check the request, pick the cheapest layout that fits, explain it or say what fits."""
+"""plan_memory: check the request, pick the cheapest layout that fits, explain it or say what fits."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def _no_fit(req: PlanRequest, leanest: Estimate | None) -> UserError:
                      hint=smallest_change(free))
 
 
-def make_plan(req: PlanRequest) -> MemoryPlan:
+def plan_memory(req: PlanRequest) -> MemoryPlan:
     """The cheapest layout that fits, with its memory breakdown and a reason for every choice.
 
     Raises UserError when nothing fits, naming the override at fault or the smallest change

@@ -212,7 +212,7 @@ def profile_lines(partition: Partition, nodes: Sequence[Node], partitions: Seque
     return "\n".join([*lines, *requeue_lines(preemptible)]) + "\n"
 
 
-def signal_lead(default_s: int, grace_s: int) -> int:
+def lead_within_grace(default_s: int, grace_s: int) -> int:
     """The signal lead for a preemptible partition: a quarter below its GraceTime (60 -> 45),
     so the checkpoint the signal starts is written before Slurm's kill; never above the default."""
     return min(default_s, grace_s * 3 // 4) if grace_s > 0 else default_s
@@ -225,7 +225,7 @@ def requeue_lines(preemptible: Partition | None) -> list[str]:
     lead = default.signal_lead_s
     why = "the default: ranks checkpoint within it"
     if preemptible is not None and preemptible.grace_time_s > 0:
-        lead = signal_lead(lead, preemptible.grace_time_s)
+        lead = lead_within_grace(lead, preemptible.grace_time_s)
         why = (f"below GraceTime={preemptible.grace_time_s}s of preemptible partition "
                f"'{preemptible.name}': the checkpoint must be written before Slurm's kill")
     elif preemptible is not None:

@@ -121,7 +121,7 @@ class ContractError(ValueError):
     """A run directory this version cannot read; the message is one line saying what to do."""
 
 
-def stop_signals(requeue_signal: str) -> tuple[str, ...]:
+def recorded_stop_signals(requeue_signal: str) -> tuple[str, ...]:
     """What run.json's stop block records for a profile: its requeue signal and TERM, sorted.
     The run stops on ``StopBlock.every`` of it, which adds USR2 whatever the profile says."""
     return tuple(sorted({requeue_signal.upper().removeprefix("SIG"), "TERM"}))

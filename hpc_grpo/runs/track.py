@@ -182,7 +182,7 @@ def signal(name: str, signal_name: str) -> Action:
 
 
 @dataclass(frozen=True)
-class Progress:
+class FollowedRun:
     """What following a run shows: its status row, the last step's time, and the final summary
     (empty until the ranks write it)."""
 
@@ -191,10 +191,10 @@ class Progress:
     summary: dict[str, Any]
 
 
-def progress(run_dir: Path) -> Progress:
+def progress(run_dir: Path) -> FollowedRun:
     row = status([str(run_dir)])[0]
     step_time = rundir.last_jsonl(run_dir / METRICS_JSONL).get("step_time")
-    return Progress(row, step_time if isinstance(step_time, int | float) else None,
+    return FollowedRun(row, step_time if isinstance(step_time, int | float) else None,
                     rundir.read_json_object(run_dir / SUMMARY_JSON) if row.finished else {})
 
 

@@ -145,7 +145,7 @@ def watch_status(fetch: Callable[[], Sequence[track.RunStatus]], interval: float
         pass
 
 
-def follow(run_dir: Path, progress_of: Callable[[Path], track.Progress], poll: float = 1.0) -> int:
+def follow(run_dir: Path, progress_of: Callable[[Path], track.FollowedRun], poll: float = 1.0) -> int:
     """Progress bar until the job ends, from ``progress_of`` (the api's progress); exit code 0
     only if training ended. ``run_dir``, not an id: an id may name a run in another root."""
     from rich.console import Console

@@ -28,7 +28,7 @@ from hpc_grpo.runtime.node.ports import free_port, with_master_port
 PAYLOAD_MODULES = {"train": "hpc_grpo.runtime.rank.train", "check": "hpc_grpo.runtime.rank.smoke"}
 
 
-def stop_signals(run: RunRecord) -> tuple[signal.Signals, ...]:
+def handled_signals(run: RunRecord) -> tuple[signal.Signals, ...]:
     """USR2, TERM and whatever run.json's stop block adds (a site may requeue on USR1).
 
     The torchrun agent ignores these: the workers handle them; the agent would die of a user
@@ -251,7 +251,7 @@ class NodeTask:
         self._started_at = time.time()
         self._stalled = False
         on_main = threading.current_thread() is threading.main_thread()
-        signals = stop_signals(run)
+        signals = handled_signals(run)
         previous = {s: signal.getsignal(s) for s in signals} if on_main else {}
         for sig in previous:
             signal.signal(sig, self._on_signal)

@@ -18,9 +18,9 @@ from hpc_grpo.planner import dense_arch
 from hpc_grpo.planner.checkpoint_size import (
     CheckpointRequest,
     disk_verdict,
-    estimate,
     gathers_16bit_weights,
     host_verdict,
+    size_checkpoint,
 )
 from hpc_grpo.preflight import inputs
 from hpc_grpo.runtime.rank import checkpoints, grpo_args
@@ -43,7 +43,7 @@ def test_estimate_matches_the_tiny_models_real_saves(zero: int) -> None:
     files = TINY["layouts"][f"zero{zero}"]
     measured = sum(size for name, size in files.items()
                    if name.endswith(BIG_FILES) and "training_args" not in name)
-    size = estimate(_tiny(zero))
+    size = size_checkpoint(_tiny(zero))
     planned = sum(b for name, b in size.items if not name.startswith("scheduler"))
     assert abs(planned - measured) <= 0.03 * measured, (zero, planned, measured, files)
 
@@ -59,7 +59,7 @@ def test_full_7b_needs_12_bytes_a_parameter_and_cannot_fit_64_gib() -> None:
                       num_kv_heads=4, intermediate_size=18944, vocab_size=32768,
                       tie_word_embeddings=False, max_position_embeddings=4096, qkv_bias=True)
     for zero, offload in ((0, False), (3, True), (2, False)):
-        size = estimate(CheckpointRequest(arch.num_params, arch.num_params, zero, offload, False,
+        size = size_checkpoint(CheckpointRequest(arch.num_params, arch.num_params, zero, offload, False,
                                           "cuda", 1, 1))
         assert size.one >= 12 * arch.num_params
         problem, _ = disk_verdict(size, 64 * 2**30, "the disk")
@@ -75,19 +75,19 @@ def test_gather_rule_agrees_with_the_runtime() -> None:
 
 
 def test_kept_checkpoints_warn_with_the_limit_that_fits() -> None:
-    size = estimate(_tiny(0))
+    size = size_checkpoint(_tiny(0))
     one = size.one
     problem, warning = disk_verdict(size, int(one * 1.5), "fs")
     assert not problem and "later saves will be skipped" in warning
     assert "free space first" in warning  # one fits, not one plus the next
     problem, warning = disk_verdict(size, one * 10, "fs")
     assert (problem, warning) == ("", "")
-    unbounded = estimate(CheckpointRequest(10**6, 10**6, 0, False, False, "cpu", 1, None))
+    unbounded = size_checkpoint(CheckpointRequest(10**6, 10**6, 0, False, False, "cpu", 1, None))
     assert "all kept" in disk_verdict(unbounded, 10**12, "fs")[1]
 
 
 def test_host_memory_of_a_save_warns_over_the_node() -> None:
-    big = estimate(CheckpointRequest(7 * 10**9, 7 * 10**9, 3, False, False, "cuda", 8, 1))
+    big = size_checkpoint(CheckpointRequest(7 * 10**9, 7 * 10**9, 3, False, False, "cuda", 8, 1))
     assert big.host_bytes > 14 * 10**9  # the ZeRO-3 gather holds the bf16 state dict on rank 0
     assert "host memory" in host_verdict(big, 100.0, 110)
     assert host_verdict(big, 10.0, 512) == ""

@@ -8,7 +8,7 @@ import pytest
 from hpc_grpo.config.site import find_site
 from hpc_grpo.config.spec import build_spec
 from hpc_grpo.errors import UserError
-from hpc_grpo.planner import lookup_model, make_plan
+from hpc_grpo.planner import lookup_model, plan_memory
 from hpc_grpo.planner.job import build_plan
 from hpc_grpo.planner.types import ModelRef
 from tests.unit.planner.test_planner import request
@@ -25,10 +25,10 @@ def test_adapter_size_follows_rank_and_targets() -> None:
 
 
 def test_plan_shows_what_lora_changes() -> None:
-    full = make_plan(request("Qwen/Qwen2.5-7B"))
-    small = make_plan(request("Qwen/Qwen2.5-7B", lora=True, lora_rank=8,
+    full = plan_memory(request("Qwen/Qwen2.5-7B"))
+    small = plan_memory(request("Qwen/Qwen2.5-7B", lora=True, lora_rank=8,
                               lora_target_modules=("q_proj", "v_proj")))
-    big = make_plan(request("Qwen/Qwen2.5-7B", lora=True, lora_rank=256))
+    big = plan_memory(request("Qwen/Qwen2.5-7B", lora=True, lora_rank=256))
     assert small.gib("optimizer states") < big.gib("optimizer states") < full.gib(
         "optimizer states")
     reason = small.reason("lora")
@@ -36,7 +36,7 @@ def test_plan_shows_what_lora_changes() -> None:
     with pytest.raises(KeyError):
         full.reason("lora")
     with pytest.raises(UserError, match="name no linear layer"):
-        make_plan(request("Qwen/Qwen2.5-7B", lora=True, lora_target_modules=("qproj",)))
+        plan_memory(request("Qwen/Qwen2.5-7B", lora=True, lora_target_modules=("qproj",)))
 
 
 def test_recipe_peft_keys_reach_the_job_plan() -> None:

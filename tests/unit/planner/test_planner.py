@@ -22,7 +22,7 @@ from hpc_grpo.planner import (
     catalogue_names,
     check_batch_rules,
     lookup_model,
-    make_plan,
+    plan_memory,
 )
 
 CHOICES = {"tensor_parallel_size", "zero_stage", "offload_optimizer", "offload_params",
@@ -152,7 +152,7 @@ def test_arch_from_config_refuses_bad_configs(change: dict[str, Any], message: s
 def test_qwen_math_72b_on_four_h100_nodes(completion: int, batch: int,
                                          accumulation: int) -> None:
     """HF's vLLM-colocate study (TRL 0.18): TP 8, ZeRO-3 + CPU optimizer offload, sleep mode."""
-    plan = make_plan(request("Qwen/Qwen2.5-Math-72B", nodes=4, cpu_memory_gib_per_node=1024.0,
+    plan = plan_memory(request("Qwen/Qwen2.5-Math-72B", nodes=4, cpu_memory_gib_per_node=1024.0,
                              completion_length=completion, per_device_train_batch_size=batch,
                              gradient_accumulation_steps=accumulation))
     assert (plan.tensor_parallel_size, plan.zero_stage) == (8, 3)
@@ -164,7 +164,7 @@ def test_qwen_math_72b_on_four_h100_nodes(completion: int, batch: int,
 
 @pytest.mark.parametrize(("model", "zero"), [("Qwen/Qwen2.5-1.5B", 2), ("Qwen/Qwen2.5-7B", 2)])
 def test_small_models_on_one_h100_node_need_no_offload(model: str, zero: int) -> None:
-    plan = make_plan(request(model))
+    plan = plan_memory(request(model))
     assert plan.tensor_parallel_size == 1
     assert plan.zero_stage == zero
     assert not plan.offload_optimizer and not plan.offload_params
@@ -172,7 +172,7 @@ def test_small_models_on_one_h100_node_need_no_offload(model: str, zero: int) ->
 
 def test_tp_below_the_largest_keeps_vllm_within_half_the_gpu() -> None:
     """On H200s TP 2 would fit with sleep mode, but vLLM would take 0.55 of every GPU."""
-    plan = make_plan(request("Qwen/Qwen2.5-72B", nodes=4, gpu_memory_gib=141.0,
+    plan = plan_memory(request("Qwen/Qwen2.5-72B", nodes=4, gpu_memory_gib=141.0,
                              per_device_train_batch_size=2))
     assert plan.tensor_parallel_size == 4 and plan.vllm_gpu_memory_utilization <= 0.5
     assert "at TP 2" in plan.reason("tensor_parallel_size")
@@ -183,12 +183,12 @@ def test_72b_on_one_node_of_four_40gib_gpus_is_refused_with_the_smallest_change(
     req = request("Qwen2.5-Math-72B", gpus_per_node=4, gpu_memory_gib=40.0,
                   cpu_memory_gib_per_node=256.0)
     with pytest.raises(UserError, match="does not fit on 1 node of 4 × 40 GiB") as err:
-        make_plan(req)
+        plan_memory(req)
     assert "vLLM" in err.value.message  # the TP-4 shard alone nearly fills a 40 GiB GPU
     assert "nodes of 4 × 80 GiB GPUs" in err.value.hint
     fixed = replace(req, gpu_memory_gib=80.0,
                     nodes=int(err.value.hint.split(": ")[-1].split()[0]))
-    assert make_plan(fixed).peak_gib <= 80
+    assert plan_memory(fixed).peak_gib <= 80
 
 
 PUBLISHED_72B = dict(nodes=4, completion_length=2048, cpu_memory_gib_per_node=1024.0)
@@ -202,13 +202,13 @@ def test_impossible_requests_name_single_changes(change: dict[str, Any], hint: s
     values: dict[str, Any] = {**PUBLISHED_72B, **change}
     req = request("Qwen2.5-Math-72B", **values)
     with pytest.raises(UserError) as err:
-        make_plan(req)
+        plan_memory(req)
     assert hint in err.value.hint
 
 
 def test_cpu_memory_shortfall_names_nodes_and_cpu_memory() -> None:
     with pytest.raises(UserError, match="CPU memory per node") as err:
-        make_plan(request("Llama-3.1-70B"))
+        plan_memory(request("Llama-3.1-70B"))
     assert "at least 2 nodes" in err.value.hint and "GiB of CPU memory" in err.value.hint
 
 
@@ -223,7 +223,7 @@ GPU_SIZES = (40.0, 80.0, 141.0)
 @cache
 def grid_plan(model: str, nodes: int, gpu: float) -> MemoryPlan | None:
     try:
-        return make_plan(request(model, nodes=nodes, gpu_memory_gib=gpu,
+        return plan_memory(request(model, nodes=nodes, gpu_memory_gib=gpu,
                                  cpu_memory_gib_per_node=512.0, per_device_train_batch_size=4))
     except UserError as err:
         assert err.hint, (model, nodes, gpu)
@@ -272,7 +272,7 @@ def test_the_grid_exercises_every_outcome() -> None:
 
 
 def test_vllm_utilization_is_need_plus_margin_rounded_up() -> None:
-    plan = make_plan(request("Qwen/Qwen2.5-7B"))
+    plan = plan_memory(request("Qwen/Qwen2.5-7B"))
     need = plan.gib("vLLM weights per TP shard") + plan.gib("KV cache")
     raw = need / 80 + 0.05
     assert plan.vllm_gpu_memory_utilization >= raw - 1e-9
@@ -282,33 +282,33 @@ def test_vllm_utilization_is_need_plus_margin_rounded_up() -> None:
 
 
 def test_sleep_mode_off_keeps_vllm_resident_during_training() -> None:
-    plan = make_plan(request("Qwen/Qwen2.5-1.5B"))
+    plan = plan_memory(request("Qwen/Qwen2.5-1.5B"))
     assert not plan.enable_sleep_mode
     budget = plan.vllm_gpu_memory_utilization * 80
     assert plan.gib("total during training") >= budget + plan.gib("activations")
 
 
 def test_steps_per_generation_defaults_to_accumulation() -> None:
-    plan = make_plan(request("Qwen/Qwen2.5-1.5B", gradient_accumulation_steps=4))
+    plan = plan_memory(request("Qwen/Qwen2.5-1.5B", gradient_accumulation_steps=4))
     assert plan.max_num_seqs == 8 * plan.tensor_parallel_size * 4
-    other = make_plan(request("Qwen/Qwen2.5-1.5B", gradient_accumulation_steps=4,
+    other = plan_memory(request("Qwen/Qwen2.5-1.5B", gradient_accumulation_steps=4,
                               steps_per_generation=2))
     assert other.max_num_seqs == 8 * other.tensor_parallel_size * 2
 
 
 def test_context_caps_vllm_length_and_long_prompts_are_refused() -> None:
-    plan = make_plan(request("Qwen/Qwen2.5-Math-7B", completion_length=4096))
+    plan = plan_memory(request("Qwen/Qwen2.5-Math-7B", completion_length=4096))
     assert plan.vllm_max_model_length == 4096
     assert "stop at 3584" in plan.reason("vllm_max_model_length")
     with pytest.raises(UserError) as err:
-        make_plan(request("Qwen/Qwen2.5-Math-7B", prompt_length=4096))
+        plan_memory(request("Qwen/Qwen2.5-Math-7B", prompt_length=4096))
     assert err.value.field == "max_prompt_length"
 
 
 def test_lora_keeps_zero_2_and_beta_adds_a_reference_model() -> None:
-    lora = make_plan(request("Qwen/Qwen2.5-7B", lora=True))
+    lora = plan_memory(request("Qwen/Qwen2.5-7B", lora=True))
     assert lora.zero_stage == 2 and lora.gib("optimizer states") < 1
-    with_ref = make_plan(request("Qwen/Qwen2.5-7B", beta=0.04))
+    with_ref = plan_memory(request("Qwen/Qwen2.5-7B", beta=0.04))
     assert with_ref.gib("reference model") > 14
 
 
@@ -336,13 +336,13 @@ def test_lora_keeps_zero_2_and_beta_adds_a_reference_model() -> None:
 def test_override_errors_name_the_override(model: str, override: dict[str, Any], field: str,
                                            text: str) -> None:
     with pytest.raises(UserError) as err:
-        make_plan(request(model, **override))
+        plan_memory(request(model, **override))
     assert err.value.field == field
     assert text in err.value.one_line()
 
 
 def test_fitting_overrides_are_kept_and_explained() -> None:
-    plan = make_plan(request("Qwen/Qwen2.5-7B", tensor_parallel_size=4, zero_stage=3,
+    plan = plan_memory(request("Qwen/Qwen2.5-7B", tensor_parallel_size=4, zero_stage=3,
                              offload_optimizer=True, enable_sleep_mode=True,
                              vllm_gpu_memory_utilization=0.5))
     assert (plan.tensor_parallel_size, plan.zero_stage, plan.offload_optimizer) == (4, 3, True)
@@ -390,7 +390,7 @@ def test_valid_batches_pass(kwargs: dict[str, Any]) -> None:
 
 def test_make_plan_applies_the_batch_rules() -> None:
     with pytest.raises(UserError) as err:
-        make_plan(request("Qwen/Qwen2.5-0.5B", gpus_per_node=3, per_device_train_batch_size=4,
+        plan_memory(request("Qwen/Qwen2.5-0.5B", gpus_per_node=3, per_device_train_batch_size=4,
                           num_generations=5))
     assert err.value.field == "num_generations"
 
@@ -424,7 +424,7 @@ def test_single_process_trains_without_deepspeed() -> None:
     """One GPU: nothing to shard, so the plan matches bare TRL (no DeepSpeed engine)."""
     arch = lookup_model("Qwen2.5-0.5B")
     assert arch is not None
-    plan = make_plan(PlanRequest(arch=arch, nodes=1, gpus_per_node=1, gpu_memory_gib=80,
+    plan = plan_memory(PlanRequest(arch=arch, nodes=1, gpus_per_node=1, gpu_memory_gib=80,
                                  cpu_memory_gib_per_node=128, prompt_length=64,
                                  completion_length=256, per_device_train_batch_size=32,
                                  num_generations=8))
@@ -434,7 +434,7 @@ def test_single_process_trains_without_deepspeed() -> None:
     params = arch.num_params / 2**30
     assert plan.gib("training weights") == pytest.approx(4 * params, abs=0.01)
     assert plan.gib("optimizer states") == pytest.approx(8 * params, abs=0.01)
-    sharded = make_plan(request("Qwen2.5-0.5B", gpus_per_node=2, zero_stage=2))
+    sharded = plan_memory(request("Qwen2.5-0.5B", gpus_per_node=2, zero_stage=2))
     assert sharded.gib("training weights") == pytest.approx(2 * params, abs=0.01)  # bf16 + fp32 master
     assert sharded.gib("optimizer states") == pytest.approx(12 * params / 2, abs=0.01)
 
@@ -459,6 +459,6 @@ def test_recomputation_saving_matches_the_gpu_measurement() -> None:
     req = PlanRequest(arch=arch, nodes=1, gpus_per_node=2, gpu_memory_gib=140.0,
                       cpu_memory_gib_per_node=100.0, prompt_length=32, completion_length=256,
                       per_device_train_batch_size=32, num_generations=8, zero_stage=0)
-    with_gc = make_plan(req).gib("activations")
-    without = make_plan(replace(req, gradient_checkpointing=False)).gib("activations")
+    with_gc = plan_memory(req).gib("activations")
+    without = plan_memory(replace(req, gradient_checkpointing=False)).gib("activations")
     assert abs((without - with_gc) - measured) <= 0.1 * measured, (without - with_gc, measured)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from hpc_grpo.planner import PlanRequest, arch_from_config, make_plan
+from hpc_grpo.planner import PlanRequest, arch_from_config, plan_memory
 from hpc_grpo.runtime.models.shapes import SHAPES
 
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
@@ -38,7 +38,7 @@ def _plan(shape_name: str, saved: dict[str, Any]) -> Any:
             break
     else:
         raise AssertionError(f"no {shape_name} arch gives the saved {weights} GiB of weights")
-    return make_plan(PlanRequest(
+    return plan_memory(PlanRequest(
         arch=arch, nodes=1, gpus_per_node=1, gpu_memory_gib=140.0, cpu_memory_gib_per_node=64.0,
         prompt_length=layout["vllm_max_model_length"] - sets["max_completion_length"],
         completion_length=sets["max_completion_length"],

@@ -15,7 +15,7 @@ from hpc_grpo.runtime.node.task import (
     attempt_id,
     child_env,
     exit_code,
-    stop_signals,
+    handled_signals,
     torchrun_argv,
     trainer_visible_devices,
 )
@@ -238,8 +238,8 @@ def test_server_mode_hides_server_gpus_from_trainers() -> None:
 def test_stop_signals_include_the_sites_requeue_signal() -> None:
     import signal
 
-    assert stop_signals(rec({})) == (signal.SIGUSR2, signal.SIGTERM)
-    assert stop_signals(rec({"stop": {"signals": ["USR1", "TERM"]}})) == (
+    assert handled_signals(rec({})) == (signal.SIGUSR2, signal.SIGTERM)
+    assert handled_signals(rec({"stop": {"signals": ["USR1", "TERM"]}})) == (
         signal.SIGUSR2,
         signal.SIGTERM,
         signal.SIGUSR1,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc_grpo.rundir.contract import StopBlock, stop_signals
+from hpc_grpo.rundir.contract import StopBlock, recorded_stop_signals
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 FAKE_SRUN = """#!/bin/bash
@@ -61,7 +61,7 @@ def test_the_script_ends_with_sruns_exit_status(tmp_path: Path) -> None:
 
 
 def batch_signals(requeue_signal: str) -> tuple[str, ...]:
-    return StopBlock(stop_signals(requeue_signal)).forwarded_by_batch_shell()
+    return StopBlock(recorded_stop_signals(requeue_signal)).forwarded_by_batch_shell()
 
 
 def test_which_signals_the_batch_shell_passes_on() -> None:
