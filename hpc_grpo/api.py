@@ -28,6 +28,7 @@ from hpc_grpo.planner.checkpoint_fit import refuse_if_no_fit, resident_host_gib
 from hpc_grpo.planner.job import JobPlan, build_plan
 from hpc_grpo.planner.report import plan_report
 from hpc_grpo.planner.timing import Timings
+from hpc_grpo.planner.types import ModelRef
 from hpc_grpo.preflight import inputs
 from hpc_grpo.rundir.contract import (
     ATTEMPTS,
@@ -98,8 +99,24 @@ def prepare(request: Request) -> Prepared:
                     site_name=site_ref(request.site))
 
 
-def _prepare(site: SiteProfile, spec: JobSpec, *, root: Path, run_id: str | None,
-             python: str | None, site_name: str) -> Prepared:
+@dataclass(frozen=True)
+class CheckedInputs:
+    """What the plan is made from, checked and measured on the login node first: the spec with
+    its dataset resolved and prompt bound measured, the model as staged, what earlier runs of
+    the job measured, the output file system's free space, and what to warn about or refuse."""
+
+    spec: JobSpec
+    model: ModelRef
+    dataset_commit: str
+    timings: Timings | None
+    free: tuple[int | None, str]
+    notes: tuple[str, ...]
+    refused: tuple[UserError, ...]
+
+
+def check_inputs(site: SiteProfile, spec: JobSpec, *, root: Path, python: str,
+                 site_name: str) -> CheckedInputs:
+    """Step one of ``prepare``: every login-node check and measurement, before any planning."""
     from hpc_grpo.preflight import stage
 
     model = inputs.resolve_model(spec.model, registry.home_dir())
@@ -107,24 +124,30 @@ def _prepare(site: SiteProfile, spec: JobSpec, *, root: Path, run_id: str | None
     for reward in spec.reward_funcs:
         inputs.check_reward(reward)
     spec = dataclasses.replace(spec, dataset=dataset)
-    python = python or site.python or sys.executable
     staging = stage.check(site, model, spec.model_revision, dataset)  # commit, staged config.json
     # Rewards called on a sample row, the longest prompt measured; what is not staged cannot be
     # read on this machine either (offline), and the stage warning or refusal already says so.
     probed = (inputs.Probed() if staging.missing
               else inputs.probe_inputs(spec, staging.model, python, staging.dataset_commit))
-    spec = inputs.with_prompt_bound(spec, probed)
-    name = spec.name or default_name(model.source)
-    measured = registry.measured_timings(name, site.name)
-    timings = Timings(*measured) if measured else None
-    plan = build_plan(site, spec, staging.model, timings, inputs.free_space(root))
+    measured = registry.measured_timings(spec.name or default_name(model.source), site.name)
     refused, notes = staging.problems(site, site_name)
-    plan = dataclasses.replace(plan, dataset_commit=staging.dataset_commit,
-                               warnings=plan.warnings + notes + tuple(probed.notes))
+    return CheckedInputs(inputs.with_prompt_bound(spec, probed), staging.model,
+                         staging.dataset_commit, Timings(*measured) if measured else None,
+                         inputs.free_space(root), notes + tuple(probed.notes), refused)
+
+
+def _prepare(site: SiteProfile, spec: JobSpec, *, root: Path, run_id: str | None,
+             python: str | None, site_name: str) -> Prepared:
+    """inputs -> plan -> run directory -> script: each step a function of the one before."""
+    python = python or site.python or sys.executable
+    checked = check_inputs(site, spec, root=root, python=python, site_name=site_name)
+    plan = build_plan(site, checked.spec, checked.model, checked.timings, checked.free,
+                      dataset_commit=checked.dataset_commit, notes=checked.notes)
     run_id = run_id or registry.next_run_id(root, plan.job_name)
     run_dir = root / run_id
     script = render_script(plan, run_id=run_id, run_dir=str(run_dir), python=python)
-    return Prepared(plan, run_id, run_dir, python, script, summary_text(plan), site_name, refused)
+    return Prepared(plan, run_id, run_dir, python, script, summary_text(plan), site_name,
+                    checked.refused)
 
 
 def _refuse_unstaged(prepared: Prepared) -> None:

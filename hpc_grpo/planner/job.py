@@ -218,9 +218,11 @@ def _memory_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int) 
 
 
 def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
-               timings: Timings | None = None, free: tuple[int | None, str] = (None, "")) -> JobPlan:
+               timings: Timings | None = None, free: tuple[int | None, str] = (None, ""),
+               dataset_commit: str = "", notes: tuple[str, ...] = ()) -> JobPlan:
     """Check the request against the site and choose the layout; raises UserError early.
-    ``free``: the output file system's free bytes and name, probed by the caller."""
+    ``free``: the output file system's free bytes and name, probed by the caller; ``notes``:
+    the caller's checks' warnings, shown after the plan's own."""
     time_min = minutes(spec.time, "time")
     lead, lead_reason = signal_lead(site.signal_lead_s, timings)
     warnings = [*spec.notes, *_check_limits(site, spec, time_min, lead, timings)]
@@ -241,6 +243,7 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
         ranks=rank_table(spec.nodes, procs, vllm.tensor_parallel_size), vllm=vllm,
         deepspeed=deepspeed, memory=memory, server=server, checkpoint=checkpoint,
         checkpoint_problem=no_fit, time_min=time_min, job_name=spec.name or default_name(model.source),
-        warnings=tuple(warnings), signal_lead_s=lead, signal_lead_reason=lead_reason,
+        warnings=(*warnings, *notes), signal_lead_s=lead, signal_lead_reason=lead_reason,
+        dataset_commit=dataset_commit,
         collective_timeout_s=timeout, collective_timeout_reason=timeout_reason,
     )
