@@ -12,15 +12,15 @@ from hpc_grpo import api
 from hpc_grpo.cli import main
 from hpc_grpo.errors import UserError
 from hpc_grpo.runs import registry, track
-from tests.unit.slurmfake import FakeSlurm, install, squeue_line
+from tests.unit.slurmfake import FakeSlurm, squeue_line
 
 T0 = "2026-01-01T10:00:00"
 MODEL = "Qwen/Qwen2.5-0.5B"  # a catalogue model: nothing to build or download
 
 
 @pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
-    fake = install(tmp_path, monkeypatch)
+def fake(fake: FakeSlurm, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
+    """The shared fake Slurm (tests/unit/conftest.py), with this module's answers."""
     fake.answer("sinfo", "node1\nnode2\nnode3\nnode4\n")
     return fake
 

@@ -14,7 +14,7 @@ from hpc_grpo.config.recipe_format import OPEN_R1_REWARDS, translate
 from hpc_grpo.config.spec import build_spec, grpo_fields
 from hpc_grpo.errors import did_you_mean
 from hpc_grpo.preflight import inputs
-from tests.unit.slurmfake import FakeSlurm, install
+from tests.unit.slurmfake import FakeSlurm
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recipes"
 RECIPES = Path(__file__).resolve().parents[3] / "recipes"
@@ -32,8 +32,8 @@ def math_rewards(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
-    fake = install(tmp_path, monkeypatch)
+def fake(fake: FakeSlurm, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
+    """The shared fake Slurm (tests/unit/conftest.py), with this module's answers."""
     fake.answer("sbatch", "Submitted batch job 1\n")
     fake.answer("sinfo", "node1\nnode2\nnode3\nnode4\n")
     return fake

@@ -27,7 +27,7 @@ from hpc_grpo.runtime.node.task import child_env
 from hpc_grpo.runtime.node.vllm_server import server_argv
 from hpc_grpo.runtime.rank import staged
 from tests.unit.hubfake import FakeHub, Repo, commit_of, lay_out, read_folder
-from tests.unit.slurmfake import FakeSlurm, install
+from tests.unit.slurmfake import FakeSlurm
 
 REPO = Path(__file__).resolve().parents[3]
 MODEL = "tiny-org/tiny-grpo"  # in no catalogue: the plan can only come from its config.json
@@ -57,11 +57,6 @@ def _profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str = "lab",
         "".join(f"{k}: {v}\n" for k, v in body.items() if v != "UNSET"))
     monkeypatch.setenv("HPC_GRPO_SITES", str(sites))
     return cache
-
-
-@pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
-    return install(tmp_path, monkeypatch)  # sbatch answers "Submitted batch job 4242"
 
 
 def _hub(tiny_files: dict[str, bytes]) -> FakeHub:

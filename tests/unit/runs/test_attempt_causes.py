@@ -10,7 +10,7 @@ import pytest
 
 from hpc_grpo.runs import track
 from hpc_grpo.runs.attempts import with_accounting
-from tests.unit.slurmfake import FakeSlurm, identity, install, make_run, sacct_line, squeue_line
+from tests.unit.slurmfake import FakeSlurm, identity, make_run, sacct_line, squeue_line
 
 RECORDS = json.loads((Path(__file__).parents[1] / "records" / "slurm_causes.json").read_text())
 
@@ -46,10 +46,9 @@ def test_other_jobs_and_unknown_attempts_are_left_alone() -> None:
     assert with_accounting(restarts, "1", _recorded_states("1")) == restarts
 
 
-def test_status_shows_the_accounted_causes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_status_shows_the_accounted_causes(tmp_path: Path, fake: FakeSlurm) -> None:
     """A run with job 5 on another cluster's names: its attempt 0 was preempted (TERM only,
     recorded as a requeue), attempt 1 lost a node before Slurm noticed (a task crash)."""
-    fake: FakeSlurm = install(tmp_path, monkeypatch)
     run_dir = tmp_path / "runs" / "grpo-tiny-0001"
     job = identity(run_dir, "5")
     make_run(tmp_path / "runs", "grpo-tiny-0001", phase="training", step=6, job=job)

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from hpc_grpo.cli import main
 from hpc_grpo.rundir.contract import LOGP_DIFF_MAX, LOGP_DIFF_MEAN
 from hpc_grpo.runs import drift, track
-from tests.unit.slurmfake import FakeSlurm, identity, install, make_run, sacct_line
+from tests.unit.slurmfake import FakeSlurm, identity, make_run, sacct_line
 
 T0 = "2026-01-01T10:00:00"
 HEALTHY = 0.012  # the size TRL issue 5312 reports for an engine with the trained weights
@@ -60,11 +60,6 @@ def test_lines_without_a_value_are_neither_drift_nor_counted_in_the_window() -> 
     assert drift.judge(odd) is None
     assert drift.judge([line(1, STALE), *odd, *odd]) is not None  # still among the last 5 values
     assert [drift.logp_diff(r) for r in odd] == [None] * 5
-
-
-@pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
-    return install(tmp_path, monkeypatch)
 
 
 def _run(tmp_path: Path, run_id: str, job: str, diffs: list[float | None]) -> str:

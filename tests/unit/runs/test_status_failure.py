@@ -11,16 +11,11 @@ from click.testing import CliRunner
 
 from hpc_grpo.cli import main
 from hpc_grpo.runs import track
-from tests.unit.slurmfake import FakeSlurm, identity, install, make_run, sacct_line
+from tests.unit.slurmfake import FakeSlurm, identity, make_run, sacct_line
 
 T0 = "2026-01-01T10:00:00"
 LINE = ("ValueError: log_completions_hub_repo is set, but log_completions is False. Enable "
         "log_completions to upload completions to the Hub, or unset log_completions_hub_repo.")
-
-
-@pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
-    return install(tmp_path, monkeypatch)
 
 
 def _state(run_dir: Path, **state: object) -> None:

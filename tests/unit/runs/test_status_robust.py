@@ -11,14 +11,9 @@ from click.testing import CliRunner
 
 from hpc_grpo.cli import main
 from hpc_grpo.runs import runfiles, track
-from tests.unit.slurmfake import FakeSlurm, identity, install, make_run, squeue_line
+from tests.unit.slurmfake import FakeSlurm, identity, make_run, squeue_line
 
 T0 = "2026-01-01T10:00:00"
-
-
-@pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
-    return install(tmp_path, monkeypatch)
 
 
 def _status_cli(*args: str) -> tuple[int, str, str]:

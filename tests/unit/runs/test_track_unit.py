@@ -14,15 +14,10 @@ import pytest
 
 from hpc_grpo.errors import UserError
 from hpc_grpo.runs import track
-from tests.unit.slurmfake import FakeSlurm, identity, install, make_run, sacct_line, squeue_line
+from tests.unit.slurmfake import FakeSlurm, identity, make_run, sacct_line, squeue_line
 
 T0 = "2026-01-01T10:00:00"  # when the run's job was submitted
 LATER = "2026-01-01T11:00:00"
-
-
-@pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
-    return install(tmp_path, monkeypatch)
 
 
 def _only(rows: list[track.RunStatus]) -> track.RunStatus:

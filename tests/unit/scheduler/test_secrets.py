@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from hpc_grpo import api
 from hpc_grpo.cli import main
 from hpc_grpo.errors import UserError
-from tests.unit.slurmfake import FakeSlurm, install
+from tests.unit.slurmfake import FakeSlurm
 
 SECRETS = {"HF_TOKEN": "hf_sEcReT0001", "WANDB_API_KEY": "wandb-sEcReT0002",
            "VAULT_PASS": "vault-sEcReT0003"}
@@ -32,8 +32,8 @@ def _profile(sites: Path, **extra: str) -> None:
 
 
 @pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
-    fake = install(tmp_path, monkeypatch)
+def fake(fake: FakeSlurm, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
+    """The shared fake Slurm (tests/unit/conftest.py), with this module's answers."""
     monkeypatch.setenv("FAKE_SLURM_RECORD_ENV", ",".join(SECRETS))
     for name in SECRETS:
         monkeypatch.delenv(name, raising=False)

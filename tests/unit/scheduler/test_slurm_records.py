@@ -12,12 +12,7 @@ import pytest
 
 from hpc_grpo.errors import UserError
 from hpc_grpo.scheduler import slurm, slurm_records
-from tests.unit.slurmfake import FakeSlurm, install, sacct_line, squeue_line
-
-
-@pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
-    return install(tmp_path, monkeypatch)
+from tests.unit.slurmfake import FakeSlurm, sacct_line, squeue_line
 
 
 def test_sacct_records_keep_every_record_with_its_identity() -> None:

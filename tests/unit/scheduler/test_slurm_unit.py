@@ -15,7 +15,7 @@ import pytest
 from hpc_grpo.errors import UserError
 from hpc_grpo.scheduler import slurm, slurm_records
 from hpc_grpo.scheduler.slurm_records import JobState
-from tests.unit.slurmfake import FAKED, FakeSlurm, install
+from tests.unit.slurmfake import FakeSlurm, install
 
 
 def query_states(job_ids: list[str]) -> dict[str, JobState]:
@@ -59,11 +59,6 @@ FINISHED = {
 
 def _install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, names: tuple[str, ...]) -> FakeSlurm:
     return install(tmp_path, monkeypatch, names)
-
-
-@pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
-    return _install(tmp_path, monkeypatch, FAKED)
 
 
 # --- states -----------------------------------------------------------------------------------
