@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from hpc_grpo.cli import main
+from tests.unit.slurmfake import FakeSlurm
 
 
 @pytest.fixture
-def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """sbatch/sinfo stand-ins that record every call: a refused request must make none."""
-    bin_dir = tmp_path / "fakebin"
-    bin_dir.mkdir()
-    calls = tmp_path / "calls.log"
-    for name, out in {"sbatch": "Submitted batch job 1", "sinfo": r"node1\nnode2\nnode3\nnode4",
-                      "srun": "", "sacct": "", "squeue": "", "scontrol": ""}.items():
-        path = bin_dir / name
-        path.write_text(f"#!/bin/sh\necho {name} \"$@\" >> {calls}\nprintf '{out}\\n'\n")
-        path.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    return calls
+def fake_slurm(fake: FakeSlurm) -> FakeSlurm:
+    """The shared fake Slurm (tests/unit/conftest.py) with four nodes: a refused request must
+    call none of it."""
+    fake.answer("sinfo", "node1\nnode2\nnode3\nnode4\n")
+    return fake
 
 
 def run(tmp_path: Path, *args: str) -> tuple[int, str, Path]:
@@ -33,59 +26,59 @@ def run(tmp_path: Path, *args: str) -> tuple[int, str, Path]:
     return result.exit_code, result.stderr, root
 
 
-def assert_refused(code: int, stderr: str, root: Path, calls: Path, *words: str) -> None:
+def assert_refused(code: int, stderr: str, root: Path, calls: FakeSlurm, *words: str) -> None:
     assert code == 2, stderr
     lines = stderr.strip().splitlines()
     assert len(lines) == 1, stderr
     assert lines[0].startswith("error: ")
     for word in words:
         assert word in lines[0]
-    assert not calls.exists() or "sbatch" not in calls.read_text()
+    assert calls.calls("sbatch") == []
     assert not root.exists() or not any(root.iterdir())
 
 
-def test_unknown_profile_key(tmp_path: Path, fake_slurm: Path) -> None:
+def test_unknown_profile_key(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("partition: debug\naccount_name: x\n")
     code, err, root = run(tmp_path, "--site", str(bad), "--model", "builtin:tiny")
     assert_refused(code, err, root, fake_slurm, "account_name", "did you mean 'account'")
 
 
-def test_missing_model(tmp_path: Path, fake_slurm: Path) -> None:
+def test_missing_model(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
     code, err, root = run(tmp_path, "--site", "sandbox")
     assert_refused(code, err, root, fake_slurm, "model", "hint")
 
 
-def test_more_nodes_than_partition(tmp_path: Path, fake_slurm: Path) -> None:
+def test_more_nodes_than_partition(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
     code, err, root = run(tmp_path, "--site", "sandbox", "--model", "builtin:tiny", "--nodes", "9")
     assert_refused(code, err, root, fake_slurm, "nodes", "partition 'debug' has 4")
 
 
-def test_tp_not_dividing(tmp_path: Path, fake_slurm: Path) -> None:
+def test_tp_not_dividing(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
     code, err, root = run(tmp_path, "--site", "sandbox", "--model", "builtin:tiny",
                           "--procs-per-node", "4", "--tp", "3")
     assert_refused(code, err, root, fake_slurm, "tensor_parallel_size", "does not divide")
 
 
-def test_recipe_does_not_parse(tmp_path: Path, fake_slurm: Path) -> None:
+def test_recipe_does_not_parse(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
     recipe = tmp_path / "r.yaml"
     recipe.write_text("model: builtin:tiny\nlearning_rate: [0.1\n")
     code, err, root = run(tmp_path, "--site", "sandbox", "--recipe", str(recipe))
     assert_refused(code, err, root, fake_slurm, "recipe", "does not parse")
 
 
-def test_unknown_grpo_field(tmp_path: Path, fake_slurm: Path) -> None:
+def test_unknown_grpo_field(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
     code, err, root = run(tmp_path, "--site", "sandbox", "--model", "builtin:tiny",
                           "--set", "num_generation=4")
     assert_refused(code, err, root, fake_slurm, "num_generation", "num_generations")
 
 
-def test_model_path_missing(tmp_path: Path, fake_slurm: Path) -> None:
+def test_model_path_missing(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
     code, err, root = run(tmp_path, "--site", "sandbox", "--model", str(tmp_path / "nope"))
     assert_refused(code, err, root, fake_slurm, "model", "does not exist")
 
 
-def test_model_folder_without_tokenizer(tmp_path: Path, fake_slurm: Path) -> None:
+def test_model_folder_without_tokenizer(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
     folder = tmp_path / "m"
     folder.mkdir()
     (folder / "config.json").write_text("{}")
@@ -93,13 +86,13 @@ def test_model_folder_without_tokenizer(tmp_path: Path, fake_slurm: Path) -> Non
     assert_refused(code, err, root, fake_slurm, "no tokenizer")
 
 
-def test_reward_that_does_not_import(tmp_path: Path, fake_slurm: Path) -> None:
+def test_reward_that_does_not_import(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
     code, err, root = run(tmp_path, "--site", "sandbox", "--model", "builtin:tiny",
                           "--reward", "no_such_module_xyz:reward")
     assert_refused(code, err, root, fake_slurm, "reward_funcs", "does not import")
 
 
-def test_dataset_without_prompt_column(tmp_path: Path, fake_slurm: Path) -> None:
+def test_dataset_without_prompt_column(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
     data = tmp_path / "d.jsonl"
     data.write_text('{"question": "1+1"}\n')
     code, err, root = run(tmp_path, "--site", "sandbox", "--model", "builtin:tiny",
@@ -107,19 +100,19 @@ def test_dataset_without_prompt_column(tmp_path: Path, fake_slurm: Path) -> None
     assert_refused(code, err, root, fake_slurm, "prompt", "question")
 
 
-def test_generation_batch_not_divisible(tmp_path: Path, fake_slurm: Path) -> None:
+def test_generation_batch_not_divisible(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
     code, err, root = run(tmp_path, "--site", "sandbox", "--model", "builtin:tiny",
                           "--set", "per_device_train_batch_size=3", "--set", "num_generations=4")
     assert_refused(code, err, root, fake_slurm, "num_generations")
 
 
-def test_job_name_with_metacharacters(tmp_path: Path, fake_slurm: Path) -> None:
+def test_job_name_with_metacharacters(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
     code, err, root = run(tmp_path, "--site", "sandbox", "--model", "builtin:tiny",
                           "--name", "x; rm -rf /")
     assert_refused(code, err, root, fake_slurm, "name", "#SBATCH")
 
 
-def test_time_over_site_maximum(tmp_path: Path, fake_slurm: Path) -> None:
+def test_time_over_site_maximum(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
     code, err, root = run(tmp_path, "--site", "sandbox", "--model", "builtin:tiny",
                           "--time", "10:00:00")
     assert_refused(code, err, root, fake_slurm, "time", "maximum")
@@ -138,7 +131,7 @@ def test_bad_grpo_value(tmp_path: Path, fake_slurm: Path, setting: str, words: t
     assert_refused(code, err, root, fake_slurm, *words)
 
 
-def test_every_bad_grpo_value_is_listed_at_once(tmp_path: Path, fake_slurm: Path) -> None:
+def test_every_bad_grpo_value_is_listed_at_once(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
     recipe = tmp_path / "r.yaml"
     recipe.write_text("model: builtin:tiny\nper_device_train_batch_size: 0\nloss_type: drgrpo\n"
                       "max_steps: 5\n")
@@ -155,8 +148,7 @@ def test_every_bad_grpo_value_is_listed_at_once(tmp_path: Path, fake_slurm: Path
     assert all(line.startswith("error: ") for line in lines)
     for words in expected:
         assert sum(words in line for line in lines) == 1, (words, err)
-    assert not fake_slurm.exists() or "sbatch" not in fake_slurm.read_text()
-    assert not root.exists() or not any(root.iterdir())
+    assert fake_slurm.calls("sbatch") == []
 
 
 def test_trl_spelling_of_train_by_epochs_is_accepted(tmp_path: Path) -> None:
