@@ -25,7 +25,7 @@ from hpc_grpo.runtime.node.causes import (
     JobFacts,
 )
 
-RECORDS = json.loads((Path(__file__).parents[1] / "records" / "slurm_causes.json").read_text())
+RECORDS = json.loads((Path(__file__).parents[2] / "records" / "slurm_causes.json").read_text())
 SIGNALLED = {c["name"]: c for c in RECORDS["signalled"]}
 CRASHES = {c["name"]: c for c in RECORDS["crashes"]}
 
