@@ -46,7 +46,8 @@ TRL_DEFAULTS: dict[str, Any] = {
     "gradient_checkpointing": True,
 }
 # Longest prompt of each built-in dataset, in tokens of any byte-level tokenizer (at most one
-# token per byte, plus BOS); tests/unit/runtime/rank/test_runtime_data.py checks it against the built-in models.
+# token per byte, plus BOS); tests/unit/runtime/rank/test_runtime_data.py checks it against
+# the built-in models.
 BUILTIN_PROMPT_TOKENS = {"builtin:digits": 32, "builtin:sums": 32}
 
 
