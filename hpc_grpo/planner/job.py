@@ -45,9 +45,8 @@ TRL_DEFAULTS: dict[str, Any] = {
     "beta": 0.0,
     "gradient_checkpointing": True,
 }
-# Longest prompt of each built-in dataset, in tokens of any byte-level tokenizer (at most one
-# token per byte, plus BOS); tests/unit/runtime/rank/test_runtime_data.py checks it against
-# the built-in models.
+# Longest prompt of each built-in dataset in tokens of any byte-level tokenizer (at most one per
+# byte, plus BOS), checked against the built-in models by tests/unit/runtime/rank/test_runtime_data.py.
 BUILTIN_PROMPT_TOKENS = {"builtin:digits": 32, "builtin:sums": 32}
 
 
