@@ -1,0 +1,62 @@
+"""Facts written once (#26): a second copy of one of these rules in the package fails here.
+
+Each rule had drifted into several modules before: which back end a site has (12 branches in 6
+files), the stop-signal set (4 builders), world size (5), the distributed backend (2), the
+TP-divides-a-node check (4), scontrol runners (3) and run-directory JSON readers (2). The scan
+reads source text, so the test is cheap and says where the copy is.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[3] / "hpc_grpo"
+SOURCES = {p.relative_to(PACKAGE).as_posix(): p.read_text() for p in PACKAGE.rglob("*.py")}
+
+# rule -> (pattern, the modules allowed to hold it, why there)
+RULES: dict[str, tuple[str, set[str]]] = {
+    # Which back end: backend_for picks it; the profile's own checks, the plan's one-node rule,
+    # render's template, doctor's Slurm-only job and a run directory's record read it as data.
+    "a branch on the scheduler": (
+        r"scheduler\s*[!=]=\s*\"(local|slurm)\"|\"(local|slurm)\"\s*[!=]=\s*\w*scheduler",
+        {"scheduler/backend.py", "config/site.py", "planner/job.py", "scheduler/render.py",
+         "preflight/doctor.py", "runs/runfiles.py"}),
+    "the stop-signal set": (r"ALWAYS_STOP\b", {"rundir/contract.py", "runtime/rank/train.py"}),
+    "world size as a product": (
+        r"\bnodes\)?\s*\*\s*[\w.(]*(procs|ppn|gpus_per_node)|\b(procs|ppn)\w*\)?\s*\*\s*[\w.(]*nodes\b",
+        {"rundir/contract.py"}),
+    "the distributed backend": (r"\"nccl\"\s+if\b|\"gloo\"\s+if\b", {"rundir/contract.py"}),
+    "TP groups tile a node": (r"procs_per_node\s*%\s*tp\b|\bppn\s*%\s*tp\b",
+                              {"rundir/contract.py", "planner/topology.py"}),
+    # The runtime's one runner; the launcher's argv lists go through scheduler/slurm.run_slurm.
+    "an scontrol runner": (r"\[\s*\"scontrol\"|\(\s*\[\s*binary\b",
+                           {"runtime/node/slurm_facts.py", "scheduler/slurm.py"}),
+    "a run-directory JSON-lines reader": (r"def (read_jsonl|tail_jsonl|last_jsonl)\b",
+                                          {"rundir/__init__.py"}),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(RULES))
+def test_each_fact_lives_in_its_one_place(rule: str) -> None:
+    pattern, allowed = RULES[rule]
+    found = {name for name, text in SOURCES.items()
+             if any(re.search(pattern, line) for line in text.splitlines()
+                    if not line.lstrip().startswith("#"))}
+    assert found - allowed == set(), f"{rule} written again in {sorted(found - allowed)}"
+    assert found, f"the pattern for {rule} finds nothing: it no longer describes the code"
+
+
+def test_the_scan_sees_a_second_copy() -> None:
+    """The patterns match the copies they were written against (the test can fail)."""
+    copies = {
+        "a branch on the scheduler": 'if plan.site.scheduler == "local":',
+        "world size as a product": "return self.spec.nodes * self.procs_per_node",
+        "the distributed backend": 'dist_backend="nccl" if self.device == "cuda" else "gloo",',
+        "TP groups tile a node": "if tp < 1 or ppn % tp:",
+        "an scontrol runner": 'subprocess.run(["scontrol", "requeue", job], check=False)',
+    }
+    for rule, line in copies.items():
+        assert re.search(RULES[rule][0], line), rule
