@@ -1,4 +1,7 @@
-"""Shared fixtures: an isolated run index, golden-file updating, and the sandbox cluster."""
+"""Shared fixtures: an isolated run index, golden-file updating, the sandbox cluster, and the one
+fake world of fake Slurm binaries (``fake``; tests/unit/slurmfake.py). A module that needs the
+binaries to answer more for every test overrides ``fake`` with a fixture of the same name that
+takes this one and adds its answers."""
 
 from __future__ import annotations
 
@@ -9,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.unit.slurmfake import FakeSlurm, install
 
 REPO = Path(__file__).resolve().parent.parent
 SANDBOX = REPO / "tests" / "cluster" / "sandbox.sh"
@@ -93,3 +98,11 @@ def sandbox_cluster() -> Iterator[None]:
     yield
     if started_here and os.environ.get("HPC_GRPO_KEEP_SANDBOX") != "1":
         subprocess.run(["bash", str(SANDBOX), "stop"], capture_output=True)
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
+    """sbatch, squeue, sacct, scontrol, scancel, srun, sinfo, salloc for this test only: sbatch
+    answers "Submitted batch job 4242", the others print nothing until told (``answer``), and
+    every call is recorded (``calls``)."""
+    return install(tmp_path, monkeypatch)

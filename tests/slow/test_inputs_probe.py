@@ -15,6 +15,7 @@ from hpc_grpo import api
 from hpc_grpo.cli import main
 from hpc_grpo.errors import UserError
 from tests.unit.cli.test_cli_errors import assert_refused, fake_slurm  # noqa: F401 (fixture)
+from tests.unit.slurmfake import FakeSlurm
 
 MATH = [{"problem": f"What is {i} + {i}? Put the answer in a box.", "solution": str(2 * i)}
         for i in range(8)]
@@ -69,7 +70,7 @@ def submit(workdir: Path, *args: str) -> tuple[int, str, Path]:
      ("dataset", "no prompt column 'question'", "problem, solution")),
 ])
 def test_a_problem_the_ranks_would_hit_is_one_line_and_nothing_is_submitted(
-        workdir: Path, fake_slurm: Path,  # noqa: F811 (the fixture imported above)
+        workdir: Path, fake_slurm: FakeSlurm,  # noqa: F811 (the fixture imported above)
         extra: dict[str, object], words: tuple[str, ...]) -> None:
     if extra.get("dataset") == "math.parquet":
         import datasets

@@ -18,7 +18,6 @@ from click.testing import CliRunner
 from hpc_grpo.cli import main
 from hpc_grpo.preflight import stage
 from tests.unit.preflight.test_stage import DATASET, MODEL, REPO, _hub, _profile
-from tests.unit.preflight.test_stage import fake as fake  # noqa: F401 (a fixture)
 from tests.unit.preflight.test_stage import tiny_files as tiny_files  # noqa: F401 (a fixture)
 from tests.unit.slurmfake import FakeSlurm
 
