@@ -1,7 +1,8 @@
-"""What runs on the compute nodes. Imports nothing of the launcher side but ``contract``.
+"""What runs on the compute nodes. Imports of the package only itself and ``hpc_grpo.rundir``
+(the run directory's room, shared with the launcher), never the launcher side.
 
-``node``: the per-node task submitit starts (torchrun, signals, retry, vLLM server);
-``rank``: one training rank (GRPOTrainer and what it needs); ``models``: offline example models;
-``probe``: doctor's on-node half; ``rundir``: the run directory's files; ``contract``: the typed
-run record and state shared with the launcher.
+``node``: the per-node task the job script starts (under Slurm through submitit's job role, on a
+local site exec'd by the script itself): torchrun, signals, retry, vLLM server; ``rank``: one
+training rank (GRPOTrainer and what it needs); ``models``: offline example models; ``probe``:
+doctor's on-node half.
 """

@@ -1,1 +1,2 @@
-"""Scheduler back ends: the job script (render + sbatch_templates/), Slurm, and this machine."""
+"""Scheduler back ends behind one interface (``backend.py``): Slurm and this machine, and the job
+script both run (``render.py`` + sbatch_templates/)."""
