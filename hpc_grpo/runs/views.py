@@ -70,8 +70,6 @@ def _notes(row: track.RunStatus) -> list[str]:
         notes.append(row.drift)
     if row.checkpoint_skipped:
         notes.append(row.checkpoint_skipped)
-    if row.note:
-        notes.append(row.note)
     if row.tracker_sync:  # W&B offline on nodes without internet: one command uploads it
         notes.append(f"W&B offline run; upload it with: {row.tracker_sync}")
     return notes
@@ -127,11 +125,23 @@ def status_table(rows: Sequence[track.RunStatus]) -> None:
     for row in cells:
         table.add_row(*row)
     console.print(table)
-    notes = [(r.run_id, note) for r in rows for note in _notes(r)]
+    for who, note in _grouped_notes(rows):
+        console.print(f"{who}: {note}", soft_wrap=True)
+
+
+def _grouped_notes(rows: Sequence[track.RunStatus]) -> list[tuple[str, str]]:
+    """Each run's notes under the table; where the state came from (``note``: Slurm not
+    answering, a job Slurm forgot) is said once for every run it is the same for, so a Slurm
+    that does not answer is one line, not one per run."""
+    out = [(row.run_id, note) for row in rows for note in _notes(row)]
+    shared: dict[str, list[str]] = {}
+    for row in rows:
+        if row.note:
+            shared.setdefault(row.note, []).append(row.run_id)
     if any(r.source == "run directory" for r in rows):
-        notes.append(("*", "state from the run directory: Slurm cannot speak for this run"))
-    for run_id, note in notes:
-        console.print(f"{run_id}: {note}", soft_wrap=True)
+        shared.setdefault("state from the run directory: Slurm cannot speak for this run", ["*"])
+    return out + [(ids[0] if len(ids) == 1 else f"{len(ids)} runs ({', '.join(ids[:3])}"
+                   + (", ..." if len(ids) > 3 else "") + ")", note) for note, ids in shared.items()]
 
 
 def watch_status(fetch: Callable[[], Sequence[track.RunStatus]], interval: float = 5.0) -> None:

@@ -47,19 +47,23 @@ def _check_id(job_id: str) -> str:
     return job_id
 
 
-def _sacct_text(joined: str) -> str:
+def _sacct_text(joined: str, timeout: float) -> str:
     try:
-        return run_slurm([*_SACCT, f"--format={SACCT_FIELDS}", f"--jobs={joined}"])
+        return run_slurm([*_SACCT, f"--format={SACCT_FIELDS}", f"--jobs={joined}"], timeout=timeout)
     except UserError as err:  # sacct before 22.05 has no SubmitLine: identity from squeue only
         if "invalid field" not in err.message.lower():
             raise
-        return run_slurm([*_SACCT, f"--format={SACCT_FIELDS_BEFORE_22_05}", f"--jobs={joined}"])
+        return run_slurm([*_SACCT, f"--format={SACCT_FIELDS_BEFORE_22_05}", f"--jobs={joined}"],
+                         timeout=timeout)
 
 
-def query_records(job_ids: Sequence[str]) -> JobRecords:
-    """All records of any number of jobs from one sacct and one squeue call; never raises.
+def query_records(job_ids: Sequence[str], *, timeout: float = 30) -> JobRecords:
+    """All records of any number of jobs from one sacct and one squeue call, run side by side
+    and each bounded by ``timeout``; never raises.
 
     Ids that are not Slurm job ids are left out (a bad record must not break a status)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     valid = [j for j in dict.fromkeys(str(j) for j in job_ids) if JOB_ID.fullmatch(j)]
     if not valid:
         return JobRecords({}, {})
@@ -67,15 +71,18 @@ def query_records(job_ids: Sequence[str]) -> JobRecords:
     acct: dict[str, list[JobRecord]] = {}
     queue: dict[str, JobRecord] = {}
     sacct_error = squeue_error = None
-    try:
-        acct = parse_sacct_records(_sacct_text(joined))
-    except UserError as err:  # no slurmdbd, or it is down: squeue still knows live jobs
-        sacct_error = err
-    try:
-        queue = parse_squeue_records(run_slurm([*_SQUEUE, f"--jobs={joined}"]))
-    except UserError as err:
-        if "invalid job id" not in err.message.lower():
-            squeue_error = err  # else: squeue rejects a single id it no longer holds
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        sacct = pool.submit(_sacct_text, joined, timeout)
+        squeue = pool.submit(run_slurm, [*_SQUEUE, f"--jobs={joined}"], timeout=timeout)
+        try:
+            acct = parse_sacct_records(sacct.result())
+        except UserError as err:  # no slurmdbd, or it is down: squeue still knows live jobs
+            sacct_error = err
+        try:
+            queue = parse_squeue_records(squeue.result())
+        except UserError as err:
+            if "invalid job id" not in err.message.lower():
+                squeue_error = err  # else: squeue rejects a single id it no longer holds
     return JobRecords(acct, queue, sacct_error, squeue_error)
 
 

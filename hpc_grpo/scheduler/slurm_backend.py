@@ -28,6 +28,13 @@ def submitit_folder(run_dir: str) -> str:
     return f"{run_dir}/{SUBMITIT}"
 
 
+# How long status waits for sacct and squeue (side by side): a slurmctld or slurmdbd that does
+# not answer makes status show the run directories' state, said once, instead of hanging
+# (issue #27: 9-18 s before). A cluster whose accounting is slower than this loses only the
+# records of ended jobs for that call: the run directories still say how far training got.
+STATUS_WAIT_S = 2.0
+
+
 class SlurmBackend:
     name = "slurm"
     follow_by_default = False
@@ -50,7 +57,7 @@ class SlurmBackend:
         from hpc_grpo.runs.jobstate import slurm_view
 
         ids = [i.job_id for f in runs if (i := f.identity) and i.job_id]
-        records = slurm.query_records(ids)  # no ids: no call, empty records
+        records = slurm.query_records(ids, timeout=STATUS_WAIT_S)  # no ids: no call
         return [slurm_view(files, records) for files in runs]
 
     def refuse_if_alive(self, files: RunFiles, verb: str) -> None:

@@ -3,7 +3,8 @@
 Called as `fake_slurm.py NAME ARGS...` by the sh wrappers that tests/unit/slurmfake.py puts
 first on PATH. Its state lives in $FAKE_SLURM_DIR: calls.jsonl (one {"name", "argv"[, "script"]}
 line per call, with "env": the variables named in $FAKE_SLURM_RECORD_ENV) and optional
-NAME.out / NAME.err / NAME.rc (stdout, stderr, exit code).
+NAME.out / NAME.err / NAME.rc (stdout, stderr, exit code) and NAME.sleep (seconds to wait
+before answering: a controller that does not answer).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 DEFAULT_OUT = {"sbatch": "Submitted batch job 4242\n"}
@@ -27,7 +29,9 @@ def main() -> int:
         call["env"] = {k: os.environ[k] for k in recorded if k in os.environ}
     with (folder / "calls.jsonl").open("a") as calls:
         calls.write(json.dumps(call) + "\n")
-    out, err, rc = (folder / f"{name}.{ext}" for ext in ("out", "err", "rc"))
+    out, err, rc, sleep = (folder / f"{name}.{ext}" for ext in ("out", "err", "rc", "sleep"))
+    if sleep.exists():
+        time.sleep(float(sleep.read_text()))
     sys.stdout.write(out.read_text() if out.exists() else DEFAULT_OUT.get(name, ""))
     sys.stderr.write(err.read_text() if err.exists() else "")
     return int(rc.read_text()) if rc.exists() else 0

@@ -35,7 +35,9 @@ class FakeSlurm:
             wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" {name} "$@"\n')
             wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
 
-    def answer(self, name: str, out: str = "", err: str = "", rc: int = 0) -> None:
+    def answer(self, name: str, out: str = "", err: str = "", rc: int = 0,
+               sleep: float = 0) -> None:
+        (self.dir / f"{name}.sleep").write_text(str(sleep))
         (self.dir / f"{name}.out").write_text(out)
         (self.dir / f"{name}.err").write_text(err)
         (self.dir / f"{name}.rc").write_text(str(rc))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from click.testing import CliRunner
 
 from hpc_grpo.cli import main
 from hpc_grpo.runs import runfiles, track
+from hpc_grpo.scheduler.slurm_backend import STATUS_WAIT_S
 from tests.unit.slurmfake import FakeSlurm, identity, make_run, squeue_line
 
 T0 = "2026-01-01T10:00:00"
@@ -130,6 +132,23 @@ def test_slurm_failing(fake: FakeSlurm, tmp_path: Path) -> None:
     fake.answer("squeue", err="squeue: error: Unable to contact slurm controller\n", rc=1)
     _three_runs(tmp_path / "runs")
     _check_run_directory_rows("Problem talking to the database")
+
+
+def test_slurm_not_answering_costs_status_two_seconds_and_one_line(
+        fake: FakeSlurm, tmp_path: Path) -> None:
+    """#27: with slurmctld and slurmdbd hanging, status took 9-18 s and printed the raw error
+    under every run. sacct and squeue now run side by side, each bounded (STATUS_WAIT_S)."""
+    fake.answer("sacct", sleep=30)
+    fake.answer("squeue", sleep=30)
+    _three_runs(tmp_path / "runs")
+    started = time.monotonic()
+    code, out, _ = _status_cli()
+    took = time.monotonic() - started
+    assert code == 0, out
+    assert took < STATUS_WAIT_S + 3, f"status took {took:.1f} s"  # 2 s and the CLI's start
+    said = [line for line in out.splitlines() if "gave no answer within 2 s" in line]
+    assert len(said) == 1, out  # one line for the three runs
+    assert said[0].startswith("3 runs (")
 
 
 def test_only_sacct_failing_keeps_live_jobs(fake: FakeSlurm, tmp_path: Path) -> None:
