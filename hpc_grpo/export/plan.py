@@ -55,8 +55,11 @@ class ExportPlan:
                 "adapter": "LoRA adapter"}[self.mode]
         return (f"export {self.run_id} checkpoint-{self.step} ({self.layout} layout, {what}, "
                 f"{self.dtype}) -> {self.target}: {self.num_params:,} parameters, about "
-                f"{self.disk_bytes / GIB:.2f} GiB on disk and {self.host_bytes / GIB:.2f} GiB "
-                "of host memory")
+                f"{size(self.disk_bytes)} on disk and {size(self.host_bytes)} of host memory")
+
+
+def size(count: int) -> str:
+    return f"{count / GIB:.2f} GiB" if count >= GIB / 10 else f"{count / 2**20:.1f} MiB"
 
 
 def dtype_of(flag: str | None, device: str) -> str:
@@ -110,8 +113,8 @@ def refuse_target(target: Path) -> None:
 
 def refuse_space(plan: ExportPlan, free: int | None) -> None:
     if free is not None and free < plan.disk_bytes:
-        raise UserError(f"the export needs {plan.disk_bytes / GIB:.2f} GiB but "
-                        f"{free / GIB:.2f} GiB are free under {plan.target.parent}",
+        raise UserError(f"the export needs {size(plan.disk_bytes)} but {size(free)} are free "
+                        f"under {plan.target.parent}",
                         field="to", hint="free space, or --to a folder on another file system")
 
 

@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -126,12 +126,16 @@ def _record(the_plan: plan.ExportPlan, check: dict[str, Any]) -> None:
 
 
 def export(run_dir: Path, step: int | None = None, to: str | None = None,
-           dtype: str | None = None, adapter: bool = False, python: str = sys.executable
-           ) -> Exported:
-    """Plan, refuse (UserError), write and check in a child, card, rename, record."""
+           dtype: str | None = None, adapter: bool = False, python: str = sys.executable,
+           announce: Callable[[str], None] | None = None) -> Exported:
+    """Plan, refuse (UserError), write and check in a child, card, rename, record;
+    ``announce`` gets the plan's line before the work starts."""
+    refuse_missing(run_dir)
     record = json.loads((run_dir / RUN_JSON).read_text())
     the_plan = plan.build(run_dir, record, step, to, dtype, adapter)
     plan.refuse_space(the_plan, free_bytes(the_plan.target.parent))
+    if announce:
+        announce(the_plan.line())
     target = the_plan.target
     target.parent.mkdir(parents=True, exist_ok=True)
     clear_stale(target)

@@ -1,0 +1,70 @@
+"""What a run directory says of its exports and evaluations, for `status` and `eval`.
+
+exports.jsonl holds one line per finished export (export/write.py); eval/ one JSON file per
+evaluation (export/evaluate.py). Read without ever raising: `status` over many runs must not
+stop at one odd file. A recorded export whose folder was removed since is not offered.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from hpc_grpo.runtime.contract import EVAL_DIR, EXPORTS_JSONL
+
+
+def newest_export(run_dir: Path) -> dict[str, Any] | None:
+    """The last exports.jsonl line whose folder still exists, or None."""
+    try:
+        lines = (run_dir / EXPORTS_JSONL).read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("path"), str) \
+                and Path(entry["path"]).is_dir():
+            return entry
+    return None
+
+
+def newest_eval(run_dir: Path) -> dict[str, Any] | None:
+    """The newest evaluation file of eval/ (by its recorded time), or None."""
+    try:
+        files = list((run_dir / EVAL_DIR).glob("*.json"))
+    except OSError:
+        return None
+    found = []
+    for path in files:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("time"), int | float) \
+                and isinstance(data.get("reward"), dict):
+            found.append((float(data["time"]), str(path), data))
+    return max(found)[2] if found else None
+
+
+def export_line(entry: dict[str, Any]) -> str:
+    check = entry.get("check") or {}
+    diff = check.get("max_abs_diff")
+    checked = f", checked (max |dlogp| {diff:.2g})" if isinstance(diff, int | float) else ""
+    return (f"exported step {entry.get('step')} ({entry.get('mode')}, {entry.get('dtype')})"
+            f"{checked}: {entry.get('path')}")
+
+
+def eval_line(data: dict[str, Any]) -> str:
+    reward = data.get("reward") or {}
+    subject = data.get("subject") or {}
+    dataset = (data.get("dataset") or {}).get("name", "?")
+    try:
+        half = (float(reward["high"]) - float(reward["low"])) / 2
+        value = f"{float(reward['mean']):.4g} +- {half:.3g}"
+    except (KeyError, TypeError, ValueError):
+        value = "?"
+    return (f"eval of {subject.get('label', '?')} on {dataset}: mean reward {value} "
+            f"(95% CI, {data.get('prompts', '?')} prompts x {data.get('num_samples', '?')})")
