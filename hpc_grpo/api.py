@@ -392,23 +392,14 @@ def init_site(name: str, partition: str, output: str, force: bool) -> tuple[Path
     return path, siteinit.summary(path)
 
 
-def export(name: str, step: int | None = None, to: str | None = None, dtype: str | None = None,
-           adapter: bool = False, python: str = sys.executable, announce: Any = None) -> Any:
-    """A run's complete checkpoint as a checked Hugging Face folder (``export.write.Exported``);
-    the torch work runs in a child ``python``."""
+
+def export(name: str, **options: Any) -> Any:
+    """A run's complete checkpoint as a checked Hugging Face folder (``export.write.export``)."""
     from hpc_grpo.export import write
-
-    return write.export(registry.find_run(name), step=step, to=to, dtype=dtype, adapter=adapter,
-                        python=python, announce=announce)
+    return write.export(registry.find_run(name), **options)
 
 
-def evaluate(target: str, step: int | None = None, dataset: str | None = None,
-             split: str | None = None, reward_funcs: tuple[str, ...] = (), limit: int = 64,
-             num_samples: int = 1, seed: int = 0, python: str = sys.executable) -> Any:
-    """Mean reward with a 95% interval of a run's model (or a model folder) on a dataset, with
-    the run's rewards by default (``export.evaluate.Evaluated``)."""
+def evaluate(target: str, **options: Any) -> Any:
+    """Mean reward (95% CI) of a run's model or a model folder (``export.evaluate``)."""
     from hpc_grpo.export import evaluate as evaluation
-
-    return evaluation.evaluate(target, registry.find_run, step=step, dataset=dataset, split=split,
-                               reward_funcs=reward_funcs, limit=limit, num_samples=num_samples,
-                               seed=seed, python=python)
+    return evaluation.evaluate(target, registry.find_run, **options)

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from hpc_grpo.cli_posttrain import posttrain_commands
 from hpc_grpo.errors import UserError
 from hpc_grpo.rundir.contract import DEFAULT_SEED
 
@@ -256,73 +257,6 @@ def example_model(directory: str) -> None:
     click.echo(f"wrote {path}")
 
 
-@main.command()
-@click.argument("run")
-@click.option("--step", type=int, help="Checkpoint step (default: the newest complete one).")
-@click.option("--to", type=click.Path(file_okay=False),
-              help="Target folder, new or empty (default: RUN_DIR/export/step-N).")
-@click.option("--dtype", type=click.Choice(["bf16", "fp32"]),
-              help="Weights dtype (default: the training dtype, bf16 on GPUs, fp32 on CPU).")
-@click.option("--merge-lora/--adapter", "merge", default=True, show_default=True,
-              help="LoRA runs: merge the adapter into the base model, or export the adapter.")
-@user_errors
-def export(run: str, step: int | None, to: str | None, dtype: str | None, merge: bool) -> None:
-    """Write a complete checkpoint as a checked Hugging Face model folder (exit 1: the check or
-    the export failed, nothing written)."""
-    from hpc_grpo import api
-    from hpc_grpo.export.write import ExportFailed
-
-    try:
-        result = api.export(run, step=step, to=to, dtype=dtype, adapter=not merge,
-                            announce=lambda line: click.echo(line, err=True))
-    except ExportFailed as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
-    check = result.check
-    click.echo(f"check: max |log p(export) - log p(checkpoint)| = {check['max_abs_diff']:.3g} over "
-               f"{check['tokens']} tokens of {check['texts']} texts (tolerance "
-               f"{check['tolerance']:g}); greedy equal {check['greedy_equal']}/{check['texts']}; "
-               f"{check['engine']}", err=True)
-    for note in result.notes:
-        click.echo(f"note: {note}", err=True)
-    click.echo(f"exported {result.plan.target}")
-
-
-@main.command("eval")
-@click.argument("target")
-@click.option("--step", type=int, help="A run's checkpoint (default: its newest export, else "
-              "its newest complete checkpoint).")
-@click.option("--dataset", help="Default: the run's dataset.")
-@click.option("--split", help="Default: the run's split.")
-@click.option("--reward-funcs", "reward_funcs", multiple=True,
-              help="Default: the run's rewards, weights and keyword arguments (repeatable).")
-@click.option("--limit", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Prompts evaluated (the dataset's first ones).")
-@click.option("--num-samples", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Completions per prompt.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result file's path and means as JSON.")
-@user_errors
-def eval_command(target: str, step: int | None, dataset: str | None, split: str | None,
-                 reward_funcs: tuple[str, ...], limit: int, num_samples: int, seed: int,
-                 as_json: bool) -> None:
-    """Mean reward (95% CI) of a run's model or a model folder, generated on this machine
-    through transformers, written under the run directory's eval/."""
-    from hpc_grpo import api
-
-    result = api.evaluate(target, step=step, dataset=dataset, split=split,
-                          reward_funcs=reward_funcs, limit=limit, num_samples=num_samples, seed=seed)
-    if as_json:
-        click.echo(json.dumps({"path": str(result.path), "label": result.subject.label,
-                               "mean": result.reward.mean, "low": result.reward.low,
-                               "high": result.reward.high, "n": result.reward.n}, indent=2))
-        return
-    click.echo(f"{result.subject.label}: mean reward {result.reward.text()}")
-    for name, value in result.per_reward.items() if len(result.per_reward) > 1 else ():
-        click.echo(f"  {name}: {value.text()}")
-    click.echo(f"wrote {result.path}")
-
-
 _CHOICES = {
     "tensor_parallel_size": "TP size",
     "zero_stage": "ZeRO stage",
@@ -455,6 +389,10 @@ def site_init(name: str, partition: str, output: str, force: bool) -> None:
     use = name if not output else str(path)
     click.echo(f"next: edit what Slurm cannot know, then `hpc-grpo doctor --site {use}`")
 
+
+# export and eval live beside this module (it is at its size limit), drawn the same way.
+for _command in posttrain_commands(user_errors):
+    main.add_command(_command)
 
 if __name__ == "__main__":
     main()

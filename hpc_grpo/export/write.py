@@ -31,15 +31,15 @@ from hpc_grpo.runtime.contract import EXPORTS_JSONL, METRICS_JSONL, REWARD_CURVE
 MODULE = "hpc_grpo.runtime.posttrain.export"
 
 
-class ExportFailed(Exception):
-    """The export ran and failed (its check, or the runtime child): exit 1, nothing left."""
-
-
 @dataclass(frozen=True)
 class Exported:
+    """A finished export, or (``error`` set) one that ran and failed: its check or the runtime
+    child; nothing was left behind and the CLI exits 1 (bad input is a UserError, exit 2)."""
+
     plan: plan.ExportPlan
     check: dict[str, Any]
     notes: tuple[str, ...]
+    error: str = ""
 
 
 def _partial_prefix(target: Path) -> str:
@@ -144,10 +144,11 @@ def export(run_dir: Path, step: int | None = None, to: str | None = None,
     try:
         with terminate_as_interrupt():
             answer = child.run(python, MODULE, the_plan.request(partial), "export")
-            if not answer.get("ok"):
-                raise ExportFailed(f"export of checkpoint-{the_plan.step} failed: "
-                                   f"{answer.get('error', 'no reason given')}; nothing was written")
             check = dict(answer.get("check") or {})
+            if not answer.get("ok"):
+                return Exported(the_plan, check, (), f"export of checkpoint-{the_plan.step} "
+                                f"failed: {answer.get('error', 'no reason given')}; nothing was "
+                                "written")
             _add_card(the_plan, record, partial, check)
             if target.exists():
                 target.rmdir()  # empty (plan.refuse_target): replaced by the finished folder
