@@ -94,10 +94,12 @@ def _checkpoint_subject(run_dir: Path, record: dict[str, Any], step: int | None)
 
 def subject(target: str, step: int | None, find_run: Any) -> tuple[Subject, dict[str, Any]]:
     """The model to evaluate and the run record its defaults come from ({} for a bare folder)."""
-    path = Path(target).expanduser()
+    path = Path(target).expanduser().resolve()
     is_model = (path / "config.json").is_file() or (path / layout.ADAPTER_CONFIG).is_file()
     if is_model and not (path / RUN_JSON).exists():
-        return Subject(str(path.resolve()), "", path.name, None, None), {}
+        run_dir = next((p for p in path.parents[:3] if (p / RUN_JSON).is_file()), None)
+        record = json.loads((run_dir / RUN_JSON).read_text()) if run_dir else {}
+        return Subject(str(path), "", path.name, run_dir, None), record  # an export of a run?
     run_dir = find_run(target)
     record = json.loads((run_dir / RUN_JSON).read_text())
     newest = records.newest_export(run_dir) if step is None else None
@@ -148,9 +150,12 @@ class Evaluated:
 
 
 def _where(subj: Subject, model_dir: Path) -> Path:
+    """Under the run's eval/; a folder of no run gets FOLDER.eval/ beside it (the model folder
+    itself stays as it was: it may be shared or uploaded)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", subj.label).strip("-")
-    return (subj.run_dir or model_dir) / EVAL_DIR / f"{name}-{stamp}.json"
+    folder = subj.run_dir / EVAL_DIR if subj.run_dir else model_dir.with_name(model_dir.name + ".eval")
+    return folder / f"{name}-{stamp}.json"
 
 
 def evaluate(target: str, find_run: Any, step: int | None = None, dataset: str | None = None,

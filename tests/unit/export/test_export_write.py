@@ -4,7 +4,6 @@ SIGTERM to the launcher and a killed earlier export leave nothing at the target.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
