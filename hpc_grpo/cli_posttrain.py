@@ -36,7 +36,7 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
         safetensors weights, config and generation config, the tokenizer with its chat template,
         a model card (run, model, step, reward history and curve) and is checked: its
         log-probabilities on fixed texts against the checkpoint's own model, within a tolerance
-        (1e-4 fp32, 5e-2 bf16), through transformers on this machine (vLLM's check is GPU-only).
+        (1e-4 fp32, 0.1 bf16), through transformers on this machine (vLLM's check is GPU-only).
         Refused, nothing written: an incomplete checkpoint, a non-empty target, too little disk.
         Written beside the target and renamed at the end; exit 1 when the check fails (the
         folder is removed). Recorded in RUN_DIR/exports.jsonl; `status` shows the newest."""

@@ -23,8 +23,10 @@ TEXTS = (
 CHAT = [{"role": "user", "content": "What is 3 + 4?"}, {"role": "assistant", "content": "7"}]
 GREEDY_TOKENS = 8
 # Tolerance on |log p(exported) - log p(checkpoint)| per token, by the dtype written: fp32 must
-# give the same numbers up to summation order; bf16 keeps 8 bits of mantissa per weight.
-TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2}
+# give the same numbers up to summation order; bf16 keeps 8 bits of mantissa per weight. Measured
+# for bf16: 0.0013 on builtin:tiny, 0.02 on a random model with 3x the usual weights (the unit
+# test); a broken export is off by nats. Not yet measured on a 7B+ model (GPU work).
+TOLERANCE = {"float32": 1e-4, "bfloat16": 1e-1}
 
 
 @dataclass(frozen=True)
