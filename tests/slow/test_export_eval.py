@@ -4,7 +4,8 @@ One run of the tiny model (1 node x 2 processes, ZeRO off, length reward, checkp
 3 and 6): eval of the first and the last checkpoint gives mean rewards that moved the way
 training moved them; the export writes a complete, checked folder that status shows.
 A second run trains with DeepSpeed ZeRO-3 and exports from its shards alone (ZeRO-3 with
-optimizer offload writes no model file); an export stopped half-way there leaves nothing.
+optimizer offload writes no model file). An export that fails or is stopped half-way leaving
+nothing is tests/unit/export/test_export_write.py's (a stand-in child: no torch, under 1 s).
 """
 
 from __future__ import annotations
@@ -79,8 +80,7 @@ def test_eval_moves_with_training_and_export_is_complete(tmp_path: Path, model: 
     assert rows[0]["evaluated"].startswith(f"eval of step-{STEPS} on builtin:digits")
 
 
-def test_deepspeed_zero3_shards_export_and_a_failed_export_leaves_nothing(tmp_path: Path,
-                                                                         model: Path) -> None:
+def test_deepspeed_zero3_exports_from_its_shards_alone(tmp_path: Path, model: Path) -> None:
     from safetensors.torch import load_file
 
     run = trained(tmp_path, model, "zero3", deepspeed={
@@ -92,10 +92,6 @@ def test_deepspeed_zero3_shards_export_and_a_failed_export_leaves_nothing(tmp_pa
     # ZeRO-3 with optimizer offload: transformers removes the (empty) model file and DeepSpeed's
     # shards are all there is: the export reads the fp32 master weights through zero_to_fp32.
     (checkpoint / "model.safetensors").unlink()
-    failed = cli("export", str(run), env={"HPC_GRPO_FAULT_EXPORT_AFTER_WEIGHTS": "1"})
-    assert failed.returncode == 1 and "test fault" in failed.stderr, failed.stderr
-    assert list((run / "export").iterdir()) == []  # the weights were written: no target, no partial
-
     done = cli("export", str(run), "--dtype", "bf16")
     assert done.returncode == 0, done.stderr
     assert "(zero layout, weights, bfloat16)" in done.stderr and "tolerance 0.1" in done.stderr

@@ -14,16 +14,11 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from hpc_grpo.runtime.posttrain import check, weights
-
-# Test-only fault: the export stops with an error right after the weights are written, so a
-# test can see that a half-written folder never becomes the target.
-FAULT_AFTER_WEIGHTS = "HPC_GRPO_FAULT_EXPORT_AFTER_WEIGHTS"
 
 
 def _tokenizer(checkpoint: str, base: str) -> Any:
@@ -54,8 +49,6 @@ def write(request: dict[str, Any]) -> list[str]:
     model.save_pretrained(target)
     del model
     gc.collect()
-    if os.environ.get(FAULT_AFTER_WEIGHTS):
-        raise RuntimeError(f"{FAULT_AFTER_WEIGHTS} is set: stopping after the weights (test fault)")
     tokenizer = _tokenizer(request["checkpoint"], request.get("base", ""))
     if not getattr(tokenizer, "chat_template", None):
         notes.append("the tokenizer has no chat template: none is exported")
