@@ -42,8 +42,12 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
         folder is removed). Recorded in RUN_DIR/exports.jsonl; `status` shows the newest."""
         from hpc_grpo import api
 
-        result = api.export(run, step=step, to=to, dtype=dtype, adapter=not merge,
-                            announce=lambda line: click.echo(line, err=True))
+        try:
+            result = api.export(run, step=step, to=to, dtype=dtype, adapter=not merge,
+                                announce=lambda line: click.echo(line, err=True))
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the hidden folder is already removed
+            click.echo("export interrupted: nothing was written", err=True)
+            sys.exit(130)
         if result.error:
             click.echo(f"error: {result.error}", err=True)
             sys.exit(1)

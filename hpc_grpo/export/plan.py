@@ -62,6 +62,26 @@ def size(count: int) -> str:
     return f"{count / GIB:.2f} GiB" if count >= GIB / 10 else f"{count / 2**20:.1f} MiB"
 
 
+def memory_note(needed: int, available: int | None) -> str:
+    """A warning when the host has less memory available than the export holds ("" fine): the
+    export is not refused (the estimate is a bound), but a login node may kill it."""
+    if available is None or needed <= available:
+        return ""
+    return (f"the export holds about {size(needed)} in host memory but {size(available)} are "
+            "available here: it may be killed (run it on a node with more memory)")
+
+
+def available_memory() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes (None where there is none)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def dtype_of(flag: str | None, device: str) -> str:
     """The dtype to write: the flag's, else the training dtype (bf16 on GPUs, fp32 on CPU)."""
     if flag is None:

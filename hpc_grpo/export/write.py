@@ -136,6 +136,8 @@ def export(run_dir: Path, step: int | None = None, to: str | None = None,
     plan.refuse_space(the_plan, free_bytes(the_plan.target.parent))
     if announce:
         announce(the_plan.line())
+        if note := plan.memory_note(the_plan.host_bytes, plan.available_memory()):
+            announce(f"warning: {note}")
     target = the_plan.target
     target.parent.mkdir(parents=True, exist_ok=True)
     clear_stale(target)

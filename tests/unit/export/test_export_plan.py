@@ -119,3 +119,9 @@ def test_too_little_free_disk_is_refused(tmp_path: Path) -> None:
 def test_safetensors_header_counts_elements(tmp_path: Path) -> None:
     fakes.safetensors(tmp_path / "x.safetensors", {"a": [3, 4], "b": [2, 2, 2]}, dtype="BF16")
     assert layout.safetensors_elements(tmp_path / "x.safetensors") == 20
+
+
+def test_a_host_short_of_memory_gets_a_warning_not_a_refusal() -> None:
+    assert plan.memory_note(8 * 2**30, 16 * 2**30) == "" and plan.memory_note(8, None) == ""
+    assert plan.memory_note(8 * 2**30, 2**30).startswith(
+        "the export holds about 8.00 GiB in host memory but 1.00 GiB are available")
