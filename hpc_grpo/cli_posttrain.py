@@ -72,12 +72,14 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
                   help="Prompts evaluated (the dataset's first ones).")
     @click.option("--num-samples", type=click.IntRange(min=1), default=1, show_default=True,
                   help="Completions per prompt.")
+    @click.option("--max-new-tokens", type=click.IntRange(min=1),
+                  help="Default: the run's max_completion_length (TRL's 256 without a run).")
     @click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
     @click.option("--json", "as_json", is_flag=True, help="Print the result file's path and means as JSON.")
     @user_errors
     def eval_command(target: str, step: int | None, dataset: str | None, split: str | None,
-                     reward_funcs: tuple[str, ...], limit: int, num_samples: int, seed: int,
-                     as_json: bool) -> None:
+                     reward_funcs: tuple[str, ...], limit: int, num_samples: int,
+                     max_new_tokens: int | None, seed: int, as_json: bool) -> None:
         """Mean reward (95% CI) of a run's model or a model folder on a dataset.
 
         TARGET: a run (its checkpoint --step N, else its newest export, else its newest
@@ -87,7 +89,8 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
         from hpc_grpo import api
 
         result = api.evaluate(target, step=step, dataset=dataset, split=split,
-                              reward_funcs=reward_funcs, limit=limit, num_samples=num_samples, seed=seed)
+                              reward_funcs=reward_funcs, limit=limit, num_samples=num_samples,
+                              max_new_tokens=max_new_tokens, seed=seed)
         if as_json:
             click.echo(json.dumps({"path": str(result.path), "label": result.subject.label,
                                    "mean": result.reward.mean, "low": result.reward.low,

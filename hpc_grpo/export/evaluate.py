@@ -113,7 +113,8 @@ def subject(target: str, step: int | None, find_run: Any) -> tuple[Subject, dict
 
 
 def request(subj: Subject, record: dict[str, Any], dataset: str | None, split: str | None,
-            reward_funcs: Sequence[str], limit: int, num_samples: int, seed: int) -> dict[str, Any]:
+            reward_funcs: Sequence[str], limit: int, num_samples: int, seed: int,
+            max_new_tokens: int | None = None) -> dict[str, Any]:
     """The child's request: the run's dataset block, rewards and sampling, with the flags'
     changes. A bare folder has no run: --dataset and --reward-funcs are needed."""
     block = dict(record.get("dataset") or {})
@@ -135,7 +136,8 @@ def request(subj: Subject, record: dict[str, Any], dataset: str | None, split: s
     return {"model": subj.model, "adapter": subj.adapter, "dataset": block, "reward_funcs": specs,
             "reward_kwargs": kwargs, "reward_weights": weights, "limit": limit,
             "num_samples": num_samples, "seed": seed,
-            "max_new_tokens": int(config.get("max_completion_length") or TRL_MAX_COMPLETION),
+            "max_new_tokens": max_new_tokens or int(config.get("max_completion_length")
+                                                    or TRL_MAX_COMPLETION),
             "temperature": float(config.get("temperature", 1.0)),
             "top_p": float(config.get("top_p", 1.0)), "top_k": config.get("top_k") or 0}
 
@@ -160,11 +162,13 @@ def _where(subj: Subject, model_dir: Path) -> Path:
 
 def evaluate(target: str, find_run: Any, step: int | None = None, dataset: str | None = None,
              split: str | None = None, reward_funcs: Sequence[str] = (), limit: int = 64,
-             num_samples: int = 1, seed: int = 0, python: str = sys.executable) -> Evaluated:
+             num_samples: int = 1, seed: int = 0, max_new_tokens: int | None = None,
+             python: str = sys.executable) -> Evaluated:
     if limit < 1 or num_samples < 1:
         raise UserError("--limit and --num-samples must be at least 1", field="num_samples")
     subj, record = subject(target, step, find_run)
-    req = request(subj, record, dataset, split, reward_funcs, limit, num_samples, seed)
+    req = request(subj, record, dataset, split, reward_funcs, limit, num_samples, seed,
+                  max_new_tokens)
     answer = child.run(python, MODULE, req, "eval")
     if not answer.get("ok"):
         raise UserError(f"eval of {subj.label} failed: {answer.get('error')}", field="eval")

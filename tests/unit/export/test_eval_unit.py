@@ -43,6 +43,9 @@ def test_the_request_takes_the_runs_dataset_rewards_and_sampling(tmp_path: Path)
     other = evaluate.request(subj, record, "other.jsonl", None, ("builtin:format",), 8, 1, 0)
     assert other["dataset"]["name"] == "other.jsonl" and "commit" not in other["dataset"]
     assert other["reward_weights"] == [] and other["reward_kwargs"] == {"builtin:format": {"x": 1}}
+    assert evaluate.request(subj, record, None, None, (), 8, 1, 0, max_new_tokens=5)["max_new_tokens"] == 5
+    bare = evaluate.request(subj, {}, "d.jsonl", None, ("builtin:length",), 8, 1, 0)
+    assert bare["max_new_tokens"] == 256 and bare["temperature"] == 1.0  # TRL's defaults
     with pytest.raises(UserError, match="no reward functions"):
         evaluate.request(subj, {"dataset": {"name": "d"}}, None, None, (), 8, 1, 0)
     with pytest.raises(UserError, match="no dataset"):
