@@ -49,7 +49,7 @@ def card_text(plan: ExportPlan, record: Mapping[str, Any], metrics: Sequence[Map
              f"# {plan.run_id}, step {plan.step}", "",
              f"GRPO-trained with hpc-grpo (TRL GRPOTrainer): {what}, exported from "
              f"`checkpoint-{plan.step}` of run `{plan.run_id}` ({plan.layout} checkpoint layout) "
-             f"in {plan.dtype}.", "",
+             f"in {plan.written_dtype}.", "",
              "| | |", "|---|---|",
              f"| run | `{plan.run_id}` (`{plan.run_dir}`) |",
              f"| base model | `{record.get('model', '')}` |",

@@ -50,11 +50,16 @@ class ExportPlan:
         return {"checkpoint": str(self.checkpoint), "layout": self.layout, "base": self.base,
                 "target": str(folder), "dtype": self.dtype, "adapter": self.adapter}
 
+    @property
+    def written_dtype(self) -> str:
+        """The dtype the weights are written in (an adapter keeps the one it trained in)."""
+        return "adapter's own dtype" if self.mode == "adapter" else self.dtype
+
     def line(self) -> str:
         what = {"full": "weights", "merged": "LoRA merged into the base",
                 "adapter": "LoRA adapter"}[self.mode]
         return (f"export {self.run_id} checkpoint-{self.step} ({self.layout} layout, {what}, "
-                f"{self.dtype}) -> {self.target}: {self.num_params:,} parameters, about "
+                f"{self.written_dtype}) -> {self.target}: {self.num_params:,} parameters, about "
                 f"{size(self.disk_bytes)} on disk and {size(self.host_bytes)} of host memory")
 
 

@@ -119,7 +119,7 @@ def _add_card(the_plan: plan.ExportPlan, record: dict[str, Any], folder: Path,
 
 def _record(the_plan: plan.ExportPlan, check: dict[str, Any]) -> None:
     line = {"time": time.time(), "step": the_plan.step, "path": str(the_plan.target),
-            "layout": the_plan.layout, "mode": the_plan.mode, "dtype": the_plan.dtype,
+            "layout": the_plan.layout, "mode": the_plan.mode, "dtype": the_plan.written_dtype,
             "check": check}
     with (the_plan.run_dir / EXPORTS_JSONL).open("a") as handle:
         handle.write(json.dumps(line) + "\n")
