@@ -125,3 +125,14 @@ def test_a_host_short_of_memory_gets_a_warning_not_a_refusal() -> None:
     assert plan.memory_note(8 * 2**30, 16 * 2**30) == "" and plan.memory_note(8, None) == ""
     assert plan.memory_note(8 * 2**30, 2**30).startswith(
         "the export holds about 8.00 GiB in host memory but 1.00 GiB are available")
+
+
+def test_the_cards_reward_history_keeps_first_last_and_stops_at_the_step() -> None:
+    from hpc_grpo.export.card import history
+
+    rows = [{"step": s, "reward_mean": float(s)} for s in range(1, 101)]
+    rows.insert(5, {"step": 6, "reward_mean": None})  # a step trained on an earlier generation
+    points = history(rows, 60)
+    assert len(points) == 12 and points[0] == (1, 1.0) and points[-1] == (60, 60.0)
+    assert [s for s, _ in points] == sorted({s for s, _ in points})
+    assert history(rows[:3], 60) == [(1, 1.0), (2, 2.0), (3, 3.0)]
