@@ -29,7 +29,7 @@ from typing import Any
 from hpc_grpo.errors import UserError
 from hpc_grpo.export import child, layout, records
 from hpc_grpo.export.plan import base_model
-from hpc_grpo.runtime.contract import EVAL_DIR, RUN_JSON
+from hpc_grpo.runtime.contract import EVAL_DIR, RUN_JSON, hub_snapshot
 
 MODULE = "hpc_grpo.runtime.posttrain.evaluate"
 Z95 = 1.959964
@@ -118,6 +118,9 @@ def request(subj: Subject, record: dict[str, Any], dataset: str | None, split: s
     """The child's request: the run's dataset block, rewards and sampling, with the flags'
     changes. A bare folder has no run: --dataset and --reward-funcs are needed."""
     block = dict(record.get("dataset") or {})
+    hf_home = str((record.get("model_load") or {}).get("hf_home") or "")
+    if block.get("commit") and hf_home:  # staged: its pinned snapshot folder, as the ranks read it
+        block["name"] = hub_snapshot(hf_home, "dataset", str(block["name"]), str(block.pop("commit")))
     if dataset:
         block["name"] = dataset
         block.pop("commit", None)  # a staged commit belongs to the run's own dataset

@@ -46,6 +46,9 @@ def test_the_request_takes_the_runs_dataset_rewards_and_sampling(tmp_path: Path)
     assert evaluate.request(subj, record, None, None, (), 8, 1, 0, max_new_tokens=5)["max_new_tokens"] == 5
     bare = evaluate.request(subj, {}, "d.jsonl", None, ("builtin:length",), 8, 1, 0)
     assert bare["max_new_tokens"] == 256 and bare["temperature"] == 1.0  # TRL's defaults
+    staged = evaluate.request(subj, {**record, "model_load": {"hf_home": "/hf"}}, None, None, (), 8, 1, 0)
+    assert staged["dataset"]["name"] == "/hf/hub/datasets--data.jsonl/snapshots/abc"
+    assert "commit" not in staged["dataset"]
     with pytest.raises(UserError, match="no reward functions"):
         evaluate.request(subj, {"dataset": {"name": "d"}}, None, None, (), 8, 1, 0)
     with pytest.raises(UserError, match="no dataset"):
