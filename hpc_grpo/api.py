@@ -23,6 +23,8 @@ from hpc_grpo.config.site import SiteProfile, all_sites, find_site
 from hpc_grpo.config.spec import JobSpec, build_spec, parse_set
 from hpc_grpo.config.strict import read_yaml
 from hpc_grpo.errors import UserError, UserErrors
+from hpc_grpo.export.commands import evaluate as evaluate  # after training
+from hpc_grpo.export.commands import export as export
 from hpc_grpo.planner.blocks import default_name
 from hpc_grpo.planner.checkpoint_fit import refuse_if_no_fit, resident_host_gib
 from hpc_grpo.planner.job import JobPlan, build_plan
@@ -390,16 +392,3 @@ def init_site(name: str, partition: str, output: str, force: bool) -> tuple[Path
 
     path = siteinit.init_site(name, partition=partition, output=output, force=force)
     return path, siteinit.summary(path)
-
-
-
-def export(name: str, **options: Any) -> Any:
-    """A run's complete checkpoint as a checked Hugging Face folder (``export.write.export``)."""
-    from hpc_grpo.export import write
-    return write.export(registry.find_run(name), **options)
-
-
-def evaluate(target: str, **options: Any) -> Any:
-    """Mean reward (95% CI) of a run's model or a model folder (``export.evaluate``)."""
-    from hpc_grpo.export import evaluate as evaluation
-    return evaluation.evaluate(target, registry.find_run, **options)

@@ -29,7 +29,7 @@ from typing import Any
 from hpc_grpo.errors import UserError
 from hpc_grpo.export import child, layout, records
 from hpc_grpo.export.plan import base_model
-from hpc_grpo.runtime.contract import EVAL_DIR, RUN_JSON, hub_snapshot
+from hpc_grpo.rundir.contract import EVAL_DIR, RUN_JSON, hub_snapshot
 
 MODULE = "hpc_grpo.runtime.posttrain.evaluate"
 Z95 = 1.959964

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpc_grpo.errors import UserError
-from hpc_grpo.runtime.contract import CHECKPOINT_MARKER, CHECKPOINTS
+from hpc_grpo.rundir.contract import CHECKPOINT_MARKER, CHECKPOINTS
 
 _NAME = re.compile(r"^checkpoint-(\d+)$")
 ADAPTER_CONFIG = "adapter_config.json"

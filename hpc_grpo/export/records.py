@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runtime.contract import EVAL_DIR, EXPORTS_JSONL
+from hpc_grpo.rundir.contract import EVAL_DIR, EXPORTS_JSONL
 
 
 def newest_export(run_dir: Path) -> dict[str, Any] | None:

@@ -26,7 +26,7 @@ from typing import Any
 
 from hpc_grpo.errors import UserError
 from hpc_grpo.export import card, child, plan
-from hpc_grpo.runtime.contract import EXPORTS_JSONL, METRICS_JSONL, REWARD_CURVE, RUN_JSON
+from hpc_grpo.rundir.contract import EXPORTS_JSONL, METRICS_JSONL, REWARD_CURVE, RUN_JSON
 
 MODULE = "hpc_grpo.runtime.posttrain.export"
 

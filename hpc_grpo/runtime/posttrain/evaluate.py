@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runtime.contract import DatasetBlock
+from hpc_grpo.rundir.contract import DatasetBlock
 from hpc_grpo.runtime.posttrain import weights
 
 
