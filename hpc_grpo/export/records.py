@@ -50,17 +50,21 @@ def newest_eval(run_dir: Path) -> dict[str, Any] | None:
 
 
 def export_line(entry: dict[str, Any]) -> str:
-    check = entry.get("check") or {}
+    check = _object(entry, "check")
     diff = check.get("max_abs_diff")
     checked = f", checked (max |dlogp| {diff:.2g})" if isinstance(diff, int | float) else ""
     return (f"exported step {entry.get('step')} ({entry.get('mode')}, {entry.get('dtype')})"
             f"{checked}: {entry.get('path')}")
 
 
+def _object(data: dict[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def eval_line(data: dict[str, Any]) -> str:
-    reward = data.get("reward") or {}
-    subject = data.get("subject") or {}
-    dataset = (data.get("dataset") or {}).get("name", "?")
+    reward, subject = _object(data, "reward"), _object(data, "subject")
+    dataset = _object(data, "dataset").get("name", "?")
     try:
         half = (float(reward["high"]) - float(reward["low"])) / 2
         value = f"{float(reward['mean']):.4g} +- {half:.3g}"

@@ -110,3 +110,20 @@ def test_an_evaluation_is_written_under_the_run_and_shown_by_status(tmp_path: Pa
     line = records.eval_line(records.newest_eval(run) or {})
     assert line.startswith("eval of step-4 on builtin:digits: mean reward 1.5 +- ")
     assert "4 prompts x 3" in line
+
+
+def test_status_lines_survive_odd_files(tmp_path: Path) -> None:
+    """status over many runs must not stop at one odd exports.jsonl or eval file."""
+    run = fakes.run_dir(tmp_path)
+    gone = run / "export" / "step-2"
+    (run / "exports.jsonl").write_text('not json\n[1, 2]\n{"path": 7}\n'
+                                       + json.dumps({"path": str(gone), "step": 2}) + "\n")
+    assert records.newest_export(run) is None  # the only well-formed line names a removed folder
+    (run / "eval").mkdir()
+    (run / "eval" / "a.json").write_text("{")
+    (run / "eval" / "b.json").write_text(json.dumps({"time": 1, "reward": {"mean": "x"},
+                                                     "subject": [], "dataset": "d"}))
+    odd = records.newest_eval(run)
+    assert odd is not None and records.eval_line(odd).startswith("eval of ? on ?: mean reward ?")
+    assert records.export_line({"step": 2, "check": ["?"]}).startswith(
+        "exported step 2 (None, None): ")
