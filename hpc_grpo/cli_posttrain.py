@@ -62,8 +62,8 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
 
     @click.command("eval")
     @click.argument("target")
-    @click.option("--step", type=int, help="A run's checkpoint (default: its newest export, else "
-                  "its newest complete checkpoint).")
+    @click.option("--step", type=int, help="A run's checkpoint (default: its export of the highest "
+                  "step, else its newest complete checkpoint).")
     @click.option("--dataset", help="Default: the run's dataset.")
     @click.option("--split", help="Default: the run's split.")
     @click.option("--reward-funcs", "reward_funcs", multiple=True,
@@ -82,8 +82,8 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
                      max_new_tokens: int | None, seed: int, as_json: bool) -> None:
         """Mean reward (95% CI) of a run's model or a model folder on a dataset.
 
-        TARGET: a run (its checkpoint --step N, else its newest export, else its newest
-        complete checkpoint) or a model folder. Dataset, rewards (weights, keyword arguments) and
+        TARGET: a run (its checkpoint --step N, else its export of the highest step, else its
+        newest complete checkpoint) or a model folder. Dataset, rewards (weights, keyword arguments) and
         sampling default to the run's. Generated on this machine through transformers (the tiny
         model on CPU); written to RUN_DIR/eval/LABEL-TIME.json; `status` shows the newest."""
         from hpc_grpo import api

@@ -1,7 +1,7 @@
 """`hpc-grpo eval`: mean reward of a trained model on a dataset, with a 95% confidence interval.
 
-What is evaluated: a run's checkpoint (``--step``), else its newest export, else its newest
-complete checkpoint; or any model folder. The dataset, rewards (with their keyword arguments and
+What is evaluated: a run's checkpoint (``--step``), else its export of the highest step, else
+its newest complete checkpoint; or any model folder. The dataset, rewards (with their keyword arguments and
 weights) and generation settings default to the run's own (run.json), so the number is the
 training reward on prompts of the user's choosing (``--dataset``/``--split``: a held-out split).
 The generation runs on this machine through transformers in a child Python
@@ -102,7 +102,7 @@ def subject(target: str, step: int | None, find_run: Any) -> tuple[Subject, dict
         return Subject(str(path), "", path.name, run_dir, None), record  # an export of a run?
     run_dir = find_run(target)
     record = json.loads((run_dir / RUN_JSON).read_text())
-    newest = records.newest_export(run_dir) if step is None else None
+    newest = records.furthest_export(run_dir) if step is None else None
     if newest is not None:
         path = Path(str(newest["path"]))
         label = f"export step-{newest.get('step')}"

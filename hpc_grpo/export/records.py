@@ -14,21 +14,34 @@ from typing import Any
 from hpc_grpo.rundir.contract import EVAL_DIR, EXPORTS_JSONL
 
 
-def newest_export(run_dir: Path) -> dict[str, Any] | None:
-    """The last exports.jsonl line whose folder still exists, or None."""
+def exports(run_dir: Path) -> list[dict[str, Any]]:
+    """exports.jsonl's lines whose folder still exists, oldest first."""
     try:
         lines = (run_dir / EXPORTS_JSONL).read_text(errors="replace").splitlines()
     except OSError:
-        return None
-    for line in reversed(lines):
+        return []
+    found = []
+    for line in lines:
         try:
             entry = json.loads(line)
         except ValueError:
             continue
         if isinstance(entry, dict) and isinstance(entry.get("path"), str) \
                 and Path(entry["path"]).is_dir():
-            return entry
-    return None
+            found.append(entry)
+    return found
+
+
+def newest_export(run_dir: Path) -> dict[str, Any] | None:
+    """The export made last (what `status` shows), or None."""
+    found = exports(run_dir)
+    return found[-1] if found else None
+
+
+def furthest_export(run_dir: Path) -> dict[str, Any] | None:
+    """The export of the highest step, the last made among those (what `eval` takes), or None."""
+    found = [e for e in exports(run_dir) if isinstance(e.get("step"), int)]
+    return max(reversed(found), key=lambda e: int(e["step"])) if found else None
 
 
 def newest_eval(run_dir: Path) -> dict[str, Any] | None:

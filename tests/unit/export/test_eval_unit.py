@@ -72,8 +72,13 @@ def test_what_is_evaluated(tmp_path: Path) -> None:
     exported.mkdir(parents=True)
     (run / "exports.jsonl").write_text(json.dumps({"step": 6, "path": str(exported),
                                                    "mode": "full"}) + "\n")
+    earlier = run / "export" / "step-2"
+    earlier.mkdir()
+    with (run / "exports.jsonl").open("a") as handle:  # made last, of an earlier step
+        handle.write(json.dumps({"step": 2, "path": str(earlier), "mode": "full"}) + "\n")
     subj, record = evaluate.subject(str(run), None, find)
     assert (subj.model, subj.label, record["run_id"]) == (str(exported), "export step-6", "tiny-0001")
+    assert (records.newest_export(run) or {})["step"] == 2  # what status shows: the last one made
     (exported / "config.json").write_text("{}")
     inside, record = evaluate.subject(str(exported), None, find)  # an export: its run's defaults
     assert (inside.model, inside.run_dir, record["run_id"]) == (str(exported), run, "tiny-0001")
