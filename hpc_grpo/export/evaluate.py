@@ -29,6 +29,7 @@ from typing import Any
 from hpc_grpo.errors import UserError
 from hpc_grpo.export import child, layout, records
 from hpc_grpo.export.plan import base_model
+from hpc_grpo.rundir import write_json_atomic
 from hpc_grpo.rundir.contract import EVAL_DIR, RUN_JSON, hub_snapshot
 
 MODULE = "hpc_grpo.runtime.posttrain.evaluate"
@@ -188,8 +189,5 @@ def evaluate(target: str, find_run: Any, step: int | None = None, dataset: str |
            "engine": "transformers", "reward": dataclasses.asdict(total),
            "per_reward": {k: dataclasses.asdict(v) for k, v in each.items()},
            "per_prompt": scores, "example": answer.get("example")}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(out, indent=2) + "\n")
-    tmp.replace(path)
+    write_json_atomic(path, out)
     return Evaluated(subj, total, each, path, dict(answer.get("example") or {}))

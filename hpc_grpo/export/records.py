@@ -7,29 +7,17 @@ stop at one odd file. A recorded export whose folder was removed since is not of
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from hpc_grpo.rundir import read_json_object, read_jsonl
 from hpc_grpo.rundir.contract import EVAL_DIR, EXPORTS_JSONL
 
 
 def exports(run_dir: Path) -> list[dict[str, Any]]:
     """exports.jsonl's lines whose folder still exists, oldest first."""
-    try:
-        lines = (run_dir / EXPORTS_JSONL).read_text(errors="replace").splitlines()
-    except OSError:
-        return []
-    found = []
-    for line in lines:
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict) and isinstance(entry.get("path"), str) \
-                and Path(entry["path"]).is_dir():
-            found.append(entry)
-    return found
+    return [entry for entry in read_jsonl(run_dir / EXPORTS_JSONL)
+            if isinstance(entry.get("path"), str) and Path(entry["path"]).is_dir()]
 
 
 def newest_export(run_dir: Path) -> dict[str, Any] | None:
@@ -52,12 +40,8 @@ def newest_eval(run_dir: Path) -> dict[str, Any] | None:
         return None
     found = []
     for path in files:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and isinstance(data.get("time"), int | float) \
-                and isinstance(data.get("reward"), dict):
+        data = read_json_object(path)
+        if isinstance(data.get("time"), int | float) and isinstance(data.get("reward"), dict):
             found.append((float(data["time"]), str(path), data))
     return max(found)[2] if found else None
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from hpc_grpo.errors import UserError
 from hpc_grpo.export import card, child, plan
+from hpc_grpo.rundir import append_jsonl, read_jsonl
 from hpc_grpo.rundir.contract import EXPORTS_JSONL, METRICS_JSONL, REWARD_CURVE, RUN_JSON
 
 MODULE = "hpc_grpo.runtime.posttrain.export"
@@ -94,26 +95,13 @@ def free_bytes(folder: Path) -> int | None:
         return None
 
 
-def _metrics(run_dir: Path) -> list[dict[str, Any]]:
-    rows = []
-    try:
-        lines = (run_dir / METRICS_JSONL).read_text(errors="replace").splitlines()
-    except OSError:
-        return []
-    for line in lines:
-        with contextlib.suppress(ValueError):
-            row = json.loads(line)
-            if isinstance(row, dict):
-                rows.append(row)
-    return rows
-
-
 def _add_card(the_plan: plan.ExportPlan, record: dict[str, Any], folder: Path,
               check: dict[str, Any]) -> None:
     curve = the_plan.run_dir / REWARD_CURVE
     if curve.is_file():
         shutil.copyfile(curve, folder / REWARD_CURVE)
-    text = card.card_text(the_plan, record, _metrics(the_plan.run_dir), check, curve.is_file())
+    text = card.card_text(the_plan, record, read_jsonl(the_plan.run_dir / METRICS_JSONL), check,
+                          curve.is_file())
     (folder / "README.md").write_text(text)
 
 
@@ -121,8 +109,7 @@ def _record(the_plan: plan.ExportPlan, check: dict[str, Any]) -> None:
     line = {"time": time.time(), "step": the_plan.step, "path": str(the_plan.target),
             "layout": the_plan.layout, "mode": the_plan.mode, "dtype": the_plan.written_dtype,
             "check": check}
-    with (the_plan.run_dir / EXPORTS_JSONL).open("a") as handle:
-        handle.write(json.dumps(line) + "\n")
+    append_jsonl(the_plan.run_dir / EXPORTS_JSONL, line)
 
 
 def export(run_dir: Path, step: int | None = None, to: str | None = None,
