@@ -23,6 +23,8 @@ from hpc_grpo.config.site import SiteProfile, all_sites, find_site
 from hpc_grpo.config.spec import JobSpec, build_spec, parse_set
 from hpc_grpo.config.strict import read_yaml
 from hpc_grpo.errors import UserError, UserErrors
+from hpc_grpo.export.commands import evaluate as evaluate  # after training
+from hpc_grpo.export.commands import export as export
 from hpc_grpo.planner.blocks import default_name
 from hpc_grpo.planner.checkpoint_fit import refuse_if_no_fit, resident_host_gib
 from hpc_grpo.planner.job import JobPlan, build_plan

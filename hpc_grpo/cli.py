@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from hpc_grpo.cli_posttrain import posttrain_commands
 from hpc_grpo.errors import UserError
 from hpc_grpo.rundir.contract import DEFAULT_SEED
 
@@ -388,6 +389,10 @@ def site_init(name: str, partition: str, output: str, force: bool) -> None:
     use = name if not output else str(path)
     click.echo(f"next: edit what Slurm cannot know, then `hpc-grpo doctor --site {use}`")
 
+
+# export and eval live beside this module (it is at its size limit), drawn the same way.
+for _command in posttrain_commands(user_errors):
+    main.add_command(_command)
 
 if __name__ == "__main__":
     main()

@@ -49,6 +49,11 @@ SPEC_JSON = "spec.json"  # launcher only: the job spec and site the plan came fr
 ATTEMPTS = "attempts"  # launcher only: job.sbatch, run.json, plan.txt of the jobs a resume replaced
 # Written into checkpoints/checkpoint-<step>/ once every rank saved: only these are resumed from.
 CHECKPOINT_MARKER = "hpc_grpo_complete.json"
+# After training (`hpc-grpo export` / `eval`, launcher only): exported model folders under
+# export/step-<N>[-adapter]/, one line per finished export, and one JSON file per evaluation.
+EXPORT_DIR = "export"
+EXPORTS_JSONL = "exports.jsonl"
+EVAL_DIR = "eval"
 
 # Each job owns PORTS_PER_JOB consecutive ports from MASTER_PORT: torchrun's rendezvous, the vLLM
 # server and its weight-sync group.

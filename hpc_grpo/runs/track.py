@@ -60,6 +60,8 @@ class RunStatus:
     stalled_ranks: tuple[int, ...] = ()  # the ranks it found behind (() all stopped level)
     tracker_sync: str = ""  # the command that uploads the run's offline W&B run (tracking.py)
     checkpoint_skipped: str = ""  # the last save skipped for lack of space (rank callbacks)
+    exported: str = ""  # the newest `hpc-grpo export` of the run (export/records.py), one line
+    evaluated: str = ""  # the newest `hpc-grpo eval` of the run, one line
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -91,7 +93,17 @@ def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
         stalled=progress.stalled, stalled_ranks=progress.stalled_ranks,
         tracker_sync=str(files.state.get("tracker_sync") or ""),
         checkpoint_skipped=progress.skipped,
+        **_after_training(files.run_dir),
     )
+
+
+def _after_training(run_dir: Path) -> dict[str, str]:
+    """The newest export and evaluation, as one line each ("" none)."""
+    from hpc_grpo.export import records
+
+    export, evaluation = records.newest_export(run_dir), records.newest_eval(run_dir)
+    return {"exported": records.export_line(export) if export else "",
+            "evaluated": records.eval_line(evaluation) if evaluation else ""}
 
 
 def _broken(run_dir: Path, error: Exception) -> RunStatus:

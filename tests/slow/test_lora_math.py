@@ -109,3 +109,31 @@ def test_math_rewards_logged_every_step(runs: tuple[Path, Path, int]) -> None:
     assert [r["reward_mean"] for r in rows] == [r["reward_mean"] for r in metrics(reference)]
     grpo = json.loads((stopped / "grpo_config.json").read_text())
     assert grpo["reward_weights"] == [1.0, 1.0, 0.1, 1.0]
+
+
+def test_lora_checkpoint_exports_merged_and_as_adapter(runs: tuple[Path, Path, int],
+                                                       tmp_path: Path) -> None:
+    """#28: the adapter merged into the base (peft merge_and_unload) and the adapter alone, each
+    checked against base + adapter unmerged; no new training (the module's run)."""
+    import sys
+
+    from safetensors.torch import load_file
+
+    from hpc_grpo.export import write
+
+    reference = runs[0]
+    merged = write.export(reference, to=str(tmp_path / "merged"), python=sys.executable)
+    assert merged.error == "" and merged.plan.mode == "merged", merged.error
+    assert merged.check["passed"] and merged.check["max_abs_diff"] < 1e-4
+    base = load_file(str(Path(json.loads((reference / "run.json").read_text())["model"])
+                         / "model.safetensors"))
+    weights = load_file(str(tmp_path / "merged" / "model.safetensors"))
+    assert sorted(weights) == sorted(base) and not any(".lora_" in k for k in weights)
+    changed = [k for k in base if not weights[k].equal(base[k])]
+    assert changed and all(k.endswith(("q_proj.weight", "v_proj.weight")) for k in changed)
+
+    adapter = write.export(reference, adapter=True, python=sys.executable)
+    assert adapter.error == "" and adapter.check["max_abs_diff"] == 0.0, adapter.error
+    folder = reference / "export" / f"step-{STEPS}-adapter"
+    assert (folder / "adapter_config.json").exists() and (folder / "adapter_model.safetensors").exists()
+    assert not (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists()

@@ -1,0 +1,104 @@
+"""`hpc-grpo export` and `hpc-grpo eval`: the commands after training, in the thin Click layer.
+
+Kept beside cli.py (at its size limit) and added to its group there; like every command they
+parse, call one ``api`` function and print. ``user_errors`` is cli.py's: a UserError becomes
+one line and exit 2; an export that ran and failed (its check) exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+
+def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
+    """The two commands, wrapped in the CLI's handling of UserError."""
+
+    @click.command()
+    @click.argument("run")
+    @click.option("--step", type=int, help="Checkpoint step (default: the newest complete one).")
+    @click.option("--to", type=click.Path(file_okay=False),
+                  help="Target folder, new or empty (default: RUN_DIR/export/step-N).")
+    @click.option("--dtype", type=click.Choice(["bf16", "fp32"]),
+                  help="Weights dtype (default: the training dtype, bf16 on GPUs, fp32 on CPU).")
+    @click.option("--merge-lora/--adapter", "merge", default=True, show_default=True,
+                  help="LoRA runs: merge the adapter into the base model, or export the adapter.")
+    @user_errors
+    def export(run: str, step: int | None, to: str | None, dtype: str | None, merge: bool) -> None:
+        """Write a run's complete checkpoint as a checked Hugging Face model folder.
+
+        Any layout the ranks save: ZeRO off, DeepSpeed ZeRO-1/2/3 shards (DeepSpeed's
+        zero_to_fp32), LoRA (merged into the base with peft, or the adapter). The folder holds
+        safetensors weights, config and generation config, the tokenizer with its chat template,
+        a model card (run, model, step, reward history and curve) and is checked: its
+        log-probabilities on fixed texts against the checkpoint's own model, within a tolerance
+        (1e-4 fp32, 0.1 bf16), through transformers on this machine (vLLM's check is GPU-only).
+        Refused, nothing written: an incomplete checkpoint, a non-empty target, too little disk.
+        Written beside the target and renamed at the end; exit 1 when the check fails (the
+        folder is removed). Recorded in RUN_DIR/exports.jsonl; `status` shows the newest."""
+        from hpc_grpo import api
+
+        try:
+            result = api.export(run, step=step, to=to, dtype=dtype, adapter=not merge,
+                                announce=lambda line: click.echo(line, err=True))
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the hidden folder is already removed
+            click.echo("export interrupted: nothing was written", err=True)
+            sys.exit(130)
+        if result.error:
+            click.echo(f"error: {result.error}", err=True)
+            sys.exit(1)
+        check = result.check
+        click.echo(f"check: max |log p(export) - log p(checkpoint)| = {check['max_abs_diff']:.3g} over "
+                   f"{check['tokens']} tokens of {check['texts']} texts (tolerance "
+                   f"{check['tolerance']:g}); greedy equal {check['greedy_equal']}/{check['texts']}; "
+                   f"{check['engine']}", err=True)
+        for note in result.notes:
+            click.echo(f"note: {note}", err=True)
+        click.echo(f"exported {result.plan.target}")
+
+    @click.command("eval")
+    @click.argument("target")
+    @click.option("--step", type=int, help="A run's checkpoint (default: its export of the highest "
+                  "step, else its newest complete checkpoint).")
+    @click.option("--dataset", help="Default: the run's dataset.")
+    @click.option("--split", help="Default: the run's split.")
+    @click.option("--reward-funcs", "reward_funcs", multiple=True,
+                  help="Default: the run's rewards, weights and keyword arguments (repeatable).")
+    @click.option("--limit", type=click.IntRange(min=1), default=64, show_default=True,
+                  help="Prompts evaluated (the dataset's first ones).")
+    @click.option("--num-samples", type=click.IntRange(min=1), default=1, show_default=True,
+                  help="Completions per prompt.")
+    @click.option("--max-new-tokens", type=click.IntRange(min=1),
+                  help="Default: the run's max_completion_length (TRL's 256 without a run).")
+    @click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
+    @click.option("--json", "as_json", is_flag=True, help="Print the result file's path and means as JSON.")
+    @user_errors
+    def eval_command(target: str, step: int | None, dataset: str | None, split: str | None,
+                     reward_funcs: tuple[str, ...], limit: int, num_samples: int,
+                     max_new_tokens: int | None, seed: int, as_json: bool) -> None:
+        """Mean reward (95% CI) of a run's model or a model folder on a dataset.
+
+        TARGET: a run (its checkpoint --step N, else its export of the highest step, else its
+        newest complete checkpoint) or a model folder. Dataset, rewards (weights, keyword arguments) and
+        sampling default to the run's. Generated on this machine through transformers (the tiny
+        model on CPU); written to RUN_DIR/eval/LABEL-TIME.json; `status` shows the newest."""
+        from hpc_grpo import api
+
+        result = api.evaluate(target, step=step, dataset=dataset, split=split,
+                              reward_funcs=reward_funcs, limit=limit, num_samples=num_samples,
+                              max_new_tokens=max_new_tokens, seed=seed)
+        if as_json:
+            click.echo(json.dumps({"path": str(result.path), "label": result.subject.label,
+                                   "mean": result.reward.mean, "low": result.reward.low,
+                                   "high": result.reward.high, "n": result.reward.n}, indent=2))
+            return
+        click.echo(f"{result.subject.label}: mean reward {result.reward.text()}")
+        for name, value in result.per_reward.items() if len(result.per_reward) > 1 else ():
+            click.echo(f"  {name}: {value.text()}")
+        click.echo(f"wrote {result.path}")
+
+    return [export, eval_command]

@@ -1,0 +1,193 @@
+"""`hpc-grpo eval`: mean reward of a trained model on a dataset, with a 95% confidence interval.
+
+What is evaluated: a run's checkpoint (``--step``), else its export of the highest step, else
+its newest complete checkpoint; or any model folder. The dataset, rewards (with their keyword arguments and
+weights) and generation settings default to the run's own (run.json), so the number is the
+training reward on prompts of the user's choosing (``--dataset``/``--split``: a held-out split).
+The generation runs on this machine through transformers in a child Python
+(runtime/posttrain/evaluate.py): the tiny model on CPU; vLLM on the site is not done here.
+
+Statistics: each prompt's reward is the mean over its ``num_samples`` completions of the
+weighted sum of the rewards (TRL's: a reward that skips a completion adds nothing); the
+interval is the mean over prompts +- 1.96 standard errors (normal approximation, prompts
+independent; samples of one prompt are not).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpc_grpo.errors import UserError
+from hpc_grpo.export import child, layout, records
+from hpc_grpo.export.plan import base_model
+from hpc_grpo.rundir import write_json_atomic
+from hpc_grpo.rundir.contract import EVAL_DIR, RUN_JSON, hub_snapshot
+
+MODULE = "hpc_grpo.runtime.posttrain.evaluate"
+Z95 = 1.959964
+TRL_MAX_COMPLETION = 256  # GRPOConfig's default max_completion_length
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What is evaluated: a model folder (or a LoRA base plus an adapter) and its label."""
+
+    model: str
+    adapter: str
+    label: str  # "step-4", "export step-4", a folder name
+    run_dir: Path | None
+    step: int | None
+
+
+@dataclass(frozen=True)
+class Interval:
+    mean: float
+    low: float
+    high: float
+    n: int
+
+    def text(self) -> str:
+        half = (self.high - self.low) / 2
+        return f"{self.mean:.4g} +- {half:.3g} (95% CI {self.low:.4g} .. {self.high:.4g}, n={self.n})"
+
+
+def interval(values: Sequence[float]) -> Interval:
+    """Mean and normal-approximation 95% interval; one value has a zero-width interval."""
+    n = len(values)
+    if not n:
+        raise ValueError("no values")
+    mean = sum(values) / n
+    var = sum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
+    half = Z95 * math.sqrt(var / n)
+    return Interval(mean, mean - half, mean + half, n)
+
+
+def per_prompt(rewards: Sequence[Sequence[float | None]], weights: Sequence[float],
+               prompts: int, samples: int) -> list[float]:
+    """Each prompt's mean over its samples of sum_i w_i r_i (None counts as 0, as TRL's nansum)."""
+    weights = list(weights) or [1.0] * len(rewards)
+    totals = [sum(w * (r[j] or 0.0) for w, r in zip(weights, rewards, strict=True))
+              for j in range(prompts * samples)]
+    return [sum(totals[p * samples:(p + 1) * samples]) / samples for p in range(prompts)]
+
+
+def _checkpoint_subject(run_dir: Path, record: dict[str, Any], step: int | None) -> Subject:
+    chosen = layout.pick(layout.checkpoints(run_dir), step, str(record.get("run_id") or run_dir.name))
+    kind = layout.detect(layout.file_names(chosen.path))
+    label = f"step-{chosen.step}"
+    if kind == "lora":
+        return Subject(base_model(record), str(chosen.path), label, run_dir, chosen.step)
+    if not layout.weight_files(chosen.path):
+        raise UserError(f"checkpoint-{chosen.step} holds DeepSpeed shards only", field="step",
+                        hint=f"export it first (hpc-grpo export {run_dir} --step {chosen.step}), "
+                             "then evaluate the run")
+    return Subject(str(chosen.path), "", label, run_dir, chosen.step)
+
+
+def subject(target: str, step: int | None, find_run: Any) -> tuple[Subject, dict[str, Any]]:
+    """The model to evaluate and the run record its defaults come from ({} for a bare folder)."""
+    path = Path(target).expanduser().resolve()
+    is_model = (path / "config.json").is_file() or (path / layout.ADAPTER_CONFIG).is_file()
+    if is_model and not (path / RUN_JSON).exists():
+        run_dir = next((p for p in path.parents[:3] if (p / RUN_JSON).is_file()), None)
+        record = json.loads((run_dir / RUN_JSON).read_text()) if run_dir else {}
+        return Subject(str(path), "", path.name, run_dir, None), record  # an export of a run?
+    run_dir = find_run(target)
+    record = json.loads((run_dir / RUN_JSON).read_text())
+    newest = records.furthest_export(run_dir) if step is None else None
+    if newest is not None:
+        path = Path(str(newest["path"]))
+        label = f"export step-{newest.get('step')}"
+        if newest.get("mode") == "adapter":
+            return Subject(base_model(record), str(path), label, run_dir, newest.get("step")), record
+        return Subject(str(path), "", label, run_dir, newest.get("step")), record
+    return _checkpoint_subject(run_dir, record, step), record
+
+
+def request(subj: Subject, record: dict[str, Any], dataset: str | None, split: str | None,
+            reward_funcs: Sequence[str], limit: int, num_samples: int, seed: int,
+            max_new_tokens: int | None = None) -> dict[str, Any]:
+    """The child's request: the run's dataset block, rewards and sampling, with the flags'
+    changes. A bare folder has no run: --dataset and --reward-funcs are needed."""
+    block = dict(record.get("dataset") or {})
+    hf_home = str((record.get("model_load") or {}).get("hf_home") or "")
+    if block.get("commit") and hf_home:  # staged: its pinned snapshot folder, as the ranks read it
+        block["name"] = hub_snapshot(hf_home, "dataset", str(block["name"]), str(block.pop("commit")))
+    if dataset:
+        block["name"] = dataset
+        block.pop("commit", None)  # a staged commit belongs to the run's own dataset
+    if split:
+        block["split"] = split
+    if not block.get("name"):
+        raise UserError("no dataset to evaluate on", field="dataset", hint="pass --dataset")
+    specs = list(reward_funcs) or list(record.get("reward_funcs") or [])
+    if not specs:
+        raise UserError("no reward functions to score with", field="reward_funcs",
+                        hint="pass --reward-funcs (e.g. builtin:length)")
+    same = not reward_funcs or list(reward_funcs) == list(record.get("reward_funcs") or [])
+    config = record.get("grpo_config") or {}
+    kwargs = {k: v for k, v in (record.get("reward_kwargs") or {}).items() if k in specs}
+    weights = list(record.get("reward_weights") or []) if same else []
+    return {"model": subj.model, "adapter": subj.adapter, "dataset": block, "reward_funcs": specs,
+            "reward_kwargs": kwargs, "reward_weights": weights, "limit": limit,
+            "num_samples": num_samples, "seed": seed,
+            "max_new_tokens": max_new_tokens or int(config.get("max_completion_length")
+                                                    or TRL_MAX_COMPLETION),
+            "temperature": float(config.get("temperature", 1.0)),
+            "top_p": float(config.get("top_p", 1.0)), "top_k": config.get("top_k") or 0}
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    subject: Subject
+    reward: Interval
+    per_reward: dict[str, Interval]
+    path: Path
+    example: dict[str, Any]
+
+
+def _where(subj: Subject, model_dir: Path) -> Path:
+    """Under the run's eval/; a folder of no run gets FOLDER.eval/ beside it (the model folder
+    itself stays as it was: it may be shared or uploaded)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", subj.label).strip("-")
+    folder = subj.run_dir / EVAL_DIR if subj.run_dir else model_dir.with_name(model_dir.name + ".eval")
+    return folder / f"{name}-{stamp}.json"
+
+
+def evaluate(target: str, find_run: Any, step: int | None = None, dataset: str | None = None,
+             split: str | None = None, reward_funcs: Sequence[str] = (), limit: int = 64,
+             num_samples: int = 1, seed: int = 0, max_new_tokens: int | None = None,
+             python: str = sys.executable) -> Evaluated:
+    if limit < 1 or num_samples < 1:
+        raise UserError("--limit and --num-samples must be at least 1", field="num_samples")
+    subj, record = subject(target, step, find_run)
+    req = request(subj, record, dataset, split, reward_funcs, limit, num_samples, seed,
+                  max_new_tokens)
+    answer = child.run(python, MODULE, req, "eval")
+    if not answer.get("ok"):
+        raise UserError(f"eval of {subj.label} failed: {answer.get('error')}", field="eval")
+    prompts, samples = int(answer["prompts"]), int(answer["num_samples"])
+    scores = per_prompt(answer["rewards"], req["reward_weights"], prompts, samples)
+    total = interval(scores)
+    each = {name: interval(per_prompt([values], [], prompts, samples))
+            for name, values in zip(answer["reward_names"], answer["rewards"], strict=True)}
+    path = _where(subj, Path(subj.model))
+    out = {"time": time.time(), "subject": dataclasses.asdict(subj) | {"run_dir": str(subj.run_dir or "")},
+           "dataset": answer.get("dataset"), "reward_funcs": req["reward_funcs"],
+           "reward_weights": req["reward_weights"], "prompts": prompts, "num_samples": samples,
+           "seed": seed, "max_new_tokens": req["max_new_tokens"], "temperature": req["temperature"],
+           "engine": "transformers", "reward": dataclasses.asdict(total),
+           "per_reward": {k: dataclasses.asdict(v) for k, v in each.items()},
+           "per_prompt": scores, "example": answer.get("example")}
+    write_json_atomic(path, out)
+    return Evaluated(subj, total, each, path, dict(answer.get("example") or {}))

@@ -1,0 +1,166 @@
+"""What an export will do, decided before anything is written: checkpoint, layout, mode, dtype,
+target, and how much disk and host memory it needs. Refusals are one line each.
+
+Sizes: the written weights are the parameter count (safetensors headers, or config.json where
+only DeepSpeed's shards exist) times the dtype's bytes, plus the checkpoint's config and
+tokenizer files. Host memory: the export holds the model in fp32, and the check then holds two
+fp32 models at once (the checkpoint's and the exported one): 8 bytes per parameter.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpc_grpo.errors import UserError
+from hpc_grpo.export import layout
+from hpc_grpo.rundir.contract import EXPORT_DIR, hub_snapshot
+
+GIB = float(2**30)
+DTYPES = {"bf16": "bfloat16", "fp32": "float32"}
+BYTES = {"bfloat16": 2, "float32": 4}
+MARGIN_BYTES = 2**20
+
+
+@dataclass(frozen=True)
+class ExportPlan:
+    run_id: str
+    run_dir: Path
+    checkpoint: Path
+    step: int
+    layout: str  # full, zero, lora
+    adapter: bool  # LoRA: write the adapter instead of merging it into the base
+    dtype: str  # float32, bfloat16 (the adapter keeps its own)
+    base: str  # LoRA: the base model folder; "" otherwise
+    target: Path
+    num_params: int
+    disk_bytes: int
+    host_bytes: int
+
+    @property
+    def mode(self) -> str:
+        if self.layout != "lora":
+            return "full"
+        return "adapter" if self.adapter else "merged"
+
+    def request(self, folder: Path) -> dict[str, Any]:
+        """The runtime child's request (runtime/posttrain/export.py), writing into ``folder``."""
+        return {"checkpoint": str(self.checkpoint), "layout": self.layout, "base": self.base,
+                "target": str(folder), "dtype": self.dtype, "adapter": self.adapter}
+
+    @property
+    def written_dtype(self) -> str:
+        """The dtype the weights are written in (an adapter keeps the one it trained in)."""
+        return "adapter's own dtype" if self.mode == "adapter" else self.dtype
+
+    def line(self) -> str:
+        what = {"full": "weights", "merged": "LoRA merged into the base",
+                "adapter": "LoRA adapter"}[self.mode]
+        return (f"export {self.run_id} checkpoint-{self.step} ({self.layout} layout, {what}, "
+                f"{self.written_dtype}) -> {self.target}: {self.num_params:,} parameters, about "
+                f"{size(self.disk_bytes)} on disk and {size(self.host_bytes)} of host memory")
+
+
+def size(count: int) -> str:
+    return f"{count / GIB:.2f} GiB" if count >= GIB / 10 else f"{count / 2**20:.1f} MiB"
+
+
+def memory_note(needed: int, available: int | None) -> str:
+    """A warning when the host has less memory available than the export holds ("" fine): the
+    export is not refused (the estimate is a bound), but a login node may kill it."""
+    if available is None or needed <= available:
+        return ""
+    return (f"the export holds about {size(needed)} in host memory but {size(available)} are "
+            "available here: it may be killed (run it on a node with more memory)")
+
+
+def available_memory() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes (None where there is none)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def dtype_of(flag: str | None, device: str) -> str:
+    """The dtype to write: the flag's, else the training dtype (bf16 on GPUs, fp32 on CPU)."""
+    if flag is None:
+        return "bfloat16" if device == "cuda" else "float32"
+    if flag not in DTYPES:
+        raise UserError(f"unknown dtype {flag!r}", field="dtype", hint="bf16 or fp32")
+    return DTYPES[flag]
+
+
+def base_model(record: dict[str, Any]) -> str:
+    """The folder a LoRA run's base model loads from: its staged snapshot, or the model as
+    given when that is a folder here. A hub name that is not staged cannot be merged offline."""
+    model = str(record.get("model") or "")
+    load = record.get("model_load") or {}
+    if load.get("commit") and load.get("hf_home"):
+        model = hub_snapshot(str(load["hf_home"]), "model", model, str(load["commit"]))
+    if not (Path(model) / "config.json").exists():
+        raise UserError(f"the run's base model {model} is not a model folder on this machine",
+                        field="model", hint="stage it (`hpc-grpo stage`) or export with --adapter")
+    return model
+
+
+def count_params(kind: str, checkpoint: Path, base: str) -> int:
+    """Parameters written: from safetensors headers, or config.json for DeepSpeed shards."""
+    if kind == "adapter":
+        return layout.safetensors_elements(checkpoint / layout.ADAPTER_WEIGHTS)
+    folder = Path(base) if kind == "merged" else checkpoint
+    files = layout.weight_files(folder)
+    if files:
+        return sum(layout.safetensors_elements(f) for f in files)
+    from hpc_grpo.planner.arch import arch_from_config
+
+    config = json.loads((checkpoint / "config.json").read_text())
+    return arch_from_config(config, checkpoint.name).num_params
+
+
+def target_of(to: str | None, run_dir: Path, step: int, adapter: bool) -> Path:
+    if to:
+        return Path(to).expanduser().resolve()
+    return run_dir / EXPORT_DIR / (f"step-{step}" + ("-adapter" if adapter else ""))
+
+
+def refuse_target(target: Path) -> None:
+    """An existing target must be an empty folder: an export never writes over another."""
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise UserError(f"{target} already exists and is not empty", field="to",
+                        hint="pass --to an empty or new folder, or remove it")
+
+
+def refuse_space(plan: ExportPlan, free: int | None) -> None:
+    if free is not None and free < plan.disk_bytes:
+        raise UserError(f"the export needs {size(plan.disk_bytes)} but {size(free)} are free "
+                        f"under {plan.target.parent}",
+                        field="to", hint="free space, or --to a folder on another file system")
+
+
+def build(run_dir: Path, record: dict[str, Any], step: int | None, to: str | None,
+          dtype: str | None, adapter: bool) -> ExportPlan:
+    """The plan, or a UserError: no such or incomplete checkpoint, --adapter without LoRA,
+    a base model not here, a non-empty target."""
+    run_id = str(record.get("run_id") or run_dir.name)
+    chosen = layout.pick(layout.checkpoints(run_dir), step, run_id)
+    kind = layout.detect(layout.file_names(chosen.path))
+    if adapter and kind != "lora":
+        raise UserError(f"checkpoint-{chosen.step} of run {run_id} holds full weights, not a "
+                        "LoRA adapter", field="adapter", hint="drop --adapter")
+    base = base_model(record) if kind == "lora" else ""
+    written = dtype_of(dtype, str(record.get("device") or "cpu"))
+    mode = ("adapter" if adapter else "merged") if kind == "lora" else "full"
+    params = count_params(mode, chosen.path, base)  # merged: the base model's size
+    per = 4 if mode == "adapter" else BYTES[written]
+    disk = params * per + layout.small_files_bytes(chosen.path) + MARGIN_BYTES
+    held = count_params("merged", chosen.path, base) if mode == "adapter" else params
+    target = target_of(to, run_dir, chosen.step, adapter)
+    refuse_target(target)
+    return ExportPlan(run_id, run_dir, chosen.path, chosen.step, kind, adapter, written, base,
+                      target, params, disk, held * 8)

@@ -1,0 +1,71 @@
+"""What a run directory says of its exports and evaluations, for `status` and `eval`.
+
+exports.jsonl holds one line per finished export (export/write.py); eval/ one JSON file per
+evaluation (export/evaluate.py). Read without ever raising: `status` over many runs must not
+stop at one odd file. A recorded export whose folder was removed since is not offered.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hpc_grpo.rundir import read_json_object, read_jsonl
+from hpc_grpo.rundir.contract import EVAL_DIR, EXPORTS_JSONL
+
+
+def exports(run_dir: Path) -> list[dict[str, Any]]:
+    """exports.jsonl's lines whose folder still exists, oldest first."""
+    return [entry for entry in read_jsonl(run_dir / EXPORTS_JSONL)
+            if isinstance(entry.get("path"), str) and Path(entry["path"]).is_dir()]
+
+
+def newest_export(run_dir: Path) -> dict[str, Any] | None:
+    """The export made last (what `status` shows), or None."""
+    found = exports(run_dir)
+    return found[-1] if found else None
+
+
+def furthest_export(run_dir: Path) -> dict[str, Any] | None:
+    """The export of the highest step, the last made among those (what `eval` takes), or None."""
+    found = [e for e in exports(run_dir) if isinstance(e.get("step"), int)]
+    return max(reversed(found), key=lambda e: int(e["step"])) if found else None
+
+
+def newest_eval(run_dir: Path) -> dict[str, Any] | None:
+    """The newest evaluation file of eval/ (by its recorded time), or None."""
+    try:
+        files = list((run_dir / EVAL_DIR).glob("*.json"))
+    except OSError:
+        return None
+    found = []
+    for path in files:
+        data = read_json_object(path)
+        if isinstance(data.get("time"), int | float) and isinstance(data.get("reward"), dict):
+            found.append((float(data["time"]), str(path), data))
+    return max(found)[2] if found else None
+
+
+def export_line(entry: dict[str, Any]) -> str:
+    check = _object(entry, "check")
+    diff = check.get("max_abs_diff")
+    checked = f", checked (max |dlogp| {diff:.2g})" if isinstance(diff, int | float) else ""
+    return (f"exported step {entry.get('step')} ({entry.get('mode')}, {entry.get('dtype')})"
+            f"{checked}: {entry.get('path')}")
+
+
+def _object(data: dict[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def eval_line(data: dict[str, Any]) -> str:
+    reward, subject = _object(data, "reward"), _object(data, "subject")
+    dataset = _object(data, "dataset").get("name", "?")
+    try:
+        half = (float(reward["high"]) - float(reward["low"])) / 2
+        value = f"{float(reward['mean']):.4g} +- {half:.3g}"
+    except (KeyError, TypeError, ValueError):
+        value = "?"
+    return (f"eval of {subject.get('label', '?')} on {dataset}: mean reward {value} "
+            f"(95% CI, {data.get('prompts', '?')} prompts x {data.get('num_samples', '?')})")

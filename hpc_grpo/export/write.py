@@ -1,0 +1,154 @@
+"""`hpc-grpo export`: a checkpoint becomes a checked Hugging Face folder, or nothing at all.
+
+Everything is written into a hidden folder beside the target (``.NAME.partial-<pid>``): the
+runtime child writes weights and tokenizer there and checks them, this side adds the model card
+and the reward curve, and only then is the folder renamed to the target (one rename, on the
+same file system). A failed check, a failed child, Ctrl-C or SIGTERM remove the hidden folder;
+a SIGKILL leaves it, hidden, and the next export to the same target removes it once its process
+is gone. A finished export is one line of the run's exports.jsonl (what `status` shows).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from hpc_grpo.errors import UserError
+from hpc_grpo.export import card, child, plan
+from hpc_grpo.rundir import append_jsonl, read_jsonl
+from hpc_grpo.rundir.contract import EXPORTS_JSONL, METRICS_JSONL, REWARD_CURVE, RUN_JSON
+
+MODULE = "hpc_grpo.runtime.posttrain.export"
+
+
+@dataclass(frozen=True)
+class Exported:
+    """A finished export, or (``error`` set) one that ran and failed: its check or the runtime
+    child; nothing was left behind and the CLI exits 1 (bad input is a UserError, exit 2)."""
+
+    plan: plan.ExportPlan
+    check: dict[str, Any]
+    notes: tuple[str, ...]
+    error: str = ""
+
+
+def _partial_prefix(target: Path) -> str:
+    return f".{target.name}.partial-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clear_stale(target: Path) -> list[Path]:
+    """Remove hidden partial folders of this target whose export process is gone (killed)."""
+    gone = []
+    for path in target.parent.glob(_partial_prefix(target) + "*"):
+        pid = path.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            gone.append(path)
+    return gone
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt while exporting, so the cleanup below runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def free_bytes(folder: Path) -> int | None:
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        return shutil.disk_usage(probe).free
+    except OSError:
+        return None
+
+
+def _add_card(the_plan: plan.ExportPlan, record: dict[str, Any], folder: Path,
+              check: dict[str, Any]) -> None:
+    curve = the_plan.run_dir / REWARD_CURVE
+    if curve.is_file():
+        shutil.copyfile(curve, folder / REWARD_CURVE)
+    text = card.card_text(the_plan, record, read_jsonl(the_plan.run_dir / METRICS_JSONL), check,
+                          curve.is_file())
+    (folder / "README.md").write_text(text)
+
+
+def _record(the_plan: plan.ExportPlan, check: dict[str, Any]) -> None:
+    line = {"time": time.time(), "step": the_plan.step, "path": str(the_plan.target),
+            "layout": the_plan.layout, "mode": the_plan.mode, "dtype": the_plan.written_dtype,
+            "check": check}
+    append_jsonl(the_plan.run_dir / EXPORTS_JSONL, line)
+
+
+def export(run_dir: Path, step: int | None = None, to: str | None = None,
+           dtype: str | None = None, adapter: bool = False, python: str = sys.executable,
+           announce: Callable[[str], None] | None = None) -> Exported:
+    """Plan, refuse (UserError), write and check in a child, card, rename, record;
+    ``announce`` gets the plan's line before the work starts."""
+    refuse_missing(run_dir)
+    record = json.loads((run_dir / RUN_JSON).read_text())
+    the_plan = plan.build(run_dir, record, step, to, dtype, adapter)
+    plan.refuse_space(the_plan, free_bytes(the_plan.target.parent))
+    if announce:
+        announce(the_plan.line())
+        if note := plan.memory_note(the_plan.host_bytes, plan.available_memory()):
+            announce(f"warning: {note}")
+    target = the_plan.target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    clear_stale(target)
+    partial = target.parent / f"{_partial_prefix(target)}{os.getpid()}"
+    partial.mkdir()
+    try:
+        with terminate_as_interrupt():
+            answer = child.run(python, MODULE, the_plan.request(partial), "export")
+            check = dict(answer.get("check") or {})
+            if not answer.get("ok"):
+                return Exported(the_plan, check, (), f"export of checkpoint-{the_plan.step} "
+                                f"failed: {answer.get('error', 'no reason given')}; nothing was "
+                                "written")
+            _add_card(the_plan, record, partial, check)
+            if target.exists():
+                target.rmdir()  # empty (plan.refuse_target): replaced by the finished folder
+            partial.rename(target)
+    finally:
+        if partial.exists():
+            shutil.rmtree(partial, ignore_errors=True)
+    _record(the_plan, check)
+    return Exported(the_plan, check, tuple(str(n) for n in answer.get("notes") or ()))
+
+
+def refuse_missing(run_dir: Path) -> None:
+    if not (run_dir / RUN_JSON).is_file():
+        raise UserError(f"{run_dir} is not a run directory (no {RUN_JSON})", field="run")

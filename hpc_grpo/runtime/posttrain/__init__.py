@@ -1,0 +1,6 @@
+"""After training, on the machine that runs `hpc-grpo export` / `hpc-grpo eval`: the torch work.
+
+The launcher (``hpc_grpo/export/``) plans, refuses and records; it never imports torch, so it
+runs these modules in a child Python with a JSON request on stdin and reads a JSON answer
+file back, the way ``api.write_example_model`` runs ``runtime.models.shapes``.
+"""

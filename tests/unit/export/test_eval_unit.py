@@ -1,0 +1,134 @@
+"""export/evaluate.py without torch: the statistics, what is evaluated, the request's defaults
+from run.json, and the result file `status` reads (a stand-in child gives the rewards)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpc_grpo.errors import UserError
+from hpc_grpo.export import evaluate, records
+from hpc_grpo.runs import registry
+from tests.unit.export import fakes
+
+
+def test_interval_is_mean_plus_minus_1_96_standard_errors() -> None:
+    got = evaluate.interval([1.0, 2.0, 3.0, 4.0])
+    half = 1.959964 * math.sqrt((2.25 + 0.25 + 0.25 + 2.25) / 3 / 4)  # sample variance / n
+    assert got.mean == 2.5 and got.n == 4
+    assert got.low == pytest.approx(2.5 - half) and got.high == pytest.approx(2.5 + half)
+    assert evaluate.interval([7.0]).low == evaluate.interval([7.0]).high == 7.0
+
+
+def test_per_prompt_weights_rewards_and_averages_each_prompts_samples() -> None:
+    rewards = [[1.0, 3.0, 0.0, None], [10.0, 10.0, 20.0, 20.0]]  # 2 rewards, 2 prompts x 2
+    assert evaluate.per_prompt(rewards, [1.0, 0.5], prompts=2, samples=2) == [7.0, 10.0]
+    assert evaluate.per_prompt(rewards, [], prompts=2, samples=2) == [12.0, 20.0]
+
+
+def test_the_request_takes_the_runs_dataset_rewards_and_sampling(tmp_path: Path) -> None:
+    record = {"dataset": {"name": "data.jsonl", "prompt_column": "q", "split": "train",
+                          "commit": "abc"},
+              "reward_funcs": ["builtin:accuracy", "builtin:format"], "reward_weights": [1.0, 0.5],
+              "reward_kwargs": {"builtin:format": {"x": 1}},
+              "grpo_config": {"max_completion_length": 24, "temperature": 0.7}}
+    subj = evaluate.Subject("/m", "", "step-2", tmp_path, 2)
+    req = evaluate.request(subj, record, None, "test", (), 8, 2, 0)
+    assert req["dataset"] == {**record["dataset"], "split": "test"}
+    assert (req["reward_weights"], req["max_new_tokens"], req["temperature"]) == ([1.0, 0.5], 24, 0.7)
+    other = evaluate.request(subj, record, "other.jsonl", None, ("builtin:format",), 8, 1, 0)
+    assert other["dataset"]["name"] == "other.jsonl" and "commit" not in other["dataset"]
+    assert other["reward_weights"] == [] and other["reward_kwargs"] == {"builtin:format": {"x": 1}}
+    assert evaluate.request(subj, record, None, None, (), 8, 1, 0, max_new_tokens=5)["max_new_tokens"] == 5
+    bare = evaluate.request(subj, {}, "d.jsonl", None, ("builtin:length",), 8, 1, 0)
+    assert bare["max_new_tokens"] == 256 and bare["temperature"] == 1.0  # TRL's defaults
+    staged = evaluate.request(subj, {**record, "model_load": {"hf_home": "/hf"}}, None, None, (), 8, 1, 0)
+    assert staged["dataset"]["name"] == "/hf/hub/datasets--data.jsonl/snapshots/abc"
+    assert "commit" not in staged["dataset"]
+    with pytest.raises(UserError, match="no reward functions"):
+        evaluate.request(subj, {"dataset": {"name": "d"}}, None, None, (), 8, 1, 0)
+    with pytest.raises(UserError, match="no dataset"):
+        evaluate.request(subj, {}, None, None, ("builtin:length",), 8, 1, 0)
+
+
+def test_what_is_evaluated(tmp_path: Path) -> None:
+    run = fakes.run_dir(tmp_path)
+    fakes.checkpoint(run, 2)
+    fakes.checkpoint(run, 4)
+    fakes.checkpoint(run, 6, "zero")
+
+    def find(_: str) -> Path:
+        return run
+
+    assert evaluate.subject(str(run), 2, find)[0].model == str(run / "checkpoints" / "checkpoint-2")
+    with pytest.raises(UserError, match="DeepSpeed shards only") as err:
+        evaluate.subject(str(run), None, find)  # the newest complete checkpoint, shards only
+    assert "hpc-grpo export" in err.value.hint
+    exported = run / "export" / "step-6"
+    exported.mkdir(parents=True)
+    (run / "exports.jsonl").write_text(json.dumps({"step": 6, "path": str(exported),
+                                                   "mode": "full"}) + "\n")
+    earlier = run / "export" / "step-2"
+    earlier.mkdir()
+    with (run / "exports.jsonl").open("a") as handle:  # made last, of an earlier step
+        handle.write(json.dumps({"step": 2, "path": str(earlier), "mode": "full"}) + "\n")
+    subj, record = evaluate.subject(str(run), None, find)
+    assert (subj.model, subj.label, record["run_id"]) == (str(exported), "export step-6", "tiny-0001")
+    assert (records.newest_export(run) or {})["step"] == 2  # what status shows: the last one made
+    (exported / "config.json").write_text("{}")
+    inside, record = evaluate.subject(str(exported), None, find)  # an export: its run's defaults
+    assert (inside.model, inside.run_dir, record["run_id"]) == (str(exported), run, "tiny-0001")
+    alone = tmp_path / "elsewhere" / "model"
+    alone.mkdir(parents=True)
+    (alone / "config.json").write_text("{}")
+    folder, none = evaluate.subject(str(alone), None, find)  # a model folder of no run
+    assert (folder.model, folder.run_dir, none) == (str(alone), None, {})
+
+
+FAKE = """#!{python}
+import json, sys
+from pathlib import Path
+request = json.load(sys.stdin)
+n, k = request["limit"], request["num_samples"]
+values = [float(i // k) for i in range(n * k)]  # prompt p scores p on every sample
+Path(sys.argv[3]).write_text(json.dumps({{"ok": True, "prompts": n, "num_samples": k,
+    "rewards": [values], "reward_names": request["reward_funcs"], "dataset": request["dataset"],
+    "example": {{"prompt": "Count on: 1 2", "completion": " 3 4"}}}}))
+"""
+
+
+def test_an_evaluation_is_written_under_the_run_and_shown_by_status(tmp_path: Path) -> None:
+    run = fakes.run_dir(tmp_path)
+    fakes.checkpoint(run, 4)
+    fake = tmp_path / "fakepython"
+    fake.write_text(FAKE.format(python=sys.executable))
+    fake.chmod(0o755)
+    result = evaluate.evaluate(str(run), registry.find_run, limit=4, num_samples=3, python=str(fake))
+    assert result.reward.mean == 1.5 and result.reward.n == 4  # prompts 0..3, samples averaged
+    assert result.path.parent == run / "eval" and result.path.name.startswith("step-4-")
+    saved = json.loads(result.path.read_text())
+    assert saved["per_prompt"] == [0.0, 1.0, 2.0, 3.0] and saved["reward_funcs"] == ["builtin:length"]
+    line = records.eval_line(records.newest_eval(run) or {})
+    assert line.startswith("eval of step-4 on builtin:digits: mean reward 1.5 +- ")
+    assert "4 prompts x 3" in line
+
+
+def test_status_lines_survive_odd_files(tmp_path: Path) -> None:
+    """status over many runs must not stop at one odd exports.jsonl or eval file."""
+    run = fakes.run_dir(tmp_path)
+    gone = run / "export" / "step-2"
+    (run / "exports.jsonl").write_text('not json\n[1, 2]\n{"path": 7}\n'
+                                       + json.dumps({"path": str(gone), "step": 2}) + "\n")
+    assert records.newest_export(run) is None  # the only well-formed line names a removed folder
+    (run / "eval").mkdir()
+    (run / "eval" / "a.json").write_text("{")
+    (run / "eval" / "b.json").write_text(json.dumps({"time": 1, "reward": {"mean": "x"},
+                                                     "subject": [], "dataset": "d"}))
+    odd = records.newest_eval(run)
+    assert odd is not None and records.eval_line(odd).startswith("eval of ? on ?: mean reward ?")
+    assert records.export_line({"step": 2, "check": ["?"]}).startswith(
+        "exported step 2 (None, None): ")

@@ -1,0 +1,134 @@
+"""export/write.py with a stand-in for the runtime child (a script given as ``python``): the
+folder appears complete, with its card, or not at all: a failed check, a child that dies, a
+SIGTERM to the launcher and a killed earlier export leave nothing at the target."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hpc_grpo.errors import UserError
+from hpc_grpo.export import records, write
+from tests.unit.export import fakes
+
+FAKE = """#!{python}
+import json, os, sys, time
+from pathlib import Path
+request = json.load(sys.stdin)
+target = Path(request["target"])
+(target / "model.safetensors").write_text("weights")
+(target / "config.json").write_text("{{}}")
+mode = os.environ.get("FAKE_EXPORT", "ok")
+check = {{"max_abs_diff": 0.25 if mode == "fail" else 0.001, "mean_abs_diff": 0.0,
+         "tolerance": 0.05, "tokens": 56, "texts": 4, "greedy_equal": 4, "engine": "fake"}}
+if mode == "crash":
+    print("RuntimeError: out of host memory", file=sys.stderr)
+    sys.exit(1)
+if mode == "hang":
+    (target.parent / "child-started").write_text(str(os.getpid()))
+    time.sleep(60)
+answer = {{"ok": mode != "fail", "check": check, "notes": ["a note"]}}
+if mode == "fail":
+    answer["error"] = "log-probabilities differ by up to 0.25, above the tolerance 0.05"
+Path(sys.argv[3]).write_text(json.dumps(answer))
+sys.exit(0 if answer["ok"] else 1)
+"""
+
+
+@pytest.fixture
+def fake_python(tmp_path: Path) -> str:
+    path = tmp_path / "fakepython"
+    path.write_text(FAKE.format(python=sys.executable))
+    path.chmod(0o755)
+    return str(path)
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if ".partial-" in p.name) if folder.exists() else []
+
+
+def test_a_checked_export_is_renamed_into_place_with_its_card(tmp_path: Path, fake_python: str) -> None:
+    run = fakes.run_dir(tmp_path)
+    fakes.checkpoint(run, 4)
+    (run / "reward_curve.png").write_bytes(b"png")
+    lines: list[str] = []
+    done = write.export(run, python=fake_python, announce=lines.append)
+    target = run / "export" / "step-4"
+    assert done.error == "" and done.plan.target == target and done.notes == ("a note",)
+    assert sorted(p.name for p in target.iterdir()) == ["README.md", "config.json",
+                                                       "model.safetensors", "reward_curve.png"]
+    card = (target / "README.md").read_text()
+    assert "# tiny-0001, step 4" in card and "`builtin:length`" in card and "| 4 | -26.0000 |" in card
+    assert "![reward curve of the run](reward_curve.png)" in card and "tolerance 0.05" in card
+    assert lines and lines[0].startswith("export tiny-0001 checkpoint-4 (full layout")
+    assert _leftovers(run / "export") == []
+    entry = records.newest_export(run)
+    assert entry is not None and entry["path"] == str(target) and entry["check"]["max_abs_diff"] == 0.001
+    assert records.export_line(entry).startswith("exported step 4 (full, float32), checked")
+
+
+def test_a_failed_check_leaves_nothing(tmp_path: Path, fake_python: str,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    run = fakes.run_dir(tmp_path)
+    fakes.checkpoint(run, 4)
+    monkeypatch.setenv("FAKE_EXPORT", "fail")
+    done = write.export(run, python=fake_python)
+    assert "above the tolerance 0.05" in done.error and "nothing was written" in done.error
+    assert not (run / "export" / "step-4").exists() and _leftovers(run / "export") == []
+    assert records.newest_export(run) is None
+
+
+def test_a_child_that_dies_half_way_leaves_nothing(tmp_path: Path, fake_python: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    run = fakes.run_dir(tmp_path)
+    fakes.checkpoint(run, 4)
+    monkeypatch.setenv("FAKE_EXPORT", "crash")
+    with pytest.raises(UserError, match="export failed: RuntimeError: out of host memory"):
+        write.export(run, python=fake_python)
+    assert not (run / "export" / "step-4").exists() and _leftovers(run / "export") == []
+
+
+def test_sigterm_during_the_export_leaves_nothing(tmp_path: Path, fake_python: str) -> None:
+    run = fakes.run_dir(tmp_path)
+    fakes.checkpoint(run, 4)
+    code = ("import sys; from pathlib import Path; from hpc_grpo.export import write; "
+            f"write.export(Path({str(run)!r}), python={fake_python!r})")
+    env = {**os.environ, "FAKE_EXPORT": "hang", "PYTHONPATH": str(Path(__file__).parents[3])}
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
+    started = run / "export" / "child-started"
+    deadline = time.time() + 30
+    while not started.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert started.exists(), proc.stderr.read() if proc.stderr else ""
+    assert _leftovers(run / "export")  # the weights are being written in the hidden folder
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    assert proc.returncode != 0
+    assert not (run / "export" / "step-4").exists() and _leftovers(run / "export") == []
+    assert records.newest_export(run) is None
+
+
+def test_a_killed_exports_hidden_folder_is_cleared_by_the_next(tmp_path: Path, fake_python: str) -> None:
+    run = fakes.run_dir(tmp_path)
+    fakes.checkpoint(run, 4)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    stale = run / "export" / f".step-4.partial-{dead}"
+    stale.mkdir(parents=True)
+    (stale / "model.safetensors").write_text("half")
+    assert write.export(run, python=fake_python).error == ""
+    assert not stale.exists() and (run / "export" / "step-4" / "README.md").exists()
+
+
+def test_nothing_runs_for_a_refused_export(tmp_path: Path) -> None:
+    run = fakes.run_dir(tmp_path)
+    fakes.checkpoint(run, 4, complete=False)
+    with pytest.raises(UserError, match="no complete checkpoint"):
+        write.export(run, python="/nonexistent/python")
+    assert not (run / "export").exists()
