@@ -279,6 +279,8 @@ def _plan_table(data: dict[str, Any]) -> None:
     console.print(f"plan: {data['model']} on site {data['site']}: {data['nodes']} node(s) x "
                   f"{data['procs_per_node']} process(es) = world size {data['world_size']}; "
                   f"device {data['device']}")
+    if data.get("precision"):
+        console.print(f"precision: {data['precision']}")
     memory = data["memory_plan"]
     if memory is None:
         console.print(f"no GPU memory plan: {data['no_memory_plan']}")
@@ -317,6 +319,10 @@ def _plan_table(data: dict[str, Any]) -> None:
                       f"{ckpt['save_host_gib']:.1f} GiB of host memory on rank 0's node")
     for warning in data["warnings"]:
         console.print(f"warning: {warning}")
+    if data.get("changed_from_recipe"):
+        console.print("changed from the recipe:")
+        for line in data["changed_from_recipe"]:
+            console.print(f"  {line}")
 
 
 @main.command()

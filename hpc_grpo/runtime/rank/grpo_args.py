@@ -172,7 +172,11 @@ def _run_fields(run: RunRecord, user: Mapping[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"reward_weights has {len(weights)} values for {len(run.reward_funcs)} "
                               f"rewards ({', '.join(run.reward_funcs)}): give one weight per reward")
         out["reward_weights"] = weights
-    init = merge_init_kwargs(user.get("model_init_kwargs"), run.model_load)
+    init = dict(merge_init_kwargs(user.get("model_init_kwargs"), run.model_load) or {})
+    asked = dataclasses.replace(run.model_load, dtype=str(init.get("dtype") or ""))
+    dtype = asked.load_dtype(deepspeed=run.deepspeed is not None)  # fp32 masters: contract.py
+    if dtype:
+        init["dtype"] = dtype
     if init:
         out["model_init_kwargs"] = init
     return out
