@@ -24,6 +24,7 @@ from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.contract import CLEAN_END, STALLED, RunRecord
 from hpc_grpo.runtime.node import causes, oom, retry, slurm_facts, vllm_server, watchdog
 from hpc_grpo.runtime.node.ports import free_port, with_master_port
+from hpc_grpo.runtime.rank import setup_failure
 
 PAYLOAD_MODULES = {"train": "hpc_grpo.runtime.rank.train", "check": "hpc_grpo.runtime.rank.smoke"}
 
@@ -324,7 +325,9 @@ class NodeTask:
         step = int(state.get("last_checkpoint_step") or 0)
         stalled = self._stalled or (state.get("attempt") == attempt
                                     and state.get("stop_cause") == STALLED)
-        config_error = "" if stalled else retry.configuration_error(state, attempt)  # never
+        setup = setup_failure.records(Path(self.run_dir), attempt)  # what the ranks raised
+        config_error = "" if stalled else retry.configuration_error(state, attempt, setup,
+                                                                    run.world_size)  # never
         recorded = str(state.get("stop_cause") or "")  # an OOM kill is this node task's record
         recorded = recorded if state.get("attempt") == attempt or recorded == oom.CAUSE else ""
         if config_error:
@@ -338,8 +341,9 @@ class NodeTask:
         decision = retry.decide_retry(earlier, step, run.max_requeues, config_error, cause)
         print(f"[node] training failed (exit {code}, {cause}): {decision.reason}", flush=True)
         if not decision.requeue:
-            if not config_error:  # a configuration error's state already holds its line
-                rundir.update_state(self.run_dir, phase="failed", message=decision.reason)
+            rundir.update_state(self.run_dir, phase="failed", message=config_error or decision.reason,
+                                **({"stop_cause": contract.CONFIGURATION_ERROR} if config_error
+                                   else {}))  # status shows the line until a resume
             return decision.reason
         rundir.append_jsonl(path, {"time": time.time(), "checkpoint_step": step, "exit_code": code,
                                    "job_id": job, "cause": cause})
