@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -24,6 +25,7 @@ from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.contract import CLEAN_END, STALLED, RunRecord
 from hpc_grpo.runtime.node import causes, oom, retry, slurm_facts, vllm_server, watchdog
 from hpc_grpo.runtime.node.ports import free_port, with_master_port
+from hpc_grpo.runtime.node.scratch import scratch_env
 from hpc_grpo.runtime.rank import setup_failure
 
 PAYLOAD_MODULES = {"train": "hpc_grpo.runtime.rank.train", "check": "hpc_grpo.runtime.rank.smoke"}
@@ -139,6 +141,7 @@ def child_env(env: Mapping[str, str], attempt: str, run: RunRecord, cpus: int = 
         out.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
         out.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
     out.update(hub_env(run))
+    out.update(scratch_env(run, attempt, env))
     root = str(Path(__file__).resolve().parents[3])
     out["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     return out
@@ -258,8 +261,12 @@ class NodeTask:
             signal.signal(sig, self._on_signal)
         started = time.time()
         server = None
+        scratch = None
         try:
             env = child_env(node_env, attempt, run, usable_cpus())
+            if run.run_dir:  # the attempt's temporaries (scratch_env), removed below
+                scratch = Path(env["TMPDIR"])
+                scratch.mkdir(parents=True, exist_ok=True)
             if vllm_server.server_mode(run) and vllm_server.is_server_node(run, node_env):
                 log = str(Path(self.run_dir) / contract.LOGS / contract.VLLM_SERVER_LOG)
                 server = vllm_server.start(run, node_env, log)
@@ -278,6 +285,8 @@ class NodeTask:
                 self._record_oom(oom.killed_line(kills_before, oom.read_kills()[0], kills_file,
                                                  socket.gethostname()))
         finally:
+            if scratch is not None:  # nothing of the attempt's outlives it
+                shutil.rmtree(scratch, ignore_errors=True)
             if server is not None:
                 vllm_server.stop(server)
             for sig, handler in previous.items():
