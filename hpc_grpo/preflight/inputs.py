@@ -219,7 +219,8 @@ def probe_inputs(spec: JobSpec, model: ModelRef, python: str, dataset_commit: st
     if request["model_load"].get("hf_home"):
         env["HF_HOME"] = request["model_load"]["hf_home"]
     with tempfile.TemporaryDirectory(prefix="hpc-grpo-probe-") as tmp:
-        if not (env.get("HF_HOME") or env.get("HF_DATASETS_CACHE")):  # not ~/.cache: gone after
+        env["TMPDIR"] = tmp  # what torch, datasets, W&B leave in /tmp goes with the folder
+        if not (env.get("HF_HOME") or env.get("HF_DATASETS_CACHE")):  # nor in ~/.cache
             env["HF_DATASETS_CACHE"] = str(Path(tmp) / "datasets")
         answer_path = Path(tmp) / "answer.json"
         try:
