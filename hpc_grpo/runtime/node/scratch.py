@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from hpc_grpo.runtime.contract import RunRecord
+from hpc_grpo.rundir.contract import RunRecord
 
 SCRATCH = "tmp"  # in the run directory: one folder per attempt and node, removed at its end
 CACHE = "cache"  # in the run directory: what W&B, datasets and matplotlib would put in ~/.cache

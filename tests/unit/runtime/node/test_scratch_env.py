@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from hpc_grpo.runtime import rundir
-from hpc_grpo.runtime.contract import RUN_JSON, RunRecord
+from hpc_grpo import rundir
+from hpc_grpo.rundir.contract import RUN_JSON, RunRecord
 from hpc_grpo.runtime.node import task as node
 
 
