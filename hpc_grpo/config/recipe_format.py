@@ -226,8 +226,9 @@ def _only_default(key: str, value: Any, source: str, out: Translation) -> None:
     if key == "dataset_configs" and isinstance(value, list) and len(value) == 1:
         return  # handled as dataset_config by the caller
     if value != default and not (default is None and value in ([], {})):
+        fix = f"; --set {key}={shown(default)}" if source == "recipe" else ""
         out.problems.append(UserError(f"'{key}: {value!r}' is not supported", field=source,
-                                      hint=why))
+                                      hint=why + fix))
 
 
 def translate(values: Mapping[str, Any], source: str) -> Translation:

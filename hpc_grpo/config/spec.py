@@ -17,6 +17,10 @@ import yaml
 
 from hpc_grpo.config.grpo import check_values, field_types
 from hpc_grpo.config.recipe_format import (
+    CLAIMS,
+    IGNORED,
+    ONLY_DEFAULT,
+    RENAMED,
     Translation,
     check_claims,
     foreign_schema,
@@ -151,7 +155,9 @@ def split_keys(values: Mapping[str, Any], source: str, problems: list[UserError]
             spec[key] = value
         elif key in PLAN_OWNED:
             problems.append(UserError(f"'{key}' is set by hpc-grpo", field=f"{source}: {key}",
-                                      hint=PLAN_OWNED[key]))
+                                      hint=PLAN_OWNED[key] + (f" (--set {key}=null drops the "
+                                                              "recipe's)" if source == "recipe"
+                                                              else "")))
         elif key in known:
             grpo[key] = value
         elif key == "grpo" and isinstance(value, dict):
@@ -220,6 +226,25 @@ def _changes(recipe: Mapping[str, Any], sets: Mapping[str, Any],
     return out
 
 
+def _takes_back(key: str) -> bool:
+    """Whether ``--set KEY=null`` removes a recipe's KEY rather than setting it to null: for
+    keys hpc-grpo refuses or does not know, null has no other meaning, so a recipe is never
+    edited to drop one (a plan-owned ``deepspeed``, open-r1's ``use_dora``, another tool's key)."""
+    known = SPEC_FIELDS | grpo_fields() | set(RENAMED) | set(CLAIMS) | set(IGNORED)
+    return key in PLAN_OWNED or key in ONLY_DEFAULT or key not in known | {"grpo", "reward_funcs"}
+
+
+def _overlay(recipe: Mapping[str, Any], sets: Mapping[str, Any]) -> tuple[dict[str, Any],
+                                                                          dict[str, Any], list[str]]:
+    """(the recipe without the keys --set replaces, --set without the nulls that take a recipe's
+    key back, lines for those). A recipe's key that --set gives is never checked: its refusal
+    (a plan-owned value, an option only at TRL's default) would stand against the override."""
+    back = [k for k, v in sets.items() if v is None and k in recipe and _takes_back(k)]
+    lines = [f"{k}: {shown(recipe[k])} dropped (--set {k}=null)" for k in back]
+    return ({k: v for k, v in recipe.items() if k not in sets},
+            {k: v for k, v in sets.items() if k not in back}, lines)
+
+
 def build_spec(
     recipe: Mapping[str, Any], sets: Mapping[str, Any], flags: Mapping[str, Any],
     site: SiteProfile | None = None,
@@ -235,6 +260,10 @@ def build_spec(
         raise foreign
     problems: list[UserError] = []
     found = {"recipe": Translation(), "--set": Translation()}
+    before = translate(recipe, "recipe")  # the recipe as written: what "changes" compares with
+    only_default = {k: v for k, v in recipe.items() if k in ONLY_DEFAULT}, \
+        {k: v for k, v in sets.items() if k in ONLY_DEFAULT}
+    recipe, sets, changes = _overlay(recipe, sets)
     recipe_spec, recipe_grpo = split_keys(recipe, "recipe", problems, found["recipe"])
     set_spec, set_grpo = split_keys(sets, "--set", problems, found["--set"])
     given = {k: v for k, v in flags.items() if v is not None}
@@ -242,8 +271,8 @@ def build_spec(
         given["reward_funcs"] = map_rewards(given["reward_funcs"], "--reward", problems)
     merged = {**recipe_spec, **set_spec, **given}
     claims = {**found["recipe"].claims, **found["--set"].claims}
-    changes = _changes({**recipe_spec, **recipe_grpo, **found["recipe"].claims},
-                       {**set_spec, **set_grpo, **found["--set"].claims}, given)
+    changes += _changes({**only_default[0], **before.values, **before.claims},
+                        {**only_default[1], **set_spec, **set_grpo, **found["--set"].claims}, given)
     if site is not None:
         sources = {key: "--set" if key in found["--set"].claims else "recipe" for key in claims}
         wrong, dropped = check_claims(claims, device=site.device,

@@ -190,3 +190,30 @@ def test_pure_bf16_only_when_asked_with_the_memory_plan_following(tmp_path: Path
     code, _, err = cli("plan", "--site", "local", "--model", "builtin:tiny", "--set",
                        "pure_bf16=true")
     assert code == 2 and "hint: --set pure_bf16=false" in err
+
+
+def test_keys_a_recipe_may_not_set_are_taken_back_from_the_command_line(tmp_path: Path) -> None:
+    """A plan-owned deepspeed file, DoRA and another tool's key: refused, each naming the --set
+    that drops it; with those, the recipe plans unchanged and the block says what was dropped."""
+    recipe = tmp_path / "accelerate-style.yaml"
+    recipe.write_text(TRL_CLI.read_text() + "deepspeed: configs/zero3.json\nuse_dora: true\n"
+                      "accelerate_config: configs/deepspeed_zero3.yaml\n")
+    args = ("--site", "local", "--recipe", str(recipe), "--model", "builtin:tiny")
+    code, _, err = cli("plan", *args)
+    assert code == 2
+    assert "recipe: deepspeed: 'deepspeed' is set by hpc-grpo" in err
+    assert "--set deepspeed=null drops the recipe's" in err
+    assert "'use_dora: True' is not supported" in err and "--set use_dora=false" in err
+    assert "unknown key 'accelerate_config'" in err
+    plan = plan_json(*args, "--set", "deepspeed=null", "--set", "use_dora=false",
+                     "--set", "accelerate_config=null")
+    assert plan["deepspeed"] is None
+    changed = plan["changed_from_recipe"]
+    assert "deepspeed: configs/zero3.json dropped (--set deepspeed=null)" in changed
+    assert "accelerate_config: configs/deepspeed_zero3.yaml dropped (--set accelerate_config=null)" \
+        in changed
+    assert "use_dora: true -> false (--set use_dora=false)" in changed
+    # null is a value for a field that takes one, never a way to drop a refused --set key
+    code, _, err = cli("plan", "--site", "local", "--model", "builtin:tiny",
+                       "--set", "deepspeed=x.json")
+    assert code == 2 and "--set: deepspeed" in err and "drops the recipe's" not in err
