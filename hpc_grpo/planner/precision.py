@@ -49,8 +49,9 @@ def context_check(spec: JobSpec, context: int) -> list[str]:
     room = context - prompt
     half = context // 2
     hint = (f"--set max_completion_length={room}" if room > 0 else
-            f"--set max_prompt_length={half} --set max_completion_length={context - half} "
-            "(a longer prompt is then refused), or a model with a longer context")
+            f"a model with a longer context, or prompts of at most {half} tokens: --set "
+            f"max_prompt_length={half} --set max_completion_length={context - half} (a longer "
+            "prompt is then refused)")
     text = (f"prompt {prompt} + completion {completion} = {prompt + completion} tokens, above "
             f"the model's context of {context} (config.json max_position_embeddings)")
     if spec.max_prompt_length or spec.dataset.startswith("builtin:"):

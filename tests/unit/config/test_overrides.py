@@ -217,3 +217,15 @@ def test_keys_a_recipe_may_not_set_are_taken_back_from_the_command_line(tmp_path
     code, _, err = cli("plan", "--site", "local", "--model", "builtin:tiny",
                        "--set", "deepspeed=x.json")
     assert code == 2 and "--set: deepspeed" in err and "drops the recipe's" not in err
+
+
+def test_a_measured_prompt_longer_than_the_context_is_refused(
+        monkeypatch: pytest.MonkeyPatch, math_jsonl: Path) -> None:
+    """The issue's run: a dataset of 2,400-token prompts (as the login node's probe measures
+    them with the model's tokenizer) on a 512-position model trained with transformers'
+    "indexing errors" warning; now refused before submit."""
+    monkeypatch.setattr(inputs, "probe_inputs", lambda *a, **k: inputs.Probed(longest_prompt=2400))
+    code, _, err = cli("plan", "--site", "local", "--model", "builtin:tiny", "--dataset",
+                       str(math_jsonl))
+    assert code == 2
+    assert "prompt 2400 + completion 256 = 2656 tokens, above the model's context of 512" in err
