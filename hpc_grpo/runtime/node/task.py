@@ -350,9 +350,8 @@ class NodeTask:
         decision = retry.decide_retry(earlier, step, run.max_requeues, config_error, cause)
         print(f"[node] training failed (exit {code}, {cause}): {decision.reason}", flush=True)
         if not decision.requeue:
-            rundir.update_state(self.run_dir, phase="failed", message=config_error or decision.reason,
-                                **({"stop_cause": contract.CONFIGURATION_ERROR} if config_error
-                                   else {}))  # status shows the line until a resume
+            rundir.update_state(self.run_dir, phase="failed", stop_cause=cause,  # a resume's cause
+                                message=config_error or decision.reason)  # status shows it
             return decision.reason
         rundir.append_jsonl(path, {"time": time.time(), "checkpoint_step": step, "exit_code": code,
                                    "job_id": job, "cause": cause})

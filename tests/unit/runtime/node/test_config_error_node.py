@@ -245,3 +245,21 @@ def test_rank0_decides_at_once_on_an_import_error_of_any_rank(tmp_path: Path) ->
     line = settle(tmp_path, "a", 0, 2, RuntimeError("Connection reset by peer"), wait_s=2)
     assert line == f"ImportError: {FLASH}"
     assert rundir.read_state(tmp_path)["stop_cause"] == CONFIGURATION_ERROR
+
+
+def test_a_run_that_ended_failed_names_its_cause_for_the_resume(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #27: a resume after a FAILED job recorded its restart as "killed (no stop
+    recorded)". The node task now leaves the last attempt's cause in state.json beside the
+    line, and a failed phase without one still reads "failed"."""
+    from hpc_grpo.runtime.rank import train
+
+    run_dir, _ = _node_task(tmp_path, monkeypatch, phase="training", step=3)
+    for _ in range(3):
+        rundir.append_jsonl(run_dir / RETRIES_JSONL, {"checkpoint_step": 0})
+    with pytest.raises(node.RunFailed, match="3 automatic retries spent"):
+        node.NodeTask(str(run_dir))()
+    state = rundir.read_state(run_dir)
+    assert (state["phase"], state["stop_cause"]) == ("failed", "task crash")
+    assert train._restart_cause(state, run_dir) == "task crash"
+    assert train._restart_cause({"attempt": "slurm-7.0", "phase": "failed"}, run_dir) == "failed"
