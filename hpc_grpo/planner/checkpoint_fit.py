@@ -22,6 +22,7 @@ from hpc_grpo.planner.checkpoint_size import (
 )
 from hpc_grpo.planner.types import MemoryPlan
 from hpc_grpo.rundir.contract import DEFAULT_SAVE_TOTAL_LIMIT, DeepSpeedBlock
+from hpc_grpo.rundir.precision import load_dtype
 
 HALF_PRECISION = ("bfloat16", "bf16", "float16", "fp16", "half")
 
@@ -37,7 +38,7 @@ def checkpoint_request(spec: JobSpec, arch: ModelArch, device: str,
         offload_optimizer=bool(deepspeed and deepspeed.offload_optimizer), lora=lora,
         device=device, world_size=world_size,
         save_total_limit=int(limit) if limit is not None else None,
-        weight_bytes=2 if model_block(spec).load_dtype(deepspeed is not None) in HALF_PRECISION
+        weight_bytes=2 if load_dtype(model_block(spec), deepspeed is not None) in HALF_PRECISION
         else 4,
         tied_params=arch.embedding_params if arch.tie_word_embeddings else 0)
 

@@ -1,6 +1,6 @@
 """What the ranks train in, and whether prompt plus completion fits the model: one story for
-recipe, plan and ranks. The load dtype is the ranks' own decision (the run record's
-``ModelBlock.load_dtype``), called here too, so that ``plan`` reports and the memory plan sizes what the
+recipe, plan and ranks. The load dtype is the ranks' own decision (``rundir/precision.py``
+``load_dtype``), called here too, so that ``plan`` reports and the memory plan sizes what the
 ranks will do. Pure: values in, values out.
 """
 
@@ -11,13 +11,14 @@ from hpc_grpo.errors import UserError
 from hpc_grpo.planner.blocks import model_block
 from hpc_grpo.planner.bounds import grpo_value, prompt_bound
 from hpc_grpo.rundir.contract import DeepSpeedBlock
+from hpc_grpo.rundir.precision import load_dtype
 
 
 def precision(device: str, spec: JobSpec,
               deepspeed: DeepSpeedBlock | None) -> tuple[str, tuple[str, ...], list[str]]:
     """(what the ranks train in, what changed from the recipe: the command line's changes and
     the load dtype where it is not the recipe's, warnings: pure bf16's)."""
-    loads = model_block(spec).load_dtype(deepspeed is not None)
+    loads = load_dtype(model_block(spec), deepspeed is not None)
     shown = loads or "float32"
     if spec.pure_bf16:
         story = "pure bf16: weights, gradients and Adam states bf16 (pure_bf16: true)"

@@ -198,20 +198,7 @@ class ModelBlock:
     trust_remote_code: bool = False
     hf_home: str = ""  # the shared Hugging Face cache the ranks read ("" the node's default)
     offline: bool = False  # the ranks run with HF_HUB_OFFLINE=1 / HF_DATASETS_OFFLINE=1
-    pure_bf16: bool = False  # bf16 weights and Adam states, asked for (load_dtype)
-
-    def load_dtype(self, deepspeed: bool) -> str:
-        """The dtype the ranks load the model in; the plan reports and sizes the same one.
-        Without DeepSpeed the optimizer updates the module's own weights: loaded in bf16
-        (open-r1's ``torch_dtype: bfloat16``) they trained pure bf16, weights and Adam moments,
-        while the plan said fp32 (issue #27). They load float32 instead, their own fp32 master
-        copy under bf16 autocast, unless ``pure_bf16`` asks for bf16. Under DeepSpeed the dtype
-        stands: its optimizer keeps fp32 master weights and Adam states. "" is TRL's float32."""
-        if self.pure_bf16:
-            return "bfloat16"
-        if not deepspeed and self.dtype in ("auto", "bfloat16", "float16"):  # auto: bf16 mostly
-            return "float32"
-        return self.dtype
+    pure_bf16: bool = False  # bf16 weights and Adam states, asked for (rundir/precision.py)
 
 
 @dataclass(frozen=True)
