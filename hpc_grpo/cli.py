@@ -278,7 +278,7 @@ def _plan_table(data: dict[str, Any]) -> None:
     console = Console(width=None if sys.stdout.isatty() else 200, highlight=False, markup=False)
     console.print(f"plan: {data['model']} on site {data['site']}: {data['nodes']} node(s) x "
                   f"{data['procs_per_node']} process(es) = world size {data['world_size']}; "
-                  f"device {data['device']}")
+                  f"device {data['device']}; precision {data['precision']}")
     memory = data["memory_plan"]
     if memory is None:
         console.print(f"no GPU memory plan: {data['no_memory_plan']}")
@@ -315,8 +315,10 @@ def _plan_table(data: dict[str, Any]) -> None:
             if ckpt["at_once"] else "all kept (save_total_limit unset)"
         console.print(f"checkpoint: {ckpt['one_gib']:.1f} GiB each, {kept}; a save needs "
                       f"{ckpt['save_host_gib']:.1f} GiB of host memory on rank 0's node")
-    for warning in data["warnings"]:
-        console.print(f"warning: {warning}")
+    changed = [f"  {line}" for line in data["changed_from_recipe"]]  # one block: --set, flags
+    for line in [*(f"warning: {w}" for w in data["warnings"]),
+                 *(["changed from the recipe:"] if changed else []), *changed]:
+        console.print(line)
 
 
 @main.command()

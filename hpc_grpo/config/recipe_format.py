@@ -226,8 +226,9 @@ def _only_default(key: str, value: Any, source: str, out: Translation) -> None:
     if key == "dataset_configs" and isinstance(value, list) and len(value) == 1:
         return  # handled as dataset_config by the caller
     if value != default and not (default is None and value in ([], {})):
+        fix = f"; --set {key}={shown(default)}" if source == "recipe" else ""
         out.problems.append(UserError(f"'{key}: {value!r}' is not supported", field=source,
-                                      hint=why))
+                                      hint=why + fix))
 
 
 def translate(values: Mapping[str, Any], source: str) -> Translation:
@@ -262,34 +263,73 @@ def translate(values: Mapping[str, Any], source: str) -> Translation:
     return out
 
 
+def shown(value: Any) -> str:
+    """A value as it is typed after ``--set key=`` (YAML: true, null, 0.7, sdpa)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(shown(v) for v in value) + "]"
+    return str(value)
+
+
+def _fix(key: str, value: Any, source: str, also: str = "") -> str:
+    """The hint of a refused claim: the ``--set`` that fixes it without editing the recipe."""
+    fix = f"--set {key}={shown(value)}"
+    if source == "--set":
+        return f"{fix}, or leave {key} out: the plan sets it" + (f"; {also}" if also else "")
+    return f"{fix} (or remove {key}: from the recipe)" + (f"; {also}" if also else "")
+
+
 def check_claims(claims: Mapping[str, Any], *, device: str, vllm_mode: str, world_size: int,
-                 source: str) -> list[UserError]:
-    """Plan-owned keys: silent when they agree with the plan, refused (with what to use) when not."""
+                 sources: Mapping[str, str]) -> tuple[list[UserError], list[str]]:
+    """Plan-owned keys: silent when they agree with the plan, refused when not, with the
+    ``--set`` that fixes each (a recipe is never edited to run elsewhere: ``--set`` wins over it,
+    README "Precedence"). ``claims`` are the recipe's merged with ``--set``'s, ``sources`` says
+    where each value came from. Returns the problems and lines for keys the plan dropped as moot
+    (``vllm_device`` where no vLLM runs). A null value is no claim: ``--set vllm_device=null``
+    takes a recipe's key back."""
     gpu = device == "cuda"
     wanted = {"bf16": gpu, "fp16": False, "use_vllm": gpu}
     why = {"bf16": "the plan trains bf16 on GPU sites and fp32 on CPU sites",
            "fp16": "the plan trains bf16 on GPU sites and fp32 on CPU sites",
            "use_vllm": "the plan generates with vLLM on GPU sites; CPU sites have no vLLM"}
+    site = "GPU" if gpu else "CPU-only"
     problems = []
+    dropped: list[str] = []
+    use_vllm = claims.get("use_vllm")
+    vllm_runs = gpu if use_vllm is None else bool(use_vllm)
     for key, value in claims.items():
+        source = sources.get(key, "recipe")
         where = f"{source}: {key}"
+        if value is None:
+            continue
         if key in wanted and value != wanted[key]:
-            problems.append(UserError(f"{value!r} contradicts the plan ({why[key]}, "
-                                      f"and this site is {'GPU' if gpu else 'CPU-only'})",
-                                      field=where, hint=f"remove {key}: the plan sets it"))
+            problems.append(UserError(f"{value!r} contradicts the plan ({why[key]}, and this site "
+                                      f"is {site})", field=where,
+                                      hint=_fix(key, wanted[key], source)))
         elif key == "use_cpu" and value and gpu:
-            problems.append(UserError("true contradicts the plan: the device follows "
-                                      "the site", field=where,
-                                      hint="use a CPU-only site (e.g. --site local)"))
-        elif key == "vllm_device" and (vllm_mode != "server" or not gpu):
+            problems.append(UserError("true contradicts the plan: the device follows the site",
+                                      field=where, hint=_fix(key, False, source,
+                                                             "or a CPU-only site (--site local)")))
+        elif key == "vllm_device" and not vllm_runs:
+            dropped.append(f"vllm_device: {shown(value)} dropped ({source}): no vLLM runs "
+                           f"(use_vllm is false{'' if gpu else ' on this CPU-only site'})")
+        elif key == "vllm_device" and not gpu:
+            problems.append(UserError(
+                f"{value!r} puts vLLM on its own GPU, but this site is CPU-only", field=where,
+                hint="--set use_vllm=false (CPU sites generate without vLLM)"))
+        elif key == "vllm_device" and vllm_mode != "server":
             problems.append(UserError(
                 f"{value!r} puts vLLM on its own GPU (TRL <= 0.15), but the plan "
                 "colocates vLLM in every rank", field=where,
-                hint="remove it to colocate, or --vllm-mode server (vllm_server_gpus) for "
-                     "vLLM on dedicated GPUs"))
+                hint="--vllm-mode server (vllm_server_gpus) for vLLM on dedicated GPUs, or "
+                     "--set vllm_device=null to colocate"))
         elif key == "num_processes" and value != world_size:
             problems.append(UserError(
                 f"{value!r}, but the plan runs {world_size} training processes "
                 "(nodes x processes per node)", field=where,
-                hint="remove it; choose with --nodes and --procs-per-node"))
-    return problems
+                hint=_fix(key, world_size, source, "or choose the layout with --nodes and "
+                          "--procs-per-node")))
+    return problems, dropped

@@ -17,18 +17,25 @@ import yaml
 
 from hpc_grpo.config.grpo import check_values, field_types
 from hpc_grpo.config.recipe_format import (
+    CLAIMS,
+    IGNORED,
+    ONLY_DEFAULT,
+    RENAMED,
     Translation,
     check_claims,
     foreign_schema,
     map_rewards,
+    shown,
     translate,
     unknown_key_hint,
 )
 from hpc_grpo.config.site import SiteProfile
 from hpc_grpo.config.strict import from_mapping, load_yaml_text
-from hpc_grpo.errors import UserError, UserErrors
+from hpc_grpo.errors import UserError, UserErrors, did_you_mean
 from hpc_grpo.rundir.contract import DEFAULT_SEED, world_size
 
+# The dtypes TRL's create_model_from_path loads (its ValueError on every rank otherwise).
+DTYPES = ("auto", "bfloat16", "float16", "float32")
 # GRPOConfig fields that the plan owns: the user sets them through job-spec fields instead.
 # (bf16, use_vllm, use_cpu are checked against the site; output_dir is ignored with a warning:
 # config/recipe_format.py.)
@@ -69,6 +76,9 @@ class JobSpec:
     dtype: str = ""
     attn_implementation: str = ""
     trust_remote_code: bool = False
+    # bf16 weights, gradients and Adam states without DeepSpeed (less memory, less precise);
+    # otherwise the ranks keep fp32 master weights whatever dtype says (rank/model_load.py).
+    pure_bf16: bool = False
     # Dataset details beyond its name (TRL ScriptArguments / open-r1 GRPOScriptArguments).
     dataset_config: str = ""
     dataset_split: str = "train"
@@ -88,14 +98,23 @@ class JobSpec:
     # Warnings about recipe keys that were ignored (hub upload, evaluation): shown by the plan,
     # not a setting, not saved in spec.json.
     notes: tuple[str, ...] = ()
+    # What the command line changed from the recipe, one line each with the flag or --set that
+    # did it: `plan` lists them in one block (not a setting, not saved in spec.json).
+    changes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
-        del out["notes"]
+        del out["notes"], out["changes"]
         return out
 
 
-SPEC_FIELDS = frozenset(f.name for f in dataclasses.fields(JobSpec)) - {"grpo", "notes"}
+SPEC_FIELDS = frozenset(f.name for f in dataclasses.fields(JobSpec)) - {"grpo", "notes", "changes"}
+# The command-line flag of each job key that has one (cli.py JOB_OPTIONS).
+FLAGS = {"model": "--model", "dataset": "--dataset", "reward_funcs": "--reward",
+         "nodes": "--nodes", "procs_per_node": "--procs-per-node",
+         "tensor_parallel_size": "--tp", "vllm_mode": "--vllm-mode", "zero_stage": "--zero-stage",
+         "seed": "--seed", "time": "--time", "name": "--name", "partition": "--partition",
+         "payload": "--payload"}
 
 
 def grpo_fields() -> frozenset[str]:
@@ -136,7 +155,9 @@ def split_keys(values: Mapping[str, Any], source: str, problems: list[UserError]
             spec[key] = value
         elif key in PLAN_OWNED:
             problems.append(UserError(f"'{key}' is set by hpc-grpo", field=f"{source}: {key}",
-                                      hint=PLAN_OWNED[key]))
+                                      hint=PLAN_OWNED[key] + (f" (--set {key}=null drops the "
+                                                              "recipe's)" if source == "recipe"
+                                                              else "")))
         elif key in known:
             grpo[key] = value
         elif key == "grpo" and isinstance(value, dict):
@@ -160,6 +181,70 @@ def _world_size(site: SiteProfile, merged: Mapping[str, Any]) -> int:
     return world_size(int(nodes), int(merged.get("procs_per_node") or site.default_procs_per_node))
 
 
+def model_load_problems(site: SiteProfile, spec: JobSpec) -> list[UserError]:
+    """How the model loads, against the site's device: what every rank would otherwise raise
+    alike after the queue wait (flash-attention on a CPU site, a dtype TRL refuses)."""
+    problems = []
+    attn = spec.attn_implementation
+    if site.device != "cuda" and attn.startswith("flash_attention"):
+        problems.append(UserError(f"{attn!r} needs CUDA GPUs (the flash-attn kernels), but site "
+                                  f"'{site.name}' is CPU-only", field="attn_implementation",
+                                  hint="--set attn_implementation=sdpa"))
+    if spec.dtype and spec.dtype not in DTYPES:
+        problems.append(UserError(f"{spec.dtype!r} is not a dtype TRL loads", field="dtype",
+                                  hint=did_you_mean(spec.dtype, DTYPES)))
+    if spec.pure_bf16 and site.device != "cuda":
+        problems.append(UserError(f"pure bf16 training needs GPUs: site '{site.name}' is "
+                                  "CPU-only and the plan trains fp32 there",
+                                  field="pure_bf16", hint="--set pure_bf16=false"))
+    elif spec.pure_bf16 and spec.zero_stage:
+        problems.append(UserError(f"pure bf16 is DDP's: DeepSpeed ZeRO-{spec.zero_stage} keeps "
+                                  "fp32 master weights and Adam states whatever the model's dtype",
+                                  field="pure_bf16", hint="--zero-stage 0, or --set pure_bf16=false"))
+    if spec.pure_bf16 and spec.dtype not in ("", "auto", "bfloat16"):
+        problems.append(UserError(f"pure_bf16 trains bfloat16 weights, but dtype is {spec.dtype!r}",
+                                  field="pure_bf16", hint="--set dtype=bfloat16"))
+    return problems
+
+
+def _changes(recipe: Mapping[str, Any], sets: Mapping[str, Any],
+             flags: Mapping[str, Any]) -> list[str]:
+    """One line per recipe value the command line replaced, naming the flag or --set."""
+    out = []
+    for key, before in recipe.items():
+        if key in flags:
+            after, origin = flags[key], FLAGS.get(key, f"--{key}")
+        elif key in sets:
+            after = sets[key]
+            origin = f"--set {key}={shown(after)}"
+        else:
+            continue
+        if after != before and not (isinstance(after, list | tuple)
+                                    and isinstance(before, list | tuple)
+                                    and list(after) == list(before)):
+            out.append(f"{key}: {shown(before)} -> {shown(after)} ({origin})")
+    return out
+
+
+def _takes_back(key: str) -> bool:
+    """Whether ``--set KEY=null`` removes a recipe's KEY rather than setting it to null: for
+    keys hpc-grpo refuses or does not know, null has no other meaning, so a recipe is never
+    edited to drop one (a plan-owned ``deepspeed``, open-r1's ``use_dora``, another tool's key)."""
+    known = SPEC_FIELDS | grpo_fields() | set(RENAMED) | set(CLAIMS) | set(IGNORED)
+    return key in PLAN_OWNED or key in ONLY_DEFAULT or key not in known | {"grpo", "reward_funcs"}
+
+
+def _overlay(recipe: Mapping[str, Any], sets: Mapping[str, Any]) -> tuple[dict[str, Any],
+                                                                          dict[str, Any], list[str]]:
+    """(the recipe without the keys --set replaces, --set without the nulls that take a recipe's
+    key back, lines for those). A recipe's key that --set gives is never checked: its refusal
+    (a plan-owned value, an option only at TRL's default) would stand against the override."""
+    back = [k for k, v in sets.items() if v is None and k in recipe and _takes_back(k)]
+    lines = [f"{k}: {shown(recipe[k])} dropped (--set {k}=null)" for k in back]
+    return ({k: v for k, v in recipe.items() if k not in sets},
+            {k: v for k, v in sets.items() if k not in back}, lines)
+
+
 def build_spec(
     recipe: Mapping[str, Any], sets: Mapping[str, Any], flags: Mapping[str, Any],
     site: SiteProfile | None = None,
@@ -167,23 +252,34 @@ def build_spec(
     """Merge the three sources with flags winning; flags hold only options the user gave.
 
     Every unknown key and every bad GRPOConfig value is reported in one UserErrors. With the
-    ``site``, plan-owned recipe keys (bf16, use_vllm, ...) are checked against it too."""
+    ``site``, plan-owned keys (bf16, use_vllm, ...) are checked against it too, after the
+    merge: a ``--set`` replaces the recipe's value of a plan-owned key as of any other, so a
+    recipe written for GPUs runs on a CPU site with overrides only."""
     foreign = foreign_schema(recipe)
     if foreign is not None:
         raise foreign
     problems: list[UserError] = []
     found = {"recipe": Translation(), "--set": Translation()}
+    before = translate(recipe, "recipe")  # the recipe as written: what "changes" compares with
+    only_default = {k: v for k, v in recipe.items() if k in ONLY_DEFAULT}, \
+        {k: v for k, v in sets.items() if k in ONLY_DEFAULT}
+    recipe, sets, changes = _overlay(recipe, sets)
     recipe_spec, recipe_grpo = split_keys(recipe, "recipe", problems, found["recipe"])
     set_spec, set_grpo = split_keys(sets, "--set", problems, found["--set"])
     given = {k: v for k, v in flags.items() if v is not None}
     if "reward_funcs" in given:
         given["reward_funcs"] = map_rewards(given["reward_funcs"], "--reward", problems)
     merged = {**recipe_spec, **set_spec, **given}
+    claims = {**found["recipe"].claims, **found["--set"].claims}
+    changes += _changes({**only_default[0], **before.values, **before.claims},
+                        {**only_default[1], **set_spec, **set_grpo, **found["--set"].claims}, given)
     if site is not None:
-        for source, translation in found.items():
-            problems += check_claims(translation.claims, device=site.device,
-                                     vllm_mode=merged.get("vllm_mode", "colocate"),
-                                     world_size=_world_size(site, merged), source=source)
+        sources = {key: "--set" if key in found["--set"].claims else "recipe" for key in claims}
+        wrong, dropped = check_claims(claims, device=site.device,
+                                      vllm_mode=merged.get("vllm_mode", "colocate"),
+                                      world_size=_world_size(site, merged), sources=sources)
+        problems += wrong
+        changes += dropped
     sources = {**dict.fromkeys(recipe_grpo, "recipe"), **dict.fromkeys(set_grpo, "--set")}
     merged["grpo"], bad_values = check_values({**recipe_grpo, **set_grpo}, sources)
     problems += bad_values
@@ -198,7 +294,9 @@ def build_spec(
             problems.append(err)
     if spec is not None and spec.nodes < 1:
         problems.append(UserError(f"nodes must be at least 1, got {spec.nodes}", field="nodes"))
+    if spec is not None and site is not None:
+        problems += model_load_problems(site, spec)
     if spec is None or problems:
         raise UserErrors(problems) if len(problems) > 1 else problems[0]
     notes = tuple(found["recipe"].notes + found["--set"].notes)
-    return dataclasses.replace(spec, notes=notes) if notes else spec
+    return dataclasses.replace(spec, notes=notes, changes=tuple(changes))

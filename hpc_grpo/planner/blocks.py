@@ -27,7 +27,7 @@ def model_block(spec: JobSpec, model: ModelRef | None = None,
     site says whether the ranks run offline."""
     return ModelBlock(revision=spec.model_revision, dtype=spec.dtype,
                       attn_implementation=spec.attn_implementation,
-                      trust_remote_code=spec.trust_remote_code,
+                      trust_remote_code=spec.trust_remote_code, pure_bf16=spec.pure_bf16,
                       commit=model.commit if model else "", hf_home=model.hf_home if model else "",
                       offline=bool(site and site.nodes_offline is True))
 

@@ -11,6 +11,7 @@ from hpc_grpo.config.site import SiteProfile
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner.arch import ModelArch
+from hpc_grpo.planner.blocks import model_block
 from hpc_grpo.planner.checkpoint_size import (
     GIB,
     CheckpointRequest,
@@ -21,6 +22,7 @@ from hpc_grpo.planner.checkpoint_size import (
 )
 from hpc_grpo.planner.types import MemoryPlan
 from hpc_grpo.rundir.contract import DEFAULT_SAVE_TOTAL_LIMIT, DeepSpeedBlock
+from hpc_grpo.rundir.precision import load_dtype
 
 HALF_PRECISION = ("bfloat16", "bf16", "float16", "fp16", "half")
 
@@ -36,7 +38,8 @@ def checkpoint_request(spec: JobSpec, arch: ModelArch, device: str,
         offload_optimizer=bool(deepspeed and deepspeed.offload_optimizer), lora=lora,
         device=device, world_size=world_size,
         save_total_limit=int(limit) if limit is not None else None,
-        weight_bytes=2 if spec.dtype.lower() in HALF_PRECISION else 4,
+        weight_bytes=2 if load_dtype(model_block(spec), deepspeed is not None) in HALF_PRECISION
+        else 4,
         tied_params=arch.embedding_params if arch.tie_word_embeddings else 0)
 
 

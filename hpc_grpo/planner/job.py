@@ -9,16 +9,22 @@ then the typed vLLM and DeepSpeed plans (the run record's own blocks).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from hpc_grpo.config.site import SiteProfile, minutes
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner import MemoryPlan, PlanRequest, check_batch_rules, plan_memory
 from hpc_grpo.planner.blocks import dataset_block, default_name, model_block, peft_block
+from hpc_grpo.planner.bounds import (  # noqa: F401 - BUILTIN_PROMPT_TOKENS, TRL_DEFAULTS: re-exported
+    BUILTIN_PROMPT_TOKENS,
+    TRL_DEFAULTS,
+    grpo_value,
+    prompt_bound,
+)
 from hpc_grpo.planner.checkpoint_fit import check_checkpoints
 from hpc_grpo.planner.checkpoint_size import CheckpointSize
 from hpc_grpo.planner.engines import deepspeed_plan, vllm_plan
+from hpc_grpo.planner.precision import context_check, precision
 from hpc_grpo.planner.timeouts import collective_timeout
 from hpc_grpo.planner.timing import Timings, signal_lead
 from hpc_grpo.planner.topology import ServerSplit, layout_notes, rank_table, server_split
@@ -34,20 +40,6 @@ from hpc_grpo.rundir.contract import (
     recorded_stop_signals,
     world_size,
 )
-
-# TRL 1.16 GRPOConfig defaults the batch rules depend on.
-TRL_DEFAULTS: dict[str, Any] = {
-    "per_device_train_batch_size": 8,
-    "num_generations": 8,
-    "gradient_accumulation_steps": 1,
-    "max_prompt_length": 512,  # not a GRPOConfig field in 1.16: a job setting (JobSpec)
-    "max_completion_length": 256,
-    "beta": 0.0,
-    "gradient_checkpointing": True,
-}
-# Longest prompt of each built-in dataset in tokens of any byte-level tokenizer (at most one per
-# byte, plus BOS), checked against the built-in models by tests/unit/runtime/rank/test_runtime_data.py.
-BUILTIN_PROMPT_TOKENS = {"builtin:digits": 32, "builtin:sums": 32}
 
 
 @dataclass(frozen=True)
@@ -72,6 +64,8 @@ class JobPlan:
     collective_timeout_reason: str = ""
     checkpoint: CheckpointSize | None = None  # one checkpoint's files (planner/checkpoint_fit.py)
     checkpoint_problem: str = ""  # why no checkpoint fits the output file system; submit refuses
+    precision: str = ""  # what the ranks train in (precision(): the ranks' own load_dtype)
+    changes: tuple[str, ...] = ()  # what the plan changed from the recipe, one line each, and why
 
     @property
     def nodes(self) -> int:
@@ -112,19 +106,6 @@ class JobPlan:
             collective_timeout_s=self.collective_timeout_s,
             checkpoint_bytes=self.checkpoint.one if self.checkpoint else 0,
         )
-
-
-def _grpo(spec: JobSpec, key: str) -> Any:
-    if key == "max_prompt_length":
-        return prompt_bound(spec)
-    return spec.grpo.get(key, TRL_DEFAULTS[key])
-
-
-def prompt_bound(spec: JobSpec) -> int:
-    """The longest prompt (tokens) the plan sizes vLLM and activations for."""
-    if spec.max_prompt_length:
-        return spec.max_prompt_length
-    return BUILTIN_PROMPT_TOKENS.get(spec.dataset, TRL_DEFAULTS["max_prompt_length"])
 
 
 def _check_limits(site: SiteProfile, spec: JobSpec, time_min: int, lead: int,
@@ -175,13 +156,13 @@ def _processes(site: SiteProfile, spec: JobSpec) -> tuple[int, ServerSplit | Non
 
 def _check_batches(spec: JobSpec, world_size: int) -> None:
     check_batch_rules(
-        per_device_train_batch_size=_grpo(spec, "per_device_train_batch_size"),
-        num_generations=_grpo(spec, "num_generations"),
+        per_device_train_batch_size=grpo_value(spec, "per_device_train_batch_size"),
+        num_generations=grpo_value(spec, "num_generations"),
         world_size=world_size,
-        gradient_accumulation_steps=_grpo(spec, "gradient_accumulation_steps"),
+        gradient_accumulation_steps=grpo_value(spec, "gradient_accumulation_steps"),
         steps_per_generation=spec.grpo.get("steps_per_generation"),
-        prompt_length=_grpo(spec, "max_prompt_length"),
-        completion_length=_grpo(spec, "max_completion_length"),
+        prompt_length=grpo_value(spec, "max_prompt_length"),
+        completion_length=grpo_value(spec, "max_completion_length"),
         vllm_max_model_length=spec.grpo.get("vllm_max_model_length"),
     )
 
@@ -197,22 +178,23 @@ def _memory_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int) 
             gpus_per_node=procs,
             gpu_memory_gib=site.gpu_memory_gib,
             cpu_memory_gib_per_node=site.cpu_memory_gib,
-            prompt_length=_grpo(spec, "max_prompt_length"),
-            completion_length=_grpo(spec, "max_completion_length"),
-            per_device_train_batch_size=_grpo(spec, "per_device_train_batch_size"),
-            num_generations=_grpo(spec, "num_generations"),
-            gradient_accumulation_steps=_grpo(spec, "gradient_accumulation_steps"),
+            prompt_length=grpo_value(spec, "max_prompt_length"),
+            completion_length=grpo_value(spec, "max_completion_length"),
+            per_device_train_batch_size=grpo_value(spec, "per_device_train_batch_size"),
+            num_generations=grpo_value(spec, "num_generations"),
+            gradient_accumulation_steps=grpo_value(spec, "gradient_accumulation_steps"),
             steps_per_generation=spec.grpo.get("steps_per_generation"),
             lora=spec.use_peft,
             lora_rank=spec.lora_r,
             lora_target_modules=tuple(spec.lora_target_modules),
-            beta=float(_grpo(spec, "beta")),
-            gradient_checkpointing=bool(_grpo(spec, "gradient_checkpointing")),
+            beta=float(grpo_value(spec, "beta")),
+            gradient_checkpointing=bool(grpo_value(spec, "gradient_checkpointing")),
             tensor_parallel_size=spec.tensor_parallel_size or None,
-            zero_stage=spec.zero_stage,
+            zero_stage=0 if spec.pure_bf16 and spec.zero_stage is None else spec.zero_stage,
             offload_optimizer=spec.offload_optimizer,
             enable_sleep_mode=spec.vllm_enable_sleep_mode,
             vllm_gpu_memory_utilization=spec.vllm_gpu_memory_utilization or None,
+            pure_bf16=spec.pure_bf16,
         )
     )
 
@@ -225,19 +207,22 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
     the caller's checks' warnings, shown after the plan's own."""
     time_min = minutes(spec.time, "time")
     lead, lead_reason = signal_lead(site.signal_lead_s, timings)
-    warnings = [*spec.notes, *_check_limits(site, spec, time_min, lead, timings)]
+    warnings = [*spec.notes, *_check_limits(site, spec, time_min, lead, timings),
+                *context_check(spec, model.arch.max_position_embeddings if model.arch
+                               else model.context)]
     procs, server = _processes(site, spec)
     _check_batches(spec, world_size(spec.nodes, procs))
     memory = None if server is not None else _memory_plan(site, spec, model, procs)
     warnings += layout_notes(site.device, site.name, spec, memory or server)
-    sequence = prompt_bound(spec) + _grpo(spec, "max_completion_length")
+    sequence = prompt_bound(spec) + grpo_value(spec, "max_completion_length")
     timeout, timeout_reason = collective_timeout(timings, site.watchdog_startup_s,
                                                  site.watchdog_min_s, spec.grpo.get("ddp_timeout"))
     vllm = vllm_plan(site, spec, memory, server, sequence)
     deepspeed = deepspeed_plan(site.device, spec, memory)
+    story, changes, pure = precision(site.device, spec, deepspeed)
     checkpoint, no_fit, more = check_checkpoints(site, spec, model.arch, deepspeed, memory,
                                                  world_size(spec.nodes, procs), *free)
-    warnings += more
+    warnings += [*more, *pure]
     return JobPlan(
         site=site, spec=spec, model=model, device=site.device, procs_per_node=procs,
         ranks=rank_table(spec.nodes, procs, vllm.tensor_parallel_size), vllm=vllm,
@@ -246,4 +231,5 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
         warnings=(*warnings, *notes), signal_lead_s=lead, signal_lead_reason=lead_reason,
         dataset_commit=dataset_commit,
         collective_timeout_s=timeout, collective_timeout_reason=timeout_reason,
+        precision=story, changes=changes,
     )

@@ -148,12 +148,13 @@ def _training_bytes(req: PlanRequest, layout: Layout) -> _Training:
     weight_shards = world if layout.zero == 3 and not req.lora else 1
     state_shards = world if layout.zero >= 2 else 1
     on_cpu_weights = layout.offload_params and weight_shards > 1
-    # Without DeepSpeed the weights stay as TRL loaded them, fp32, and are their own master copy.
-    weight_bytes, adam_bytes = (4, 8) if layout.zero == 0 else (2, 12)
+    # Without DeepSpeed the weights stay as TRL loaded them, fp32 (pure_bf16: bf16, m and v too).
+    pure = req.pure_bf16 and layout.zero == 0
+    weight_bytes, adam_bytes = (2, 4) if pure else (4, 8) if layout.zero == 0 else (2, 12)
     weights = 0.0 if on_cpu_weights else weight_bytes * params / weight_shards
     if req.lora:
         weights += 4 * trainable  # fp32 adapters
-    grads = 0.0 if layout.offload_optimizer else 4 * trainable / state_shards
+    grads = 0.0 if layout.offload_optimizer else (2 if pure else 4) * trainable / state_shards
     optim = 0.0 if layout.offload_optimizer else adam_bytes * trainable / state_shards
     reference = (0.0 if req.beta == 0 or req.lora or on_cpu_weights
                  else weight_bytes * params / weight_shards)
@@ -163,7 +164,7 @@ def _training_bytes(req: PlanRequest, layout: Layout) -> _Training:
         buffers = 2 * min(ZERO2_BUCKET_ELEMENTS, trainable) * 2 if layout.zero >= 2 else 0
     completion_tokens = req.per_device_train_batch_size * (sequence_length(req) - req.prompt_length)
     lm_head = min(completion_tokens, LM_HEAD_TILE_TOKENS) * arch.vocab_size * 4
-    autocast = 2 * params if layout.zero == 0 and not req.lora else 0.0
+    autocast = 2 * params if layout.zero == 0 and not req.lora and not pure else 0.0
     return _Training(trainable, weight_shards, state_shards, on_cpu_weights, weights, grads, optim,
                      reference, buffers, lm_head, autocast)
 

@@ -31,5 +31,6 @@ def plan_report(plan: JobPlan) -> dict[str, Any]:
         "tensor_parallel_size": plan.tensor_parallel_size, "vllm": block_dict(plan.vllm),
         "deepspeed": block_dict(plan.deepspeed), "memory_plan": memory.to_dict() if memory else None,
         "no_memory_plan": why_none, "warnings": list(plan.warnings),
+        "precision": plan.precision, "changed_from_recipe": list(plan.changes),
         "checkpoint": checkpoint_report(plan.checkpoint),
     }

@@ -19,6 +19,7 @@ class ModelRef:
     arch: ModelArch | None
     commit: str = ""  # a hub id staged in the site's hf_home: the pinned commit
     hf_home: str = ""  # the site's shared Hugging Face cache, expanded on the login node
+    context: int = 0  # max_position_embeddings where known without the arch (a built-in model)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class PlanRequest:
     offload_optimizer: bool | None = None
     enable_sleep_mode: bool | None = None
     vllm_gpu_memory_utilization: float | None = None
+    pure_bf16: bool = False  # without DeepSpeed: bf16 weights, gradients and Adam states
 
     @property
     def world_size(self) -> int:

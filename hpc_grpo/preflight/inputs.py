@@ -30,6 +30,9 @@ from hpc_grpo.rundir.contract import hub_snapshot
 
 # runtime/models/shapes.py SHAPES (the launcher may not import it; a unit test keeps them equal)
 BUILTIN_MODELS = ("builtin:tiny", "builtin:qwen2-0.5b", "builtin:qwen2-1.5b", "builtin:qwen2-7b")
+# Their max_position_embeddings (shapes.py too), so that the context is checked before they are built.
+BUILTIN_CONTEXT = {"builtin:tiny": 512, "builtin:qwen2-0.5b": 4096, "builtin:qwen2-1.5b": 4096,
+                   "builtin:qwen2-7b": 4096}
 BUILTIN_DATASETS = ("builtin:digits", "builtin:sums")
 BUILTIN_REWARDS = ("builtin:accuracy", "builtin:digits", "builtin:format", "builtin:length",
                    "builtin:length_penalty", "builtin:sum_correct", "builtin:tag_count")
@@ -55,7 +58,8 @@ def resolve_model(name: str, home: Path) -> ModelRef:
         folder = builtin_model_dir(name, home)
         if (folder / "config.json").exists():
             return _local_model(folder)
-        return ModelRef(str(folder), local=True, arch=None)  # built by submit
+        return ModelRef(str(folder), local=True, arch=None,  # built by submit
+                        context=BUILTIN_CONTEXT[name])
     path = Path(name).expanduser()
     looks_local = name.startswith(("/", ".", "~")) or path.exists()
     if looks_local:
@@ -179,6 +183,8 @@ def needs_probe(spec: JobSpec) -> bool:
     """A built-in dataset with smoke rewards has nothing to learn (and the README job stays as
     fast as it was); anything else is loaded and called once."""
     builtin = spec.dataset.startswith("builtin:")
+    if spec.attn_implementation.startswith("flash_attention"):  # is flash-attn installed there?
+        return True
     return not (builtin and all(r in SMOKE_REWARDS for r in spec.reward_funcs))
 
 
@@ -213,6 +219,9 @@ def probe_inputs(spec: JobSpec, model: ModelRef, python: str, dataset_commit: st
     if request["model_load"].get("hf_home"):
         env["HF_HOME"] = request["model_load"]["hf_home"]
     with tempfile.TemporaryDirectory(prefix="hpc-grpo-probe-") as tmp:
+        env["TMPDIR"] = tmp  # what torch, datasets, W&B leave in /tmp goes with the folder
+        if not (env.get("HF_HOME") or env.get("HF_DATASETS_CACHE")):  # nor in ~/.cache
+            env["HF_DATASETS_CACHE"] = str(Path(tmp) / "datasets")
         answer_path = Path(tmp) / "answer.json"
         try:
             proc = subprocess.run([python, "-m", PROBE_MODULE, str(answer_path)],

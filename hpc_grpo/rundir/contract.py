@@ -198,6 +198,7 @@ class ModelBlock:
     trust_remote_code: bool = False
     hf_home: str = ""  # the shared Hugging Face cache the ranks read ("" the node's default)
     offline: bool = False  # the ranks run with HF_HUB_OFFLINE=1 / HF_DATASETS_OFFLINE=1
+    pure_bf16: bool = False  # bf16 weights and Adam states, asked for (rundir/precision.py)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ are those of real models while the weights stay random. 7B: 6.65 B parameters.
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: python -m hpc_grpo.runtime.models.shapes {{{','.join(SHAPES)}}} DIR",
               file=sys.stderr)
         return 2
-    print(f"model written to {build_model(Path(args[1]), args[0])}")
+    with tempfile.TemporaryDirectory(prefix="hpc-grpo-build-") as tmp:
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tmp)  # torch makes it at import: not /tmp
+        print(f"model written to {build_model(Path(args[1]), args[0])}")
     return 0
 
 

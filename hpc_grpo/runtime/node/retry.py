@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpc_grpo.rundir.contract import CONFIGURATION_ERROR
+from hpc_grpo.runtime.rank.setup_failure import common_error
 
 
 @dataclass(frozen=True)
@@ -23,13 +24,17 @@ class RetryDecision:
     reason: str
 
 
-def configuration_error(state: Mapping[str, Any], attempt: str) -> str:
-    """The exception line when this attempt's ranks all failed alike before the first step
-    (rank 0 records it: runtime/rank/setup_failure.py), else ""."""
-    if state.get("attempt") != attempt or state.get("phase") != "failed" \
-            or state.get("stop_cause") != CONFIGURATION_ERROR:
-        return ""
-    return str(state.get("message") or "every rank failed alike before the first step")
+def configuration_error(state: Mapping[str, Any], attempt: str,
+                        records: Sequence[Mapping[str, Any]] = (), world_size: int = 0) -> str:
+    """The exception line when this attempt failed before the first step in a way a retry would
+    repeat, else "": rank 0's verdict in state.json, or else the ranks' own ``setup-errors/``
+    ``records`` (runtime/rank/setup_failure.py ``common_error``), which decide where rank 0
+    could not: a peer's ImportError while rank 0 went on (and hung in the first collective), or
+    rank 0 killed before it wrote. A rank writes a record only before its first step."""
+    if state.get("attempt") == attempt and state.get("phase") == "failed" \
+            and state.get("stop_cause") == CONFIGURATION_ERROR:
+        return str(state.get("message") or "every rank failed alike before the first step")
+    return common_error(records, world_size, attempt) if records and world_size else ""
 
 
 RESOURCE_CAUSES = ("out of memory", "disk full")  # node/oom.py, rank/checkpoints.py

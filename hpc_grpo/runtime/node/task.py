@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -24,6 +25,8 @@ from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.contract import CLEAN_END, STALLED, RunRecord
 from hpc_grpo.runtime.node import causes, oom, retry, slurm_facts, vllm_server, watchdog
 from hpc_grpo.runtime.node.ports import free_port, with_master_port
+from hpc_grpo.runtime.node.scratch import scratch_env
+from hpc_grpo.runtime.rank import setup_failure
 
 PAYLOAD_MODULES = {"train": "hpc_grpo.runtime.rank.train", "check": "hpc_grpo.runtime.rank.smoke"}
 
@@ -138,6 +141,7 @@ def child_env(env: Mapping[str, str], attempt: str, run: RunRecord, cpus: int = 
         out.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
         out.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
     out.update(hub_env(run))
+    out.update(scratch_env(run, attempt, env))
     root = str(Path(__file__).resolve().parents[3])
     out["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     return out
@@ -257,8 +261,12 @@ class NodeTask:
             signal.signal(sig, self._on_signal)
         started = time.time()
         server = None
+        scratch = None
         try:
             env = child_env(node_env, attempt, run, usable_cpus())
+            if run.run_dir:  # the attempt's temporaries (scratch_env), removed below
+                scratch = Path(env["TMPDIR"])
+                scratch.mkdir(parents=True, exist_ok=True)
             if vllm_server.server_mode(run) and vllm_server.is_server_node(run, node_env):
                 log = str(Path(self.run_dir) / contract.LOGS / contract.VLLM_SERVER_LOG)
                 server = vllm_server.start(run, node_env, log)
@@ -277,6 +285,8 @@ class NodeTask:
                 self._record_oom(oom.killed_line(kills_before, oom.read_kills()[0], kills_file,
                                                  socket.gethostname()))
         finally:
+            if scratch is not None:  # nothing of the attempt's outlives it
+                shutil.rmtree(scratch, ignore_errors=True)
             if server is not None:
                 vllm_server.stop(server)
             for sig, handler in previous.items():
@@ -324,7 +334,9 @@ class NodeTask:
         step = int(state.get("last_checkpoint_step") or 0)
         stalled = self._stalled or (state.get("attempt") == attempt
                                     and state.get("stop_cause") == STALLED)
-        config_error = "" if stalled else retry.configuration_error(state, attempt)  # never
+        setup = setup_failure.records(Path(self.run_dir), attempt)  # what the ranks raised
+        config_error = "" if stalled else retry.configuration_error(state, attempt, setup,
+                                                                    run.world_size)  # never
         recorded = str(state.get("stop_cause") or "")  # an OOM kill is this node task's record
         recorded = recorded if state.get("attempt") == attempt or recorded == oom.CAUSE else ""
         if config_error:
@@ -338,8 +350,8 @@ class NodeTask:
         decision = retry.decide_retry(earlier, step, run.max_requeues, config_error, cause)
         print(f"[node] training failed (exit {code}, {cause}): {decision.reason}", flush=True)
         if not decision.requeue:
-            if not config_error:  # a configuration error's state already holds its line
-                rundir.update_state(self.run_dir, phase="failed", message=decision.reason)
+            rundir.update_state(self.run_dir, phase="failed", stop_cause=cause,  # a resume's cause
+                                message=config_error or decision.reason)  # status shows it
             return decision.reason
         rundir.append_jsonl(path, {"time": time.time(), "checkpoint_step": step, "exit_code": code,
                                    "job_id": job, "cause": cause})

@@ -160,6 +160,7 @@ def _run_fields(run: RunRecord, user: Mapping[str, Any]) -> dict[str, Any]:
     """GRPOConfig fields that come from run.json's reward and model blocks: reward_weights (one
     per reward, checked here because TRL checks only once the model has loaded) and
     model_init_kwargs (the model block merged into the recipe's own)."""
+    from hpc_grpo.rundir.precision import load_dtype
     from hpc_grpo.runtime.rank.model_load import merge_init_kwargs
 
     out: dict[str, Any] = {}
@@ -172,7 +173,11 @@ def _run_fields(run: RunRecord, user: Mapping[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"reward_weights has {len(weights)} values for {len(run.reward_funcs)} "
                               f"rewards ({', '.join(run.reward_funcs)}): give one weight per reward")
         out["reward_weights"] = weights
-    init = merge_init_kwargs(user.get("model_init_kwargs"), run.model_load)
+    init = dict(merge_init_kwargs(user.get("model_init_kwargs"), run.model_load) or {})
+    asked = dataclasses.replace(run.model_load, dtype=str(init.get("dtype") or ""))
+    dtype = load_dtype(asked, deepspeed=run.deepspeed is not None)  # fp32 masters: rundir/precision
+    if dtype:
+        init["dtype"] = dtype
     if init:
         out["model_init_kwargs"] = init
     return out

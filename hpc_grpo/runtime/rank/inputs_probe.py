@@ -28,6 +28,22 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+# attn_implementation values that need a package of their own: the package's import name.
+ATTENTION_PACKAGES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
+
+
+def attention_problem(attn: str) -> str:
+    """Why the ranks could not load the model with ``attn``, judged by this interpreter (the
+    site's python): every rank raised transformers' ImportError before step 1 (issue #27)."""
+    import importlib.util
+
+    package = ATTENTION_PACKAGES.get(attn)
+    if package is None or importlib.util.find_spec(package) is not None:
+        return ""
+    return (f"attn_implementation {attn!r} needs the {package} package, which {sys.executable} "
+            "does not have: install it there, or --set attn_implementation=sdpa")
+
+
 def probe(request: dict[str, Any]) -> dict[str, Any]:
     """Load and check what the ranks will load; see the module docstring for the answer."""
     from hpc_grpo.runtime.rank import job_inputs
@@ -38,6 +54,9 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
     block = DatasetBlock(**request["dataset"])
     specs = list(request["reward_funcs"])
     notes: list[str] = []
+    attn = str((request.get("model_load") or {}).get("attn_implementation") or "")
+    if problem := attention_problem(attn):
+        return {"error": problem, "field": "attn_implementation"}
     try:
         rewards = job_inputs.load_rewards(specs, request.get("reward_kwargs") or {},
                                           request.get("reward_weights") or (), block.solution_column)

@@ -1,14 +1,21 @@
-"""Did every rank fail the same way before the first step? Then it is a configuration error.
+"""Did the ranks fail before the first step in a way a retry would only repeat? Then it is a
+configuration error, never retried.
 
-A value TRL refuses (GRPOConfig's ``__post_init__``, GRPOTrainer's checks), a reward that does
-not import, a dataset without its column: every rank raises the same line, and a retry would
-only raise it again. One rank failing (a bad GPU, a node's full disk) is not one, and is
-retried as before. The ranks compare notes through the shared run directory, never through a
-collective: a rank that failed cannot join one that its peers are blocked in, and a healthy
-run never waits for this. Each failing rank writes ``setup-errors/rank-<N>.json`` and stays
-alive until rank 0 has decided (so no early exit makes torchrun kill a peer before it reaches
-the same error); rank 0 waits for every rank's record, decides with ``common_error`` and writes
-state.json, which releases the others. Stdlib only.
+Two rules, from what the ranks report (``common_error``): every rank raised the same line (a
+value TRL refuses in GRPOConfig's ``__post_init__``, a dataset without its column, a CUDA
+kernel missing for this GPU), unless its kind may pass on another try (an OSError: the hub or a
+file system; out of memory; a collective's timeout); or some rank raised an error of code or
+environment in setup, ImportError (flash-attn not installed, a reward module raising at import),
+AttributeError or TypeError, which no retry cures whatever the other ranks did (issue #27: such
+an ImportError on every rank was recorded "task crash" and retried twice). One rank failing
+otherwise (a bad GPU, a node's full disk) is not one, and is retried as before.
+
+The ranks compare notes through the shared run directory, never through a collective: a rank
+that failed cannot join one that its peers are blocked in, and a healthy run never waits for
+this. Each failing rank writes ``setup-errors/rank-<N>.json`` and stays alive until rank 0 has
+decided (so no early exit makes torchrun kill a peer before it reaches the same error); rank 0
+waits for every rank's record, decides with ``common_error`` and writes state.json, which
+releases the others. Stdlib only.
 """
 
 from __future__ import annotations
@@ -32,17 +39,30 @@ def exception_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
+# Errors of code or environment in setup: a retry raises them again, on one rank or all.
+ALWAYS_AGAIN = (ImportError, AttributeError, TypeError)  # ModuleNotFoundError is an ImportError
+# Names of errors that may pass on another try even when every rank raised them alike.
+TRANSIENT_NAMES = ("OutOfMemoryError", "DistBackendError", "DistNetworkError", "DistStoreError",
+                   "TimeoutError")
+
+
 def looks_like_configuration(exc: BaseException) -> bool:
-    """A ValueError or TypeError: what TRL, transformers and our input checks raise for bad
-    values. An OSError (a hub or file system failing) or a RuntimeError (CUDA, NCCL, out of
-    memory) may pass on another try, so it never counts."""
-    return isinstance(exc, ValueError | TypeError) and not isinstance(exc, OSError)
+    """Whether ``exc`` on every rank alike is a configuration error: anything but an error that
+    may pass on another try, an OSError (a hub or file system failing, a connection), out of
+    memory, or a collective's timeout or network error."""
+    if isinstance(exc, OSError | MemoryError | TimeoutError):
+        return False
+    return type(exc).__name__ not in TRANSIENT_NAMES and "out of memory" not in str(exc).lower()
 
 
 def common_error(records: Sequence[Mapping[str, Any]], world_size: int, attempt: str) -> str:
-    """The exception line when every rank of ``attempt`` recorded the same configuration-like
-    error, else "" (some rank missing, another line, or an error a retry may cure)."""
+    """The configuration error's line for ``attempt``, else "" (see the module docstring):
+    every rank recorded the same line of a kind a retry would not cure, or some rank recorded
+    an ImportError, AttributeError or TypeError (``always``; rank 0's first where several)."""
     mine = {r.get("rank"): r for r in records if r.get("attempt") == attempt}
+    for rank in sorted(r for r in mine if isinstance(r, int)):
+        if mine[rank].get("always") is True:
+            return str(mine[rank].get("line"))
     if set(mine) != set(range(world_size)):
         return ""
     lines = {str(r.get("line")) for r in mine.values()}
@@ -53,7 +73,8 @@ def common_error(records: Sequence[Mapping[str, Any]], world_size: int, attempt:
 
 def record(run_dir: Path, attempt: str, rank: int, exc: BaseException) -> dict[str, Any]:
     entry = {"attempt": attempt, "rank": rank, "line": exception_line(exc),
-             "configuration": looks_like_configuration(exc), "time": time.time()}
+             "configuration": looks_like_configuration(exc),
+             "always": isinstance(exc, ALWAYS_AGAIN), "time": time.time()}
     rundir.write_json_atomic(run_dir / contract.SETUP_ERRORS / f"rank-{rank}.json", entry)
     return entry
 

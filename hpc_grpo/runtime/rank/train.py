@@ -124,6 +124,7 @@ def _restart_cause(previous: dict[str, Any], run_dir: Path | None = None) -> str
     return {
         "done": "ended",
         "interrupted": "signal (cause not recorded)",  # ranks saved; the node task was killed first
+        "failed": "failed",  # resumed by the user after the job ended FAILED (issue #27)
     }.get(str(previous.get("phase")), "killed (no stop recorded)")
 
 

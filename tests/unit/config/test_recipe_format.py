@@ -82,11 +82,14 @@ def test_unknown_keys_get_suggestions_that_are_right(tmp_path: Path, fake: FakeS
 def test_plan_owned_keys_that_contradict_the_plan(tmp_path: Path, fake: FakeSlurm) -> None:
     """The earlier open-r1 demo on a CPU site: each contradiction named with what to use."""
     lines = submit_refused(tmp_path, fake, EARLY_DEMO, "--set", "model=builtin:tiny")
-    assert len(lines) == 4, lines
-    one_line_with(lines, "recipe: bf16", "fp32 on CPU sites", "CPU-only")
-    one_line_with(lines, "recipe: use_vllm", "CPU sites have no vLLM")
-    one_line_with(lines, "recipe: vllm_device", "--vllm-mode server")
-    one_line_with(lines, "recipe: num_processes", "7, but the plan runs 2 training processes")
+    assert len(lines) == 5, lines
+    one_line_with(lines, "recipe: bf16", "fp32 on CPU sites", "CPU-only", "--set bf16=false")
+    one_line_with(lines, "recipe: use_vllm", "CPU sites have no vLLM", "--set use_vllm=false")
+    one_line_with(lines, "recipe: vllm_device", "CPU-only", "--set use_vllm=false")
+    one_line_with(lines, "recipe: num_processes", "7, but the plan runs 2 training processes",
+                  "--set num_processes=2")
+    one_line_with(lines, "attn_implementation", "'flash_attention_2' needs CUDA GPUs",
+                  "--set attn_implementation=sdpa")
 
 
 def test_gpu_site_refuses_vllm_device_without_server_mode(tmp_path: Path,

@@ -166,3 +166,100 @@ def test_a_requeue_slurm_refuses_fails_the_job_with_slurms_line(
         node.NodeTask(str(run_dir))()
     state = rundir.read_state(run_dir)
     assert state["phase"] == "failed" and state["message"].startswith("requeue failed")
+
+
+# -- issue #27: what the ranks report decides, and ImportErrors are never retried --------------
+
+FLASH = ("FlashAttention2 has been toggled on, but it cannot be used due to the following error: "
+         "the package flash_attn seems to be not installed. Please refer to the documentation of "
+         "https://huggingface.co/docs/transformers/perf_infer_gpu_one#flashattention-2 to install "
+         "Flash Attention 2.")
+
+
+def _two_rank_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                   raised: dict[int, BaseException], **state: Any) -> tuple[Path, list[list[str]]]:
+    """Job 7's node task over two ranks: its torchrun stand-in leaves ``state`` (as rank 0 left
+    it) and each rank's ``setup-errors/rank-N.json`` as setup_failure.record writes it."""
+    run_dir = minimal_run(tmp_path)
+    record = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({**record, "procs_per_node": 2, "world_size": 2}))
+
+    def ranks_fail() -> int:
+        rundir.update_state(run_dir, attempt="slurm-7.0", **state)
+        for rank, exc in raised.items():
+            setup_failure.record(run_dir, "slurm-7.0", rank, exc)
+        return 1
+
+    return run_dir, fake_node(monkeypatch, "7", ranks_fail)
+
+
+@pytest.mark.parametrize(("raised", "state", "line"), [
+    # every rank: transformers' ImportError loading with flash_attention_2 (the issue's run);
+    # rank 0 wrote its line without a verdict, as before this change
+    ({0: ImportError(FLASH), 1: ImportError(FLASH)}, {"phase": "failed"},
+     f"ImportError: {FLASH.splitlines()[0]}"),
+    # a reward module raising at import on rank 1 only: rank 0 went on and hung in the first
+    # collective until torchrun ended it
+    ({1: ModuleNotFoundError("No module named 'my_rewards_dep'")}, {"phase": "training"},
+     "ModuleNotFoundError: No module named 'my_rewards_dep'"),
+    ({0: AttributeError("'Qwen2Config' object has no attribute 'rope_theta'"),
+      1: AttributeError("'Qwen2Config' object has no attribute 'rope_theta'")},
+     {"phase": "failed"}, "AttributeError: 'Qwen2Config' object has no attribute 'rope_theta'"),
+    # the same RuntimeError line on every rank: a retry raises it again
+    ({0: RuntimeError("CUDA error: no kernel image is available for execution on the device"),
+      1: RuntimeError("CUDA error: no kernel image is available for execution on the device")},
+     {"phase": "failed"}, "RuntimeError: CUDA error: no kernel image is available for execution"
+                          " on the device"),
+])
+def test_the_node_task_reads_the_ranks_records_and_never_retries_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raised: dict[int, BaseException],
+        state: dict[str, Any], line: str) -> None:
+    run_dir, called = _two_rank_task(tmp_path, monkeypatch, raised, message="whatever", **state)
+    with pytest.raises(node.RunFailed, match="configuration error, not retried"):
+        node.NodeTask(str(run_dir))()
+    assert [argv for argv in called if argv[1] == "requeue"] == []
+    assert not (run_dir / RETRIES_JSONL).exists()
+    state_now = rundir.read_state(run_dir)
+    assert (state_now["phase"], state_now["stop_cause"], state_now["message"]) == (
+        "failed", CONFIGURATION_ERROR, line)  # what status shows, until a resume
+
+
+@pytest.mark.parametrize("raised", [
+    {0: OSError("We couldn't connect to 'https://huggingface.co'"),
+     1: OSError("We couldn't connect to 'https://huggingface.co'")},  # the hub may come back
+    {0: RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+     1: RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")},
+    {0: ValueError("a bad value on rank 0"), 1: ValueError("another on rank 1")},
+    {1: RuntimeError("NCCL error on rank 1: unhandled system error")},  # one rank, a device
+])
+def test_what_a_retry_may_cure_is_still_retried(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raised: dict[int, BaseException]) -> None:
+    run_dir, called = _two_rank_task(tmp_path, monkeypatch, raised, phase="failed",
+                                     message="x")
+    assert node.NodeTask(str(run_dir))() == 1  # requeued
+    assert [argv for argv in called if argv[1] == "requeue"] == [["scontrol", "requeue", "7"]]
+
+
+def test_rank0_decides_at_once_on_an_import_error_of_any_rank(tmp_path: Path) -> None:
+    setup_failure.record(tmp_path, "a", 1, ImportError(FLASH))
+    line = settle(tmp_path, "a", 0, 2, RuntimeError("Connection reset by peer"), wait_s=2)
+    assert line == f"ImportError: {FLASH}"
+    assert rundir.read_state(tmp_path)["stop_cause"] == CONFIGURATION_ERROR
+
+
+def test_a_run_that_ended_failed_names_its_cause_for_the_resume(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #27: a resume after a FAILED job recorded its restart as "killed (no stop
+    recorded)". The node task now leaves the last attempt's cause in state.json beside the
+    line, and a failed phase without one still reads "failed"."""
+    from hpc_grpo.runtime.rank import train
+
+    run_dir, _ = _node_task(tmp_path, monkeypatch, phase="training", step=3)
+    for _ in range(3):
+        rundir.append_jsonl(run_dir / RETRIES_JSONL, {"checkpoint_step": 0})
+    with pytest.raises(node.RunFailed, match="3 automatic retries spent"):
+        node.NodeTask(str(run_dir))()
+    state = rundir.read_state(run_dir)
+    assert (state["phase"], state["stop_cause"]) == ("failed", "task crash")
+    assert train._restart_cause(state, run_dir) == "task crash"
+    assert train._restart_cause({"attempt": "slurm-7.0", "phase": "failed"}, run_dir) == "failed"

@@ -91,3 +91,25 @@ def test_summary_windows() -> None:
     assert s["reward_delta"] == 20.0 and s["train_time_s"] == 15.0
     short = summarize(rows[:6])
     assert short["window"] == 3 and short["reward_delta"] == 3.0
+
+
+@pytest.mark.parametrize(("device", "dtype", "pure", "deepspeed", "loads"), [
+    ("cpu", "bfloat16", False, None, "float32"),  # open-r1's torch_dtype on a CPU site
+    ("cuda", "bfloat16", False, None, "float32"),  # DDP: the weights are the master copy
+    ("cuda", "auto", False, None, "float32"),  # the checkpoint's dtype, bf16 for most
+    ("cuda", "float16", False, None, "float32"),
+    ("cuda", "bfloat16", False, {"zero_stage": 2}, "bfloat16"),  # DeepSpeed keeps fp32 masters
+    ("cuda", "", False, {"zero_stage": 3}, None),  # TRL's default, float32
+    ("cuda", "bfloat16", True, None, "bfloat16"),  # pure bf16, asked for
+    ("cuda", "", True, None, "bfloat16"),
+    ("cuda", "float32", False, None, "float32"),
+])
+def test_the_ranks_load_dtype_keeps_fp32_master_weights_unless_pure_bf16_is_asked(
+        tmp_path: Path, device: str, dtype: str, pure: bool, deepspeed: dict[str, Any] | None,
+        loads: str | None) -> None:
+    """Issue #27: torch_dtype: bfloat16 trained bf16 weights and Adam moments under DDP while the
+    plan said fp32; the load dtype now follows the one precision story the plan reports."""
+    record = run(device=device, deepspeed=deepspeed,
+                 model_load={"dtype": dtype, "pure_bf16": pure})
+    kwargs, _ = grpo_kwargs(record, tmp_path, [*KNOWN, "model_init_kwargs"])
+    assert (kwargs.get("model_init_kwargs") or {}).get("dtype") == loads

@@ -119,7 +119,8 @@ def test_weights_and_model_settings_reach_grpo_config(tmp_path: Path) -> None:
                              "attn_implementation": "sdpa"})
     kwargs, _ = grpo_kwargs(run, tmp_path, KNOWN)
     assert kwargs["reward_weights"] == [1.0, 0.25]
-    assert kwargs["model_init_kwargs"] == {"revision": "abc123", "dtype": "bfloat16",
+    # bfloat16 asked for, no DeepSpeed: loaded float32, the fp32 master weights (model_load.py)
+    assert kwargs["model_init_kwargs"] == {"revision": "abc123", "dtype": "float32",
                                            "attn_implementation": "sdpa"}
     assert "model_init_kwargs" not in grpo_kwargs(record(), tmp_path, KNOWN)[0]
     from trl import GRPOConfig

@@ -1,0 +1,48 @@
+"""Where the ranks' libraries write temporary and cache files: under the run directory, never
+/tmp or ~/.cache (issue #27). The node task puts ``scratch_env`` into torchrun's environment
+(task.py ``child_env``) and removes the attempt's TMPDIR when the attempt ends. Stdlib only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from hpc_grpo.rundir.contract import RunRecord
+
+SCRATCH = "tmp"  # in the run directory: one folder per attempt and node, removed at its end
+CACHE = "cache"  # in the run directory: what W&B, datasets and matplotlib would put in ~/.cache
+UNIX_SOCKET_ROOM = 60  # AF_UNIX paths end at 107 bytes; vLLM puts ZMQ IPC sockets in TMPDIR
+
+
+def scratch_dir(run: RunRecord, attempt: str, env: Mapping[str, str]) -> Path:
+    """This attempt's and node's temporary folder: in the run directory, unless its path leaves
+    too little room for a unix socket's name under it, then in the node's own temp dir."""
+    name = f"{attempt}.{env.get('SLURM_NODEID') or '0'}"
+    inside = Path(run.run_dir) / SCRATCH / name
+    if len(str(inside)) <= UNIX_SOCKET_ROOM:
+        return inside
+    base = env.get("TMPDIR") or "/tmp"
+    return Path(base) / f"hpc-grpo-{Path(run.run_dir).name}-{name}"
+
+
+def scratch_env(run: RunRecord, attempt: str, env: Mapping[str, str]) -> dict[str, str]:
+    """Where the ranks' libraries write temporary and cache files: under the run directory, not
+    /tmp or ~/.cache (issue #27: W&B made two empty temp folders per rank and attempt in /tmp
+    even with report_to none, torchrun /tmp/torchelastic_*, W&B debug logs and the datasets
+    cache went to ~/.cache). TMPDIR (tempfile, torchelastic's log folder, W&B's temp folders) is
+    this attempt's scratch_dir, which the node task removes when the attempt ends. The rest is
+    defaulted, never forced: a user's or site's own cache (HF_HOME, hf_home) wins, and the
+    datasets cache stays in the site's hf_home where it has one."""
+    if not run.run_dir:
+        return {}
+    cache = Path(run.run_dir) / CACHE
+    out = {"TMPDIR": str(scratch_dir(run, attempt, env))}
+    defaults = {"WANDB_DIR": run.run_dir, "WANDB_CACHE_DIR": str(cache / "wandb"),
+                "WANDB_CONFIG_DIR": str(cache / "wandb-config"),
+                "WANDB_DATA_DIR": str(cache / "wandb-data"),
+                "MPLCONFIGDIR": str(cache / "matplotlib")}
+    if not (run.model_load.hf_home or env.get("HF_HOME")):
+        defaults["HF_DATASETS_CACHE"] = str(cache / "datasets")
+    out.update({key: value for key, value in defaults.items() if not env.get(key)})
+    return out

@@ -1,0 +1,78 @@
+"""Issue #27: nothing of a run outside its folders. The node task points the ranks' temporary
+and cache files (tempfile and torchelastic through TMPDIR, W&B, the datasets cache, matplotlib)
+at the run directory and removes the attempt's temporaries when it ends."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpc_grpo import rundir
+from hpc_grpo.rundir.contract import RUN_JSON, RunRecord
+from hpc_grpo.runtime.node import task as node
+
+
+def record(run_dir: str, **over: Any) -> RunRecord:
+    return RunRecord.from_dict({"schema": 1, "run_id": "r", "run_dir": run_dir, "model": "m",
+                                "dataset": {"name": "d"}, "nodes": 1, "procs_per_node": 1,
+                                **over})
+
+
+def test_every_cache_and_temp_folder_is_under_the_run_directory(tmp_path: Path) -> None:
+    run_dir = "/runs/grpo-tiny-0001"
+    env = node.child_env({"HOME": "/home/u", "SLURM_NODEID": "1"}, "slurm-7.0", record(run_dir))
+    assert env["TMPDIR"] == f"{run_dir}/tmp/slurm-7.0.1"  # one per attempt and node
+    for key in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR",
+                "HF_DATASETS_CACHE", "MPLCONFIGDIR"):
+        assert env[key].startswith(run_dir), key
+
+
+def test_the_users_and_the_sites_caches_win() -> None:
+    run = record("/runs/r", model_load={"hf_home": "/shared/hf"})
+    env = node.child_env({"WANDB_CACHE_DIR": "/mine/wandb"}, "a", run)
+    assert env["WANDB_CACHE_DIR"] == "/mine/wandb"
+    assert "HF_DATASETS_CACHE" not in env and env["HF_HOME"] == "/shared/hf"  # hf_home/datasets
+    assert "HF_DATASETS_CACHE" not in node.child_env({"HF_HOME": "/mine/hf"}, "a",
+                                                     record("/runs/r"))
+
+
+def test_a_long_run_directory_keeps_unix_sockets_possible() -> None:
+    """vLLM's ZMQ IPC sockets live in TMPDIR and AF_UNIX paths end at 107 bytes: a deep run
+    directory gets its scratch in the node's own temp dir (removed at the end all the same)."""
+    deep = "/lustre/project/a-rather-long-group-name/" + "x" * 40 + "/grpo-qwen2.5-math-72b-0001"
+    env = node.child_env({"TMPDIR": "/local/job7"}, "slurm-7.0", record(deep))
+    assert env["TMPDIR"] == "/local/job7/hpc-grpo-grpo-qwen2.5-math-72b-0001-slurm-7.0.0"
+    assert len(env["TMPDIR"]) + 1 + 36 < 107
+
+
+def test_the_attempts_temporaries_are_removed_when_it_ends(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / RUN_JSON).write_text(json.dumps(record(str(run_dir)).to_dict()))
+    seen: list[Path] = []
+
+    class Torchrun:
+        def __init__(self, argv: list[str], env: dict[str, str], **_: Any) -> None:
+            scratch = Path(env["TMPDIR"])
+            assert scratch.is_dir()  # made before torchrun starts
+            (scratch / "torchelastic_abc").mkdir()
+            (scratch / "torchelastic_abc" / "error.json").write_text("{}")
+            seen.append(scratch)
+
+        def wait(self) -> int:
+            rundir.update_state(run_dir, attempt=attempt, phase="done")
+            return 0
+
+    attempt = "local-1-x"
+    monkeypatch.setattr(node, "attempt_id", lambda env: attempt)
+    monkeypatch.setattr(node.subprocess, "Popen", Torchrun)
+    monkeypatch.setattr(node.subprocess, "run", lambda argv, **_: subprocess.CompletedProcess(
+        argv, 0))
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert node.NodeTask(str(run_dir), chain_signals=False)() == 0
+    assert seen and not seen[0].exists()
