@@ -53,5 +53,5 @@ def test_a_local_run_leaves_nothing_in_tmp_or_the_home_cache(tmp_path: Path) -> 
     run_dir = submitted(proc.stdout)[2]
     assert (run_dir / "summary.json").exists()
     assert (_listing(tmp), _listing(home)) == before
-    assert (run_dir / "cache" / "datasets").is_dir()  # where the datasets cache went instead
+    assert (run_dir.parent / ".datasets-cache").is_dir()  # the output root's, instead
     assert _dtypes(run_dir / "checkpoints" / "checkpoint-2" / "model.safetensors") == {"F32"}

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpc_grpo.rundir.contract import CONFIGURATION_ERROR
+from hpc_grpo.rundir.state import RunState
 from hpc_grpo.runtime.rank.setup_failure import common_error
 
 
@@ -24,16 +25,16 @@ class RetryDecision:
     reason: str
 
 
-def configuration_error(state: Mapping[str, Any], attempt: str,
+def configuration_error(state: RunState, attempt: str,
                         records: Sequence[Mapping[str, Any]] = (), world_size: int = 0) -> str:
     """The exception line when this attempt failed before the first step in a way a retry would
     repeat, else "": rank 0's verdict in state.json, or else the ranks' own ``setup-errors/``
     ``records`` (runtime/rank/setup_failure.py ``common_error``), which decide where rank 0
     could not: a peer's ImportError while rank 0 went on (and hung in the first collective), or
     rank 0 killed before it wrote. A rank writes a record only before its first step."""
-    if state.get("attempt") == attempt and state.get("phase") == "failed" \
-            and state.get("stop_cause") == CONFIGURATION_ERROR:
-        return str(state.get("message") or "every rank failed alike before the first step")
+    if state.is_attempt(attempt) and state.phase == "failed" \
+            and state.stop_cause == CONFIGURATION_ERROR:
+        return state.message or "every rank failed alike before the first step"
     return common_error(records, world_size, attempt) if records and world_size else ""
 
 

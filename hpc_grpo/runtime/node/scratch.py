@@ -12,6 +12,9 @@ from hpc_grpo.rundir.contract import RunRecord
 
 SCRATCH = "tmp"  # in the run directory: one folder per attempt and node, removed at its end
 CACHE = "cache"  # in the run directory: what W&B, datasets and matplotlib would put in ~/.cache
+# In the output root, beside the runs and their compile cache (task.py COMPILE_CACHE): a hub
+# dataset's arrow files, shared by the runs of one root instead of downloaded again by each.
+DATASETS_CACHE = ".datasets-cache"
 UNIX_SOCKET_ROOM = 60  # AF_UNIX paths end at 107 bytes; vLLM puts ZMQ IPC sockets in TMPDIR
 
 
@@ -33,7 +36,8 @@ def scratch_env(run: RunRecord, attempt: str, env: Mapping[str, str]) -> dict[st
     cache went to ~/.cache). TMPDIR (tempfile, torchelastic's log folder, W&B's temp folders) is
     this attempt's scratch_dir, which the node task removes when the attempt ends. The rest is
     defaulted, never forced: a user's or site's own cache (HF_HOME, hf_home) wins, and the
-    datasets cache stays in the site's hf_home where it has one."""
+    datasets cache stays in the site's hf_home where it has one, else it is the output root's
+    (DATASETS_CACHE), shared by its runs."""
     if not run.run_dir:
         return {}
     cache = Path(run.run_dir) / CACHE
@@ -43,6 +47,6 @@ def scratch_env(run: RunRecord, attempt: str, env: Mapping[str, str]) -> dict[st
                 "WANDB_DATA_DIR": str(cache / "wandb-data"),
                 "MPLCONFIGDIR": str(cache / "matplotlib")}
     if not (run.model_load.hf_home or env.get("HF_HOME")):
-        defaults["HF_DATASETS_CACHE"] = str(cache / "datasets")
+        defaults["HF_DATASETS_CACHE"] = str(Path(run.run_dir).parent / DATASETS_CACHE)
     out.update({key: value for key, value in defaults.items() if not env.get(key)})
     return out

@@ -23,6 +23,7 @@ from typing import Any
 from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.contract import CLEAN_END, STALLED, RunRecord
+from hpc_grpo.rundir.state import RunState
 from hpc_grpo.runtime.node import causes, oom, retry, slurm_facts, vllm_server, watchdog
 from hpc_grpo.runtime.node.ports import free_port, with_master_port
 from hpc_grpo.runtime.node.scratch import scratch_env
@@ -181,9 +182,9 @@ def _agent_ignores(signals: tuple[signal.Signals, ...]) -> Callable[[], None]:
     return ignore
 
 
-def exit_code(torchrun_rc: int, state: Mapping[str, Any], attempt: str) -> int:
+def exit_code(torchrun_rc: int, state: RunState, attempt: str) -> int:
     """0 when this attempt's rank 0 recorded a clean end; torchrun's own code otherwise."""
-    if state.get("attempt") == attempt and state.get("phase") in CLEAN_END:
+    if state.is_attempt(attempt) and state.phase in CLEAN_END:
         return 0
     return torchrun_rc
 
@@ -291,7 +292,7 @@ class NodeTask:
                 vllm_server.stop(server)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        state = rundir.read_state(self.run_dir)
+        state = rundir.load_state(self.run_dir)
         code = exit_code(rc, state, attempt)
         failed = ""
         if os.environ.get("SLURM_NODEID", "0") == "0":
@@ -300,7 +301,7 @@ class NodeTask:
             f"[node] torchrun exited {rc} after {time.time() - started:.1f} s; node task returns {code}",
             flush=True,
         )
-        finished = state.get("attempt") == attempt and state.get("phase") == "done"
+        finished = state.is_attempt(attempt) and state.phase == "done"
         if self.chain_signals and not finished:  # a signal after the last step: nothing to requeue
             for signum in dict.fromkeys(self._received):  # each signal once, in arrival order
                 handler = previous.get(signal.Signals(signum))
@@ -315,30 +316,29 @@ class NodeTask:
             print(f"[node] {oom.CAUSE}: {line}", flush=True)
             rundir.update_state(self.run_dir, phase="failed", stop_cause=oom.CAUSE, message=line)
 
-    def _after_exit(self, run: RunRecord, code: int, state: Mapping[str, Any],
+    def _after_exit(self, run: RunRecord, code: int, state: RunState,
                     attempt: str) -> str:
         """Rank-0 node: name the cause of a signalled stop; requeue a crash while retries last.
         Returns why the run ended failed under Slurm, "" when it did not (or was requeued)."""
         names = [signal.Signals(s).name for s in dict.fromkeys(self._received)]
-        if names and state.get("phase") == "interrupted":
+        if names and state.phase == "interrupted":
             left = seconds_left(os.environ, run, self._started_at)
             cause = causes.stop_cause(names, self._facts, float(run.signal_lead_s), left,
                                       slurm=bool(os.environ.get("SLURM_JOB_ID")))
             rundir.update_state(self.run_dir, stop_cause=cause)
             return ""
         job = os.environ.get("SLURM_JOB_ID")
-        if code == 0 or names or not job or state.get("phase") == "done":
+        if code == 0 or names or not job or state.phase == "done":
             return ""
         path = Path(self.run_dir) / contract.RETRIES_JSONL
         earlier = rundir.read_jsonl(path)
-        step = int(state.get("last_checkpoint_step") or 0)
-        stalled = self._stalled or (state.get("attempt") == attempt
-                                    and state.get("stop_cause") == STALLED)
+        step = state.last_checkpoint_step or 0
+        stalled = self._stalled or (state.is_attempt(attempt) and state.stop_cause == STALLED)
         setup = setup_failure.records(Path(self.run_dir), attempt)  # what the ranks raised
         config_error = "" if stalled else retry.configuration_error(state, attempt, setup,
                                                                     run.world_size)  # never
-        recorded = str(state.get("stop_cause") or "")  # an OOM kill is this node task's record
-        recorded = recorded if state.get("attempt") == attempt or recorded == oom.CAUSE else ""
+        recorded = state.stop_cause or ""  # an OOM kill is this node task's record
+        recorded = recorded if state.is_attempt(attempt) or recorded == oom.CAUSE else ""
         if config_error:
             cause = contract.CONFIGURATION_ERROR
         elif stalled:  # the watchdog ended the attempt: no crash of Slurm's to look up
@@ -369,7 +369,7 @@ class NodeTask:
 
         submitit is found in sys.modules, never imported: it is loaded whenever this is called.
         """
-        if rundir.read_state(self.run_dir).get("phase") == "done":
+        if rundir.load_state(self.run_dir).phase == "done":
             return None
         utils = sys.modules.get("submitit.core.utils")
         if utils is None:

@@ -14,6 +14,7 @@ import pytest
 
 from hpc_grpo import rundir
 from hpc_grpo.rundir.contract import CONFIGURATION_ERROR, RETRIES_JSONL
+from hpc_grpo.rundir.state import RunState
 from hpc_grpo.runtime.node import retry
 from hpc_grpo.runtime.node import task as node
 from hpc_grpo.runtime.rank import setup_failure
@@ -56,10 +57,11 @@ def test_which_exceptions_can_be_configuration_errors() -> None:
 def test_retry_decision_never_retries_a_configuration_error() -> None:
     state = {"attempt": "slurm-7.0", "phase": "failed", "stop_cause": CONFIGURATION_ERROR,
              "message": LINE}
-    assert retry.configuration_error(state, "slurm-7.0") == LINE
-    assert retry.configuration_error(state, "slurm-7.1") == ""  # another attempt's verdict
-    assert retry.configuration_error({**state, "stop_cause": "node failure"}, "slurm-7.0") == ""
-    assert retry.configuration_error({**state, "phase": "training"}, "slurm-7.0") == ""
+    typed = RunState.from_dict
+    assert retry.configuration_error(typed(state), "slurm-7.0") == LINE
+    assert retry.configuration_error(typed(state), "slurm-7.1") == ""  # another attempt's verdict
+    assert retry.configuration_error(typed({**state, "stop_cause": "node failure"}), "slurm-7.0") == ""
+    assert retry.configuration_error(typed({**state, "phase": "training"}), "slurm-7.0") == ""
     decision = retry.decide_retry([], 0, 3, LINE)  # first failure, retries left: still no
     assert not decision.requeue
     assert decision.reason == f"configuration error, not retried: {LINE}"

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from hpc_grpo.rundir.contract import RunRecord
+from hpc_grpo.rundir.state import RunState
 from hpc_grpo.runtime.node.task import (
     NodeTask,
     attempt_id,
@@ -124,11 +125,14 @@ def test_attempt_id_shared_by_node_tasks_of_one_job() -> None:
 
 
 def test_exit_code_trusts_state_of_this_attempt_only() -> None:
-    assert exit_code(138, {"phase": "interrupted", "attempt": "a"}, "a") == 0
-    assert exit_code(138, {"phase": "done", "attempt": "a"}, "a") == 0
-    assert exit_code(138, {"phase": "done", "attempt": "old"}, "a") == 138
-    assert exit_code(1, {"phase": "failed", "attempt": "a"}, "a") == 1
-    assert exit_code(0, {}, "a") == 0
+    def state(**fields: str) -> RunState:
+        return RunState.from_dict(fields)
+
+    assert exit_code(138, state(phase="interrupted", attempt="a"), "a") == 0
+    assert exit_code(138, state(phase="done", attempt="a"), "a") == 0
+    assert exit_code(138, state(phase="done", attempt="old"), "a") == 138
+    assert exit_code(1, state(phase="failed", attempt="a"), "a") == 1
+    assert exit_code(0, state(), "a") == 0
 
 
 def test_node_task_pickles() -> None:

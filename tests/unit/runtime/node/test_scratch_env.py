@@ -27,8 +27,9 @@ def test_every_cache_and_temp_folder_is_under_the_run_directory(tmp_path: Path) 
     env = node.child_env({"HOME": "/home/u", "SLURM_NODEID": "1"}, "slurm-7.0", record(run_dir))
     assert env["TMPDIR"] == f"{run_dir}/tmp/slurm-7.0.1"  # one per attempt and node
     for key in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR",
-                "HF_DATASETS_CACHE", "MPLCONFIGDIR"):
+                "MPLCONFIGDIR"):
         assert env[key].startswith(run_dir), key
+    assert env["HF_DATASETS_CACHE"] == "/runs/.datasets-cache"  # shared by the root's runs
 
 
 def test_the_users_and_the_sites_caches_win() -> None:
