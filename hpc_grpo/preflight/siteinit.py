@@ -16,6 +16,7 @@ import json
 import os
 import re
 import socket
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -159,9 +160,11 @@ def choose_partition(partitions: Sequence[Partition], wanted: str = "") -> Parti
 
 
 def profile_lines(partition: Partition, nodes: Sequence[Node], partitions: Sequence[Partition],
-                  header: str) -> str:
+                  header: str, python: str = "") -> str:
     """The profile YAML (with comments) for ``partition``: the smallest node of it, so that a
-    job the profile allows fits on every node."""
+    job the profile allows fits on every node. Every key of a profile is written, with its
+    default and what it is for, so that nothing must be looked up (issue #27); ``python``: the
+    interpreter running site init, the nodes' default."""
     members = [n for n in nodes if partition.name in n.partitions] or list(nodes)
     if not members:
         raise UserError(f"partition '{partition.name}' has no nodes", field="partition")
@@ -197,8 +200,19 @@ def profile_lines(partition: Partition, nodes: Sequence[Node], partitions: Seque
         + ("" if partition.max_time else "  # the partition has no limit"),
         f"max_nodes: {partition.max_nodes}"
         + ("" if partition.max_nodes else f"  # 0: ask Slurm at submit (it has {len(members)})"),
+        "procs_per_node: 0  # 0: one training process per GPU (1 on a CPU-only partition)",
+        "exclusive: false  # true: whole nodes (#SBATCH --exclusive) where jobs share nodes",
+        f"python: {value(python)}  # the interpreter every node runs, with hpc-grpo[runtime]: "
+        "this one must exist there too (a shared venv), else name your module's or container's",
+        "modules: []  # e.g. [cuda/12.4, nccl]: loaded in the job before the node tasks start",
+        "env: {}  # exported in the job (NCCL_*, HF_HUB_OFFLINE...); secrets go in secret_env",
+        "secret_env: []  # secret names beside HF_TOKEN, HUGGING_FACE_HUB_TOKEN, WANDB_API_KEY: "
+        "passed through the environment, never written to a file",
+        "# container: {runtime: pyxis, image: nvcr.io/nvidia/pytorch:25.01-py3, mounts: []}"
+        "  # or runtime: apptainer with an .sif image",
         'network_interface: ""  # e.g. ib0 (NCCL/GLOO_SOCKET_IFNAME); doctor checks it on every node',
         "output_root: ~/hpc-grpo-runs  # must be visible from every node: doctor checks it",
+        'run_dir_mode: "0700"  # run directories are yours only; "0750" shares them with your group',
         "# Hub models and datasets: most clusters' compute nodes have no internet, so this profile",
         "# says so; `hpc-grpo stage NAME --site NAME` downloads into hf_home on the login node and",
         "# submit refuses what is not staged. Set true only if the nodes reach huggingface.co.",
@@ -270,7 +284,8 @@ def init_site(name: str, *, partition: str = "", output: str = "", force: bool =
     nodes = nodes_from(slurm.scontrol_show("node"))
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     text = profile_lines(chosen, nodes, parts,
-                         f"Written by `hpc-grpo site init {name}` on {socket.gethostname()}, {stamp}.")
+                         f"Written by `hpc-grpo site init {name}` on {socket.gethostname()}, {stamp}.",
+                         python=sys.executable)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)

@@ -243,3 +243,25 @@ def test_lead_follows_grace_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                  "urgent")
     assert load_site(str(tmp_path / "urgent.yaml"), []).signal_lead_s == lead
     assert why in text
+
+
+def test_every_profile_key_is_written_with_what_it_is_for(tmp_path: Path) -> None:
+    """#27: site init left out python and procs_per_node, which a user then had to look up. Every
+    key of SiteProfile is in the written profile (container as a commented example), so a key
+    added to the profile without a line here fails this test."""
+    import dataclasses
+
+    from hpc_grpo.config.site import SiteProfile
+
+    parts = siteinit.partitions_from(PARTITIONS)
+    text = siteinit.profile_lines(siteinit.choose_partition(parts, "gpu"),
+                                  siteinit.nodes_from(GPU_NODES), parts, "test",
+                                  python="/shared/venv/bin/python")
+    written = {line.lstrip("# ").split(":", 1)[0] for line in text.splitlines() if ":" in line}
+    keys = {f.name for f in dataclasses.fields(SiteProfile)} - {"name"}
+    assert keys - written == set()
+    path = tmp_path / "gpu.yaml"
+    path.write_text(text)
+    site = load_site(str(path), [])
+    assert (site.python, site.procs_per_node, site.run_dir_mode) == ("/shared/venv/bin/python", 0,
+                                                                     "0700")
