@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -90,11 +91,18 @@ _COLUMNS = ("run", "job", "state", "step", "reward", "tok/s", "ckpt", "rq", "nod
 _RUN_MIN = 8  # the run id folds down to this width; the node list folds only past that
 
 
-def _cells(r: track.RunStatus, now: float) -> tuple[str, ...]:
+def _cells(r: track.RunStatus, now: float, name: str = "") -> tuple[str, ...]:
     checkpoint = "-" if r.checkpoint_step is None else \
         f"{r.checkpoint_step} {_age(r.checkpoint_time, now)}"
-    return (r.run_id, r.job_id or "-", _mark(r), _steps(r.step, r.max_steps), _reward(r.reward),
+    return (name or r.run_id, r.job_id or "-", _mark(r), _steps(r.step, r.max_steps), _reward(r.reward),
             _count(r.tokens_per_s), checkpoint, str(r.requeues), r.nodes or "-")
+
+
+def _run_names(rows: Sequence[track.RunStatus]) -> list[str]:
+    """The run column: the run id, or its whole directory where two runs share an id (the same
+    id in two output roots looked like one run twice)."""
+    seen = Counter(r.run_id for r in rows)
+    return [r.run_dir if seen[r.run_id] > 1 else r.run_id for r in rows]
 
 
 def status_table(rows: Sequence[track.RunStatus]) -> None:
@@ -111,7 +119,7 @@ def status_table(rows: Sequence[track.RunStatus]) -> None:
     if not rows:
         console.print("no runs yet: hpc-grpo submit ...")
         return
-    cells = [_cells(r, now) for r in rows]
+    cells = [_cells(r, now, name) for r, name in zip(rows, _run_names(rows), strict=True)]
     widths = [max(len(c) for c in (name, *(row[i] for row in cells)))
               for i, name in enumerate(_COLUMNS)]
     left = console.width - sum(widths[1:-1]) - (len(_COLUMNS) - 1)  # for run and nodes

@@ -98,3 +98,15 @@ def test_every_column_survives_the_widest_values_at_80(
     assert "".join(x[:nodes_at].split(" ")[0] for x in body) == wide.run_id
     assert "".join(x[nodes_at:].strip() for x in body) == wide.nodes
     assert "123k/1.0M" in body[0] and "-1234.6" in body[0] and " 123k " in body[0]
+
+
+def test_runs_sharing_an_id_are_told_apart_by_their_directories(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """#27: the same run id in two output roots showed as two identical rows."""
+    monkeypatch.setenv("COLUMNS", "120")
+    views.status_table([_row("train-0001", run_dir="/scratch/a/train-0001"),
+                        _row("train-0001", run_dir="/home/u/runs/train-0001"),
+                        _row("train-0002")])
+    out = capsys.readouterr().out
+    assert "/scratch/a/train-0001" in out and "/home/u/runs/train-0001" in out
+    assert "train-0002" in out and "/r/train-0002" not in out  # a unique id stays short
