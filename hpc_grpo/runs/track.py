@@ -28,6 +28,7 @@ from hpc_grpo.runs.attempts import with_accounting
 from hpc_grpo.runs.jobstate import JobView
 from hpc_grpo.runs.runfiles import RunFiles, read_run
 from hpc_grpo.scheduler.backend import Action, Backend, backend_for
+from hpc_grpo.scheduler.slurm_records import JobState
 
 
 @dataclass(frozen=True)
@@ -82,10 +83,11 @@ def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
         tokens_per_s=progress.tokens_per_s, checkpoint_step=progress.checkpoint_step,
         checkpoint_time=progress.checkpoint_time,
         requeues=max(js.restarts, len(files.restarts)), nodes=js.nodes,
-        restarts=tuple({**{k: r.get(k) for k in ("cause", "stopped_at_step", "resumed_from_step",
-                                                 "steps_lost", "time")},
-                        **({"slurm_state": r["slurm_state"]} if "slurm_state" in r else {})}
-                       for r in with_accounting(files.restarts, files.job_id, view.attempts)),
+        restarts=(*({**{k: r.get(k) for k in ("cause", "stopped_at_step", "resumed_from_step",
+                                                  "steps_lost", "time")},
+                     **({"slurm_state": r["slurm_state"]} if "slurm_state" in r else {})}
+                    for r in with_accounting(files.restarts, files.job_id, view.attempts)),
+                  *_pending_restart(files, js)),
         cluster=identity.cluster if identity else "", source=view.source,
         note="; ".join([*files.problems, *([view.note] if view.note else [])]),
         cause=progress.cause, message=progress.message,
@@ -104,6 +106,17 @@ def _after_training(run_dir: Path) -> dict[str, str]:
     export, evaluation = records.newest_export(run_dir), records.newest_eval(run_dir)
     return {"exported": records.export_line(export) if export else "",
             "evaluated": records.eval_line(evaluation) if evaluation else ""}
+
+
+def _pending_restart(files: RunFiles, js: JobState) -> tuple[dict[str, Any], ...]:
+    """The restart Slurm counts but no attempt has recorded yet (the requeued job still waits):
+    its cause is what the stopped attempt's node task recorded in state.json (#27: a pending
+    requeue showed 2 restarts and one cause)."""
+    if js.finished or js.restarts <= len(files.restarts):
+        return ()
+    return ({"cause": files.progress.cause or "not recorded yet", "stopped_at_step":
+             files.progress.step, "resumed_from_step": None, "steps_lost": None, "time": None,
+             "pending": True},)
 
 
 def _broken(run_dir: Path, error: Exception) -> RunStatus:

@@ -25,7 +25,8 @@ def _age(timestamp: float | None, now: float) -> str:
 
 def _requeue_causes(row: track.RunStatus) -> str:
     """Each restart's cause and the steps it lost: 'preempted -0, node failure -3'."""
-    return ", ".join(f"{r.get('cause')} -{r.get('steps_lost') or 0}" for r in row.restarts)
+    return ", ".join(f"{r.get('cause')} (pending)" if r.get("pending")
+                     else f"{r.get('cause')} -{r.get('steps_lost') or 0}" for r in row.restarts)
 
 
 def _reward(value: float | None) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc_grpo.runs import track
+from hpc_grpo.runs import track, views
 from hpc_grpo.runs.attempts import with_accounting
 from tests.unit.slurmfake import FakeSlurm, identity, make_run, sacct_line, squeue_line
 
@@ -64,3 +64,26 @@ def test_status_shows_the_accounted_causes(tmp_path: Path, fake: FakeSlurm) -> N
     [row] = track.status()
     assert [(r["cause"], r["slurm_state"], r["steps_lost"]) for r in row.restarts] == [
         ("preempted", "PREEMPTED", 0), ("node failure", "NODE_FAIL", 2)]
+
+
+def test_a_pending_requeue_shows_its_cause(tmp_path: Path, fake: FakeSlurm) -> None:
+    """#27: job 5 was preempted twice; the second requeue waits in the queue, so no attempt
+    recorded it in restarts.jsonl yet: status counted 2 restarts and showed one cause. The
+    waiting one's cause is what the stopped attempt's node task put in state.json."""
+    run_dir = tmp_path / "runs" / "grpo-tiny-0001"
+    job = identity(run_dir, "5")
+    make_run(tmp_path / "runs", "grpo-tiny-0001", phase="interrupted", step=6, job=job)
+    state = json.loads((run_dir / "state.json").read_text())
+    (run_dir / "state.json").write_text(json.dumps({**state, "stop_cause": "preempted"}))
+    (run_dir / "restarts.jsonl").write_text(json.dumps(
+        {"cause": "preempted", "previous_attempt": "slurm-5.0", "steps_lost": 0}) + "\n")
+    ours = f"sbatch {job['script']}"
+    fake.answer("sacct", sacct_line("5", "PREEMPTED", "2026-01-01T10:00:00", submit_line=ours)
+                + sacct_line("5", "PREEMPTED", "2026-01-01T10:10:00", submit_line=ours)
+                + sacct_line("5", "PENDING", "2026-01-01T10:20:00", submit_line=ours))
+    fake.answer("squeue", squeue_line("5", "PENDING", "2026-01-01T10:20:00",
+                                      command=str(job["script"])))
+    [row] = track.status()
+    assert row.requeues == 2 and len(row.restarts) == 2
+    assert (row.restarts[-1]["cause"], row.restarts[-1]["pending"]) == ("preempted", True)
+    assert views._requeue_causes(row) == "preempted -0, preempted (pending)"
