@@ -2,13 +2,13 @@
 
 Pure arithmetic on a model's shape and the cluster's sizes: no torch, no hardware probing, no
 files, so the login node can plan and explain a job before anything is submitted. Assumptions
-of the memory model are listed in ``hpc_grpo.planner.memory``.
+of the memory model are listed in ``hpc_grpo.planner.memory.estimate``.
 """
 
 from hpc_grpo.planner.arch import ModelArch, arch_from_config, dense_arch
 from hpc_grpo.planner.batch import check_batch_rules
 from hpc_grpo.planner.catalogue import catalogue_names, lookup_model
-from hpc_grpo.planner.memory_plan import plan_memory
+from hpc_grpo.planner.memory.plan import plan_memory
 from hpc_grpo.planner.types import MemoryPlan, PlanRequest
 
 __all__ = [

@@ -6,7 +6,7 @@ states, then trainer_state.json; older checkpoints are rotated away only after t
 complete, so save_total_limit + 1 exist while the next is written):
 
 * ZeRO off (no DeepSpeed): the model stays as TRL loads it, fp32 unless the job sets a dtype
-  (planner/memory.py), and those weights are their own master copy: ``model.safetensors`` holds
+  (planner/memory/estimate.py), and those weights are their own master copy: ``model.safetensors`` holds
   4 B/param, ``optimizer.pt`` AdamW's m and v in the weights' dtype, 8 B/trainable param. Both
   are what an exact resume needs; nothing is redundant. Measured on the tiny model
   (docs/results/checkpoint-size-cpu.json, tests/unit/planner/test_checkpoint_size.py).

@@ -401,8 +401,8 @@ ALLOWED_IMPORTS = {"__future__", "collections.abc", "dataclasses", "functools", 
 
 
 @pytest.mark.parametrize("module", sorted(
-    (Path(__file__).resolve().parents[3] / "hpc_grpo" / "planner").glob("*.py")),
-    ids=lambda p: p.name)
+    (Path(__file__).resolve().parents[3] / "hpc_grpo" / "planner").rglob("*.py")),
+    ids=lambda p: p.relative_to(p.parents[1]).as_posix())
 def test_planner_modules_are_pure_and_small(module: Path) -> None:
     tree = ast.parse(module.read_text())
     for node in ast.walk(tree):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpc_grpo.planner.arch import ModelArch
-from hpc_grpo.planner.memory import UTIL_MAX, UTIL_SHARE, Estimate, Layout, estimate
+from hpc_grpo.planner.memory.estimate import UTIL_MAX, UTIL_SHARE, Estimate, Layout, estimate
 from hpc_grpo.planner.types import PlanRequest
 
 

@@ -1,6 +1,6 @@
 """What LoRA changes in a plan: the adapters' size against full fine-tuning, in one reason line.
 
-The memory model counts LoRA (planner/memory.py); this says what it changed, so `hpc-grpo plan`
+The memory model counts LoRA (planner/memory/estimate.py); this says what it changed, so `hpc-grpo plan`
 shows why a LoRA job fits where full fine-tuning does not. Pure.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hpc_grpo.errors import UserError
-from hpc_grpo.planner.memory import Estimate, estimate
+from hpc_grpo.planner.memory.estimate import Estimate, estimate
 from hpc_grpo.planner.types import PlanRequest
 
 LINEAR_LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

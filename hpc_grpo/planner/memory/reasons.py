@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hpc_grpo.planner.lora import lora_reason
-from hpc_grpo.planner.memory import (
+from hpc_grpo.planner.memory.estimate import (
     Estimate,
     Layout,
     activations_gib,
@@ -14,7 +13,8 @@ from hpc_grpo.planner.memory import (
     sequence_length,
     vllm_need,
 )
-from hpc_grpo.planner.search import share_for, valid_tps
+from hpc_grpo.planner.memory.lora import lora_reason
+from hpc_grpo.planner.memory.search import share_for, valid_tps
 from hpc_grpo.planner.types import PlanRequest
 
 

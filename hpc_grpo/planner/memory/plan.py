@@ -7,11 +7,11 @@ from typing import Any
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner.arch import ModelArch
 from hpc_grpo.planner.batch import check_batch_rules
-from hpc_grpo.planner.hints import smallest_change
-from hpc_grpo.planner.lora import check_targets
-from hpc_grpo.planner.memory import Estimate, sequence_length
-from hpc_grpo.planner.reasons import explain
-from hpc_grpo.planner.search import search, tp_divisibility, valid_tps
+from hpc_grpo.planner.memory.estimate import Estimate, sequence_length
+from hpc_grpo.planner.memory.hints import smallest_change
+from hpc_grpo.planner.memory.lora import check_targets
+from hpc_grpo.planner.memory.reasons import explain
+from hpc_grpo.planner.memory.search import search, tp_divisibility, valid_tps
 from hpc_grpo.planner.types import MemoryPlan, PlanRequest
 from hpc_grpo.rundir.contract import DEFAULT_VLLM_GPU_MEMORY_UTILIZATION
 
