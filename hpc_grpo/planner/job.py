@@ -31,6 +31,7 @@ from hpc_grpo.planner.topology import ServerSplit, layout_notes, rank_table, ser
 from hpc_grpo.planner.types import ModelRef
 from hpc_grpo.rundir.contract import (
     DeepSpeedBlock,
+    HardwareBlock,
     RankRow,
     RunRecord,
     StopBlock,
@@ -105,6 +106,10 @@ class JobPlan:
                                    min_s=self.site.watchdog_min_s),
             collective_timeout_s=self.collective_timeout_s,
             checkpoint_bytes=self.checkpoint.one if self.checkpoint else 0,
+            hardware=HardwareBlock(gpus_per_node=self.site.gpus_per_node,
+                                   gpu_memory_gib=self.site.gpu_memory_gib,
+                                   cpu_memory_gib=self.site.cpu_memory_gib,
+                                   gpu_type=self.site.gpu_type),
         )
 
 

@@ -269,6 +269,18 @@ class WatchdogBlock:
 
 
 @dataclass(frozen=True)
+class HardwareBlock:
+    """The site profile's hardware, which the plan was sized for: every rank compares it with
+    its node before the model loads (runtime/hardware.py). 0 means the profile does not say
+    (and an old run.json without the block reads as all zeros: nothing is checked)."""
+
+    gpus_per_node: int = 0
+    gpu_memory_gib: float = 0.0
+    cpu_memory_gib: float = 0.0
+    gpu_type: str = ""
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """``run.json``: everything the node tasks and the ranks need, and nothing they re-decide."""
 
@@ -302,6 +314,7 @@ class RunRecord:
     watchdog: WatchdogBlock = WatchdogBlock()
     collective_timeout_s: int = DEFAULT_COLLECTIVE_TIMEOUT_S  # torch.distributed (planner/timeouts.py)
     checkpoint_bytes: int = 0  # the plan's size of one checkpoint; 0: not estimated
+    hardware: HardwareBlock = HardwareBlock()  # what the plan assumed of each node
     schema: int = SCHEMA
 
     @property
@@ -370,6 +383,7 @@ class RunRecord:
                 collective_timeout_s=int(data.get("collective_timeout_s",
                                                   DEFAULT_COLLECTIVE_TIMEOUT_S)),
                 checkpoint_bytes=int(data.get("checkpoint_bytes") or 0),
+                hardware=HardwareBlock(**(data.get("hardware") or {})),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ContractError):
