@@ -14,7 +14,7 @@ from hpc_grpo.config.site import SiteProfile, minutes
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner import MemoryPlan, PlanRequest, check_batch_rules, plan_memory
-from hpc_grpo.planner.blocks import dataset_block, default_name, model_block, peft_block
+from hpc_grpo.planner.blocks import dataset_block, default_name, hardware_block, model_block, peft_block
 from hpc_grpo.planner.bounds import (  # noqa: F401 - BUILTIN_PROMPT_TOKENS, TRL_DEFAULTS: re-exported
     BUILTIN_PROMPT_TOKENS,
     TRL_DEFAULTS,
@@ -31,7 +31,6 @@ from hpc_grpo.planner.topology import ServerSplit, layout_notes, rank_table, ser
 from hpc_grpo.planner.types import ModelRef
 from hpc_grpo.rundir.contract import (
     DeepSpeedBlock,
-    HardwareBlock,
     RankRow,
     RunRecord,
     StopBlock,
@@ -99,17 +98,13 @@ class JobPlan:
             dist_backend=dist_backend(self.device),
             grpo_config=dict(self.spec.grpo), vllm=self.vllm, deepspeed=self.deepspeed,
             stop=self.stop, ranks=self.ranks,
-            site=self.site.name, scheduler=self.site.scheduler,
+            site=self.site.name, scheduler=self.site.scheduler, hardware=hardware_block(self.site),
             max_requeues=self.site.max_requeues, signal_lead_s=self.signal_lead_s,
             time_min=self.time_min, memory_plan=self.memory.to_dict() if self.memory else None,
             watchdog=WatchdogBlock(startup_s=self.site.watchdog_startup_s,
                                    min_s=self.site.watchdog_min_s),
             collective_timeout_s=self.collective_timeout_s,
             checkpoint_bytes=self.checkpoint.one if self.checkpoint else 0,
-            hardware=HardwareBlock(gpus_per_node=self.site.gpus_per_node,
-                                   gpu_memory_gib=self.site.gpu_memory_gib,
-                                   cpu_memory_gib=self.site.cpu_memory_gib,
-                                   gpu_type=self.site.gpu_type),
         )
 
 
