@@ -49,7 +49,7 @@ def test_a_profile_claiming_more_gpu_memory_is_refused_before_the_model_loads(
     log = (run_dir / "logs" / "rank-0.log").read_text()
     status = subprocess.run([sys.executable, "-m", "hpc_grpo.cli", "status", str(run_dir)],
                             capture_output=True, text=True, timeout=120,
-                            env={**os.environ, **env_home})
+                            env={**os.environ, **env_home, "COLUMNS": "300"})
     result = {"gpu_gib": round(gpu, 2), "host_gib": round(host, 1), "claim_gib": claim,
               "submit_exit": proc.returncode, "wall_s": round(wall, 1), "state": state,
               "retries": (run_dir / "retries.jsonl").exists(),
@@ -69,4 +69,6 @@ def test_a_profile_claiming_more_gpu_memory_is_refused_before_the_model_loads(
     # loaded (the "[train] model ...; dataset ..." line comes first thing after the check)
     after = log.split("rank checks passed")[-1]
     assert "[train] model " not in after and "training from" not in log, log[-3000:]
-    assert "planned 139" in status.stdout or f"planned {claim}" in status.stdout, status.stdout
+    shown = " ".join(status.stdout.split())  # status prints why it failed under its table
+    assert f"failed: configuration error: HardwareShortfall: the nodes have less than the plan " \
+        f"assumed: GPU memory {gpu:.1f} GiB < planned {claim} GiB" in shown, status.stdout
