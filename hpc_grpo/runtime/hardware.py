@@ -142,6 +142,18 @@ def shortfall_line(found: Sequence[tuple[str, Shortfall]], hint: bool = True) ->
     return "the nodes have less than the plan assumed: " + "; ".join(parts) + fix
 
 
+def slurm_memory_gib(env: Mapping[str, str]) -> float | None:
+    """The memory Slurm gave this job on the node (SLURM_MEM_PER_NODE, or SLURM_MEM_PER_CPU x
+    SLURM_CPUS_ON_NODE, both in MiB); None where the job did not ask for memory."""
+    per_node = env.get("SLURM_MEM_PER_NODE", "")
+    if per_node.isdigit() and int(per_node) > 0:
+        return int(per_node) / 1024
+    per_cpu, cpus = env.get("SLURM_MEM_PER_CPU", ""), env.get("SLURM_CPUS_ON_NODE", "")
+    if per_cpu.isdigit() and cpus.isdigit() and int(per_cpu) > 0:
+        return int(per_cpu) * int(cpus) / 1024
+    return None
+
+
 def facts_from_mapping(data: Mapping[str, object]) -> NodeFacts:
     """NodeFacts from a JSON mapping (a gathered rank's or the doctor probe's)."""
     def number(key: str) -> float | None:

@@ -26,23 +26,14 @@ from hpc_grpo.runtime.hardware import (
     compare,
     gpus_needed,
     shortfall_line,
+    slurm_memory_gib,
 )
+
+__all__ = ["HardwareShortfall", "check", "host_memory", "probe", "slurm_memory_gib"]
 
 
 class HardwareShortfall(ValueError):
     """The nodes have less than the plan assumed (a configuration error: not retried)."""
-
-
-def slurm_memory_gib(env: Mapping[str, str]) -> float | None:
-    """The memory Slurm gave this job on the node (SLURM_MEM_PER_NODE, or SLURM_MEM_PER_CPU x
-    SLURM_CPUS_ON_NODE, both in MiB); None where the job did not ask for memory."""
-    per_node = env.get("SLURM_MEM_PER_NODE", "")
-    if per_node.isdigit() and int(per_node) > 0:
-        return int(per_node) / 1024
-    per_cpu, cpus = env.get("SLURM_MEM_PER_CPU", ""), env.get("SLURM_CPUS_ON_NODE", "")
-    if per_cpu.isdigit() and cpus.isdigit() and int(per_cpu) > 0:
-        return int(per_cpu) * int(cpus) / 1024
-    return None
 
 
 def host_memory(env: Mapping[str, str]) -> tuple[float | None, float | None, str]:
