@@ -41,7 +41,7 @@ def peft_block(spec: JobSpec) -> PeftBlock | None:
 
 
 def hardware_block(site: SiteProfile) -> HardwareBlock:
-    """What the plan assumed of each node; the ranks compare it with theirs (runtime/hardware.py)."""
+    """What the plan assumed of each node; the ranks compare it with theirs (rundir/hardware.py)."""
     return HardwareBlock(gpus_per_node=site.gpus_per_node, gpu_memory_gib=site.gpu_memory_gib,
                          cpu_memory_gib=site.cpu_memory_gib, gpu_type=site.gpu_type)
 

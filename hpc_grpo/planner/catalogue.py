@@ -112,7 +112,7 @@ def builtin_arch(shape_name: str) -> ModelArch | None:
     table the ranks build it from, as its written config.json will read (a Qwen2 config with
     q/k/v biases and tied embeddings): ``plan`` needs no files. None for an unknown name and for
     ``tiny``, whose vocabulary is the in-code tokenizer's (known once written)."""
-    from hpc_grpo.runtime.models.shape_table import MODEL_TYPE, SHAPES, TIED_EMBEDDINGS
+    from hpc_grpo.rundir.shapes import MODEL_TYPE, SHAPES, TIED_EMBEDDINGS
 
     shape = SHAPES.get(shape_name)
     if shape is None or not shape.vocab_size:

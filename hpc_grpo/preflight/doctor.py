@@ -26,7 +26,7 @@ from hpc_grpo.preflight.capacity import Capacity, capacity_rows
 from hpc_grpo.preflight.hardware_row import hardware_row
 from hpc_grpo.preflight.nodecmd import node_command, pyxis_found
 from hpc_grpo.preflight.versions import satisfies
-from hpc_grpo.runtime.contract import HardwareBlock
+from hpc_grpo.rundir.contract import HardwareBlock
 from hpc_grpo.runtime.probe import PACKAGES
 from hpc_grpo.runtime.probe_lines import read_reports
 from hpc_grpo.scheduler import slurm

@@ -1,6 +1,6 @@
 """Doctor's "plan hardware" row: what the probe saw on one node against the profile's GPUs per
 node, GPU memory and CPU memory, through the same comparison the ranks make before the model
-loads (runtime/hardware.py), so doctor fails a node exactly where a job would be refused.
+loads (rundir/hardware.py), so doctor fails a node exactly where a job would be refused.
 
 Pure: a node's report and the profile's numbers in, one row out (doctor.py aggregates them).
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from hpc_grpo.runtime.contract import HardwareBlock
-from hpc_grpo.runtime.hardware import GIB, NodeFacts, compare
+from hpc_grpo.rundir.contract import HardwareBlock
+from hpc_grpo.rundir.hardware import GIB, NodeFacts, compare
 
 Status = Literal["pass", "warn", "fail", "skip"]
 

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpc_grpo.rundir.hardware import HardwareBlock  # run.json's "hardware" block
+
 SCHEMA = 1  # run.json's version; a reader refuses a newer one in one line
 
 # Run-directory file names.
@@ -266,18 +268,6 @@ class WatchdogBlock:
     startup_s: float = DEFAULT_WATCHDOG_STARTUP_S
     min_s: float = DEFAULT_WATCHDOG_MIN_S
     factor: float = DEFAULT_WATCHDOG_FACTOR
-
-
-@dataclass(frozen=True)
-class HardwareBlock:
-    """The site profile's hardware, which the plan was sized for: every rank compares it with
-    its node before the model loads (runtime/hardware.py). 0 means the profile does not say
-    (and an old run.json without the block reads as all zeros: nothing is checked)."""
-
-    gpus_per_node: int = 0
-    gpu_memory_gib: float = 0.0
-    cpu_memory_gib: float = 0.0
-    gpu_type: str = ""
 
 
 @dataclass(frozen=True)

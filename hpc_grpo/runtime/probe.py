@@ -23,8 +23,8 @@ from typing import Any
 
 from hpc_grpo import __version__
 from hpc_grpo.rundir.contract import DEFAULT_PORT_RANGE, PORTS_PER_JOB, job_port, port_slots
+from hpc_grpo.rundir.hardware import slurm_memory_gib
 from hpc_grpo.runtime.node import slurm_facts
-from hpc_grpo.runtime.hardware import slurm_memory_gib
 from hpc_grpo.runtime.probe_lines import report_lines
 
 PACKAGES = ("torch", "trl", "vllm", "transformers", "deepspeed", "accelerate", "peft")
@@ -249,32 +249,6 @@ def gpus(expected: int, env: dict[str, str] | None = None) -> dict[str, Any]:
     return {"count": 0, "source": "no nvidia-smi"}
 
 
-def gpu_memory(expected: int, env: dict[str, str] | None = None) -> dict[str, Any] | None:
-    """Total memory (GiB) of the smallest GPU this task may use, for doctor's comparison with
-    the profile's gpu_memory_gib: nvidia-smi (the GPUs CUDA_VISIBLE_DEVICES names, where it
-    names them by index), else torch. None where the profile expects no GPUs."""
-    if not expected:
-        return None
-    visible = (env if env is not None else dict(os.environ)).get("CUDA_VISIBLE_DEVICES")
-    wanted = {v.strip() for v in visible.split(",")} if visible else None
-    smi = shutil.which("nvidia-smi")
-    if smi is not None:
-        out = subprocess.run([smi, "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=30).stdout
-        rows = [line.split(",") for line in out.splitlines() if line.count(",") == 1]
-        mib = [float(total) for index, total in rows
-               if wanted is None or not all(w.isdigit() for w in wanted) or index.strip() in wanted]
-        if mib:
-            return {"gib": round(min(mib) / 1024, 2), "source": "nvidia-smi memory.total"}
-    import torch
-
-    count = torch.cuda.device_count()
-    if not count:
-        return {"gib": None, "source": "no GPU seen by nvidia-smi or torch"}
-    least = min(torch.cuda.get_device_properties(i).total_memory for i in range(count))
-    return {"gib": round(least / 2**30, 2), "source": "torch total_memory"}
-
-
 def modules(loaded: str | None) -> dict[str, Any] | None:
     """The site modules as the node command loaded them before this probe started (lines "ok
     NAME" / "fail NAME" in HPC_GRPO_PROBE_MODULES); None when the profile has none."""
@@ -343,6 +317,8 @@ def _safely(check: Callable[..., Any], *args: Any) -> Any:
 
 
 def collect(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
+    from hpc_grpo.runtime import probe_gpus  # here: doctor imports this module for PACKAGES only
+
     node_id = int(env.get("SLURM_NODEID", "0"))
     num_nodes = int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or "1")
     job_id = int(env.get("SLURM_JOB_ID", "0"))
@@ -367,9 +343,8 @@ def collect(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
         "gpus": _safely(gpus, args.gpus, env),
         "memory": _safely(memory),
         "slurm_memory_gib": slurm_memory_gib(env),
+        "gpu_memory": _safely(probe_gpus.gpu_memory, args.gpus, env),
     }
-    if args.gpus:
-        report["gpu_memory"] = _safely(gpu_memory, args.gpus, env)
     if args.share_dir:
         report["disk"] = _safely(disk, args.share_dir)
     if args.interface:

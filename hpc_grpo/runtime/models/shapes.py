@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from hpc_grpo.runtime.models.shape_table import SHAPES, Shape
+from hpc_grpo.rundir.shapes import SHAPES, Shape
 
 __all__ = ["SHAPES", "Shape", "build_model"]
 

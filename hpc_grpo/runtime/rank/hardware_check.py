@@ -1,6 +1,6 @@
 """Every rank, before the model loads: the node's GPUs, GPU memory and CPU memory against the
 plan's (run.json's ``hardware``, the site profile's numbers; the comparison is
-runtime/hardware.py's).
+rundir/hardware.py's).
 
 Each rank probes what it can see (its own GPU's total memory, the visible GPU count, the
 host's MemTotal and the job's memory limit from Slurm or the cgroup), the ranks gather their
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hpc_grpo.rundir.contract import RunRecord
-from hpc_grpo.runtime.hardware import (
+from hpc_grpo.rundir.hardware import (
     GIB,
     NodeFacts,
     Shortfall,

@@ -48,7 +48,7 @@ def test_json_is_the_plan_submit_uses() -> None:
     assert memory == record["memory_plan"]
     assert data["vllm"] == record["vllm"] and data["deepspeed"] == record["deepspeed"]
     assert data["world_size"] == 32 and data["no_memory_plan"] is None
-    # what the ranks compare with their nodes before the model loads (runtime/hardware.py)
+    # what the ranks compare with their nodes before the model loads (rundir/hardware.py)
     hardware = record["hardware"]
     assert (hardware["gpus_per_node"], hardware["gpu_memory_gib"],
             hardware["cpu_memory_gib"]) == (8, 80, 1800)
@@ -170,7 +170,7 @@ def test_a_builtin_shape_is_planned_before_its_files_are_written(
 
     from hpc_grpo.planner import arch_from_config
     from hpc_grpo.planner.catalogue import builtin_arch
-    from hpc_grpo.runtime.models.shape_table import SHAPES
+    from hpc_grpo.rundir.shapes import SHAPES
 
     monkeypatch.setenv("HPC_GRPO_HOME", str(tmp_path / "home"))
     code, out, err = invoke("--site", "h100-pyxis", "--model", "builtin:qwen2-7b", "--json")

@@ -13,8 +13,8 @@ import pytest
 from hpc_grpo.preflight import doctor
 from hpc_grpo.preflight.capacity import Capacity
 from hpc_grpo.preflight.hardware_row import hardware_row
-from hpc_grpo.runtime import probe
-from hpc_grpo.runtime.contract import HardwareBlock
+from hpc_grpo.rundir.contract import HardwareBlock
+from hpc_grpo.runtime import probe_gpus as probe
 from tests.unit.preflight.test_doctor import report
 
 GIB = 2**30

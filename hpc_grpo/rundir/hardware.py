@@ -13,15 +13,31 @@ numbers on the next try), one line with both numbers. More than planned is a not
 leaves memory unused. The tolerance is there because vendors sell GB and the profile counts
 GiB: an "80 GB" H100 reports 79.2 GiB to CUDA and a 256 GiB node shows about 251 GiB in
 /proc/meminfo (the kernel keeps the rest). A profile that says 80 means 80 GB-class cards, so
-anything within 5% below the promise passes. Stdlib only (the ranks and the launcher import it).
+anything within 5% below the promise passes. Stdlib only, in the run directory's room: the ranks
+and the launcher (doctor) import it, and run.json's ``hardware`` block is defined here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from hpc_grpo.rundir.contract import HardwareBlock, RunRecord
+if TYPE_CHECKING:  # contract.py imports HardwareBlock from here
+    from hpc_grpo.rundir.contract import RunRecord
+
+
+@dataclass(frozen=True)
+class HardwareBlock:
+    """The site profile's hardware, which the plan was sized for: every rank compares it with
+    its node before the model loads (rundir/hardware.py). 0 means the profile does not say
+    (and an old run.json without the block reads as all zeros: nothing is checked)."""
+
+    gpus_per_node: int = 0
+    gpu_memory_gib: float = 0.0
+    cpu_memory_gib: float = 0.0
+    gpu_type: str = ""
+
 
 TOLERANCE = 0.05  # the share below the profile's number that still counts as "as planned"
 GIB = float(2**30)

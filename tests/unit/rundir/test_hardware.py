@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from hpc_grpo.rundir.contract import HardwareBlock, RunRecord
-from hpc_grpo.runtime.hardware import NodeFacts, compare, facts_from_mapping, shortfall_line
+from hpc_grpo.rundir.hardware import NodeFacts, compare, facts_from_mapping, shortfall_line
 from hpc_grpo.runtime.rank import hardware_check, setup_failure
 from hpc_grpo.runtime.rank.hardware_check import HardwareShortfall, slurm_memory_gib
 
