@@ -168,16 +168,3 @@ def slurm_memory_gib(env: Mapping[str, str]) -> float | None:
     if per_cpu.isdigit() and cpus.isdigit() and int(per_cpu) > 0:
         return int(per_cpu) * int(cpus) / 1024
     return None
-
-
-def facts_from_mapping(data: Mapping[str, object]) -> NodeFacts:
-    """NodeFacts from a JSON mapping (a gathered rank's or the doctor probe's)."""
-    def number(key: str) -> float | None:
-        value = data.get(key)
-        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-    gpus = number("gpus")
-    return NodeFacts(host=str(data.get("host", "")), gpus=None if gpus is None else int(gpus),
-                     gpu_memory_gib=number("gpu_memory_gib"), cpu_memory_gib=number("cpu_memory_gib"),
-                     job_memory_gib=number("job_memory_gib"),
-                     job_memory_source=str(data.get("job_memory_source", "")))

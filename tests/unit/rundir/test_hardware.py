@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from hpc_grpo.rundir.contract import HardwareBlock, RunRecord
-from hpc_grpo.rundir.hardware import NodeFacts, compare, facts_from_mapping, shortfall_line
+from hpc_grpo.rundir.hardware import NodeFacts, compare, gpus_needed, shortfall_line
 from hpc_grpo.runtime.rank import hardware_check, setup_failure
 from hpc_grpo.runtime.rank.hardware_check import HardwareShortfall, slurm_memory_gib
 
@@ -133,5 +133,15 @@ def test_run_json_carries_the_profile_numbers_and_old_files_still_read(tmp_path:
     data = _run(gpus_per_node=2, gpu_memory_gib=80.0, cpu_memory_gib=251.0).to_dict()
     again = RunRecord.from_dict(json.loads(json.dumps(data)))
     assert again.hardware == HardwareBlock(2, 80.0, 251.0)
-    assert facts_from_mapping({"host": "h", "gpus": 2, "gpu_memory_gib": 79.2}) == \
-        NodeFacts("h", 2, 79.2)
+
+
+def test_server_mode_ranks_see_only_the_trainer_gpus() -> None:
+    """The node task hides the vLLM server's GPUs from the trainers: they must see
+    trainer_gpus, not the profile's count (a 4-GPU node, 1 serving, 3 training)."""
+    base = {"schema": 1, "run_id": "r", "run_dir": "/x", "model": "m", "dataset": {"name": "d"},
+            "nodes": 1, "procs_per_node": 3, "device": "cuda", "hardware": {"gpus_per_node": 4}}
+    served = RunRecord.from_dict({**base, "vllm": {"enabled": True, "mode": "server", "server": {
+        "node": 0, "gpus": [0], "trainer_gpus": [1, 2, 3]}}})
+    assert gpus_needed(served) == 3
+    assert gpus_needed(RunRecord.from_dict(base)) == 4
+    assert compare(served.hardware, NodeFacts(gpus=3), gpus_needed(served)).ok
