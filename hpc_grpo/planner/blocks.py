@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from hpc_grpo.config.site import SiteProfile
 from hpc_grpo.config.spec import JobSpec
-from hpc_grpo.rundir.contract import DatasetBlock, ModelBlock, PeftBlock
+from hpc_grpo.rundir.contract import DatasetBlock, HardwareBlock, ModelBlock, PeftBlock
 
 if TYPE_CHECKING:
     from hpc_grpo.planner.types import ModelRef
@@ -38,6 +38,12 @@ def peft_block(spec: JobSpec) -> PeftBlock | None:
         return None
     return PeftBlock(r=spec.lora_r, alpha=spec.lora_alpha, dropout=spec.lora_dropout,
                      target_modules=tuple(spec.lora_target_modules), load_in_4bit=spec.load_in_4bit)
+
+
+def hardware_block(site: SiteProfile) -> HardwareBlock:
+    """What the plan assumed of each node; the ranks compare it with theirs (rundir/hardware.py)."""
+    return HardwareBlock(gpus_per_node=site.gpus_per_node, gpu_memory_gib=site.gpu_memory_gib,
+                         cpu_memory_gib=site.cpu_memory_gib, gpu_type=site.gpu_type)
 
 
 def default_name(model: str) -> str:

@@ -107,3 +107,20 @@ def lookup_model(name: str) -> ModelArch | None:
     return None
 
 
+def builtin_arch(shape_name: str) -> ModelArch | None:
+    """The arch of a built-in example model (``builtin:qwen2-7b`` -> "qwen2-7b") from the shape
+    table the ranks build it from, as its written config.json will read (a Qwen2 config with
+    q/k/v biases and tied embeddings): ``plan`` needs no files. None for an unknown name and for
+    ``tiny``, whose vocabulary is the in-code tokenizer's (known once written)."""
+    from hpc_grpo.rundir.shapes import MODEL_TYPE, SHAPES, TIED_EMBEDDINGS
+
+    shape = SHAPES.get(shape_name)
+    if shape is None or not shape.vocab_size:
+        return None
+    return dense_arch(
+        shape_name, hidden_size=shape.hidden_size, num_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads, num_kv_heads=shape.num_key_value_heads,
+        intermediate_size=shape.intermediate_size, vocab_size=shape.vocab_size,
+        tie_word_embeddings=TIED_EMBEDDINGS, max_position_embeddings=shape.max_position_embeddings,
+        qkv_bias=MODEL_TYPE == "qwen2",
+    )

@@ -14,7 +14,7 @@ from hpc_grpo.config.site import SiteProfile, minutes
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner import MemoryPlan, PlanRequest, check_batch_rules, plan_memory
-from hpc_grpo.planner.blocks import dataset_block, default_name, model_block, peft_block
+from hpc_grpo.planner.blocks import dataset_block, default_name, hardware_block, model_block, peft_block
 from hpc_grpo.planner.bounds import (  # noqa: F401 - BUILTIN_PROMPT_TOKENS, TRL_DEFAULTS: re-exported
     BUILTIN_PROMPT_TOKENS,
     TRL_DEFAULTS,
@@ -98,7 +98,7 @@ class JobPlan:
             dist_backend=dist_backend(self.device),
             grpo_config=dict(self.spec.grpo), vllm=self.vllm, deepspeed=self.deepspeed,
             stop=self.stop, ranks=self.ranks,
-            site=self.site.name, scheduler=self.site.scheduler,
+            site=self.site.name, scheduler=self.site.scheduler, hardware=hardware_block(self.site),
             max_requeues=self.site.max_requeues, signal_lead_s=self.signal_lead_s,
             time_min=self.time_min, memory_plan=self.memory.to_dict() if self.memory else None,
             watchdog=WatchdogBlock(startup_s=self.site.watchdog_startup_s,

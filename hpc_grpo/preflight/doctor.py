@@ -23,8 +23,10 @@ from hpc_grpo import __version__
 from hpc_grpo.config.site import SiteProfile, minutes
 from hpc_grpo.errors import UserError
 from hpc_grpo.preflight.capacity import Capacity, capacity_rows
+from hpc_grpo.preflight.hardware_row import hardware_row
 from hpc_grpo.preflight.nodecmd import node_command, pyxis_found
 from hpc_grpo.preflight.versions import satisfies
+from hpc_grpo.rundir.contract import HardwareBlock
 from hpc_grpo.runtime.probe import PACKAGES
 from hpc_grpo.runtime.probe_lines import read_reports
 from hpc_grpo.scheduler import slurm
@@ -45,7 +47,7 @@ TRL_VLLM_FALLBACK = ">=0.22.0,<=0.31.0"  # TRL 1.16's vllm extra, when the node'
 CHECK_ORDER = ("job", *PACKAGES, "known: ZeRO-3 + LoRA", "known: vLLM vs TRL", "known: vLLM TP seeds",
                "same stack", "hpc-grpo", "modules", "container runtime", "container", "node names",
                "scontrol", "interface", "rendezvous port", "shared output", "output disk",
-               "node memory", "gpus")
+               "node memory", "gpus", "plan hardware")
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ class Expect:
     modules: tuple[str, ...] = ()
     container: str = ""  # the profile's container runtime, "" for none
     capacity: Capacity = Capacity()  # disk and memory a planned job needs (doctor --model)
+    gpu_memory_gib: float = 0.0  # the profile's, compared as the ranks compare it (hardware_row)
 
 
 # ---- versions ------------------------------------------------------------------------------
@@ -195,7 +198,9 @@ def node_checks(report: Mapping[str, Any], expect: Expect) -> list[tuple[str, St
     want = expect.gpus_per_node
     status: Status = "pass" if count == want else ("warn" if count > want else "fail")
     rows.append(("gpus", status, f"{count} seen ({source}), profile says {want}"))
-    return rows + capacity_rows(report, expect.capacity)
+    planned = HardwareBlock(expect.gpus_per_node, expect.gpu_memory_gib,
+                            expect.capacity.cpu_memory_gib)
+    return rows + capacity_rows(report, expect.capacity) + [hardware_row(report, planned)]
 
 
 # ---- all nodes -> rows -----------------------------------------------------------------------
@@ -328,7 +333,7 @@ def run(site: SiteProfile, *, nodes: int, partition: str = "", output_root: str 
     box = site.container.runtime if site.container is not None else ""
     want = capacity or Capacity(cpu_memory_gib=site.cpu_memory_gib)
     rows = aggregate(reports, Expect(site.gpus_per_node, site.network_interface, site.modules, box,
-                                     want),
+                                     want, site.gpu_memory_gib),
                      job_note=note if (step.timed_out or step.returncode or not reports) else "")
     return Result(site.name, tuple(sorted_rows([*pre, *rows])), tuple(reports))
 

@@ -25,6 +25,7 @@ from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError, did_you_mean
 from hpc_grpo.planner import ModelArch, arch_from_config, lookup_model
 from hpc_grpo.planner.blocks import dataset_block, model_block
+from hpc_grpo.planner.catalogue import builtin_arch
 from hpc_grpo.planner.types import ModelRef
 from hpc_grpo.rundir.contract import hub_snapshot
 
@@ -58,7 +59,8 @@ def resolve_model(name: str, home: Path) -> ModelRef:
         folder = builtin_model_dir(name, home)
         if (folder / "config.json").exists():
             return _local_model(folder)
-        return ModelRef(str(folder), local=True, arch=None,  # built by submit
+        # built by submit; planned from the shape it will be built with
+        return ModelRef(str(folder), local=True, arch=builtin_arch(folder.name),
                         context=BUILTIN_CONTEXT[name])
     path = Path(name).expanduser()
     looks_local = name.startswith(("/", ".", "~")) or path.exists()

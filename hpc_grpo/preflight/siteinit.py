@@ -72,7 +72,9 @@ def parse_gres(gres: str) -> tuple[int, str]:
 def gpu_memory_gib(gpu_type: str) -> float:
     """GiB per GPU from its Gres type (``nvidia_a100-sxm4-80gb``, ``h100``); 0 when unknown."""
     lowered = gpu_type.lower()
-    size = re.search(r"(\d+)\s*gi?b\b", lowered)
+    # a size anywhere in the name: Slurm's NVML autodetection writes nvidia_a100_80gb_pcie, where
+    # "80gb" is followed by "_" (a word character, so no \b there)
+    size = re.search(r"(?:^|[^a-z0-9])(\d+)\s*gi?b(?![a-z0-9])", lowered)
     if size:
         return float(size.group(1))
     for name in sorted(GPU_GIB, key=len, reverse=True):

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpc_grpo.rundir.hardware import HardwareBlock  # run.json's "hardware" block
+
 SCHEMA = 1  # run.json's version; a reader refuses a newer one in one line
 
 # Run-directory file names.
@@ -302,6 +304,7 @@ class RunRecord:
     watchdog: WatchdogBlock = WatchdogBlock()
     collective_timeout_s: int = DEFAULT_COLLECTIVE_TIMEOUT_S  # torch.distributed (planner/timeouts.py)
     checkpoint_bytes: int = 0  # the plan's size of one checkpoint; 0: not estimated
+    hardware: HardwareBlock = HardwareBlock()  # what the plan assumed of each node
     schema: int = SCHEMA
 
     @property
@@ -370,6 +373,7 @@ class RunRecord:
                 collective_timeout_s=int(data.get("collective_timeout_s",
                                                   DEFAULT_COLLECTIVE_TIMEOUT_S)),
                 checkpoint_bytes=int(data.get("checkpoint_bytes") or 0),
+                hardware=HardwareBlock(**(data.get("hardware") or {})),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ContractError):

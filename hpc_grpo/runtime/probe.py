@@ -23,6 +23,7 @@ from typing import Any
 
 from hpc_grpo import __version__
 from hpc_grpo.rundir.contract import DEFAULT_PORT_RANGE, PORTS_PER_JOB, job_port, port_slots
+from hpc_grpo.rundir.hardware import slurm_memory_gib
 from hpc_grpo.runtime.node import slurm_facts
 from hpc_grpo.runtime.probe_lines import report_lines
 
@@ -316,6 +317,8 @@ def _safely(check: Callable[..., Any], *args: Any) -> Any:
 
 
 def collect(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
+    from hpc_grpo.runtime import probe_gpus  # here: doctor imports this module for PACKAGES only
+
     node_id = int(env.get("SLURM_NODEID", "0"))
     num_nodes = int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or "1")
     job_id = int(env.get("SLURM_JOB_ID", "0"))
@@ -339,6 +342,8 @@ def collect(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
         "scontrol": scontrol,
         "gpus": _safely(gpus, args.gpus, env),
         "memory": _safely(memory),
+        "slurm_memory_gib": slurm_memory_gib(env),
+        "gpu_memory": _safely(probe_gpus.gpu_memory, args.gpus, env),
     }
     if args.share_dir:
         report["disk"] = _safely(disk, args.share_dir)

@@ -5,8 +5,9 @@ device call, in this order, with ``HPC_GRPO_RESULTS`` and ``HPC_GRPO_WORK`` (a f
 between calls, e.g. /tmp/ckpt) set:
 
 - ``-k seven_b``: the 7B shape's plan against this machine's disk: a full-parameter
-  checkpoint (12 B/param at least) cannot fit 64 GiB, so submit refuses with the numbers; LoRA
-  fits. The 7B model is built (27 s) and deleted afterwards.
+  checkpoint (12 B/param at least) cannot fit 64 GiB, so there submit refuses with the numbers;
+  on a 128 GiB disk one fits. LoRA fits either way. The site is written from this machine's GPU
+  and host memory (test_gpu.machine), so the same command passes on H100 and H200 kinds.
 - ``-k reference``: an uninterrupted 1.5B run through ``hpc-grpo submit`` (compile cache cold),
   its checkpoint measured against the plan's size, NVML and host RSS peaks recorded.
 - ``-k usr2``: the same run record in a new directory through the node task; SIGUSR2 to the node
@@ -95,25 +96,35 @@ def _folder_bytes(path: Path) -> int:
 
 @needs_gpu
 def test_seven_b_checkpoint_against_the_disk() -> None:
+    """On a disk too small for one full-parameter checkpoint (64 GiB) submit refuses with the
+    numbers; on a larger one (128 GiB) the plan says how many saves fit. Either way LoRA fits.
+    The plan needs no model files (built-in shapes are planned from their table); submit, when
+    it runs, builds the 7B model, which is deleted afterwards."""
     site = _site(_work("site7"), 1)
     common = ["--site", str(site), "--model", "builtin:qwen2-7b", "--run-id", "seven-b",
               *(f"--set={k}={v}" for k, v in SETS.items())]
-    refused = _cli("submit", *common)  # builds the model, plans, refuses before any job
     plans = {}
     for name, extra in (("full", []), ("lora", ["--set=use_peft=true"])):
         proc = _cli("plan", *common[:4], *extra, *common[6:], "--json")
         assert proc.returncode == 0, proc.stderr
         plans[name] = json.loads(proc.stdout)
     free = shutil.disk_usage(_work()).free
+    one_fits = plans["full"]["checkpoint"]["one_gib"] <= free / GIB
+    refused = None if one_fits else _cli("submit", *common)  # plans, refuses before any job
     shutil.rmtree(_work() / "home" / "models" / "qwen2-7b", ignore_errors=True)
-    result = {"submit_exit": refused.returncode, "submit_stderr": refused.stderr.strip()[-600:],
+    result = {"submit_exit": refused.returncode if refused else None,
+              "submit_stderr": refused.stderr.strip()[-600:] if refused else "",
               "free_gib": round(free / GIB, 1),
               "full": {k: plans["full"][k] for k in ("checkpoint", "deepspeed", "warnings")},
               "lora": {k: plans["lora"][k] for k in ("checkpoint", "deepspeed", "warnings")},
               "memory_plan_full": plans["full"]["memory_plan"]}
     _save("ckpt-7b-plan", result)
-    assert refused.returncode == 2 and "checkpoints do not fit" in refused.stderr, refused.stderr
-    assert plans["full"]["checkpoint"]["one_gib"] > result["free_gib"]
+    warned = " ".join(plans["full"]["warnings"])
+    if refused is not None:
+        assert refused.returncode == 2 and "checkpoints do not fit" in refused.stderr, \
+            refused.stderr
+    else:
+        assert "checkpoints do not fit" not in warned, warned
     assert plans["lora"]["checkpoint"]["peak_disk_gib"] < result["free_gib"]
 
 
@@ -195,5 +206,7 @@ def test_usr2_then_resume_is_exact() -> None:
               "restarts": [json.loads(x) for x in (run_dir / "restarts.jsonl").read_text().splitlines()]
               if (run_dir / "restarts.jsonl").exists() else []}
     _save("ckpt-usr2-resume", result)
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # 18 GB each: the next test's disk
+    shutil.rmtree(cold, ignore_errors=True)
     assert [a["phase"] for a in attempts] == ["interrupted", "interrupted", "done"], attempts
     assert result["steps"] == result["reference"], result

@@ -32,13 +32,26 @@ def needs_two(test: Any) -> Any:
     return pytest.mark.multi_gpu(pytest.mark.skipif(_gpus() < 2, reason="needs 2 CUDA GPUs")(test))
 
 
-def _site(tmp_path: Path, gpus: int) -> Path:
+def machine() -> tuple[float, float]:
+    """This machine's GPU memory (GiB, what CUDA reports for GPU 0: 79.2 on an "80 GB" H100,
+    139.8 on an H200) and host memory (GiB: MemTotal, or a smaller cgroup limit), read as the
+    ranks' hardware check reads them (runtime/rank/hardware_check.py): a profile written from
+    them plans for the machine the test runs on, so the same test passes on H100 and H200."""
     import torch
 
-    memory = torch.cuda.get_device_properties(0).total_memory / 2**30
+    from hpc_grpo.runtime.rank.hardware_check import host_memory
+
+    gpu = torch.cuda.mem_get_info(0)[1] / 2**30
+    total, limit, _ = host_memory({})
+    assert total is not None, "no /proc/meminfo"
+    return gpu, min(total, limit or total)
+
+
+def _site(tmp_path: Path, gpus: int) -> Path:
+    gpu, host = machine()
     path = tmp_path / f"gpu{gpus}.yaml"
-    path.write_text(f"scheduler: local\ngpus_per_node: {gpus}\ngpu_memory_gib: {memory:.0f}\n"
-                    f"cpu_memory_gib: 64\noutput_root: {tmp_path / 'runs'}\n")
+    path.write_text(f"scheduler: local\ngpus_per_node: {gpus}\ngpu_memory_gib: {gpu:.0f}\n"
+                    f"cpu_memory_gib: {host:.0f}\noutput_root: {tmp_path / 'runs'}\n")
     return path
 
 

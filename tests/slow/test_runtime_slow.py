@@ -237,3 +237,24 @@ def test_a_value_trl_refuses_on_every_rank_is_a_configuration_error(
     assert took < 50, took  # rank 0 decided when both had reported, not after its 60 s wait
     assert "configuration error, not retried" in (run_dir / "logs" / "rank-1.log").read_text()
     assert not (run_dir / "metrics.jsonl").exists()
+
+
+def test_a_profile_promising_more_host_memory_than_the_node_has_is_refused(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """Issue #29, on CPU: run.json says the profile planned for 100000 GiB of host memory;
+    both ranks compare with /proc/meminfo before the model loads and raise the same line, so it
+    is a configuration error (not retried) naming both numbers."""
+    run_dir = tmp_path / "too-little-memory"
+    run = write_run(run_dir, tiny_model)
+    run["hardware"] = {"cpu_memory_gib": 100000}
+    (run_dir / "run.json").write_text(json.dumps(run))
+    proc = run_node(run_dir, timeout=120)
+    assert proc.returncode != 0
+    st = state(run_dir)
+    assert (st["phase"], st["stop_cause"]) == ("failed", "configuration error"), st
+    assert st["message"].startswith("HardwareShortfall: the nodes have less than the plan "
+                                    "assumed: CPU memory "), st["message"]
+    assert "< planned 100000 GiB (cpu_memory_gib)" in st["message"]
+    assert "configuration error, not retried" in (run_dir / "logs" / "rank-1.log").read_text()
+    assert not (run_dir / "metrics.jsonl").exists()

@@ -11,27 +11,11 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
+from hpc_grpo.rundir.shapes import SHAPES, Shape
 
-@dataclass(frozen=True)
-class Shape:
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    vocab_size: int  # 0: the tokenizer's own size
-    max_position_embeddings: int
-
-
-SHAPES = {
-    "tiny": Shape(64, 128, 2, 4, 2, 0, 512),
-    "qwen2-0.5b": Shape(896, 4864, 24, 14, 2, 32768, 4096),
-    "qwen2-1.5b": Shape(1536, 8960, 28, 12, 2, 32768, 4096),
-    "qwen2-7b": Shape(3584, 18944, 28, 28, 4, 32768, 4096),
-}
+__all__ = ["SHAPES", "Shape", "build_model"]
 
 
 def build_model(out_dir: Path, shape_name: str, *, seed: int = 0) -> Path:

@@ -1,8 +1,9 @@
 """One GRPO rank: `python -m hpc_grpo.runtime.rank.train RUN_DIR`, started by torchrun on every rank.
 
 Order matters: signal handlers first (a stop during start-up is not lost), then the process
-group and the rank checks (a bad layout fails before the model loads), then resume selection,
-then TRL. Rank 0 is the only writer of state.json, metrics.jsonl and summary.json. An error
+group, the rank checks and the hardware check (a bad layout, or nodes with less GPU or host
+memory than the plan assumed, fail before the model loads), then resume selection, then TRL.
+Rank 0 is the only writer of state.json, metrics.jsonl and summary.json. An error
 before the first step that every rank raises alike is a configuration error (setup_failure.py):
 recorded as such, and the node task does not retry it.
 """
@@ -222,6 +223,7 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
         epoch_order,
         generation_buffer,
         generation_record,
+        hardware_check,
         heartbeat,
         placement,
     )
@@ -235,6 +237,8 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     device_id, problems = _device_problems(run, args, device)
     placement.run_rank_checks(run, run_dir, device_id=device_id, extra=problems)
     print(f"[train] rank checks passed; notes: {notes or 'none'}", flush=True)
+    for note in hardware_check.check(run, device):  # less than planned raises on every rank
+        print(f"[hardware] {note}", flush=True)
     rewards, dataset, tokenizer = _inputs(run)
     inputs = (hang_fault.wrap_rewards(rewards, os.environ, run_dir, rank), dataset, tokenizer)
     trackers = tracking.reporters(args.report_to)

@@ -48,6 +48,10 @@ def test_json_is_the_plan_submit_uses() -> None:
     assert memory == record["memory_plan"]
     assert data["vllm"] == record["vllm"] and data["deepspeed"] == record["deepspeed"]
     assert data["world_size"] == 32 and data["no_memory_plan"] is None
+    # what the ranks compare with their nodes before the model loads (rundir/hardware.py)
+    hardware = record["hardware"]
+    assert (hardware["gpus_per_node"], hardware["gpu_memory_gib"],
+            hardware["cpu_memory_gib"]) == (8, 80, 1800)
 
 
 def test_table_shows_choices_reasons_and_memory() -> None:
@@ -155,3 +159,34 @@ def test_tp_on_a_cpu_site_is_explained_in_one_line(tmp_path: Path) -> None:
     assert len(tp) == 1 and plan["tensor_parallel_size"] == 2
     one = CliRunner().invoke(main, ["render", *[a if a != "--tp" else "--seed" for a in args]])
     assert one.exit_code == 0 and "# warning: tensor" not in one.output  # TP 1: nothing to explain
+
+
+def test_a_builtin_shape_is_planned_before_its_files_are_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #29: `plan --model builtin:qwen2-7b` on a fresh home (nothing written yet) plans
+    from the shape table, with the arch the written config.json will give."""
+    from transformers import Qwen2Config
+
+    from hpc_grpo.planner import arch_from_config
+    from hpc_grpo.planner.catalogue import builtin_arch
+    from hpc_grpo.rundir.shapes import SHAPES
+
+    monkeypatch.setenv("HPC_GRPO_HOME", str(tmp_path / "home"))
+    code, out, err = invoke("--site", "h100-pyxis", "--model", "builtin:qwen2-7b", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["no_memory_plan"] is None and data["memory_plan"]["tensor_parallel_size"] >= 1
+    assert data["checkpoint"]["one_gib"] > 70  # 6.65 B parameters, full fine-tuning
+    assert not (tmp_path / "home" / "models").exists()  # planning wrote nothing
+    for name, shape in SHAPES.items():
+        if not shape.vocab_size:
+            assert builtin_arch(name) is None  # tiny: the tokenizer's vocabulary
+            continue
+        written = Qwen2Config(  # what runtime/models/tiny.write_qwen2 writes
+            vocab_size=shape.vocab_size, hidden_size=shape.hidden_size,
+            intermediate_size=shape.intermediate_size, num_hidden_layers=shape.num_hidden_layers,
+            num_attention_heads=shape.num_attention_heads,
+            num_key_value_heads=shape.num_key_value_heads,
+            max_position_embeddings=shape.max_position_embeddings, tie_word_embeddings=True)
+        assert builtin_arch(name) == arch_from_config(written.to_dict(), name), name

@@ -107,6 +107,9 @@ def test_parse_gres(gres: str, count: int, kind: str) -> None:
 @pytest.mark.parametrize(("kind", "gib"), [
     ("h100", 80), ("nvidia_h100_80gb_hbm3", 80), ("tesla_v100-sxm2-32gb", 32), ("a100", 40),
     ("a10g", 24), ("l40s", 48), ("mystery", 0),
+    # NVML-autodetected names with the size between underscores (issue #29: was 40, the A100's
+    # smaller model, for an 80 GB card); a size inside a word is not one
+    ("nvidia_a100_80gb_pcie", 80), ("nvidia_h100_nvl_94gb", 94), ("a100_hbm2e80gbx", 40),
 ])
 def test_gpu_memory_guess(kind: str, gib: float) -> None:
     assert siteinit.gpu_memory_gib(kind) == gib
