@@ -19,8 +19,26 @@ from hpc_grpo.scheduler.backend import Action, Submission
 
 if TYPE_CHECKING:
     from hpc_grpo.planner.job import JobPlan
+    from hpc_grpo.runs.identity import Match
     from hpc_grpo.runs.jobstate import JobView
     from hpc_grpo.runs.runfiles import RunFiles
+    from hpc_grpo.scheduler.slurm_records import JobRecord
+
+
+def _live(files: RunFiles, verb: str, what: str) -> tuple[JobRecord, Match] | None:
+    """squeue's record of the run's job and whose job it is, None once Slurm no longer holds
+    it; a UserError (nothing is done) where squeue cannot be asked."""
+    from hpc_grpo.runs.identity import match
+
+    identity = files.identity
+    assert identity is not None and identity.job_id  # the callers checked that there is a job
+    try:
+        record = slurm.live_record(identity.job_id)
+    except UserError as err:
+        raise UserError(f"cannot check that job {identity.job_id} {what}: {err.message}",
+                        field="run", hint=f"nothing was {verb}; try again once squeue answers"
+                        ) from err
+    return None if record is None else (record, match(identity, record))
 
 
 def submitit_folder(run_dir: str) -> str:
@@ -65,22 +83,15 @@ class SlurmBackend:
         or its id now another job's): a second job in the same run directory would train over
         the first. Where squeue cannot say (it fails, Slurm names no script, another cluster),
         refuse too."""
-        from hpc_grpo.runs.identity import match
-
         identity = files.identity
         run = files.run_id
         if identity is None or not identity.job_id:
             return  # never submitted: nothing can be running
         job_id = identity.job_id
-        try:
-            record = slurm.live_record(job_id)
-        except UserError as err:
-            raise UserError(f"cannot check that job {job_id} of run {run} is over: {err.message}",
-                            field="run", hint=f"nothing was {verb}; try again once squeue answers"
-                            ) from err
-        if record is None:
+        found = _live(files, verb, f"of run {run} is over")
+        if found is None:
             return
-        verdict = match(identity, record)
+        record, verdict = found
         if verdict.verdict == "other":
             return
         if verdict.verdict == "elsewhere":
@@ -100,22 +111,14 @@ class SlurmBackend:
         where it cannot be told (squeue failing, Slurm not saying which script the job runs,
         another cluster) nothing is done and the reason is a UserError."""
         from hpc_grpo.runs import registry
-        from hpc_grpo.runs.identity import match
 
-        identity = files.identity
         run = files.run_id
-        assert identity is not None  # the caller checked that the run has a job
-        job_id = identity.job_id
-        try:
-            record = slurm.live_record(job_id)
-        except UserError as err:
-            raise UserError(f"cannot check that job {job_id} is run {run}'s: {err.message}",
-                            field="run", hint=f"nothing was {verb}; try again once squeue answers"
-                            ) from err
-        if record is None:
+        job_id = files.identity.job_id if files.identity else ""
+        found = _live(files, verb, f"is run {run}'s")
+        if found is None:
             return Action(run, job_id, False, f"nothing {verb}: Slurm no longer has job {job_id} "
                           f"of run {run} (phase {files.progress.phase or 'not started'})")
-        verdict = match(identity, record)
+        record, verdict = found
         if verdict.verdict == "other":
             return Action(run, job_id, False, f"nothing {verb}: {verdict.why}; run {run}'s own "
                           f"job is over (phase {files.progress.phase or 'not started'})")

@@ -17,7 +17,6 @@ prompt), ``max_new_tokens``, ``temperature``, ``top_p``, ``top_k``, ``seed``, ``
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.rundir.contract import DatasetBlock
+from hpc_grpo.runtime.child_answer import serve
 from hpc_grpo.runtime.posttrain import weights
 
 
@@ -134,23 +134,8 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m hpc_grpo.runtime.posttrain.evaluate ANSWER.json < request.json",
-              file=sys.stderr)
-        return 2
-    request = json.load(sys.stdin)
-    try:
-        answer = run(request)
-    except Exception as exc:  # one line for the launcher; the traceback stays on stderr
-        import traceback
-
-        traceback.print_exc()
-        text = str(exc).strip()
-        answer = {"ok": False, "error": f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"}
-    Path(args[0]).write_text(json.dumps(answer) + "\n")
-    return 0 if answer["ok"] else 1
-
+    """`python -m hpc_grpo.runtime.posttrain.evaluate ANSWER.json < request.json`."""
+    return serve("hpc_grpo.runtime.posttrain.evaluate", run, argv)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -13,11 +13,11 @@ check, and removes it otherwise. Request keys: ``checkpoint``, ``layout`` (full,
 from __future__ import annotations
 
 import gc
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from hpc_grpo.runtime.child_answer import serve
 from hpc_grpo.runtime.posttrain import check, weights
 
 
@@ -82,28 +82,9 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m hpc_grpo.runtime.posttrain.export ANSWER.json < request.json",
-              file=sys.stderr)
-        return 2
-    request = json.load(sys.stdin)
-    try:
-        answer = run(request)
-    except Exception as exc:  # one line for the launcher; the traceback stays on stderr
-        import traceback
-
-        traceback.print_exc()
-        answer = {"ok": False, "error": _first_line(exc)}
-    Path(args[0]).write_text(json.dumps(answer, indent=2) + "\n")
-    return 0 if answer["ok"] else 1
-
+    """`python -m hpc_grpo.runtime.posttrain.export ANSWER.json < request.json` (runtime/child_answer.py)."""
+    return serve("hpc_grpo.runtime.posttrain.export", run, argv)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -21,12 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.rundir.contract import DatasetBlock, ModelBlock
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
+from hpc_grpo.runtime.rank.setup_failure import exception_line
 
 # attn_implementation values that need a package of their own: the package's import name.
 ATTENTION_PACKAGES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
@@ -79,7 +74,7 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
         return {"error": str(exc), "field": "dataset"}
     except Exception as exc:  # a hub model not in the cache here: the ranks may still have it
         notes.append(f"prompt lengths not measured: the model's tokenizer does not load here "
-                     f"({type(exc).__name__}: {_first_line(exc)})")
+                     f"({exception_line(exc)})")
     try:
         values = job_inputs.call_once(specs, rewards, dataset[0], block.solution_column, tokenizer)
     except ValueError as exc:
