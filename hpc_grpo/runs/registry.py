@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.errors import UserError, did_you_mean
-from hpc_grpo.rundir import read_json_object, tail_jsonl
+from hpc_grpo.rundir import load_state, read_json_object, tail_jsonl
 from hpc_grpo.rundir.contract import (
     ATTEMPTS,
     CHECKPOINTS,
@@ -28,7 +28,6 @@ from hpc_grpo.rundir.contract import (
     LOGS,
     METRICS_JSONL,
     RUN_JSON,
-    STATE_JSON,
     SUBMITIT,
 )
 
@@ -206,9 +205,9 @@ def measured_timings(job_name: str, site: str) -> tuple[float, float, str] | Non
         if not run.run_id.startswith(f"{job_name}-"):
             continue
         record = read_json_object(run.run_dir / RUN_JSON)
-        state = read_json_object(run.run_dir / STATE_JSON)
+        state = load_state(run.run_dir)
         try:
-            checkpoint_s = float(state.get("checkpoint_seconds") or 0.0)
+            checkpoint_s = float(state.checkpoint_seconds or 0.0)
             # the slowest recent step: with steps_per_generation > gradient accumulation most
             # lines are steps that did not generate, and the last may be one of them
             recent = tail_jsonl(run.run_dir / METRICS_JSONL, 64, tail_bytes=65536)

@@ -23,6 +23,7 @@ from hpc_grpo.rundir.contract import (
     RANK_LOG,
     SUMMARY_JSON,
 )
+from hpc_grpo.rundir.state import RunState
 from hpc_grpo.runs import joberror, registry
 from hpc_grpo.runs.attempts import with_accounting
 from hpc_grpo.runs.jobstate import JobView
@@ -93,7 +94,7 @@ def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
         cause=progress.cause, message=progress.message,
         logp_diff=progress.logp_diff, drift=progress.drift,
         stalled=progress.stalled, stalled_ranks=progress.stalled_ranks,
-        tracker_sync=str(files.state.get("tracker_sync") or ""),
+        tracker_sync=RunState.from_dict(files.state).tracker_sync,
         checkpoint_skipped=progress.skipped,
         **_after_training(files.run_dir),
     )

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo import rundir
-from hpc_grpo.rundir.contract import HEARTBEATS, STALLED, STATE_JSON, RunRecord
+from hpc_grpo.rundir.contract import HEARTBEATS, STALLED, RunRecord
 from hpc_grpo.runtime.node.stall import Beat, Policy, Stall, judge, poll_interval
 from hpc_grpo.runtime.rank.heartbeat import DUMP_SIGNAL
 
@@ -107,11 +107,10 @@ class Watchdog:
         self._thread.join(timeout=60)  # it may be mid-action: let it finish recording
 
     def check(self, now: float | None = None) -> Stall | None:
-        state = rundir.read_json(Path(self.run_dir) / STATE_JSON) or {}
-        checkpoint = state.get("checkpoint_seconds") if isinstance(state, dict) else None
+        checkpoint = rundir.load_state(self.run_dir).checkpoint_seconds
         return judge(read_beats(self.run_dir, self.run.world_size), self.run.world_size,
                      self.attempt, time.time() if now is None else now, self.started,
-                     self.policy, float(checkpoint) if isinstance(checkpoint, int | float) else None)
+                     self.policy, None if checkpoint is None else float(checkpoint))
 
     def _loop(self) -> None:
         while not self._stop.wait(self.poll):

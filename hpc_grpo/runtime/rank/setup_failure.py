@@ -107,13 +107,13 @@ def settle(run_dir: Path, attempt: str, rank: int, world_size: int, exc: BaseExc
     mine = record(run_dir, attempt, rank, exc)
     if rank != 0:  # released by rank 0's state.json, or by the clock if rank 0 never failed
         def decided() -> bool:
-            state = rundir.read_state(run_dir)
-            return state.get("attempt") == attempt and state.get("phase") == "failed"
+            state = rundir.load_state(run_dir)
+            return state.is_attempt(attempt) and state.phase == "failed"
 
         _wait(decided, wait_s + 10 * poll_s, poll_s)
-        state = rundir.read_state(run_dir)
-        agreed = state.get("stop_cause") == contract.CONFIGURATION_ERROR and decided()
-        return str(state.get("message") or "") if agreed else ""
+        state = rundir.load_state(run_dir)
+        agreed = state.stop_cause == contract.CONFIGURATION_ERROR and decided()
+        return state.message if agreed else ""
     found: list[dict[str, Any]] = [mine]
 
     def everyone() -> bool:

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from hpc_grpo.rundir.state import RunState
 from hpc_grpo.runtime.rank import wandb_log
 
 WANDB_DIR = "wandb"  # W&B writes RUN_DIR/wandb/offline-run-<time>-<id> (one per attempt)
@@ -85,12 +86,10 @@ def sync_command(run_dir: Path, env: Mapping[str, str]) -> str:
     return f"wandb sync --project {shlex.quote(env['WANDB_PROJECT'])} {wandb_dir}/offline-run-*"
 
 
-def logged_through(state: Mapping[str, Any], metric_steps: Iterable[int]) -> int:
+def logged_through(state: RunState, metric_steps: Iterable[int]) -> int:
     """The highest step an earlier attempt may have sent to the trackers: the metrics lines
     before they are cut back to the checkpoint, or what an earlier attempt recorded."""
-    recorded = state.get(STATE_KEY)
-    highest = max(metric_steps, default=0)
-    return max(highest, recorded if isinstance(recorded, int) else 0)
+    return max(max(metric_steps, default=0), state.tracker_logged_through)
 
 
 def purge_step(resume_step: int, through: int) -> int | None:
@@ -99,7 +98,7 @@ def purge_step(resume_step: int, through: int) -> int | None:
     return resume_step + 1 if through > resume_step else None
 
 
-def prepare(run_id: str, run_dir: Path, names: Iterable[str], previous: Mapping[str, Any],
+def prepare(run_id: str, run_dir: Path, names: Iterable[str], previous: RunState,
             lead: bool) -> int:
     """Set this rank's tracker environment; rank 0 also records in state.json the highest step
     the trackers have (before the metrics lines are cut back) and the W&B sync command.

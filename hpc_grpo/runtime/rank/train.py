@@ -23,6 +23,7 @@ from typing import Any
 from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.contract import RunRecord, rank_row
+from hpc_grpo.rundir.state import RunState
 from hpc_grpo.runtime.rank import checkpoints, heartbeat, tracking
 from hpc_grpo.runtime.rank.placement import RuntimeCheckError
 from hpc_grpo.runtime.rank.stop import StopFlag, request_cause
@@ -113,33 +114,32 @@ def _inputs(run: RunRecord) -> tuple[Any, Any, Any]:
     return found.rewards, found.dataset, found.tokenizer
 
 
-def _restart_cause(previous: dict[str, Any], run_dir: Path | None = None) -> str:
+def _restart_cause(previous: RunState, run_dir: Path | None = None) -> str:
     """Why the previous attempt ended, as the node task recorded it (in state.json, or in its
     stop-cause file when it was killed before it could) or as its phase implies."""
-    recorded = previous.get("stop_cause")
-    if recorded:
-        return str(recorded)
+    if previous.stop_cause:
+        return previous.stop_cause
     early = rundir.read_json(run_dir / contract.STOP_CAUSE_JSON) if run_dir else None
-    if isinstance(early, dict) and early.get("cause") and early.get("attempt") == previous.get("attempt"):
+    if isinstance(early, dict) and early.get("cause") and early.get("attempt") == previous.attempt:
         return str(early["cause"])
     return {
         "done": "ended",
         "interrupted": "signal (cause not recorded)",  # ranks saved; the node task was killed first
         "failed": "failed",  # resumed by the user after the job ended FAILED (issue #27)
-    }.get(str(previous.get("phase")), "killed (no stop recorded)")
+    }.get(previous.phase, "killed (no stop recorded)")
 
 
-def _record_resume(run_dir: Path, previous: dict[str, Any], attempt: str, notes: list[str],
+def _record_resume(run_dir: Path, previous: RunState, attempt: str, notes: list[str],
                    resume: Path | None, resume_step: int) -> None:
     """Rank 0: drop metric lines past the checkpoint and log the restart with its cause."""
     dropped = rundir.truncate_metrics(run_dir / contract.METRICS_JSONL, resume_step)
     rundir.update_state(run_dir, notes=notes, resumed_from=str(resume) if resume else None,
                         step=resume_step, metrics_lines_dropped=dropped, stop_cause=None)
-    if previous.get("attempt") and previous.get("attempt") != attempt:
+    if previous.attempt and previous.attempt != attempt:
         rundir.append_jsonl(run_dir / contract.RESTARTS_JSONL, {
-            "time": time.time(), "attempt": attempt, "previous_attempt": previous["attempt"],
-            "cause": _restart_cause(previous, run_dir), "previous_phase": previous.get("phase"),
-            "stopped_at_step": previous.get("step"), "resumed_from_step": resume_step,
+            "time": time.time(), "attempt": attempt, "previous_attempt": previous.attempt,
+            "cause": _restart_cause(previous, run_dir), "previous_phase": previous.phase or None,
+            "stopped_at_step": previous.step, "resumed_from_step": resume_step,
             "steps_lost": dropped,
         })
 
@@ -216,7 +216,7 @@ class SetupFailed(Exception):
 
 
 def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: int,
-             previous: dict[str, Any], attempt: str) -> Ready | None:
+             previous: RunState, attempt: str) -> Ready | None:
     """Arguments, rank checks, inputs, resume and the trainer; None when the newest checkpoint
     is already at max_steps (rank 0 has recorded the run as done)."""
     from hpc_grpo.runtime.rank import (
@@ -278,7 +278,7 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
     rank = dist.get_rank()
     lead = rank == 0  # the single writer of state.json, metrics.jsonl and summary.json
     attempt = os.environ.get("HPC_GRPO_ATTEMPT", f"rank0-pid-{os.getpid()}")
-    previous = rundir.read_state(run_dir) if lead else {}
+    previous = rundir.load_state(run_dir) if lead else RunState()
     if lead:
         if rundir.consume_stale_stop_request(run_dir, started):
             print("[train] moved a stop-request left by an earlier attempt", flush=True)

@@ -4,6 +4,7 @@ another cluster would write them."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from hpc_grpo.rundir.state import RunState
 from hpc_grpo.runtime.node import causes, slurm_facts
 from hpc_grpo.runtime.node.causes import (
     CANCELLED,
@@ -205,9 +207,9 @@ def test_node_task_records_the_cause_at_the_signal_for_the_next_attempt(
     written = json.loads((run_dir / STOP_CAUSE_JSON).read_text())
     assert (written["attempt"], written["cause"], written["signal"]) == ("slurm-1.1", PREEMPTED, "SIGUSR2")
     # The node task was killed before it wrote state.json: the next attempt still names it.
-    previous = {"attempt": "slurm-1.1", "phase": "training"}
+    previous = RunState(attempt="slurm-1.1", phase="training")
     assert train._restart_cause(previous, run_dir) == PREEMPTED
-    assert train._restart_cause({**previous, "attempt": "slurm-1.0"}, run_dir) == \
+    assert train._restart_cause(dataclasses.replace(previous, attempt="slurm-1.0"), run_dir) == \
         "killed (no stop recorded)"  # another attempt's file says nothing about this one
     assert rundir.read_json(run_dir / "stop-request")["signal"] == "SIGTERM"
 

@@ -263,5 +263,5 @@ def test_a_run_that_ended_failed_names_its_cause_for_the_resume(
         node.NodeTask(str(run_dir))()
     state = rundir.read_state(run_dir)
     assert (state["phase"], state["stop_cause"]) == ("failed", "task crash")
-    assert train._restart_cause(state, run_dir) == "task crash"
-    assert train._restart_cause({"attempt": "slurm-7.0", "phase": "failed"}, run_dir) == "failed"
+    assert train._restart_cause(RunState.from_dict(state), run_dir) == "task crash"
+    assert train._restart_cause(RunState(attempt="slurm-7.0", phase="failed"), run_dir) == "failed"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hpc_grpo import api
+from hpc_grpo.rundir.state import RunState
 from hpc_grpo.runs import track, views
 from hpc_grpo.runtime.rank import tracking
 
@@ -53,7 +54,7 @@ def test_tracker_env_offline_by_default_user_mode_wins(tmp_path: Path) -> None:
 ])
 def test_logged_through_and_purge_step(state: dict[str, int], steps: list[int], resume: int,
                                        through: int, purge: int | None) -> None:
-    got = tracking.logged_through(state, steps)
+    got = tracking.logged_through(RunState.from_dict(state), steps)
     assert got == through
     assert tracking.purge_step(resume, got) == purge
 
@@ -63,11 +64,11 @@ def test_prepare_records_through_before_the_cut(tmp_path: Path, monkeypatch: pyt
                 "TENSORBOARD_LOGGING_DIR"):
         monkeypatch.delenv(key, raising=False)
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in (1, 2, 3)))
-    assert tracking.prepare("r-1", tmp_path, ("wandb",), {}, lead=True) == 3
+    assert tracking.prepare("r-1", tmp_path, ("wandb",), RunState(), lead=True) == 3
     state = json.loads((tmp_path / "state.json").read_text())
     assert state["tracker_logged_through"] == 3
     assert state["tracker_sync"].startswith("wandb sync --project hpc-grpo ")
-    assert tracking.prepare("r-1", tmp_path, (), {}, lead=True) == 0  # no tracker: nothing set
+    assert tracking.prepare("r-1", tmp_path, (), RunState(), lead=True) == 0  # no tracker: nothing set
 
 
 def test_status_prints_the_sync_command(capsys: pytest.CaptureFixture[str]) -> None:
