@@ -61,10 +61,12 @@ def test_submit_refuses_what_is_not_staged_with_the_command_that_stages_it(
     config = json.loads(tiny_files["config.json"])
     assert run["memory_plan"] is not None and config["max_position_embeddings"] == 512
     assert run["vllm"]["max_model_length"] == 128
-    # and what the plan could not know before staging it: the model's 512-token context, which
-    # 512-token prompts leave no room in
+    # and what the plan could not know before staging it: the model's 512-token context (its
+    # staged config.json), which 512-token prompts and TRL's 256-token completions overrun
     long = CliRunner().invoke(main, ["submit", *args[:-4], "--set", "max_prompt_length=512"])
-    assert long.exit_code == 2 and "tiny-org/tiny-grpo's 512-token context" in long.output
+    assert long.exit_code == 2, long.output
+    assert "prompt 512 + completion 256 = 768 tokens, above the model's context of 512" \
+        in long.output
     # with no prompt bound set, the login node reads the staged dataset with the staged model's
     # tokenizer (preflight/inputs.py) and the plan sizes vLLM for the longest prompt it measured
     measured = CliRunner().invoke(main, ["submit", *args[:-4]])
