@@ -50,10 +50,17 @@ def memory_row(report: Mapping[str, Any], want: Capacity) -> tuple[str, Status, 
     memory = report.get("memory")
     if not isinstance(memory, Mapping) or "total" not in memory:
         return None if memory is None else ("node memory", "fail", str(memory.get("detail", memory)))
-    limit = memory.get("cgroup_limit")
-    usable = min(int(memory["total"]), int(limit)) if limit else int(memory["total"])
-    text = f"{usable / GIB:.0f} GiB for the job" + (" (cgroup limit)" if limit and
-                                                    int(limit) < int(memory["total"]) else "")
+    total = int(memory["total"])
+    # The least of the node's memory, the cgroup's limit and what Slurm gave the job (#27:
+    # doctor said 24 GiB, the node's, where Slurm gave the job 3.9)
+    limits = [(total, "")]
+    if memory.get("cgroup_limit"):
+        limits.append((int(memory["cgroup_limit"]), " (cgroup limit)"))
+    slurm = report.get("slurm_memory_gib")
+    if isinstance(slurm, int | float) and slurm > 0:
+        limits.append((int(slurm * GIB), " (Slurm's memory for the job)"))
+    usable, why = min(limits, key=lambda limit: limit[0])
+    text = f"{usable / GIB:.1f} GiB for the job{why}"
     if want.save_host_gib and want.save_host_gib > usable / GIB:
         return ("node memory", "fail", f"{text}; saving a checkpoint needs "
                                        f"{want.save_host_gib:.0f} GiB: the OOM killer would end it")

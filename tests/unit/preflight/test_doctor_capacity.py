@@ -37,6 +37,15 @@ def test_memory_below_the_profile_or_the_save_is_flagged() -> None:
     assert capacity_rows(_report(500, 128), save)[1][1] == "fail"
 
 
+def test_the_jobs_memory_is_what_slurm_gives_it() -> None:
+    """#27: the node had 24 GiB, Slurm gave the job 3.9 (--mem): doctor reported 24."""
+    rows = capacity_rows({**_report(500, 24), "slurm_memory_gib": 3.9}, Capacity(cpu_memory_gib=24))
+    assert rows[1][1] == "warn" and rows[1][2].startswith("3.9 GiB for the job (Slurm's memory")
+    assert "24" in rows[1][2]  # the profile's number, which host-memory plans use
+    assert capacity_rows({**_report(500, 24), "slurm_memory_gib": None}, Capacity())[1][2] == \
+        "24.0 GiB for the job"
+
+
 def test_facts_alone_without_a_model_and_a_probe_error() -> None:
     rows = capacity_rows(_report(10, 64), Capacity())
     assert [r[1] for r in rows] == ["pass", "pass"] and "--model" in rows[0][2]
