@@ -120,9 +120,13 @@ def bad_nodes(node_states: Mapping[str, str]) -> list[str]:
     return out
 
 
-def crash_cause(facts: JobFacts | None, node_states: Mapping[str, str]) -> str:
+def crash_cause(facts: JobFacts | None, node_states: Mapping[str, str],
+                silent: Sequence[str] = ()) -> str:
     """The cause of an unsignalled failure: a node failure when Slurm says a node of the job is
-    down, drained or not responding (or it requeued the job without one), else a task crash."""
-    if bad_nodes(node_states) or (facts is not None and facts.requeued and facts.nodes_lost):
+    down, drained or not responding (or it requeued the job without one), or when a node's
+    slurmd takes no connection (``silent``: Slurm would say so only minutes later), else a
+    task crash."""
+    if bad_nodes(node_states) or silent or (facts is not None and facts.requeued
+                                            and facts.nodes_lost):
         return NODE_FAILURE
     return TASK_CRASH

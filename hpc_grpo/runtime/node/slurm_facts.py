@@ -9,6 +9,7 @@ told is named as such, it never stops a checkpoint or a requeue.
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -68,9 +69,9 @@ def job(env: Mapping[str, str], now: float | None = None) -> JobFacts | None:
                      env.get("SLURM_JOB_NODELIST", ""), left)
 
 
-def node_states(env: Mapping[str, str]) -> dict[str, str]:
-    """State of every node of this attempt (``MIXED``, ``IDLE+DRAIN``, ``DOWN*``); {} when
-    Slurm does not answer."""
+def node_records(env: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """``scontrol show node`` of every node of this attempt by name; {} when Slurm does not
+    answer."""
     nodelist = env.get("SLURM_JOB_NODELIST", "")
     if not nodelist:
         return {}
@@ -78,5 +79,35 @@ def node_states(env: Mapping[str, str]) -> dict[str, str]:
     for line in _scontrol("show", "node", "-o", nodelist).splitlines():
         record = parse_record(line)
         if record.get("NodeName"):
-            out[record["NodeName"]] = record.get("State", "")
+            out[record["NodeName"]] = record
     return out
+
+
+def node_states(records: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    """Each node's State (``MIXED``, ``IDLE+DRAIN``, ``DOWN*``)."""
+    return {name: record.get("State", "") for name, record in records.items()}
+
+
+def slurmd_port() -> int:
+    """The port every slurmd listens on (``SlurmdPort``, Slurm's default 6818)."""
+    for line in _scontrol("show", "config").splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "SlurmdPort" and value.strip().isdigit():
+            return int(value.strip())
+    return 6818
+
+
+def silent_nodes(records: Mapping[str, Mapping[str, str]], port: int,
+                 timeout_s: float = 3.0) -> list[str]:
+    """The nodes whose slurmd takes no connection now. A node that died (or whose slurmd did)
+    reads as a task crash for minutes: slurmctld marks it NOT_RESPONDING only after
+    SlurmdTimeout, and its peers' ranks fail at once on the lost connection (#27). Asking each
+    slurmd's port directly tells it now."""
+    silent = []
+    for name, record in records.items():
+        address = record.get("NodeAddr") or name
+        try:
+            socket.create_connection((address, port), timeout=timeout_s).close()
+        except OSError:
+            silent.append(name)
+    return silent

@@ -346,7 +346,12 @@ class NodeTask:
         elif recorded in retry.RESOURCE_CAUSES:  # out of memory, disk full: recorded on the node
             cause = recorded
         else:
-            cause = causes.crash_cause(slurm_facts.job(os.environ), slurm_facts.node_states(os.environ))
+            nodes = slurm_facts.node_records(os.environ)
+            silent = slurm_facts.silent_nodes(nodes, slurm_facts.slurmd_port()) if nodes else []
+            if silent:
+                print(f"[node] slurmd does not answer on {', '.join(silent)}", flush=True)
+            cause = causes.crash_cause(slurm_facts.job(os.environ), slurm_facts.node_states(nodes),
+                                       silent)
         decision = retry.decide_retry(earlier, step, run.max_requeues, config_error, cause)
         print(f"[node] training failed (exit {code}, {cause}): {decision.reason}", flush=True)
         if not decision.requeue:

@@ -170,11 +170,44 @@ def test_slurm_facts_asks_scontrol_and_never_raises(monkeypatch: pytest.MonkeyPa
     env = {"SLURM_JOB_ID": "1", "SLURM_RESTART_COUNT": "1", "SLURM_JOB_NODELIST": "node[1-2]"}
     facts = slurm_facts.job(env, now=float(case["now"]))
     assert facts is not None and facts.preempted and facts.restart_count == 1
-    assert slurm_facts.node_states(env) == {"node3": "IDLE+COMPLETING", "node4": "IDLE+DRAIN"}
+    records = slurm_facts.node_records(env)
+    assert slurm_facts.node_states(records) == {"node3": "IDLE+COMPLETING", "node4": "IDLE+DRAIN"}
     assert asked == [("show", "job", "-o", "1"), ("show", "node", "-o", "node[1-2]")]
     assert slurm_facts.job({}) is None  # outside Slurm nothing is asked
     monkeypatch.setattr(slurm_facts, "_scontrol", lambda *a: "")
-    assert slurm_facts.job(env) is None and slurm_facts.node_states(env) == {}
+    assert slurm_facts.job(env) is None and slurm_facts.node_records(env) == {}
+
+
+def test_a_node_whose_slurmd_takes_no_connection_is_a_node_failure(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """#27, seen on the sandbox: node2's slurmd and processes killed mid-run; node1's ranks lost
+    their peer at once and the attempt was recorded "task crash" (slurmctld marks the node
+    NOT_RESPONDING only after SlurmdTimeout). Each node's slurmd port is asked directly now."""
+    import socket
+
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen()
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+    try:
+        port = listening.getsockname()[1]
+        records = {"node1": {"NodeAddr": "127.0.0.1", "State": "MIXED"},
+                   "node2": {"NodeAddr": "127.0.0.1", "State": "MIXED"}}
+        assert slurm_facts.silent_nodes(records, port) == []
+        assert causes.crash_cause(None, slurm_facts.node_states(records)) == TASK_CRASH
+        dead = {"node2": {"NodeAddr": "127.0.0.1", "State": "ALLOCATED"}}
+        silent = slurm_facts.silent_nodes(dead, closed.getsockname()[1], timeout_s=1)
+        assert silent == ["node2"]
+        assert causes.crash_cause(None, slurm_facts.node_states(dead), silent) == NODE_FAILURE
+    finally:
+        listening.close()
+        closed.close()
+    monkeypatch.setattr(slurm_facts, "_scontrol",
+                        lambda *a: "Configuration data as of now\nSlurmdPort              = 7003\n")
+    assert slurm_facts.slurmd_port() == 7003
+    monkeypatch.setattr(slurm_facts, "_scontrol", lambda *a: "")
+    assert slurm_facts.slurmd_port() == 6818  # Slurm's default where scontrol does not say
 
 
 def test_scontrol_missing_or_failing_gives_empty_text(monkeypatch: pytest.MonkeyPatch) -> None:
