@@ -99,9 +99,13 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The JSON object lines of a file; others (a torn last line, one being written right
     now) are skipped; [] when the file is absent or unreadable."""
     try:
-        lines = Path(path).read_text(errors="replace").splitlines()
+        return _json_objects(Path(path).read_text(errors="replace").splitlines())
     except OSError:
         return []
+
+
+def _json_objects(lines: list[str]) -> list[dict[str, Any]]:
+    """The lines that are JSON objects, parsed, in order; any other line is skipped."""
     rows: list[dict[str, Any]] = []
     for line in lines:
         try:
@@ -130,17 +134,8 @@ def tail_jsonl(path: str | os.PathLike[str], lines: int, tail_bytes: int = 4096)
             chunk = handle.read().decode(errors="replace")
     except OSError:
         return []
-    out: list[dict[str, Any]] = []
-    for line in reversed(chunk.splitlines()):
-        if len(out) == lines:
-            break
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(data, dict):
-            out.append(data)
-    return out[::-1]
+    rows = _json_objects(chunk.splitlines())  # at most tail_bytes of them
+    return rows[-lines:] if lines > 0 else []
 
 
 def last_jsonl(path: str | os.PathLike[str], tail_bytes: int = 4096) -> dict[str, Any]:
