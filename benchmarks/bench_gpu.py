@@ -8,17 +8,21 @@
       concurrent (2 GPUs): hpc-grpo and bare TRL at the same time on different GPUs and CPU
       halves, then swapped; BENCH_ROUNDS=N gives 2N slots. Drift over the job cancels per slot.
       planned: the planner's own choice at two batch shapes, predicted memory against measured.
-  python benchmarks/bench_gpu.py two --out DIR [--runs default_plan,bare_dp2,server,tp2]
-      2 GPUs, the same 64 completions a step: the default plan (TP 1 x DP 2), bare TRL given the
+  python benchmarks/bench_gpu.py two --out DIR [--runs plan,default_plan,server,tp2] [--shape S]
+      2 GPUs, the same 64 completions a step: plan (the plan's own choice of every setting),
+      default_plan (TP 1 x DP 2, ZeRO 0 forced: the earlier sessions' row), bare TRL given the
       default plan's GRPOConfig under torchrun on both GPUs, server mode (one GPU `vllm serve`,
       one GPU training the whole batch) and colocate TP 2. Diagnostics: bare_trl_defaults (bare
       TRL with TRL's and torchrun's own defaults: the bare-TRL README's run), split_threads (the
       default plan with the node's CPUs split over the ranks as OpenMP threads, hpc-grpo's
-      choice before 2026-11-23), no_grad_ckpt (the default plan with gradient_checkpointing off).
+      choice before 2026-11-23), no_grad_ckpt (the default plan with gradient_checkpointing off),
+      no_grad_ckpt_plan (the plan's ZeRO stage without recomputation), server_native_alloc (server
+      mode with the trainer on torch's default allocator, as before 2026-11-26: its reserve grew).
   python benchmarks/bench_gpu.py table DIR/bench-one.json   # print a saved result again
 
-Model: Qwen2-0.5B layer shapes, random weights, built offline (builtin:qwen2-0.5b). Runs of one
-part merge into DIR/bench-PART.json, so a part may be split over several calls. s/step is the
+Model: --shape names built-in layer shapes with random weights, built offline (default qwen2-0.5b;
+qwen2-1.5b, qwen2-7b: hpc_grpo/rundir/shapes.py). Runs of one part merge into DIR/bench-PART.json
+(bench-PART-SHAPE.json for another shape), so a part may be split over several calls. s/step is the
 mean wall time of steps 2..N (step 1 includes compilation and warm-up).
 """
 
@@ -37,6 +41,9 @@ from statistics import mean, median
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+DEFAULT_SHAPE = "qwen2-0.5b"
+# the model's layer shapes (hpc_grpo/rundir/shapes.py), random weights: --shape qwen2-1.5b
+SHAPE = sys.argv[sys.argv.index("--shape") + 1] if "--shape" in sys.argv else DEFAULT_SHAPE
 BATCH = dict(per_device_train_batch_size=32, num_generations=8, max_completion_length=256,
              learning_rate=1e-5, save_steps=100000)
 
@@ -82,8 +89,9 @@ class Launch:
     and OpenMP threads per rank other than hpc-grpo's own choice (a diagnostic run)."""
 
     def __init__(self, gpu: int | None = None, cpus: list[int] | None = None,
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, extra_env: dict[str, str] | None = None) -> None:
         self.gpu, self.cpus, self.threads = gpu, cpus, threads
+        self.extra_env = extra_env or {}
 
     def prefix(self) -> list[str]:
         if not self.cpus or shutil.which("taskset") is None:  # then only the thread count differs
@@ -96,6 +104,7 @@ class Launch:
             env["CUDA_VISIBLE_DEVICES"] = str(self.gpu)
         if self.threads is not None:  # the node task keeps a set OMP_NUM_THREADS
             env["OMP_NUM_THREADS"] = str(self.threads)
+        env.update(self.extra_env)
         return env
 
 
@@ -106,7 +115,7 @@ def hpc_grpo(site: Path, steps: int, *extra: str, batch: dict[str, Any] | None =
     sets = [f"--set={k}={v}" for k, v in {**BATCH, **(batch or {}), "max_steps": steps}.items()]
     started = time.perf_counter()
     out = sh([*launch.prefix(), sys.executable, "-m", "hpc_grpo.cli", "submit", "--site", str(site),
-              "--model", "builtin:qwen2-0.5b", "--time", "01:00:00", "--wait", *sets, *extra],
+              "--model", f"builtin:{SHAPE}", "--time", "01:00:00", "--wait", *sets, *extra],
              env=launch.env())
     wall = time.perf_counter() - started
     run_dir = Path(re.search(r"dir (\S+)", out).group(1))  # type: ignore[union-attr]
@@ -126,6 +135,11 @@ def hpc_grpo(site: Path, steps: int, *extra: str, batch: dict[str, Any] | None =
         "startup_s": first["time"] - first["wall_step_time"] - state["started"],
         "tokens_per_s": mean(m["tokens_per_s"] for m in metrics[1:] if m.get("tokens_per_s")),
         "peak_gpu_gib": max((m.get("gpu_mem_peak_gib") or 0) for m in metrics),
+        # per step: does memory grow (server mode's trainer did, +3.1 GiB a step at 1.5B)?
+        "gpu_mem_per_step_gib": [m.get("gpu_mem_peak_gib") for m in metrics],
+        "torch_reserved_per_step_gib": [m.get("torch_reserved_peak_gib") for m in metrics],
+        "layout": {k: record.get(k) for k in ("deepspeed", "memory_plan") if k in record},
+        "shape": SHAPE,
         "torch_peaks_gib": {k: metrics[-1].get(k)
                             for k in ("torch_alloc_peak_gib", "torch_reserved_peak_gib")},
         "at_train_begin": state.get("gpu_mem_train_begin"),
@@ -154,7 +168,7 @@ def bare(out: Path, name: str, steps: int, *flags: str, procs: int = 1,
     from hpc_grpo.runtime.node.task import threads_per_rank, usable_cpus
 
     target = out / f"{name}.json"
-    model = Path(os.environ["HPC_GRPO_HOME"]) / "models" / "qwen2-0.5b"
+    model = Path(os.environ["HPC_GRPO_HOME"]) / "models" / SHAPE
     launch = launch or Launch()
     cpus = len(launch.cpus) if launch.cpus else usable_cpus()
     env = launch.env()
@@ -296,6 +310,8 @@ def part_two(out: Path, runs: list[str], steps: int, saved: dict[str, Any]) -> d
     site = site_file(out, 2, memory)
     zero = ["--zero-stage", "0"]  # plain data parallel on both sides, as the bare numbers ran
     results: dict[str, Any] = {}
+    if "plan" in runs:  # the plan's own choice of everything (ZeRO stage, recomputation...)
+        results["plan"] = attempt(hpc_grpo, site, steps)
     if "default_plan" in runs:
         results["default_plan"] = attempt(hpc_grpo, site, steps, *zero)
     if "bare_dp2" in runs:  # bare TRL, the default plan's very GRPOConfig, torchrun on both GPUs
@@ -305,6 +321,14 @@ def part_two(out: Path, runs: list[str], steps: int, saved: dict[str, Any]) -> d
     if "server" in runs:  # same 64 completions a step: one trainer takes the whole global batch
         results["server"] = attempt(hpc_grpo, site, steps, *zero, "--vllm-mode", "server",
                                     batch={"per_device_train_batch_size": 64})
+    if "server_native_alloc" in runs:  # the trainer on torch's default allocator (before 2026-11-26)
+        native = Launch(extra_env={"PYTORCH_CUDA_ALLOC_CONF": "backend:native"})
+        results["server_native_alloc"] = attempt(hpc_grpo, site, steps, *zero, "--vllm-mode", "server",
+                                                 batch={"per_device_train_batch_size": 64},
+                                                 launch=native)
+    if "no_grad_ckpt_plan" in runs:  # the plan's ZeRO stage without recomputation
+        results["no_grad_ckpt_plan"] = attempt(hpc_grpo, site, steps,
+                                               batch={"gradient_checkpointing": "false"})
     if "bare_trl_defaults" in runs:  # the bare-TRL README's colocate DP 2: TRL's and torchrun's defaults
         results["bare_trl_defaults"] = attempt(bare, out, "bare_trl_defaults", steps, procs=2,
                                                torchrun_threads=True)
@@ -324,12 +348,12 @@ def part_two(out: Path, runs: list[str], steps: int, saved: dict[str, Any]) -> d
 def ratios(results: dict[str, Any]) -> None:
     """Same completions per step on the same GPUs, so step-time ratios are throughput ratios."""
     server = results.get("server", {}).get("step_s")
-    for key in ("default_plan", "tp2"):
+    for key in ("plan", "default_plan", "no_grad_ckpt", "no_grad_ckpt_plan", "tp2"):
         mine = results.get(key, {}).get("step_s")
         if server and mine and server == server and mine == mine:  # neither failed (NaN)
             results[f"ratio_{key}_over_server"] = server / mine
     plan = results.get("default_plan", {}).get("step_s")
-    for key in ("bare_dp2", "bare_trl_defaults", "split_threads", "no_grad_ckpt"):
+    for key in ("bare_dp2", "bare_trl_defaults", "split_threads", "no_grad_ckpt", "server_native_alloc"):
         other = results.get(key, {}).get("step_s")
         if plan and other and plan == plan and other == other:
             results[f"step_ratio_default_plan_over_{key}"] = plan / other
@@ -400,16 +424,16 @@ def main() -> None:
     steps = int(os.environ.get("BENCH_STEPS", "12" if part == "one" else "8"))
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HPC_GRPO_HOME", str(out / "home"))
-    model = Path(os.environ["HPC_GRPO_HOME"]) / "models" / "qwen2-0.5b"
+    model = Path(os.environ["HPC_GRPO_HOME"]) / "models" / SHAPE
     if not (model / "config.json").exists():  # the bare baseline needs it before any submit
-        sh([sys.executable, "-m", "hpc_grpo.runtime.models.shapes", "qwen2-0.5b", str(model)])
-    saved = out / f"bench-{part}.json"
+        sh([sys.executable, "-m", "hpc_grpo.runtime.models.shapes", SHAPE, str(model)])
+    saved = out / f"bench-{part}{'' if SHAPE == DEFAULT_SHAPE else '-' + SHAPE}.json"
     results = json.loads(saved.read_text()) if saved.exists() else {}
     results.update(part_one(out, runs, steps, results) if part == "one"
                    else part_two(out, runs, steps, results))
     ratios(results)
     name, _, count = gpu_info()
-    results.update(versions=versions(), steps=steps, date=time.strftime("%Y-%m-%d"), gpu=name,
+    results.update(versions=versions(), steps=steps, shape=SHAPE, date=time.strftime("%Y-%m-%d"), gpu=name,
                    gpu_count=count)
     saved.write_text(json.dumps(results, indent=1, default=str))
     print(table(results), flush=True)

@@ -333,3 +333,19 @@ def test_node_task_ranks_reach_the_server_it_started(
     assert node.NodeTask(str(run_dir))() == 0
     port, status = json.loads((run_dir / "rank-saw").read_text())
     assert (port, status) == (started[0], 200)
+
+
+def test_server_mode_trainers_get_expandable_segments_and_the_server_does_not() -> None:
+    """Server mode's trainer reserve grew +3.1 GiB a step on the default allocator (2 x H100,
+    1.5B); colocated ranks hold vLLM's own allocator and must keep torch's default; a user's
+    own PYTORCH_CUDA_ALLOC_CONF is kept."""
+    from hpc_grpo.runtime.node import vllm_server
+
+    server = {"node": 0, "gpus": [0], "trainer_gpus": [1]}
+    cuda = rec({"device": "cuda", "vllm": {"enabled": True, "mode": "server", "server": server}})
+    assert child_env({}, "a", cuda)["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert child_env({"PYTORCH_CUDA_ALLOC_CONF": "backend:native"}, "a", cuda)[
+        "PYTORCH_CUDA_ALLOC_CONF"] == "backend:native"
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in vllm_server.server_env(cuda, {"CUDA_VISIBLE_DEVICES": "0,1"})
+    colocate = rec({"device": "cuda", "vllm": {"enabled": True, "mode": "colocate", "server": None}})
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in child_env({}, "a", colocate)
