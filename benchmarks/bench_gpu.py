@@ -16,8 +16,8 @@
       TRL with TRL's and torchrun's own defaults: the bare-TRL README's run), split_threads (the
       default plan with the node's CPUs split over the ranks as OpenMP threads, hpc-grpo's
       choice before 2026-11-23), no_grad_ckpt (the default plan with gradient_checkpointing off),
-      no_grad_ckpt_plan (the plan's ZeRO stage without recomputation), server_native_alloc (server
-      mode with the trainer on torch's default allocator, as before 2026-11-26: its reserve grew).
+      no_grad_ckpt_plan (the plan's ZeRO stage without recomputation), server_expandable (server
+      mode with the trainer on torch's expandable segments: its reserve grew less, not flat).
   python benchmarks/bench_gpu.py table DIR/bench-one.json   # print a saved result again
 
 Model: --shape names built-in layer shapes with random weights, built offline (default qwen2-0.5b;
@@ -321,11 +321,11 @@ def part_two(out: Path, runs: list[str], steps: int, saved: dict[str, Any]) -> d
     if "server" in runs:  # same 64 completions a step: one trainer takes the whole global batch
         results["server"] = attempt(hpc_grpo, site, steps, *zero, "--vllm-mode", "server",
                                     batch={"per_device_train_batch_size": 64})
-    if "server_native_alloc" in runs:  # the trainer on torch's default allocator (before 2026-11-26)
-        native = Launch(extra_env={"PYTORCH_CUDA_ALLOC_CONF": "backend:native"})
-        results["server_native_alloc"] = attempt(hpc_grpo, site, steps, *zero, "--vllm-mode", "server",
-                                                 batch={"per_device_train_batch_size": 64},
-                                                 launch=native)
+    if "server_expandable" in runs:  # the trainer on torch's expandable segments
+        expandable = Launch(extra_env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+        results["server_expandable"] = attempt(hpc_grpo, site, steps, *zero, "--vllm-mode", "server",
+                                               batch={"per_device_train_batch_size": 64},
+                                               launch=expandable)
     if "no_grad_ckpt_plan" in runs:  # the plan's ZeRO stage without recomputation
         results["no_grad_ckpt_plan"] = attempt(hpc_grpo, site, steps,
                                                batch={"gradient_checkpointing": "false"})
@@ -353,7 +353,7 @@ def ratios(results: dict[str, Any]) -> None:
         if server and mine and server == server and mine == mine:  # neither failed (NaN)
             results[f"ratio_{key}_over_server"] = server / mine
     plan = results.get("default_plan", {}).get("step_s")
-    for key in ("bare_dp2", "bare_trl_defaults", "split_threads", "no_grad_ckpt", "server_native_alloc"):
+    for key in ("bare_dp2", "bare_trl_defaults", "split_threads", "no_grad_ckpt", "server_expandable"):
         other = results.get(key, {}).get("step_s")
         if plan and other and plan == plan and other == other:
             results[f"step_ratio_default_plan_over_{key}"] = plan / other

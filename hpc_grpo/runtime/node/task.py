@@ -123,13 +123,6 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-# Server mode's trainer holds no vLLM engine, so torch's expandable segments are safe there (the
-# colocated engine's sleep-mode allocator is not compatible with them). With torch's default
-# allocator the trainer's reserve grew every step on 2 x H100 (1.5B: 27.1 -> 58.6 GiB over 10
-# steps, live tensors at most 22.9 GiB): completions of varying length fragment the cache.
-SERVER_TRAINER_ALLOC_CONF = "expandable_segments:True"
-
-
 def child_env(env: Mapping[str, str], attempt: str, run: RunRecord, cpus: int = 1) -> dict[str, str]:
     """torchrun's environment: OpenMP threads per rank as threads_per_rank says (torchrun alone
     would give each rank one thread, or all of them with one rank), this package importable."""
@@ -139,8 +132,6 @@ def child_env(env: Mapping[str, str], attempt: str, run: RunRecord, cpus: int = 
         out["CUDA_VISIBLE_DEVICES"] = devices
     threads = threads_per_rank(env, cpus, run.procs_per_node, host_compute(run))
     out.setdefault("OMP_NUM_THREADS", str(threads))
-    if vllm_server.server_mode(run):  # the trainers only: the server gets node_env
-        out.setdefault("PYTORCH_CUDA_ALLOC_CONF", SERVER_TRAINER_ALLOC_CONF)
     out.setdefault("PYTHONUNBUFFERED", "1")
     out.setdefault("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGINT,SIGHUP,SIGQUIT")
     out["HPC_GRPO_ATTEMPT"] = attempt
