@@ -327,8 +327,12 @@ def sites_report() -> list[dict[str, Any]]:
 
 
 def plan(request: Request) -> dict[str, Any]:
-    """The plan a request gets (``plan``): what render and submit would use, and why."""
-    return plan_report(prepare(request).plan)
+    """The plan a request gets (``plan``): what render and submit would use, and why; with
+    the site's links (declared, measured by doctor, or assumed: ``preflight.links``)."""
+    from hpc_grpo.preflight.links import plan_links
+
+    made = prepare(request).plan
+    return {**plan_report(made), "links": plan_links(made.site)}
 
 
 def model_names() -> list[str]:
@@ -366,9 +370,10 @@ def cancel(name: str) -> Any:
 
 
 def doctor(site_name: str, nodes: int | None, partition: str, output_root: str,
-           timeout_s: int, model: str = "") -> Any:
+           timeout_s: int, model: str = "", *, bandwidth: bool = False) -> Any:
     """A real preflight job on the site's nodes; with a model, its planned checkpoint and save
-    memory are compared with each node's free output space and memory."""
+    memory are compared with each node's free output space and memory; with ``bandwidth``, a
+    second job times the links and caches them for plan."""
     from hpc_grpo.preflight import doctor as checks
     from hpc_grpo.preflight.capacity import Capacity
 
@@ -383,7 +388,7 @@ def doctor(site_name: str, nodes: int | None, partition: str, output_root: str,
                                 plan.checkpoint.at_once,
                                 resident_host_gib(plan.memory) + plan.checkpoint.host_bytes / 2**30)
     return checks.run(profile, nodes=count, partition=partition, output_root=output_root,
-                      timeout_s=timeout_s, capacity=capacity)
+                      timeout_s=timeout_s, capacity=capacity, bandwidth=bandwidth)
 
 
 def init_site(name: str, partition: str, output: str, force: bool) -> tuple[Path, dict[str, Any]]:

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from hpc_grpo.cli_posttrain import posttrain_commands
+from hpc_grpo.cli_preflight import preflight_commands
 from hpc_grpo.errors import UserError
 from hpc_grpo.rundir.contract import DEFAULT_SEED
 
@@ -315,6 +316,10 @@ def _plan_table(data: dict[str, Any]) -> None:
             if ckpt["at_once"] else "all kept (save_total_limit unset)"
         console.print(f"checkpoint: {ckpt['one_gib']:.1f} GiB each, {kept}; a save needs "
                       f"{ckpt['save_host_gib']:.1f} GiB of host memory on rank 0's node")
+    links = data.get("links") or {}
+    for line in [links.get("line"), *([f"warning: {links['note']}"] if links.get("note") else [])]:
+        if line:
+            console.print(line)
     changed = [f"  {line}" for line in data["changed_from_recipe"]]  # one block: --set, flags
     for line in [*(f"warning: {w}" for w in data["warnings"]),
                  *(["changed from the recipe:"] if changed else []), *changed]:
@@ -341,59 +346,9 @@ def plan(as_json: bool, list_models: bool, **kwargs: Any) -> None:
         _plan_table(data)
 
 
-@main.command()
-@click.option("--site", "site_name", required=True, help="Profile name or YAML path.",
-              shell_complete=complete_sites)
-@click.option("--nodes", type=click.IntRange(min=1), help="Default: 2 (1 where the site has 1).")
-@click.option("--partition", default="", help="Default: the site's.")
-@click.option("--output-root", default="", help="Directory to prove shared (default: the site's).")
-@click.option("--timeout", "timeout_s", type=click.IntRange(min=10), default=180, show_default=True,
-              help="Seconds to wait for the job, queueing included.")
-@click.option("--model", default="",
-              help="Also compare this model's planned checkpoint and save memory with each "
-                   "node's free output space and memory.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@user_errors
-def doctor(site_name: str, nodes: int | None, partition: str, output_root: str, timeout_s: int,
-           model: str, as_json: bool) -> None:
-    """Check the cluster with a short job: exit 0 all pass, 1 a check failed, 2 bad input."""
-    from hpc_grpo import api
-    from hpc_grpo.preflight import doctor as checks
-
-    result = api.doctor(site_name, nodes, partition, output_root, timeout_s, model)
-    if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2))
-    else:
-        checks.print_table(result)
-    sys.exit(result.exit_code)
-
-
-@main.group("site")
-def site_group() -> None:
-    """Create site profiles."""
-
-
-@site_group.command("init")
-@click.argument("name")
-@click.option("--partition", default="", help="Default: the cluster's default partition.")
-@click.option("--output", type=click.Path(dir_okay=False), default="",
-              help="Default: NAME.yaml in your site directory.")
-@click.option("--force", is_flag=True, help="Replace an existing file.")
-@user_errors
-def site_init(name: str, partition: str, output: str, force: bool) -> None:
-    """Write a starting profile from the live cluster (sinfo/scontrol): check it, then doctor."""
-    from hpc_grpo import api
-
-    path, info = api.init_site(name, partition, output, force)
-    gpus = info["gpus_per_node"] or "no"
-    click.echo(f"wrote {path}: partition {info['partition']}, {info['cpus_per_node']} CPUs and "
-               f"{gpus} GPUs per node, max_time {info['max_time']}")
-    use = name if not output else str(path)
-    click.echo(f"next: edit what Slurm cannot know, then `hpc-grpo doctor --site {use}`")
-
-
-# export and eval live beside this module (it is at its size limit), drawn the same way.
-for _command in posttrain_commands(user_errors):
+# doctor and site (preflight), export and eval (after training) live beside this module (it is at
+# its size limit), drawn the same way.
+for _command in [*preflight_commands(user_errors, complete_sites), *posttrain_commands(user_errors)]:
     main.add_command(_command)
 
 if __name__ == "__main__":

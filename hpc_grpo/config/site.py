@@ -95,6 +95,11 @@ class SiteProfile:
     nodes_online: bool | None = None
     watchdog_startup_s: int = DEFAULT_WATCHDOG_STARTUP_S  # hang watchdog: up to the first step
     watchdog_min_s: int = DEFAULT_WATCHDOG_MIN_S  # hang watchdog: least wait once steps are timed
+    # The links, in GB/s of an all-reduce's bus bandwidth (nccl-tests' busbw). None: not declared,
+    # the plan takes doctor's cached measurement, else assumes (preflight/links.py). Declared,
+    # they are the user's word and win over a measurement; plan says when the two disagree.
+    inter_node_gbs: float | None = None
+    intra_node_gbs: float | None = None
 
     def __post_init__(self) -> None:
         if (len(self.port_range) != 2 or not 1024 <= self.port_range[0] < 65536
@@ -117,6 +122,13 @@ class SiteProfile:
             if getattr(self, key) < 1:
                 raise UserError(f"{key} must be at least 1 second, got {getattr(self, key)}",
                                 field=key, hint="the hang watchdog's bounds (docs/troubleshooting.md)")
+        for key, where in (("inter_node_gbs", "between nodes"), ("intra_node_gbs", "inside a node")):
+            value = getattr(self, key)
+            if value is not None and not 0 < value < 1e5:
+                raise UserError(f"{key} must be a positive number of GB/s, got {value:g}",
+                                field=key, hint=f"the all-reduce bus bandwidth {where} (e.g. 25 on "
+                                "200 Gb/s InfiniBand), or leave it out: `hpc-grpo doctor --site "
+                                f"{self.name} --bandwidth` measures it")
         try:
             mode = int(self.run_dir_mode, 8)
         except ValueError:

@@ -47,7 +47,7 @@ TRL_VLLM_FALLBACK = ">=0.22.0,<=0.31.0"  # TRL 1.16's vllm extra, when the node'
 CHECK_ORDER = ("job", *PACKAGES, "known: ZeRO-3 + LoRA", "known: vLLM vs TRL", "known: vLLM TP seeds",
                "same stack", "hpc-grpo", "modules", "container runtime", "container", "node names",
                "scontrol", "interface", "rendezvous port", "shared output", "output disk",
-               "node memory", "gpus", "plan hardware")
+               "node memory", "gpus", "plan hardware", "bandwidth")
 
 
 @dataclass(frozen=True)
@@ -254,6 +254,7 @@ class Result:
     site: str
     rows: tuple[Row, ...]
     reports: tuple[dict[str, Any], ...]
+    links: dict[str, Any] | None = None  # the link measurement's report (--bandwidth)
 
     @property
     def exit_code(self) -> int:
@@ -261,7 +262,8 @@ class Result:
 
     def to_dict(self) -> dict[str, Any]:
         return {"site": self.site, "exit_code": self.exit_code,
-                "rows": [asdict(row) for row in self.rows], "reports": list(self.reports)}
+                "rows": [asdict(row) for row in self.rows], "reports": list(self.reports),
+                "links": self.links}
 
 
 def last_lines(text: str, count: int) -> str:
@@ -271,10 +273,12 @@ def last_lines(text: str, count: int) -> str:
     return "; ".join(lines[-count:])[:400]
 
 
-def srun_options(site: SiteProfile, nodes: int, partition: str, time_min: int) -> list[str]:
-    """The allocation: the job's partition, account, QOS and GPUs, but one CPU per node."""
-    options = [f"--nodes={nodes}", "--ntasks-per-node=1", "--cpus-per-task=1",
-               "--job-name=hpc-grpo-doctor", f"--time={time_min}", "--kill-on-bad-exit=0"]
+def srun_options(site: SiteProfile, nodes: int, partition: str, time_min: int, *,
+                 tasks_per_node: int = 1, job_name: str = "hpc-grpo-doctor") -> list[str]:
+    """The allocation: the job's partition, account, QOS and GPUs, but one CPU per task (one
+    task per node, or a job's processes per node for the link measurement)."""
+    options = [f"--nodes={nodes}", f"--ntasks-per-node={tasks_per_node}", "--cpus-per-task=1",
+               f"--job-name={job_name}", f"--time={time_min}", "--kill-on-bad-exit=0"]
     for flag, value in (("partition", partition), ("account", site.account), ("qos", site.qos)):
         if value:
             options.append(f"--{flag}={value}")
@@ -289,11 +293,17 @@ def srun_options(site: SiteProfile, nodes: int, partition: str, time_min: int) -
     return options
 
 
+def runs_on(site: SiteProfile) -> bool:
+    """Whether doctor can check this site: its job is Slurm's (srun), a local site has none."""
+    return site.scheduler == "slurm"
+
+
 def run(site: SiteProfile, *, nodes: int, partition: str = "", output_root: str = "",
         python: str = "", timeout_s: float = 180, share_wait_s: float = 20,
-        capacity: Capacity | None = None) -> Result:
-    """Submit the probe job, wait for it (at most ``timeout_s``) and judge what came back."""
-    if site.scheduler != "slurm":
+        capacity: Capacity | None = None, bandwidth: bool = False) -> Result:
+    """Submit the probe job, wait for it (at most ``timeout_s``) and judge what came back; with
+    ``bandwidth``, then time the links in a second short job (preflight/bandwidth.py)."""
+    if not runs_on(site):
         raise UserError(f"site '{site.name}' has no Slurm: doctor checks cluster nodes",
                         field="site", hint="pick a Slurm site: `hpc-grpo sites` lists them")
     if site.max_nodes and nodes > site.max_nodes:
@@ -335,7 +345,15 @@ def run(site: SiteProfile, *, nodes: int, partition: str = "", output_root: str 
     rows = aggregate(reports, Expect(site.gpus_per_node, site.network_interface, site.modules, box,
                                      want, site.gpu_memory_gib),
                      job_note=note if (step.timed_out or step.returncode or not reports) else "")
-    return Result(site.name, tuple(sorted_rows([*pre, *rows])), tuple(reports))
+    links: dict[str, Any] | None = None
+    if bandwidth:
+        from hpc_grpo.preflight import bandwidth as measuring
+
+        row, links = measuring.measure(site, reports, nodes=nodes, partition=partition,
+                                       python=python or site.python or sys.executable,
+                                       timeout_s=timeout_s)
+        rows.append(row)
+    return Result(site.name, tuple(sorted_rows([*pre, *rows])), tuple(reports), links)
 
 
 # ---- output --------------------------------------------------------------------------------

@@ -55,11 +55,13 @@ def apptainer_lines(site: SiteProfile, probe: list[str]) -> list[str]:
     ]
 
 
-def node_command(site: SiteProfile, python: str, probe_args: Sequence[str]) -> list[str]:
-    """The probe's command line, wrapped in bash where modules or apptainer come first."""
+def node_command(site: SiteProfile, python: str, probe_args: Sequence[str],
+                 module: str = "hpc_grpo.runtime.probe") -> list[str]:
+    """The probe's command line (or another runtime ``module``'s, e.g. the link measurement),
+    wrapped in bash where modules or apptainer come first."""
     box = site.container
     runtime = box.runtime if box is not None else ""
-    probe = [python, "-m", "hpc_grpo.runtime.probe", *probe_args,
+    probe = [python, "-m", module, *probe_args,
              *(["--container", runtime] if runtime else [])]
     lines = ["set -u", *(module_lines(site.modules) if site.modules else [])]
     if runtime == "apptainer":

@@ -25,6 +25,7 @@ from typing import Any
 
 from hpc_grpo.config.site import SiteProfile, load_site, minutes, site_dirs
 from hpc_grpo.errors import UserError, did_you_mean
+from hpc_grpo.preflight.links import Measured, links_line, read_measurement, site_links
 from hpc_grpo.rundir.contract import PORTS_PER_JOB
 from hpc_grpo.scheduler import slurm
 
@@ -162,7 +163,7 @@ def choose_partition(partitions: Sequence[Partition], wanted: str = "") -> Parti
 
 
 def profile_lines(partition: Partition, nodes: Sequence[Node], partitions: Sequence[Partition],
-                  header: str, python: str = "") -> str:
+                  header: str, python: str = "", measured: Measured | None = None) -> str:
     """The profile YAML (with comments) for ``partition``: the smallest node of it, so that a
     job the profile allows fits on every node. Every key of a profile is written, with its
     default and what it is for, so that nothing must be looked up (issue #27); ``python``: the
@@ -213,6 +214,7 @@ def profile_lines(partition: Partition, nodes: Sequence[Node], partitions: Seque
         "# container: {runtime: pyxis, image: nvcr.io/nvidia/pytorch:25.01-py3, mounts: []}"
         "  # or runtime: apptainer with an .sif image",
         'network_interface: ""  # e.g. ib0 (NCCL/GLOO_SOCKET_IFNAME); doctor checks it on every node',
+        *link_lines(measured),
         "output_root: ~/hpc-grpo-runs  # must be visible from every node: doctor checks it",
         'run_dir_mode: "0700"  # run directories are yours only; "0750" shares them with your group',
         "# Hub models and datasets: most clusters' compute nodes have no internet, so this profile",
@@ -226,6 +228,20 @@ def profile_lines(partition: Partition, nodes: Sequence[Node], partitions: Seque
     by_name = {p.name: p for p in partitions}
     preemptible = partition if partition.requeues else by_name.get(preempt)
     return "\n".join([*lines, *requeue_lines(preemptible)]) + "\n"
+
+
+def link_lines(measured: Measured | None) -> list[str]:
+    """The two link keys, left unset (null): the plan then takes doctor's measurement, which
+    stays current when measured again, where a figure written here would be the user's word and
+    win over it (preflight/links.py); the comment says what is cached now, or that it is assumed."""
+    lines = []
+    for key, where in (("inter_node_gbs", "between nodes"), ("intra_node_gbs", "inside a node")):
+        value = getattr(measured, key) if measured is not None else None
+        now = (f"now {value:.3g}, {measured.source}" if measured is not None and value is not None
+               else "assumed until `hpc-grpo doctor --bandwidth` measures it")
+        lines.append(f"{key}: null  # GB/s {where}, all-reduce bus bandwidth. null: doctor's "
+                     f"cached measurement, {now}; a figure here overrides it")
+    return lines
 
 
 def lead_within_grace(default_s: int, grace_s: int) -> int:
@@ -287,7 +303,7 @@ def init_site(name: str, *, partition: str = "", output: str = "", force: bool =
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     text = profile_lines(chosen, nodes, parts,
                          f"Written by `hpc-grpo site init {name}` on {socket.gethostname()}, {stamp}.",
-                         python=sys.executable)
+                         python=sys.executable, measured=read_measurement(path.stem))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
@@ -301,7 +317,9 @@ def init_site(name: str, *, partition: str = "", output: str = "", force: bool =
 
 
 def summary(path: Path) -> dict[str, Any]:
-    """The written profile as loaded, for the CLI's report."""
+    """The written profile as loaded, for the CLI's report (the links as plan will see them)."""
     site = load_site(str(path), site_dirs([]))
+    facts = site_links(site)
     return {"path": str(path), "partition": site.partition, "cpus_per_node": site.cpus_per_node,
-            "gpus_per_node": site.gpus_per_node, "max_time": site.max_time}
+            "gpus_per_node": site.gpus_per_node, "max_time": site.max_time,
+            "links": links_line(site, facts), "links_known": facts is not None}

@@ -120,21 +120,23 @@ CLI_MAY_IMPORT = {
     "hpc_grpo.runs.views": {"follow", "print_logs", "status_table", "watch_status"},
     "hpc_grpo.preflight": {"doctor"},
     "hpc_grpo.cli_posttrain": {"posttrain_commands"},  # export and eval, beside cli.py
+    "hpc_grpo.cli_preflight": {"preflight_commands"},  # doctor and site init, beside cli.py
 }
+CLI_MODULES = ("cli.py", "cli_posttrain.py", "cli_preflight.py")
 
 
 def test_every_cli_command_goes_through_api() -> None:
     """#12: 7 of the CLI's 10 commands went around api. The CLI parses and prints; everything
     it asks goes to api (views draw what api returned; doctor's table is drawn by doctor)."""
-    tree = ast.parse((PACKAGE / "cli.py").read_text())
+    trees = [ast.parse((PACKAGE / name).read_text()) for name in CLI_MODULES]
     taken = {}
-    for node in [*ast.walk(tree), *ast.walk(ast.parse((PACKAGE / "cli_posttrain.py").read_text()))]:
+    for node in [node for tree in trees for node in ast.walk(tree)]:
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hpc_grpo"):
             taken.setdefault(node.module, set()).update(a.name for a in node.names)
         elif isinstance(node, ast.Import):
             assert not any(a.name.startswith("hpc_grpo") for a in node.names), ast.dump(node)
     extra = {m: names - CLI_MAY_IMPORT.get(str(m), set()) for m, names in taken.items()}
     assert {m: n for m, n in extra.items() if n} == {}
-    calls = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+    calls = {n.attr for tree in trees for n in ast.walk(tree) if isinstance(n, ast.Attribute)
              and isinstance(n.value, ast.Name) and n.value.id == "checks"}
     assert calls == {"print_table"}, calls  # doctor's module only draws; api.doctor runs it
