@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpc_grpo.planner.arch import ModelArch
 from hpc_grpo.rundir.contract import world_size
+
+if TYPE_CHECKING:
+    from hpc_grpo.planner.speed.choose import SpeedPlan
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,7 @@ class MemoryPlan:
     vllm_max_model_length: int
     breakdown: tuple[tuple[str, float], ...]
     reasons: tuple[tuple[str, str], ...]
+    speed: SpeedPlan | None = None  # predicted step time and the layouts it beat (not in run.json)
 
     def gib(self, item: str) -> float:
         """One breakdown line by name (KeyError when absent)."""
