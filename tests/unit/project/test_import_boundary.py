@@ -120,6 +120,7 @@ CLI_MAY_IMPORT = {
     "hpc_grpo.runs.views": {"follow", "print_logs", "status_table", "watch_status"},
     "hpc_grpo.preflight": {"doctor"},
     "hpc_grpo.cli_posttrain": {"posttrain_commands"},  # export and eval, beside cli.py
+    "hpc_grpo.cli_speed": {"plan_tail"},  # the plan view's step-time tables, beside cli.py
 }
 
 
