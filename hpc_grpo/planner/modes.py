@@ -10,6 +10,7 @@ memory grows every step, none of which a step time shows; ``auto`` is the opt-in
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Literal
 
 from hpc_grpo.config.site import SiteProfile
 from hpc_grpo.config.spec import JobSpec
@@ -56,6 +57,23 @@ def server_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int) -
     return plan_server(req, spec.vllm_server_gpus, util, spec.zero_stage or 0)
 
 
+def faster_mode(colocate: PlanRequest, trainers: PlanRequest, server_gpus: int, util: float,
+                zero: int) -> tuple[Literal["colocate", "server"], str]:
+    """("colocate" or "server", why): server mode wherever it fits and is predicted faster, so a
+    slow link never leaves the plan on a colocated layout predicted slower than server mode."""
+    try:
+        speed = plan_memory(colocate).speed
+    except UserError:
+        speed = None
+    theirs = plan_server(trainers, server_gpus, util, zero)
+    mine = f"{speed.step.seconds:.2f} s/step" if speed else "does not fit"
+    if theirs.fits and (speed is None or theirs.step.seconds < speed.step.seconds):
+        return "server", (f"vllm_mode auto: server ({theirs.step.seconds:.2f} s/step against "
+                          f"colocate's {mine})")
+    server_s = f"{theirs.step.seconds:.2f} s/step" if theirs.fits else theirs.problem
+    return "colocate", f"vllm_mode auto: colocate ({mine} against server mode's {server_s})"
+
+
 def resolve_mode(site: SiteProfile, spec: JobSpec, model: ModelRef) -> tuple[JobSpec, str]:
     """``auto``: the mode predicted faster, with the line that says so; else the spec as is."""
     if spec.vllm_mode != "auto":
@@ -64,16 +82,9 @@ def resolve_mode(site: SiteProfile, spec: JobSpec, model: ModelRef) -> tuple[Job
     if site.device != "cuda" or model.arch is None or site.gpus_per_node < 2:
         return colocate, "vllm_mode auto: colocate (server mode needs 2+ GPUs and a known model)"
     procs = spec.procs_per_node or site.default_procs_per_node
-    try:
-        mine = plan_memory(plan_request(site, colocate, model, procs)).speed
-    except UserError:
-        mine = None
     split = server_split(spec.nodes, site.gpus_per_node, spec.vllm_server_gpus)
-    theirs = server_plan(site, spec, model, len(split.trainer_gpus))
-    if theirs is None or not theirs.fits or (mine and mine.step.seconds <= theirs.step.seconds):
-        why = f"{mine.step.seconds:.2f} s/step" if mine else "server mode fits better"
-        server_s = f"{theirs.step.seconds:.2f}" if theirs else "?"
-        return colocate, f"vllm_mode auto: colocate ({why} against server mode's {server_s})"
-    mine_s = f"{mine.step.seconds:.2f} s/step" if mine else "does not fit"
-    return (replace(spec, vllm_mode="server"),
-            f"vllm_mode auto: server ({theirs.step.seconds:.2f} s/step against colocate's {mine_s})")
+    util = spec.vllm_gpu_memory_utilization or SERVER_GPU_MEMORY_UTILIZATION
+    mode, why = faster_mode(plan_request(site, colocate, model, procs),
+                            plan_request(site, spec, model, len(split.trainer_gpus)),
+                            spec.vllm_server_gpus, util, spec.zero_stage or 0)
+    return replace(spec, vllm_mode=mode), why
