@@ -41,8 +41,8 @@ JOB_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     click.option("--nodes", type=int, help="Number of nodes (default 1)."),
     click.option("--procs-per-node", type=int, help="Default: one per GPU (1 on CPU sites)."),
     click.option("--tp", "tensor_parallel_size", type=int, help="vLLM tensor-parallel size."),
-    click.option("--vllm-mode", type=click.Choice(["colocate", "server"]),
-                 help="colocate (default): vLLM inside every rank; server: `vllm serve` on the last node."),
+    click.option("--vllm-mode", type=click.Choice(["colocate", "server", "auto"]),
+                 help="colocate (default): vLLM in every rank; server: `vllm serve`; auto: the faster."),
     click.option("--zero-stage", type=click.IntRange(0, 3),
                  help="DeepSpeed ZeRO stage (default: the plan's)."),
     click.option("--dataset", help="builtin:digits|builtin:sums, a .jsonl/.json/.csv/.parquet "
@@ -276,6 +276,8 @@ def _plan_table(data: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from hpc_grpo.cli_speed import plan_tail
+
     console = Console(width=None if sys.stdout.isatty() else 200, highlight=False, markup=False)
     console.print(f"plan: {data['model']} on site {data['site']}: {data['nodes']} node(s) x "
                   f"{data['procs_per_node']} process(es) = world size {data['world_size']}; "
@@ -310,16 +312,7 @@ def _plan_table(data: dict[str, Any]) -> None:
         for item, gib in memory["breakdown_gib"].items():
             breakdown.add_row(item, f"{gib:.1f}")
         console.print(breakdown)
-    ckpt = data.get("checkpoint")
-    if ckpt:
-        kept = f"{ckpt['at_once']} at once while saving ({ckpt['peak_disk_gib']:.1f} GiB)" \
-            if ckpt["at_once"] else "all kept (save_total_limit unset)"
-        console.print(f"checkpoint: {ckpt['one_gib']:.1f} GiB each, {kept}; a save needs "
-                      f"{ckpt['save_host_gib']:.1f} GiB of host memory on rank 0's node")
-    links = data.get("links") or {}
-    for line in [links.get("line"), *([f"warning: {links['note']}"] if links.get("note") else [])]:
-        if line:
-            console.print(line)
+    plan_tail(console, data)
     changed = [f"  {line}" for line in data["changed_from_recipe"]]  # one block: --set, flags
     for line in [*(f"warning: {w}" for w in data["warnings"]),
                  *(["changed from the recipe:"] if changed else []), *changed]:

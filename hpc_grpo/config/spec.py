@@ -60,7 +60,7 @@ class JobSpec:
     nodes: int = 1
     procs_per_node: int = 0  # 0: the site's default
     tensor_parallel_size: int = 0  # 0: the planner decides
-    vllm_mode: Literal["colocate", "server"] = "colocate"
+    vllm_mode: Literal["colocate", "server", "auto"] = "colocate"  # auto: planner/modes.py
     vllm_server_gpus: int = 1
     vllm_gpu_memory_utilization: float = 0.0  # 0: the planner decides
     vllm_enable_sleep_mode: bool | None = None

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from hpc_grpo.config.site import SiteProfile, minutes
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
-from hpc_grpo.planner import MemoryPlan, PlanRequest, check_batch_rules, plan_memory
+from hpc_grpo.planner import MemoryPlan, check_batch_rules, plan_memory
 from hpc_grpo.planner.blocks import dataset_block, default_name, hardware_block, model_block, peft_block
 from hpc_grpo.planner.bounds import (  # noqa: F401 - BUILTIN_PROMPT_TOKENS, TRL_DEFAULTS: re-exported
     BUILTIN_PROMPT_TOKENS,
@@ -24,7 +24,9 @@ from hpc_grpo.planner.bounds import (  # noqa: F401 - BUILTIN_PROMPT_TOKENS, TRL
 from hpc_grpo.planner.checkpoint_fit import check_checkpoints
 from hpc_grpo.planner.checkpoint_size import CheckpointSize
 from hpc_grpo.planner.engines import deepspeed_plan, vllm_plan
+from hpc_grpo.planner.modes import plan_request, resolve_mode, server_plan
 from hpc_grpo.planner.precision import context_check, precision
+from hpc_grpo.planner.speed.server import ServerPlan
 from hpc_grpo.planner.timeouts import collective_timeout
 from hpc_grpo.planner.timing import Timings, signal_lead
 from hpc_grpo.planner.topology import ServerSplit, layout_notes, rank_table, server_split
@@ -66,6 +68,7 @@ class JobPlan:
     checkpoint_problem: str = ""  # why no checkpoint fits the output file system; submit refuses
     precision: str = ""  # what the ranks train in (precision(): the ranks' own load_dtype)
     changes: tuple[str, ...] = ()  # what the plan changed from the recipe, one line each, and why
+    server_plan: ServerPlan | None = None  # server mode: trainer/server memory, step, alloc hook
 
     @property
     def nodes(self) -> int:
@@ -171,32 +174,7 @@ def _memory_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int) 
     """The colocated memory plan; None on CPU sites and for an unknown architecture."""
     if site.device != "cuda" or model.arch is None:
         return None
-    return plan_memory(
-        PlanRequest(
-            arch=model.arch,
-            nodes=spec.nodes,
-            gpus_per_node=procs,
-            gpu_memory_gib=site.gpu_memory_gib,
-            cpu_memory_gib_per_node=site.cpu_memory_gib,
-            prompt_length=grpo_value(spec, "max_prompt_length"),
-            completion_length=grpo_value(spec, "max_completion_length"),
-            per_device_train_batch_size=grpo_value(spec, "per_device_train_batch_size"),
-            num_generations=grpo_value(spec, "num_generations"),
-            gradient_accumulation_steps=grpo_value(spec, "gradient_accumulation_steps"),
-            steps_per_generation=spec.grpo.get("steps_per_generation"),
-            lora=spec.use_peft,
-            lora_rank=spec.lora_r,
-            lora_target_modules=tuple(spec.lora_target_modules),
-            beta=float(grpo_value(spec, "beta")),
-            gradient_checkpointing=bool(grpo_value(spec, "gradient_checkpointing")),
-            tensor_parallel_size=spec.tensor_parallel_size or None,
-            zero_stage=0 if spec.pure_bf16 and spec.zero_stage is None else spec.zero_stage,
-            offload_optimizer=spec.offload_optimizer,
-            enable_sleep_mode=spec.vllm_enable_sleep_mode,
-            vllm_gpu_memory_utilization=spec.vllm_gpu_memory_utilization or None,
-            pure_bf16=spec.pure_bf16,
-        )
-    )
+    return plan_memory(plan_request(site, spec, model, procs))
 
 
 def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
@@ -206,6 +184,7 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
     ``free``: the output file system's free bytes and name, probed by the caller; ``notes``:
     the caller's checks' warnings, shown after the plan's own."""
     time_min = minutes(spec.time, "time")
+    spec, mode_note = resolve_mode(site, spec, model)
     lead, lead_reason = signal_lead(site.signal_lead_s, timings)
     warnings = [*spec.notes, *_check_limits(site, spec, time_min, lead, timings),
                 *context_check(spec, model.arch.max_position_embeddings if model.arch
@@ -213,6 +192,9 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
     procs, server = _processes(site, spec)
     _check_batches(spec, world_size(spec.nodes, procs))
     memory = None if server is not None else _memory_plan(site, spec, model, procs)
+    served = server_plan(site, spec, model, procs) if server is not None else None
+    warnings += [mode_note] * bool(mode_note) + (
+        [served.growth_warning(model.arch.num_params)] if served and model.arch else [])
     warnings += layout_notes(site.device, site.name, spec, memory or server)
     sequence = prompt_bound(spec) + grpo_value(spec, "max_completion_length")
     timeout, timeout_reason = collective_timeout(timings, site.watchdog_startup_s,
@@ -231,5 +213,5 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
         warnings=(*warnings, *notes), signal_lead_s=lead, signal_lead_reason=lead_reason,
         dataset_commit=dataset_commit,
         collective_timeout_s=timeout, collective_timeout_reason=timeout_reason,
-        precision=story, changes=changes,
+        precision=story, changes=changes, server_plan=served,
     )

@@ -19,9 +19,8 @@ def plan_report(plan: JobPlan) -> dict[str, Any]:
             why_none = (f"site '{plan.site.name}' has no GPUs: ranks train fp32 DDP over gloo and "
                         "generate with transformers, so there is no vLLM or GPU memory to plan")
         elif plan.server is not None:
-            why_none = ("server mode is not memory-planned: the planner models colocated engines; "
-                        "trainer GPUs hold no engine and `vllm serve` gets "
-                        f"{plan.vllm.gpu_memory_utilization} of its GPUs")
+            why_none = ("server mode: trainer GPUs hold no engine (server_plan has their memory) "
+                        f"and `vllm serve` gets {plan.vllm.gpu_memory_utilization} of its GPUs")
         else:
             why_none = (f"the architecture of {plan.model.source} is unknown (no local config.json, "
                         "not in the catalogue: --list-models), so TP 1 and TRL's vLLM defaults")
@@ -33,4 +32,6 @@ def plan_report(plan: JobPlan) -> dict[str, Any]:
         "no_memory_plan": why_none, "warnings": list(plan.warnings),
         "precision": plan.precision, "changed_from_recipe": list(plan.changes),
         "checkpoint": checkpoint_report(plan.checkpoint),
+        "speed": memory.speed.to_dict() if memory and memory.speed else None,
+        "server_plan": plan.server_plan.to_dict() if plan.server_plan else None,
     }

@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpc_grpo.planner.arch import ModelArch
 from hpc_grpo.rundir.contract import world_size
+
+if TYPE_CHECKING:
+    from hpc_grpo.planner.speed.choose import SpeedPlan
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,12 @@ class PlanRequest:
     enable_sleep_mode: bool | None = None
     vllm_gpu_memory_utilization: float | None = None
     pure_bf16: bool = False  # without DeepSpeed: bf16 weights, gradients and Adam states
+    # Step-time inputs (planner/speed/hardware.py): link bus bandwidths in GB/s, None = assumed
+    # there; where they came from ("measured by doctor 2026-11-25", "assumed"); the card's name.
+    intra_node_gbs: float | None = None
+    inter_node_gbs: float | None = None
+    link_source: str = ""
+    gpu_name: str = ""
 
     @property
     def world_size(self) -> int:
@@ -93,6 +102,7 @@ class MemoryPlan:
     vllm_max_model_length: int
     breakdown: tuple[tuple[str, float], ...]
     reasons: tuple[tuple[str, str], ...]
+    speed: SpeedPlan | None = None  # predicted step time and the layouts it beat (not in run.json)
 
     def gib(self, item: str) -> float:
         """One breakdown line by name (KeyError when absent)."""

@@ -12,6 +12,7 @@ from hpc_grpo.planner.memory.hints import smallest_change
 from hpc_grpo.planner.memory.lora import check_targets
 from hpc_grpo.planner.memory.reasons import explain
 from hpc_grpo.planner.memory.search import search, tp_divisibility, valid_tps
+from hpc_grpo.planner.speed.choose import SpeedPlan, fastest, label
 from hpc_grpo.planner.types import MemoryPlan, PlanRequest
 from hpc_grpo.rundir.contract import DEFAULT_VLLM_GPU_MEMORY_UTILIZATION
 
@@ -102,17 +103,40 @@ def _no_fit(req: PlanRequest, leanest: Estimate | None) -> UserError:
                      hint=smallest_change(free))
 
 
+_CHOICES = (("tensor_parallel_size", "tp"), ("zero_stage", "zero"),
+            ("offload_optimizer", "offload_optimizer"), ("offload_params", "offload_params"),
+            ("enable_sleep_mode", "sleep"))
+
+
+def _speed_reasons(req: PlanRequest, cheapest: Estimate, chosen: Estimate,
+                   speed: SpeedPlan) -> tuple[tuple[str, str], ...]:
+    """The memory reasons, with those choices where a cheaper layout fits but is slower."""
+    reasons = dict(explain(req, chosen))
+    slower = next(row for row in speed.considered if row.verdict.startswith("slower")
+                  and row.layout == label(cheapest.layout))
+    for field, attr in _CHOICES:
+        value, cheap = getattr(chosen.layout, attr), getattr(cheapest.layout, attr)
+        if value != cheap:
+            reasons[field] = (f"{value}: faster; {slower.layout} also fits but is predicted at "
+                              f"{slower.step.seconds:.2f} s/step against {speed.step.seconds:.2f}")
+    return tuple(reasons.items())
+
+
 def plan_memory(req: PlanRequest) -> MemoryPlan:
-    """The cheapest layout that fits, with its memory breakdown and a reason for every choice.
+    """The fastest layout that fits (planner/speed), with its memory breakdown and a reason for
+    every choice.
 
     Raises UserError when nothing fits, naming the override at fault or the smallest change
     (nodes, GPU memory, LoRA, batch, length, CPU memory) that would fit.
     """
     _validate(req)
     _validate_overrides(req)
-    found, leanest = search(req)
-    if found is None:
+    cheapest, leanest = search(req)
+    found, speed = fastest(req)
+    if found is None or cheapest is None or speed is None:
         raise _no_fit(req, leanest)
+    reasons = (explain(req, found) if found is cheapest or found.layout == cheapest.layout
+               else _speed_reasons(req, cheapest, found, speed))
     layout = found.layout
     return MemoryPlan(
         tensor_parallel_size=layout.tp, zero_stage=layout.zero,
@@ -121,5 +145,5 @@ def plan_memory(req: PlanRequest) -> MemoryPlan:
         vllm_gpu_memory_utilization=round(found.util, 2), enable_sleep_mode=layout.sleep,
         max_num_seqs=req.per_device_train_batch_size * layout.tp * req.generation_steps,
         vllm_max_model_length=sequence_length(req),
-        breakdown=found.items, reasons=explain(req, found),
+        breakdown=found.items, reasons=reasons, speed=speed,
     )

@@ -92,3 +92,8 @@ def fits(req: PlanRequest) -> bool:
     """Whether any layout fits; sleep mode on never needs more memory, so only those are tried."""
     return any(estimate(req, link.layout, link.share).fits for link in chain(req)
                if link.layout.sleep or req.enable_sleep_mode is False)
+
+
+def candidates(req: PlanRequest) -> tuple[Estimate, ...]:
+    """Every layout of the chain with its estimate, fitting or not (the speed room ranks them)."""
+    return tuple(estimate(req, link.layout, link.share) for link in chain(req))

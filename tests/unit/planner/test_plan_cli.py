@@ -85,9 +85,10 @@ def test_cpu_site_has_no_gpu_memory_plan() -> None:
     assert data["deepspeed"] is None and data["vllm"]["enabled"] is False
 
 
-def test_server_mode_says_it_has_no_memory_plan_and_what_the_server_gets() -> None:
-    """Server mode is not memory-planned (#12): the plan says so plainly, with the share that
-    `vllm serve` is given, instead of printing a colocated plan that would not apply."""
+def test_server_mode_has_a_trainer_memory_plan_and_what_the_server_gets() -> None:
+    """Server mode (#30; #12 said only that it had none): the trainer GPU's memory (no engine,
+    the whole batch's activations), the server's share, the predicted step, the reserve-growth
+    warning and the allocator hook the runtime may apply; no colocated plan that would not apply."""
     args = ["--site", "h100-pyxis", "--model", "Qwen2.5-Math-7B", "--nodes", "2",
             "--vllm-mode", "server"]
     code, out, _ = invoke(*args, "--json")
@@ -95,10 +96,14 @@ def test_server_mode_says_it_has_no_memory_plan_and_what_the_server_gets() -> No
     data = json.loads(out)
     assert data["memory_plan"] is None and data["vllm"]["mode"] == "server"
     share = data["vllm"]["gpu_memory_utilization"]
-    assert data["no_memory_plan"].startswith("server mode is not memory-planned")
     assert f"`vllm serve` gets {share} of its GPUs" in data["no_memory_plan"]
+    server = data["server_plan"]
+    assert server["trainer_gpu_gib"]["total during training"] > server["trainer_gpu_gib"]["gradients"]
+    assert server["server_gpu_gib"]["vLLM share"] == pytest.approx(share * 80, abs=0.1)
+    assert server["s_per_step"] > 0 and server["server_trainer_alloc_conf"]
+    assert any("reserved GPU memory grew" in w for w in data["warnings"])
     code, text, _ = invoke(*args)
-    assert code == 0 and "server mode is not memory-planned" in text
+    assert code == 0 and "server mode: predicted" in text and "trainer GPU: gradients" in text
     colocated = json.loads(invoke(*args[:-2], "--json")[1])
     assert colocated["memory_plan"] is not None and colocated["no_memory_plan"] is None
 

@@ -121,6 +121,7 @@ CLI_MAY_IMPORT = {
     "hpc_grpo.preflight": {"doctor"},
     "hpc_grpo.cli_posttrain": {"posttrain_commands"},  # export and eval, beside cli.py
     "hpc_grpo.cli_preflight": {"preflight_commands"},  # doctor and site init, beside cli.py
+    "hpc_grpo.cli_speed": {"plan_tail"},  # the plan view's step-time tables, beside cli.py
 }
 CLI_MODULES = ("cli.py", "cli_posttrain.py", "cli_preflight.py")
 

@@ -1,0 +1,90 @@
+"""The plan request a job spec makes, server mode's plan, and ``vllm_mode: auto``.
+
+``auto`` (spec or ``--vllm-mode auto``) plans both modes and keeps the one predicted faster
+(planner/speed); everything downstream sees the resolved mode. The default stays ``colocate``:
+server mode idles GPUs on every node but the last, adds `vllm serve`'s start-up (about 150 s
+before the first step, ../shared/design/gpu-facts-2026-11-25.md) and its trainer's reserved
+memory grows every step, none of which a step time shows; ``auto`` is the opt-in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Literal
+
+from hpc_grpo.config.site import SiteProfile
+from hpc_grpo.config.spec import JobSpec
+from hpc_grpo.errors import UserError
+from hpc_grpo.planner.bounds import grpo_value
+from hpc_grpo.planner.engines import SERVER_GPU_MEMORY_UTILIZATION
+from hpc_grpo.planner.memory.plan import plan_memory
+from hpc_grpo.planner.speed.server import ServerPlan, plan_server
+from hpc_grpo.planner.topology import server_split
+from hpc_grpo.planner.types import ModelRef, PlanRequest
+
+
+def plan_request(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int) -> PlanRequest:
+    """The planner's view of the job; link bandwidths stay assumed until doctor's are wired."""
+    assert model.arch is not None
+    return PlanRequest(
+        arch=model.arch, nodes=spec.nodes, gpus_per_node=procs,
+        gpu_memory_gib=site.gpu_memory_gib, cpu_memory_gib_per_node=site.cpu_memory_gib,
+        prompt_length=grpo_value(spec, "max_prompt_length"),
+        completion_length=grpo_value(spec, "max_completion_length"),
+        per_device_train_batch_size=grpo_value(spec, "per_device_train_batch_size"),
+        num_generations=grpo_value(spec, "num_generations"),
+        gradient_accumulation_steps=grpo_value(spec, "gradient_accumulation_steps"),
+        steps_per_generation=spec.grpo.get("steps_per_generation"),
+        lora=spec.use_peft, lora_rank=spec.lora_r,
+        lora_target_modules=tuple(spec.lora_target_modules),
+        beta=float(grpo_value(spec, "beta")),
+        gradient_checkpointing=bool(grpo_value(spec, "gradient_checkpointing")),
+        tensor_parallel_size=spec.tensor_parallel_size or None,
+        zero_stage=0 if spec.pure_bf16 and spec.zero_stage is None else spec.zero_stage,
+        offload_optimizer=spec.offload_optimizer,
+        enable_sleep_mode=spec.vllm_enable_sleep_mode,
+        vllm_gpu_memory_utilization=spec.vllm_gpu_memory_utilization or None,
+        pure_bf16=spec.pure_bf16, gpu_name=site.gpu_type,
+    )
+
+
+def server_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int) -> ServerPlan | None:
+    """Server mode's memory and step plan; None on CPU sites and for an unknown architecture."""
+    if site.device != "cuda" or model.arch is None:
+        return None
+    req = plan_request(site, spec, model, procs)
+    util = spec.vllm_gpu_memory_utilization or SERVER_GPU_MEMORY_UTILIZATION
+    return plan_server(req, spec.vllm_server_gpus, util, spec.zero_stage or 0)
+
+
+def faster_mode(colocate: PlanRequest, trainers: PlanRequest, server_gpus: int, util: float,
+                zero: int) -> tuple[Literal["colocate", "server"], str]:
+    """("colocate" or "server", why): server mode wherever it fits and is predicted faster, so a
+    slow link never leaves the plan on a colocated layout predicted slower than server mode."""
+    try:
+        speed = plan_memory(colocate).speed
+    except UserError:
+        speed = None
+    theirs = plan_server(trainers, server_gpus, util, zero)
+    mine = f"{speed.step.seconds:.2f} s/step" if speed else "does not fit"
+    if theirs.fits and (speed is None or theirs.step.seconds < speed.step.seconds):
+        return "server", (f"vllm_mode auto: server ({theirs.step.seconds:.2f} s/step against "
+                          f"colocate's {mine})")
+    server_s = f"{theirs.step.seconds:.2f} s/step" if theirs.fits else theirs.problem
+    return "colocate", f"vllm_mode auto: colocate ({mine} against server mode's {server_s})"
+
+
+def resolve_mode(site: SiteProfile, spec: JobSpec, model: ModelRef) -> tuple[JobSpec, str]:
+    """``auto``: the mode predicted faster, with the line that says so; else the spec as is."""
+    if spec.vllm_mode != "auto":
+        return spec, ""
+    colocate = replace(spec, vllm_mode="colocate")
+    if site.device != "cuda" or model.arch is None or site.gpus_per_node < 2:
+        return colocate, "vllm_mode auto: colocate (server mode needs 2+ GPUs and a known model)"
+    procs = spec.procs_per_node or site.default_procs_per_node
+    split = server_split(spec.nodes, site.gpus_per_node, spec.vllm_server_gpus)
+    util = spec.vllm_gpu_memory_utilization or SERVER_GPU_MEMORY_UTILIZATION
+    mode, why = faster_mode(plan_request(site, colocate, model, procs),
+                            plan_request(site, spec, model, len(split.trainer_gpus)),
+                            spec.vllm_server_gpus, util, spec.zero_stage or 0)
+    return replace(spec, vllm_mode=mode), why

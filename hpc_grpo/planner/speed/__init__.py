@@ -1,0 +1,9 @@
+"""The step-time model of a GPU job, a room of its own inside the planner (``predict``).
+
+``hardware.py``: per card kind figures (memory bandwidth, bf16 peak) and the links' bandwidths;
+``terms.py``: one function per part of a step (generation, training, exchange, optimizer, weight
+sync, sleep/wake), with the assumptions and calibrated constants they use; ``predict.py``: a
+layout's (or server mode's) predicted s/step and tokens/s as a sum of those terms;
+``choose.py``: the fastest fitting layout among the memory room's candidates, and why each other
+one lost. Held to the saved GPU measurements by tests/unit/planner/test_speed_calibration.py.
+"""

@@ -1,0 +1,87 @@
+"""The fastest layout that fits, and a line for every other layout tried: why it lost.
+
+A layout that does not fit loses with the memory number that does not fit; one that fits loses
+with its predicted s/step. The model is held to 20 % of the measurements, so a layout must be
+predicted more than CLEAR_WIN faster than a cheaper one (the chain's order: smaller TP, lower
+ZeRO stage, no offload, sleep off) to replace it: a near tie keeps the cheaper, simpler layout
+and the plans made before the model existed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hpc_grpo.planner.memory.estimate import Estimate, Layout
+from hpc_grpo.planner.memory.search import candidates
+from hpc_grpo.planner.speed.hardware import card, links
+from hpc_grpo.planner.speed.predict import StepTime, predict
+from hpc_grpo.planner.types import PlanRequest
+
+CLEAR_WIN = 0.10
+
+
+def label(layout: Layout) -> str:
+    parts = [f"TP {layout.tp}", f"ZeRO-{layout.zero}" if layout.zero else "ZeRO off"]
+    if layout.offload_params:
+        parts.append("optimizer + parameter offload")
+    elif layout.offload_optimizer:
+        parts.append("optimizer offload")
+    parts.append("sleep" if layout.sleep else "no sleep")
+    return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Considered:
+    """One layout tried: its predicted step (when it fits) and the verdict."""
+
+    layout: str
+    step: StepTime
+    verdict: str  # "chosen", "does not fit: ...", "slower: ..."
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"layout": self.layout, **self.step.to_dict(), "verdict": self.verdict}
+
+
+@dataclass(frozen=True)
+class SpeedPlan:
+    """The chosen layout's predicted step, what the prediction assumed, and the others tried."""
+
+    step: StepTime
+    hardware: str
+    considered: tuple[Considered, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.step.to_dict(), "hardware": self.hardware,
+                "considered": [row.to_dict() for row in self.considered]}
+
+
+def hardware_note(req: PlanRequest) -> str:
+    gpu, link = card(req), links(req)
+    kind = f"{gpu.kind} figures{' (card unknown: assumed)' if gpu.assumed else ''}"
+    return (f"{kind}; links {link.intra_gbs:g} GB/s inside a node, {link.inter_gbs:g} GB/s "
+            f"between nodes ({link.source})")
+
+
+def _verdict(est: Estimate, step: StepTime, best: StepTime) -> str:
+    if not est.fits:
+        return f"does not fit: {est.problem}"
+    if step.seconds < best.seconds:
+        return (f"not clearly faster: {step.seconds:.2f} s/step against {best.seconds:.2f}, "
+                f"within {CLEAR_WIN:.0%}; the cheaper layout stays")
+    return f"slower: {step.seconds:.2f} s/step against {best.seconds:.2f}"
+
+
+def fastest(req: PlanRequest) -> tuple[Estimate | None, SpeedPlan | None]:
+    """The fitting layout predicted fastest (None when none fits) and the table of the others."""
+    tried = [(est, predict(req, est.layout, est.util)) for est in candidates(req)]
+    fitting = [(est, step) for est, step in tried if est.fits]
+    if not fitting:
+        return None, None
+    quickest = min(step.seconds for _, step in fitting)
+    chosen, best = next((est, step) for est, step in fitting
+                        if step.seconds * (1 - CLEAR_WIN) <= quickest)
+    rows = tuple(Considered(label(est.layout), step,
+                            "chosen" if est is chosen else _verdict(est, step, best))
+                 for est, step in tried)
+    return chosen, SpeedPlan(best, hardware_note(req), rows)

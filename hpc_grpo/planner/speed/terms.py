@@ -1,0 +1,129 @@
+"""One function per part of a GRPO step, in seconds per optimizer step of one rank.
+
+Assumptions (each constant's source; "fitted" means chosen so that the calibration table of
+tests/unit/planner/test_speed_calibration.py, built from docs/results/*.json and the
+measurements that exist only in markdown, is met within 20 %; the fit is by hand, round numbers):
+
+* Generation decodes ``completion_length`` tokens for the engine's whole batch at once. One
+  decode step costs a fixed DECODE_STEP_S (scheduler, sampling, kernel launches: generation of
+  0.5B at batch 32 took 0.79 s for 256 tokens on H200, 3.1 ms a token, where reading the
+  weights takes 0.2 ms; docs/results/2026-11-23-bench-two-16-steps.json, default_plan
+  phases_s), plus reading the bf16 weights of its TP shard at DECODE_BW_FRACTION of the card's
+  memory bandwidth, plus 2·params/TP FLOPs per sequence at DECODE_FLOP_FRACTION of the bf16
+  peak (fitted: server mode at 64 sequences took 1.04 s against 0.79 at 32, same file).
+  TP > 1 adds two all-reduces per layer per token at TP_COLLECTIVE_S each (fitted: TP 2 was
+  1.45x slower than TP 1 x DP 2 at 0.5B, docs/benchmarks.md 2026-11-22 first session).
+* Training: 6·params·tokens FLOPs (4·params·tokens with LoRA: no weight gradients of the
+  frozen base), plus 2·params·tokens for gradient checkpointing's recomputation (x 4/3), plus
+  one forward of 2·params·tokens for the old log-probabilities TRL computes while preparing
+  inputs, at TRAIN_FLOP_FRACTION of the bf16 peak (fitted on 1.5B and 7B one-GPU runs,
+  docs/results/2026-11-24-memory-phases-*.json).
+* Data-parallel exchange over the slowest link crossed, at the link's bus bandwidth:
+  DDP (ZeRO off) all-reduces the fp32 gradients (the model trains in fp32 under autocast);
+  ZeRO-2 reduce-scatters bf16 gradients each micro-step and all-gathers the updated bf16
+  weights once (2 x bf16 params at two ranks: "3.1 GB over a link measured at 2.68 GB/s",
+  docs/benchmarks.md 2026-11-23); ZeRO-3 also all-gathers every layer's weights for each
+  forward and backward, the old log-probabilities' forward and the weight sync's gather, in
+  layer-sized pieces at ZERO3_LINK_FRACTION of the link (fitted: 2 nodes over 2.68 GB/s,
+  1.5B ZeRO-3, docs/results/2026-11-23-multinode-reference.json).
+* Optimizer: GPU Adam streams 28 bytes per trainable parameter of the rank's shard (read
+  weights, gradients, m, v; write weights, m, v) at half the memory bandwidth. CPU Adam
+  (optimizer offload) moves bf16 gradients down and bf16 weights up over PCIe and updates at
+  CPU_ADAM_S_PER_PARAM, plus OFFLOAD_STEP_S of DeepSpeed's per-step offload work (both fitted:
+  1.5B ZeRO-3 + offload 3.03 s against 0.50 s without, docs/results/2026-11-24-memory-offload-
+  1.5b-h200.json and -memory-phases-1.5b-h200.json; 7B 10.16 against 3.23 s, issue #30).
+  Parameter offload fetches the bf16 weights over PCIe for each forward and backward.
+* Weight sync to the colocated engine: SYNC_STEP_S plus the bf16 weights of the TP shard at
+  SYNC_GBS (fitted: 0.04 s at 0.5B, 0.06 s at 1.5B, 0.13 s at 7B, the phases_s above).
+  Server mode's push to `vllm serve`: SERVER_PUSH_S plus the bf16 weights at SERVER_PUSH_GBS or
+  the link, whichever is slower (0.12 s at 0.5B on H200, 0.235 s at 1.5B on H100,
+  ../shared/design/gpu-facts-2026-11-25.md and the 2026-11-23 bench file).
+* Sleep mode: releasing and re-mapping vLLM's budget every step, SLEEP_STEP_S plus
+  SLEEP_S_PER_GIB per GiB of it (an assumption of the right order: cuMemMap/unmap at about
+  1 ms/GiB; the one-GPU runs in docs/benchmarks.md could not separate it from noise).
+* Every step also pays STEP_S of rewards, logging and Python (fitted).
+"""
+
+from __future__ import annotations
+
+from hpc_grpo.planner.speed.hardware import PCIE_GBS, Card
+
+GB = 1e9
+DECODE_STEP_S = {"H100": 3.9e-3, "H200": 1.1e-3}
+DECODE_SEQ_S = 5.0e-5
+DECODE_BW_FRACTION = 0.8
+DECODE_FLOP_FRACTION = 0.5
+TP_COLLECTIVE_S = 3.0e-4
+TRAIN_FLOP_FRACTION = 0.45
+TRAIN_HIDDEN_HALF = 450
+ZERO3_LINK_FRACTION = 0.65
+CPU_ADAM_S_PER_PARAM = 0.7e-9
+OFFLOAD_STEP_S = 1.4
+SYNC_STEP_S = 0.03
+SYNC_GBS = 140.0
+SERVER_PUSH_S = 0.0
+SERVER_PUSH_GBS = 21.0
+SLEEP_STEP_S = 0.05
+SLEEP_S_PER_GIB = 0.002
+STEP_S = 0.20
+
+
+def decode_s(card: Card, params: int, layers: int, seqs: int, tokens: int, tp: int) -> float:
+    """One engine decoding ``tokens`` tokens for ``seqs`` sequences at once."""
+    weights = 2 * params / tp / (card.memory_tbs * 1e12 * DECODE_BW_FRACTION)
+    flops = seqs * 2 * params / tp / (card.bf16_tflops * 1e12 * DECODE_FLOP_FRACTION)
+    collectives = 2 * layers * TP_COLLECTIVE_S if tp > 1 else 0.0
+    step = DECODE_STEP_S[card.kind] + seqs * DECODE_SEQ_S
+    return tokens * (step + weights + flops + collectives)
+
+
+def train_flops(params: int, tokens: int, checkpointing: bool, lora: bool) -> float:
+    """Forward, backward, recomputation and the old log-probabilities' forward."""
+    per_token = 2 + (2 if lora else 4) + (2 if checkpointing else 0) + 2
+    return per_token * params * tokens
+
+
+def compute_s(card: Card, flops: float, hidden: int) -> float:
+    """Smaller layers reach less of the peak: the fraction is halved at TRAIN_HIDDEN_HALF."""
+    fraction = TRAIN_FLOP_FRACTION * hidden / (hidden + TRAIN_HIDDEN_HALF)
+    return flops / (card.bf16_tflops * 1e12 * fraction)
+
+
+def exchange_s(zero: int, params: int, trainable: int, world: int, link_gbs: float,
+               micro_steps: int, generations: int) -> float:
+    """The data-parallel collectives of one optimizer step (0 at world size 1)."""
+    if world == 1:
+        return 0.0
+    share = (world - 1) / world
+    if zero == 0:  # DDP: all-reduce of fp32 gradients per micro-step
+        return micro_steps * 2 * share * 4 * trainable / (link_gbs * GB)
+    scatter = micro_steps * share * 4 * trainable / (link_gbs * GB)  # fp32 gradients
+    if zero < 3 or trainable < params:  # ZeRO-2 (LoRA keeps the base whole)
+        return scatter + share * 2 * trainable / (link_gbs * GB)
+    gathers = 2 * micro_steps + 2 * generations  # forward + backward; old logps + weight sync
+    return scatter + gathers * share * 2 * params / (link_gbs * GB * ZERO3_LINK_FRACTION)
+
+
+def adam_gpu_s(card: Card, shard_params: float) -> float:
+    return 28 * shard_params / (card.memory_tbs * 1e12 * 0.5)
+
+
+def offload_s(shard_params: float, params_offloaded: bool, params: int, micro_steps: int) -> float:
+    """CPU Adam with its PCIe traffic; parameter offload's fetches for forward and backward."""
+    seconds = OFFLOAD_STEP_S + CPU_ADAM_S_PER_PARAM * shard_params
+    seconds += 2 * 2 * shard_params / (PCIE_GBS * GB)
+    if params_offloaded:
+        seconds += micro_steps * 2 * 2 * params / (PCIE_GBS * GB)
+    return seconds
+
+
+def sync_s(params: int, tp: int) -> float:
+    return SYNC_STEP_S + 2 * params / tp / (SYNC_GBS * GB)
+
+
+def server_push_s(params: int, link_gbs: float) -> float:
+    return SERVER_PUSH_S + 2 * params / (min(link_gbs, SERVER_PUSH_GBS) * GB)
+
+
+def sleep_s(budget_gib: float) -> float:
+    return SLEEP_STEP_S + SLEEP_S_PER_GIB * budget_gib

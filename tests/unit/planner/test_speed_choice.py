@@ -1,0 +1,99 @@
+"""The plan picks the fastest layout that fits (#30): 7B on one H200, slow and fast links against
+server mode, and layouts the user forces (planned as given or refused with the number)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from hpc_grpo.errors import UserError
+from hpc_grpo.planner import PlanRequest, plan_memory
+from hpc_grpo.planner.catalogue import builtin_arch, lookup_model
+from hpc_grpo.planner.modes import faster_mode
+from hpc_grpo.planner.speed.server import plan_server
+
+
+def request(shape: str, **kw: Any) -> PlanRequest:
+    arch = builtin_arch(shape) or lookup_model(shape)
+    assert arch is not None
+    values: dict[str, Any] = dict(nodes=1, gpus_per_node=1, gpu_memory_gib=139.0,
+                                  cpu_memory_gib_per_node=250.0, prompt_length=32,
+                                  completion_length=256, per_device_train_batch_size=8,
+                                  num_generations=8)
+    return PlanRequest(arch=arch, **{**values, **kw})
+
+
+def test_7b_on_one_h200_trains_without_zero_in_sleep_mode_not_with_offload() -> None:
+    plan = plan_memory(request("qwen2-7b"))
+    assert (plan.zero_stage, plan.enable_sleep_mode, plan.offload_optimizer) == (0, True, False)
+    assert plan.speed is not None
+    offload = [row for row in plan.speed.considered if "offload" in row.layout]
+    assert offload and all(row.verdict.startswith("slower") for row in offload)
+    assert min(row.step.seconds for row in offload) > 3 * plan.speed.step.seconds
+
+
+def test_a_users_sleep_mode_changes_the_verdict_on_zero_off() -> None:
+    awake = request("qwen2-7b", zero_stage=0, enable_sleep_mode=False)
+    with pytest.raises(UserError, match=r"training peaks at 150\.9 GiB"):
+        plan_memory(awake)
+    plan = plan_memory(replace(awake, enable_sleep_mode=True))
+    assert (plan.zero_stage, plan.enable_sleep_mode) == (0, True)
+    assert plan.reason("zero_stage") == "0: set by you"
+
+
+def test_a_forced_layout_that_cannot_fit_is_refused_with_the_number() -> None:
+    """Qwen2.5-7B's untied 152k vocabulary: 7.6 B parameters, 18 B each without DeepSpeed."""
+    with pytest.raises(UserError, match=r"zero_stage=0 cannot fit: training peaks at 147\.3 GiB"):
+        plan_memory(request("Qwen/Qwen2.5-7B", zero_stage=0, enable_sleep_mode=True))
+
+
+def test_a_forced_slower_layout_is_planned_as_given() -> None:
+    plan = plan_memory(request("qwen2-7b", zero_stage=3, offload_optimizer=True))
+    assert (plan.zero_stage, plan.offload_optimizer) == (3, True)
+    assert plan.speed is not None and plan.speed.step.seconds > 5
+
+
+TWO_NODES = dict(nodes=2, gpus_per_node=2, gpu_memory_gib=139.0, per_device_train_batch_size=32)
+
+
+def _modes(inter_gbs: float) -> tuple[str, float, float]:
+    colocate = request("qwen2-1.5b", **TWO_NODES, inter_node_gbs=inter_gbs)
+    trainers = replace(colocate, gpus_per_node=1)
+    mode, _ = faster_mode(colocate, trainers, 1, 0.9, 0)
+    speed = plan_memory(colocate).speed
+    assert speed is not None
+    return mode, speed.step.seconds, plan_server(trainers, 1, 0.9, 0).step.seconds
+
+
+def test_across_a_slow_link_the_plan_is_never_slower_than_server_mode() -> None:
+    """2.68 GB/s: NCCL over sockets between the sandbox's nodes (docs/benchmarks.md 2026-11-23)."""
+    mode, colocate_s, server_s = _modes(2.68)
+    assert mode == ("server" if server_s < colocate_s else "colocate")
+    chosen = server_s if mode == "server" else colocate_s
+    assert chosen <= min(colocate_s, server_s)
+
+
+def test_with_an_infiniband_class_link_the_plan_colocates() -> None:
+    mode, colocate_s, server_s = _modes(25.0)
+    assert mode == "colocate" and colocate_s < server_s
+
+
+def test_the_slow_link_measurement_itself_prefers_server_mode() -> None:
+    """The measured pair (1.5B, 2 nodes x 1 GPU colocated ZeRO-2 3.47 s against server mode on
+    one node 2.28 s): the model predicts server mode faster too."""
+    colocate = request("qwen2-1.5b", nodes=2, per_device_train_batch_size=32, inter_node_gbs=2.68)
+    speed = plan_memory(replace(colocate, zero_stage=2)).speed
+    trainers = replace(colocate, nodes=1, per_device_train_batch_size=64)
+    assert speed is not None
+    assert plan_server(trainers, 1, 0.9, 0).step.seconds < speed.step.seconds
+
+
+def test_link_inputs_are_stated_in_the_plan() -> None:
+    plan = plan_memory(request("qwen2-1.5b", nodes=2, inter_node_gbs=2.68,
+                               link_source="measured by doctor 2026-11-25"))
+    assert plan.speed is not None
+    assert "2.68 GB/s between nodes (measured by doctor 2026-11-25" in plan.speed.hardware
+    assumed = plan_memory(request("qwen2-1.5b")).speed
+    assert assumed is not None and "(assumed)" in assumed.hardware
