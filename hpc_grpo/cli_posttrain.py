@@ -21,6 +21,9 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
     @click.command()
     @click.argument("run")
     @click.option("--step", type=int, help="Checkpoint step (default: the newest complete one).")
+    @click.option("--best", "best", metavar="KEY",
+                  help="The complete checkpoint whose step logged the highest value of this "
+                  "metrics.jsonl key (reward_mean, rewards/NAME/mean or NAME); not with --step.")
     @click.option("--to", type=click.Path(file_okay=False),
                   help="Target folder, new or empty (default: RUN_DIR/export/step-N).")
     @click.option("--dtype", type=click.Choice(["bf16", "fp32"]),
@@ -28,7 +31,8 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
     @click.option("--merge-lora/--adapter", "merge", default=True, show_default=True,
                   help="LoRA runs: merge the adapter into the base model, or export the adapter.")
     @user_errors
-    def export(run: str, step: int | None, to: str | None, dtype: str | None, merge: bool) -> None:
+    def export(run: str, step: int | None, best: str | None, to: str | None, dtype: str | None,
+               merge: bool) -> None:
         """Write a run's complete checkpoint as a checked Hugging Face model folder.
 
         Any layout the ranks save: ZeRO off, DeepSpeed ZeRO-1/2/3 shards (DeepSpeed's
@@ -44,7 +48,7 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
 
         try:
             result = api.export(run, step=step, to=to, dtype=dtype, adapter=not merge,
-                                announce=lambda line: click.echo(line, err=True))
+                                announce=lambda line: click.echo(line, err=True), best=best)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the hidden folder is already removed
             click.echo("export interrupted: nothing was written", err=True)
             sys.exit(130)
@@ -64,6 +68,9 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
     @click.argument("target")
     @click.option("--step", type=int, help="A run's checkpoint (default: its export of the highest "
                   "step, else its newest complete checkpoint).")
+    @click.option("--best", "best", metavar="KEY",
+                  help="The complete checkpoint whose step logged the highest value of this "
+                  "metrics.jsonl key (reward_mean, rewards/NAME/mean or NAME); not with --step.")
     @click.option("--dataset", help="Default: the run's dataset.")
     @click.option("--split", help="Default: the run's split.")
     @click.option("--reward-funcs", "reward_funcs", multiple=True,
@@ -77,7 +84,7 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
     @click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
     @click.option("--json", "as_json", is_flag=True, help="Print the result file's path and means as JSON.")
     @user_errors
-    def eval_command(target: str, step: int | None, dataset: str | None, split: str | None,
+    def eval_command(target: str, step: int | None, best: str | None, dataset: str | None, split: str | None,
                      reward_funcs: tuple[str, ...], limit: int, num_samples: int,
                      max_new_tokens: int | None, seed: int, as_json: bool) -> None:
         """Mean reward (95% CI) of a run's model or a model folder on a dataset.
@@ -90,7 +97,9 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
 
         result = api.evaluate(target, step=step, dataset=dataset, split=split,
                               reward_funcs=reward_funcs, limit=limit, num_samples=num_samples,
-                              max_new_tokens=max_new_tokens, seed=seed)
+                              max_new_tokens=max_new_tokens, seed=seed, best=best)
+        if result.subject.picked:
+            click.echo(result.subject.picked, err=True)
         if as_json:
             click.echo(json.dumps({"path": str(result.path), "label": result.subject.label,
                                    "mean": result.reward.mean, "low": result.reward.low,
