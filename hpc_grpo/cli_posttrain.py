@@ -30,9 +30,15 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
                   help="Weights dtype (default: the training dtype, bf16 on GPUs, fp32 on CPU).")
     @click.option("--merge-lora/--adapter", "merge", default=True, show_default=True,
                   help="LoRA runs: merge the adapter into the base model, or export the adapter.")
+    @click.option("--push", "push", metavar="ORG/NAME",
+                  help="Then upload the checked folder to this Hugging Face hub repository "
+                  "(created if new; token from HF_TOKEN or `hf auth login`, never written). An "
+                  "export already at the target is pushed as it is.")
+    @click.option("--private/--public", "private", default=None,
+                  help="--push: visibility of a repository it creates (default: the hub's).")
     @user_errors
     def export(run: str, step: int | None, best: str | None, to: str | None, dtype: str | None,
-               merge: bool) -> None:
+               merge: bool, push: str | None, private: bool | None) -> None:
         """Write a run's complete checkpoint as a checked Hugging Face model folder.
 
         Any layout the ranks save: ZeRO off, DeepSpeed ZeRO-1/2/3 shards (DeepSpeed's
@@ -43,12 +49,15 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
         (1e-4 fp32, 0.1 bf16), through transformers on this machine (vLLM's check is GPU-only).
         Refused, nothing written: an incomplete checkpoint, a non-empty target, too little disk.
         Written beside the target and renamed at the end; exit 1 when the check fails (the
-        folder is removed). Recorded in RUN_DIR/exports.jsonl; `status` shows the newest."""
+        folder is removed). Recorded in RUN_DIR/exports.jsonl; `status` shows the newest.
+        --push ORG/NAME then uploads the folder with huggingface_hub (RUN_DIR/pushes.jsonl); a
+        refused push is one line, exit 1, and the export stays for the same command again."""
         from hpc_grpo import api
 
         try:
             result = api.export(run, step=step, to=to, dtype=dtype, adapter=not merge,
-                                announce=lambda line: click.echo(line, err=True), best=best)
+                                announce=lambda line: click.echo(line, err=True), best=best,
+                                push=push, private=private)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the hidden folder is already removed
             click.echo("export interrupted: nothing was written", err=True)
             sys.exit(130)
@@ -63,6 +72,11 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
         for note in result.notes:
             click.echo(f"note: {note}", err=True)
         click.echo(f"exported {result.plan.target}")
+        if result.pushed is not None and result.pushed.error:
+            click.echo(f"error: {result.pushed.error}", err=True)
+            sys.exit(1)
+        if result.pushed is not None:
+            click.echo(f"pushed to {result.pushed.repo_id}: {result.pushed.url}")
 
     @click.command("eval")
     @click.argument("target")

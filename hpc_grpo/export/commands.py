@@ -1,23 +1,55 @@
 """The api functions of `hpc-grpo export` and `hpc-grpo eval` (api.py re-exports them, at its
-size limit): a run found by name or directory, then export/write.py or export/evaluate.py."""
+size limit): a run found by name or directory, then export/write.py or export/evaluate.py, and
+export/push.py for ``--push``."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sys
 from collections.abc import Callable, Sequence
 
 from hpc_grpo.export import evaluate as evaluation
+from hpc_grpo.export import push as hub
 from hpc_grpo.export import write
+from hpc_grpo.rundir.contract import RUN_JSON
 from hpc_grpo.runs import registry
 
 
 def export(name: str, *, step: int | None = None, to: str | None = None, dtype: str | None = None,
            adapter: bool = False, python: str = sys.executable,
-           announce: Callable[[str], None] | None = None, best: str | None = None) -> write.Exported:
+           announce: Callable[[str], None] | None = None, best: str | None = None,
+           push: str | None = None, private: bool | None = None) -> write.Exported:
     """A run's complete checkpoint as a checked Hugging Face folder; the torch work runs in a
-    child ``python`` (runtime/posttrain/export.py)."""
-    return write.export(registry.find_run(name), step=step, to=to, dtype=dtype, adapter=adapter,
-                        python=python, announce=announce, best=best)
+    child ``python`` (runtime/posttrain/export.py). ``push``: then uploaded to that hub
+    repository (``Exported.pushed``); a finished export already at the target is pushed as it is."""
+    run_dir = registry.find_run(name)
+    if push:
+        hub.check_repo_id(push)
+        hub.require_hub(python)
+        write.refuse_missing(run_dir)
+        record = json.loads((run_dir / RUN_JSON).read_text())
+        found = hub.existing(run_dir, record, step, best, to, adapter)
+        if found is not None:
+            the_plan, entry = found
+            if announce:
+                announce(f"checkpoint-{the_plan.step} is already exported (checked) at "
+                         f"{the_plan.target}: pushing that folder")
+            done = write.Exported(the_plan, dict(entry.get("check") or {}), (), reused=True)
+            return _pushed(done, push, private, python, announce)
+    result = write.export(run_dir, step=step, to=to, dtype=dtype, adapter=adapter, python=python,
+                          announce=announce, best=best)
+    if not push or result.error:
+        return result
+    return _pushed(result, push, private, python, announce)
+
+
+def _pushed(done: write.Exported, repo_id: str, private: bool | None, python: str,
+            announce: Callable[[str], None] | None) -> write.Exported:
+    if announce:
+        announce(f"pushing {done.plan.target} to {repo_id}")
+    pushed = hub.push(done.plan, done.check, repo_id, private=private, python=python)
+    return dataclasses.replace(done, pushed=pushed)
 
 
 def evaluate(target: str, *, step: int | None = None, dataset: str | None = None,

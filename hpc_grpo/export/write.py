@@ -22,13 +22,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpc_grpo.errors import UserError
 from hpc_grpo.export import best as best_of
 from hpc_grpo.export import card, child, plan
 from hpc_grpo.rundir import append_jsonl, read_jsonl
 from hpc_grpo.rundir.contract import EXPORTS_JSONL, METRICS_JSONL, REWARD_CURVE, RUN_JSON
+
+if TYPE_CHECKING:
+    from hpc_grpo.export.push import Pushed
 
 MODULE = "hpc_grpo.runtime.posttrain.export"
 
@@ -43,6 +46,8 @@ class Exported:
     notes: tuple[str, ...]
     error: str = ""
     best: best_of.Best | None = None  # --best: the step picked and its value
+    reused: bool = False  # --push: a finished export already at the target, not written again
+    pushed: Pushed | None = None  # --push: its error is set when the hub refused
 
 
 def _partial_prefix(target: Path) -> str:

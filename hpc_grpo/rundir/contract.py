@@ -56,6 +56,7 @@ CHECKPOINT_MARKER = "hpc_grpo_complete.json"
 EXPORT_DIR = "export"
 EXPORTS_JSONL = "exports.jsonl"
 EVAL_DIR = "eval"
+PUSHES_JSONL = "pushes.jsonl"  # one line per export uploaded to the hub (`export --push`)
 
 # Each job owns PORTS_PER_JOB consecutive ports from MASTER_PORT: torchrun's rendezvous, the vLLM
 # server and its weight-sync group.
