@@ -25,8 +25,9 @@ from hpc_grpo.rundir import append_jsonl, read_jsonl
 from hpc_grpo.rundir.contract import PUSHES_JSONL
 
 MODULE = "hpc_grpo.runtime.posttrain.push"
-# The hub's repository names: a namespace and a name of letters, digits, '-', '_', '.'.
-REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
+# The hub's repository names: [namespace/]name of letters, digits, '-', '_', '.' (without a
+# namespace: the token's own user, as TRL's hub_model_id).
+REPO_ID = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class Pushed:
 def check_repo_id(repo_id: str) -> str:
     if not REPO_ID.fullmatch(repo_id) or ".." in repo_id or repo_id.endswith((".git", ".")):
         raise UserError(f"not a hub repository name: {repo_id!r}", field="push",
-                        hint="ORG/NAME, e.g. my-org/qwen2.5-grpo")
+                        hint="ORG/NAME (or NAME under your own user), e.g. my-org/qwen2.5-grpo")
     return repo_id
 
 
@@ -96,8 +97,13 @@ def push(the_plan: plan.ExportPlan, check: dict[str, Any], repo_id: str, *,
     return done
 
 
+def pushes(run_dir: Path) -> list[dict[str, Any]]:
+    """pushes.jsonl's lines, oldest first (never raises)."""
+    return [p for p in read_jsonl(run_dir / PUSHES_JSONL) if isinstance(p.get("repo_id"), str)]
+
+
 def newest_push(run_dir: Path) -> dict[str, Any] | None:
-    found = [p for p in read_jsonl(run_dir / PUSHES_JSONL) if isinstance(p.get("repo_id"), str)]
+    found = pushes(run_dir)
     return found[-1] if found else None
 
 

@@ -183,6 +183,7 @@ class UploadHub:
     # Asked without a token: the storage's PUT (a signed URL on the hub), and huggingface_hub 2.x's
     # once-a-day fetch of an "agent harness" list for its user agent (not served: 404).
     OPEN = ("/lfs-upload/", "/api/agent-harnesses")
+    USER = "standin-user"  # the token's user: a repository named without a namespace is theirs
 
     def __init__(self, token: str, refuse: tuple[int, str] | None = None) -> None:
         self.token = token
@@ -254,7 +255,7 @@ class UploadHub:
         parts = path.strip("/").split("/")
         if path == "/api/repos/create":
             req = json.loads(body)
-            repo_id = f"{req['organization']}/{req['name']}"
+            repo_id = f"{req['organization'] or self.USER}/{req['name']}"
             if repo_id in self.repos:
                 return 409, {"error": "You already created this model repo",
                              "url": f"{self.url}/{repo_id}"}

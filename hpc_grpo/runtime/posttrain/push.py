@@ -49,6 +49,7 @@ def push(request: dict[str, Any]) -> dict[str, Any]:
     try:
         repo_url = api.create_repo(repo_id, repo_type="model", private=request.get("private"),
                                    exist_ok=True)
+        repo_id = getattr(repo_url, "repo_id", None) or repo_id  # NAME alone: under the user
         if revision and revision != "main":
             api.create_branch(repo_id, branch=revision, exist_ok=True)
         info = api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="model",
