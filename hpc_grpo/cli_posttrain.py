@@ -36,9 +36,13 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
                   "export already at the target is pushed as it is.")
     @click.option("--private/--public", "private", default=None,
                   help="--push: visibility of a repository it creates (default: the hub's).")
+    @click.option("--job/--here", "job", default=None,
+                  help="Run the export as a one-node job of the run's back end (sbatch with the "
+                  "memory it needs), or here. Default: a job where this Slurm login node has "
+                  "less memory available than the export holds.")
     @user_errors
     def export(run: str, step: int | None, best: str | None, to: str | None, dtype: str | None,
-               merge: bool, push: str | None, private: bool | None) -> None:
+               merge: bool, push: str | None, private: bool | None, job: bool | None) -> None:
         """Write a run's complete checkpoint as a checked Hugging Face model folder.
 
         Any layout the ranks save: ZeRO off, DeepSpeed ZeRO-1/2/3 shards (DeepSpeed's
@@ -51,19 +55,26 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
         Written beside the target and renamed at the end; exit 1 when the check fails (the
         folder is removed). Recorded in RUN_DIR/exports.jsonl; `status` shows the newest.
         --push ORG/NAME then uploads the folder with huggingface_hub (RUN_DIR/pushes.jsonl); a
-        refused push is one line, exit 1, and the export stays for the same command again."""
+        refused push is one line, exit 1, and the export stays for the same command again.
+        Where this Slurm login node has less memory available than the export holds (or with
+        --job) the same command runs as a one-node job of the run's back end
+        (RUN_DIR/export-jobs.jsonl); `status` follows it."""
         from hpc_grpo import api
 
         try:
             result = api.export(run, step=step, to=to, dtype=dtype, adapter=not merge,
                                 announce=lambda line: click.echo(line, err=True), best=best,
-                                push=push, private=private)
+                                push=push, private=private, job=job)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the hidden folder is already removed
             click.echo("export interrupted: nothing was written", err=True)
             sys.exit(130)
         if result.error:
             click.echo(f"error: {result.error}", err=True)
             sys.exit(1)
+        if result.job is not None:
+            click.echo(f"export runs as job {result.job.job_id} ({result.job.reason}); "
+                       f"`hpc-grpo status {run}` follows it; log: {result.job.log}")
+            return
         check = result.check
         click.echo(f"check: max |log p(export) - log p(checkpoint)| = {check['max_abs_diff']:.3g} over "
                    f"{check['tokens']} tokens of {check['texts']} texts (tolerance "

@@ -31,6 +31,7 @@ from hpc_grpo.rundir import append_jsonl, read_jsonl
 from hpc_grpo.rundir.contract import EXPORTS_JSONL, METRICS_JSONL, REWARD_CURVE, RUN_JSON
 
 if TYPE_CHECKING:
+    from hpc_grpo.export.job import ExportJob
     from hpc_grpo.export.push import Pushed
 
 MODULE = "hpc_grpo.runtime.posttrain.export"
@@ -48,6 +49,7 @@ class Exported:
     best: best_of.Best | None = None  # --best: the step picked and its value
     reused: bool = False  # --push: a finished export already at the target, not written again
     pushed: Pushed | None = None  # --push: its error is set when the hub refused
+    job: ExportJob | None = None  # run as a job (export/job.py): nothing written here yet
 
 
 def _partial_prefix(target: Path) -> str:

@@ -65,6 +65,7 @@ class RunStatus:
     exported: str = ""  # the newest `hpc-grpo export` of the run (export/records.py), one line
     evaluated: str = ""  # the newest `hpc-grpo eval` of the run, one line
     pushed: str = ""  # the newest push to the hub, or "push pending: COMMAND" (export/hub_step.py)
+    export_job: str = ""  # the newest `export` run as a job and its state (export/job.py)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -103,14 +104,14 @@ def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
 
 def _after_training(run_dir: Path, record: dict[str, Any], phase: str) -> dict[str, str]:
     """The newest export, evaluation and push (or the push pending), one line each ("" none)."""
-    from hpc_grpo.export import hub_step, push, records
+    from hpc_grpo.export import hub_step, job, push, records
 
     export, evaluation = records.newest_export(run_dir), records.newest_eval(run_dir)
     pushed = push.newest_push(run_dir)
     return {"exported": records.export_line(export) if export else "",
             "evaluated": records.eval_line(evaluation) if evaluation else "",
             "pushed": hub_step.pending(run_dir, record, phase)
-            or (push.push_line(pushed) if pushed else "")}
+            or (push.push_line(pushed) if pushed else ""), "export_job": job.status_line(run_dir)}
 
 
 def _pending_restart(files: RunFiles, js: JobState) -> tuple[dict[str, Any], ...]:
