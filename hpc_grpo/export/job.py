@@ -25,8 +25,8 @@ from hpc_grpo.rundir.contract import EXPORT_JOBS_JSONL, LOGS, SPEC_JSON
 from hpc_grpo.scheduler.backend import SideJob, backend_for
 
 TIME_MIN = 120  # the job's time limit: ZeRO-3 shards of a 7B model convert in minutes
-MEM_MARGIN = 1.25  # over the plan's host memory (Python, tokenizer, the check's texts)
-MIN_MEM_MB = 4096
+MEM_MARGIN = 1.25  # over the plan's host memory (the model's tensors, the check's two models)
+BASE_MEM_MB = 1536  # the process itself: Python, torch, transformers, tokenizer (measured ~1 GiB)
 WAITING = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED"}
 
 
@@ -95,7 +95,7 @@ def submit(the_plan: plan.ExportPlan, record: dict[str, Any], argv: list[str],
     partial.write_text(text)
     partial.chmod(0o700)
     partial.rename(script)
-    mem_mb = max(MIN_MEM_MB, math.ceil(the_plan.host_bytes * MEM_MARGIN / 2**20))
+    mem_mb = BASE_MEM_MB + math.ceil(the_plan.host_bytes * MEM_MARGIN / 2**20)
     scheduler = str(record.get("scheduler") or "slurm")
     name = f"export-{the_plan.run_id}"[:64]
     sub = backend_for(scheduler).submit_side_job(

@@ -2,7 +2,7 @@
 then its export started as a local job (the script in the run directory, run by the back end in
 a session of its own), the real torch export and check in that job, and `status` following the
 job from running to the export it recorded. The Slurm argv is tests/unit/export/test_export_job.py's
-(fake binaries); on the sandbox cluster this path is not run by a test.
+(fake binaries); the sandbox cluster's is tests/cluster/test_cluster_export_job.py.
 """
 
 from __future__ import annotations

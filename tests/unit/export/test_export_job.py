@@ -38,7 +38,7 @@ def test_export_job_goes_through_sbatch_with_the_plans_memory(tmp_path: Path,
     (call,) = fake.calls("sbatch")
     script = run / "export-job-1.sh"
     assert call["argv"] == ["--parsable", "--nodes=1", "--ntasks=1", "--job-name=export-tiny-0001",
-                            f"--output={run / 'logs' / 'export-job-1.log'}", "--mem=4096M",
+                            f"--output={run / 'logs' / 'export-job-1.log'}", "--mem=1537M",
                             "--time=120", "--partition=big", str(script)]
     text = script.read_text()
     assert ("\n/opt/py/bin/python -m hpc_grpo.cli export " + str(run) +
