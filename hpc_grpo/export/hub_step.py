@@ -85,6 +85,7 @@ def pending(run_dir: Path, record: dict[str, Any], phase: str) -> str:
     if any(p.get("repo_id") == block["repo_id"] for p in pushes(run_dir)):
         return ""
     hub = HubBlock(str(block["repo_id"]), block.get("private"), bool(block.get("on_node")))
-    where = " (the node's push did not happen: logs/hub-push.log)" if hub.on_node else ""
+    where = (" (the node task pushes after training; once its job has ended, see "
+             "logs/hub-push.log)") if hub.on_node else ""
     return (f"push pending{where}: "
             f"{push_command(str(record.get('run_id') or run_dir.name), hub)}")

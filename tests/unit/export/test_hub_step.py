@@ -69,7 +69,8 @@ def test_status_shows_the_push_pending_until_one_is_recorded(tmp_path: Path) -> 
         "push pending: hpc-grpo export tiny-0001 --push my-org/tiny-grpo"
     node = {**record, "hub": {**record["hub"], "on_node": True}}
     assert hub_step.pending(run, node, "done").startswith(
-        "push pending (the node's push did not happen: logs/hub-push.log): hpc-grpo export")
+        "push pending (the node task pushes after training; once its job has ended, see "
+        "logs/hub-push.log): hpc-grpo export")
     append_jsonl(run / "pushes.jsonl", {"step": 4, "repo_id": "my-org/tiny-grpo", "commit": "ab"})
     assert hub_step.pending(run, record, "done") == ""
     assert hub_step.pending(run, {**record, "hub": None}, "done") == ""
