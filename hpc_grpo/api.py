@@ -25,6 +25,8 @@ from hpc_grpo.config.strict import read_yaml
 from hpc_grpo.errors import UserError, UserErrors
 from hpc_grpo.export.commands import evaluate as evaluate  # after training
 from hpc_grpo.export.commands import export as export
+from hpc_grpo.export.hub_step import notes as hub_notes
+from hpc_grpo.export.hub_step import run_record
 from hpc_grpo.planner.blocks import default_name
 from hpc_grpo.planner.checkpoint_fit import refuse_if_no_fit, resident_host_gib
 from hpc_grpo.planner.job import JobPlan, build_plan
@@ -144,7 +146,8 @@ def _prepare(site: SiteProfile, spec: JobSpec, *, root: Path, run_id: str | None
     python = python or site.python or sys.executable
     checked = check_inputs(site, spec, root=root, python=python, site_name=site_name)
     plan = build_plan(site, checked.spec, checked.model, checked.timings, checked.free,
-                      dataset_commit=checked.dataset_commit, notes=checked.notes)
+                      dataset_commit=checked.dataset_commit,
+                      notes=checked.notes + hub_notes(checked.spec, site))
     run_id = run_id or registry.next_run_id(root, plan.job_name)
     run_dir = root / run_id
     script = render_script(plan, run_id=run_id, run_dir=str(run_dir), python=python)
@@ -207,7 +210,7 @@ def submit(request: Request) -> Submitted:
         prepared = prepare(request)  # again, now that the model's architecture can be read
     plan = prepared.plan
     refuse_if_no_fit(plan.checkpoint_problem)
-    record = plan.run_record(prepared.run_id, str(prepared.run_dir))
+    record = run_record(plan, prepared.run_id, str(prepared.run_dir))  # with push_to_hub's block
     files = {
         RUN_JSON: json.dumps(record.to_dict(), indent=2) + "\n",
         JOB_SBATCH: prepared.script,
@@ -273,7 +276,7 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Re
                         site_name=saved["site"])
     _refuse_unstaged(prepared)
     refuse_if_no_fit(prepared.plan.checkpoint_problem)
-    record = prepared.plan.run_record(files.run_id, str(run_dir))
+    record = run_record(prepared.plan, files.run_id, str(run_dir))
     problems = rules.unchangeable(files.record, record.to_dict())
     if problems:
         raise UserErrors(problems) if len(problems) > 1 else problems[0]

@@ -21,14 +21,28 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
     @click.command()
     @click.argument("run")
     @click.option("--step", type=int, help="Checkpoint step (default: the newest complete one).")
+    @click.option("--best", "best", metavar="KEY",
+                  help="The complete checkpoint whose step logged the highest value of this "
+                  "metrics.jsonl key (reward_mean, rewards/NAME/mean or NAME); not with --step.")
     @click.option("--to", type=click.Path(file_okay=False),
                   help="Target folder, new or empty (default: RUN_DIR/export/step-N).")
     @click.option("--dtype", type=click.Choice(["bf16", "fp32"]),
                   help="Weights dtype (default: the training dtype, bf16 on GPUs, fp32 on CPU).")
     @click.option("--merge-lora/--adapter", "merge", default=True, show_default=True,
                   help="LoRA runs: merge the adapter into the base model, or export the adapter.")
+    @click.option("--push", "push", metavar="ORG/NAME",
+                  help="Then upload the checked folder to this Hugging Face hub repository "
+                  "(created if new; token from HF_TOKEN or `hf auth login`, never written). An "
+                  "export already at the target is pushed as it is.")
+    @click.option("--private/--public", "private", default=None,
+                  help="--push: visibility of a repository it creates (default: the hub's).")
+    @click.option("--job/--here", "job", default=None,
+                  help="Run the export as a one-node job of the run's back end (sbatch with the "
+                  "memory it needs), or here. Default: a job where this Slurm login node has "
+                  "less memory available than the export holds.")
     @user_errors
-    def export(run: str, step: int | None, to: str | None, dtype: str | None, merge: bool) -> None:
+    def export(run: str, step: int | None, best: str | None, to: str | None, dtype: str | None,
+               merge: bool, push: str | None, private: bool | None, job: bool | None) -> None:
         """Write a run's complete checkpoint as a checked Hugging Face model folder.
 
         Any layout the ranks save: ZeRO off, DeepSpeed ZeRO-1/2/3 shards (DeepSpeed's
@@ -39,18 +53,28 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
         (1e-4 fp32, 0.1 bf16), through transformers on this machine (vLLM's check is GPU-only).
         Refused, nothing written: an incomplete checkpoint, a non-empty target, too little disk.
         Written beside the target and renamed at the end; exit 1 when the check fails (the
-        folder is removed). Recorded in RUN_DIR/exports.jsonl; `status` shows the newest."""
+        folder is removed). Recorded in RUN_DIR/exports.jsonl; `status` shows the newest.
+        --push ORG/NAME then uploads the folder with huggingface_hub (RUN_DIR/pushes.jsonl); a
+        refused push is one line, exit 1, and the export stays for the same command again.
+        Where this Slurm login node has less memory available than the export holds (or with
+        --job) the same command runs as a one-node job of the run's back end
+        (RUN_DIR/export-jobs.jsonl); `status` follows it."""
         from hpc_grpo import api
 
         try:
             result = api.export(run, step=step, to=to, dtype=dtype, adapter=not merge,
-                                announce=lambda line: click.echo(line, err=True))
+                                announce=lambda line: click.echo(line, err=True), best=best,
+                                push=push, private=private, job=job)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the hidden folder is already removed
             click.echo("export interrupted: nothing was written", err=True)
             sys.exit(130)
         if result.error:
             click.echo(f"error: {result.error}", err=True)
             sys.exit(1)
+        if result.job is not None:
+            click.echo(f"export runs as job {result.job.job_id} ({result.job.reason}); "
+                       f"`hpc-grpo status {run}` follows it; log: {result.job.log}")
+            return
         check = result.check
         click.echo(f"check: max |log p(export) - log p(checkpoint)| = {check['max_abs_diff']:.3g} over "
                    f"{check['tokens']} tokens of {check['texts']} texts (tolerance "
@@ -59,11 +83,19 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
         for note in result.notes:
             click.echo(f"note: {note}", err=True)
         click.echo(f"exported {result.plan.target}")
+        if result.pushed is not None and result.pushed.error:
+            click.echo(f"error: {result.pushed.error}", err=True)
+            sys.exit(1)
+        if result.pushed is not None:
+            click.echo(f"pushed to {result.pushed.repo_id}: {result.pushed.url}")
 
     @click.command("eval")
     @click.argument("target")
     @click.option("--step", type=int, help="A run's checkpoint (default: its export of the highest "
                   "step, else its newest complete checkpoint).")
+    @click.option("--best", "best", metavar="KEY",
+                  help="The complete checkpoint whose step logged the highest value of this "
+                  "metrics.jsonl key (reward_mean, rewards/NAME/mean or NAME); not with --step.")
     @click.option("--dataset", help="Default: the run's dataset.")
     @click.option("--split", help="Default: the run's split.")
     @click.option("--reward-funcs", "reward_funcs", multiple=True,
@@ -77,7 +109,7 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
     @click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
     @click.option("--json", "as_json", is_flag=True, help="Print the result file's path and means as JSON.")
     @user_errors
-    def eval_command(target: str, step: int | None, dataset: str | None, split: str | None,
+    def eval_command(target: str, step: int | None, best: str | None, dataset: str | None, split: str | None,
                      reward_funcs: tuple[str, ...], limit: int, num_samples: int,
                      max_new_tokens: int | None, seed: int, as_json: bool) -> None:
         """Mean reward (95% CI) of a run's model or a model folder on a dataset.
@@ -90,7 +122,9 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
 
         result = api.evaluate(target, step=step, dataset=dataset, split=split,
                               reward_funcs=reward_funcs, limit=limit, num_samples=num_samples,
-                              max_new_tokens=max_new_tokens, seed=seed)
+                              max_new_tokens=max_new_tokens, seed=seed, best=best)
+        if result.subject.picked:
+            click.echo(result.subject.picked, err=True)
         if as_json:
             click.echo(json.dumps({"path": str(result.path), "label": result.subject.label,
                                    "mean": result.reward.mean, "low": result.reward.low,

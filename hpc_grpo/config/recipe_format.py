@@ -68,8 +68,8 @@ REWARD_KEYWORDS = {key: reward for reward, keys in UNSUPPORTED_REWARDS.items() f
 # Plan-owned keys checked against the site and the plan by check_claims.
 CLAIMS = ("bf16", "fp16", "use_vllm", "use_cpu", "vllm_device", "num_processes")
 
-_HUB = "hub upload is not done by hpc-grpo (compute nodes may be offline): upload a checkpoint " \
-       "from the run directory afterwards, e.g. `huggingface-cli upload`"
+_HUB = "hpc-grpo pushes the checked export of the run's last checkpoint once, at the end " \
+       "(push_to_hub, hub_model_id, hub_private_repo), not checkpoints or revisions"
 _EVAL = "evaluation is not run by hpc-grpo, which trains on the train split: evaluate a " \
         "checkpoint from the run directory with your evaluation tool (lighteval, open-r1's " \
         "evaluate.py)"
@@ -79,8 +79,7 @@ _WANDB = "open-r1 exports these as WANDB_* variables: set WANDB_ENTITY / WANDB_P
 _CALLBACKS = "open-r1's callbacks (hub revision pushes, benchmarks) are not run by hpc-grpo"
 IGNORED: dict[str, str] = {
     **dict.fromkeys(("output_dir", "overwrite_output_dir", "logging_dir"), _OUTPUT),
-    **dict.fromkeys(("push_to_hub", "hub_model_id", "hub_strategy", "hub_private_repo",
-                     "hub_always_push", "hub_revision", "hub_token", "hub_model_revision",
+    **dict.fromkeys(("hub_always_push", "hub_revision", "hub_token", "hub_model_revision",
                      "push_to_hub_revision", "overwrite_hub_revision",
                      "log_completions_hub_repo"), _HUB),
     **dict.fromkeys(("do_eval", "eval_strategy", "eval_steps", "eval_delay", "eval_on_start",

@@ -94,6 +94,11 @@ class JobSpec:
     lora_dropout: float = 0.05
     lora_target_modules: tuple[str, ...] = ()
     load_in_4bit: bool = False
+    # TRL's hub keys: the checked export of the last checkpoint, pushed after the run (export/hub_step.py).
+    push_to_hub: bool = False
+    hub_model_id: str = ""
+    hub_strategy: str = "end"
+    hub_private_repo: bool | None = None
     grpo: dict[str, Any] = field(default_factory=dict)
     # Warnings about recipe keys that were ignored (hub upload, evaluation): shown by the plan,
     # not a setting, not saved in spec.json.

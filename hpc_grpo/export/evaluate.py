@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.errors import UserError
+from hpc_grpo.export import best as best_of
 from hpc_grpo.export import child, layout, records
 from hpc_grpo.export.plan import base_model
 from hpc_grpo.rundir import write_json_atomic
@@ -46,6 +47,7 @@ class Subject:
     label: str  # "step-4", "export step-4", a folder name
     run_dir: Path | None
     step: int | None
+    picked: str = ""  # --best: which step was picked and its value
 
 
 @dataclass(frozen=True)
@@ -93,16 +95,25 @@ def _checkpoint_subject(run_dir: Path, record: dict[str, Any], step: int | None)
     return Subject(str(chosen.path), "", label, run_dir, chosen.step)
 
 
-def subject(target: str, step: int | None, find_run: Any) -> tuple[Subject, dict[str, Any]]:
-    """The model to evaluate and the run record its defaults come from ({} for a bare folder)."""
+def subject(target: str, step: int | None, find_run: Any,
+            best: str | None = None) -> tuple[Subject, dict[str, Any]]:
+    """The model to evaluate and the run record its defaults come from ({} for a bare folder);
+    ``best``: a run's complete checkpoint with the highest value of that metrics key."""
     path = Path(target).expanduser().resolve()
     is_model = (path / "config.json").is_file() or (path / layout.ADAPTER_CONFIG).is_file()
     if is_model and not (path / RUN_JSON).exists():
         run_dir = next((p for p in path.parents[:3] if (p / RUN_JSON).is_file()), None)
         record = json.loads((run_dir / RUN_JSON).read_text()) if run_dir else {}
+        if best:
+            raise UserError("--best picks a run's checkpoint, not a model folder's", field="best",
+                            hint="name the run instead of the folder")
         return Subject(str(path), "", path.name, run_dir, None), record  # an export of a run?
     run_dir = find_run(target)
     record = json.loads((run_dir / RUN_JSON).read_text())
+    picked = best_of.pick(run_dir, str(record.get("run_id") or run_dir.name), step, best)
+    if picked is not None:
+        chosen = _checkpoint_subject(run_dir, record, picked.step)
+        return dataclasses.replace(chosen, picked=picked.line()), record
     newest = records.furthest_export(run_dir) if step is None else None
     if newest is not None:
         path = Path(str(newest["path"]))
@@ -167,10 +178,10 @@ def _where(subj: Subject, model_dir: Path) -> Path:
 def evaluate(target: str, find_run: Any, step: int | None = None, dataset: str | None = None,
              split: str | None = None, reward_funcs: Sequence[str] = (), limit: int = 64,
              num_samples: int = 1, seed: int = 0, max_new_tokens: int | None = None,
-             python: str = sys.executable) -> Evaluated:
+             python: str = sys.executable, best: str | None = None) -> Evaluated:
     if limit < 1 or num_samples < 1:
         raise UserError("--limit and --num-samples must be at least 1", field="num_samples")
-    subj, record = subject(target, step, find_run)
+    subj, record = subject(target, step, find_run, best)
     req = request(subj, record, dataset, split, reward_funcs, limit, num_samples, seed,
                   max_new_tokens)
     answer = child.run(python, MODULE, req, "eval")

@@ -144,9 +144,10 @@ def refuse_space(plan: ExportPlan, free: int | None) -> None:
 
 
 def build(run_dir: Path, record: dict[str, Any], step: int | None, to: str | None,
-          dtype: str | None, adapter: bool) -> ExportPlan:
+          dtype: str | None, adapter: bool, allow_existing: bool = False) -> ExportPlan:
     """The plan, or a UserError: no such or incomplete checkpoint, --adapter without LoRA,
-    a base model not here, a non-empty target."""
+    a base model not here, a non-empty target (``allow_existing``: the plan of a finished
+    export already there, to push it)."""
     run_id = str(record.get("run_id") or run_dir.name)
     chosen = layout.pick(layout.checkpoints(run_dir), step, run_id)
     kind = layout.detect(layout.file_names(chosen.path))
@@ -161,6 +162,7 @@ def build(run_dir: Path, record: dict[str, Any], step: int | None, to: str | Non
     disk = params * per + layout.small_files_bytes(chosen.path) + MARGIN_BYTES
     held = count_params("merged", chosen.path, base) if mode == "adapter" else params
     target = target_of(to, run_dir, chosen.step, adapter)
-    refuse_target(target)
+    if not allow_existing:
+        refuse_target(target)
     return ExportPlan(run_id, run_dir, chosen.path, chosen.step, kind, adapter, written, base,
                       target, params, disk, held * 8)

@@ -22,12 +22,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpc_grpo.errors import UserError
+from hpc_grpo.export import best as best_of
 from hpc_grpo.export import card, child, plan
 from hpc_grpo.rundir import append_jsonl, read_jsonl
 from hpc_grpo.rundir.contract import EXPORTS_JSONL, METRICS_JSONL, REWARD_CURVE, RUN_JSON
+
+if TYPE_CHECKING:
+    from hpc_grpo.export.job import ExportJob
+    from hpc_grpo.export.push import Pushed
 
 MODULE = "hpc_grpo.runtime.posttrain.export"
 
@@ -41,6 +46,10 @@ class Exported:
     check: dict[str, Any]
     notes: tuple[str, ...]
     error: str = ""
+    best: best_of.Best | None = None  # --best: the step picked and its value
+    reused: bool = False  # --push: a finished export already at the target, not written again
+    pushed: Pushed | None = None  # --push: its error is set when the hub refused
+    job: ExportJob | None = None  # run as a job (export/job.py): nothing written here yet
 
 
 def _partial_prefix(target: Path) -> str:
@@ -105,23 +114,30 @@ def _add_card(the_plan: plan.ExportPlan, record: dict[str, Any], folder: Path,
     (folder / "README.md").write_text(text)
 
 
-def _record(the_plan: plan.ExportPlan, check: dict[str, Any]) -> None:
+def _record(the_plan: plan.ExportPlan, check: dict[str, Any], best: best_of.Best | None) -> None:
     line = {"time": time.time(), "step": the_plan.step, "path": str(the_plan.target),
             "layout": the_plan.layout, "mode": the_plan.mode, "dtype": the_plan.written_dtype,
             "check": check}
+    if best is not None:
+        line["best"] = {"key": best.key, "value": best.value}
     append_jsonl(the_plan.run_dir / EXPORTS_JSONL, line)
 
 
 def export(run_dir: Path, step: int | None = None, to: str | None = None,
            dtype: str | None = None, adapter: bool = False, python: str = sys.executable,
-           announce: Callable[[str], None] | None = None) -> Exported:
+           announce: Callable[[str], None] | None = None, best: str | None = None) -> Exported:
     """Plan, refuse (UserError), write and check in a child, card, rename, record;
-    ``announce`` gets the plan's line before the work starts."""
+    ``announce`` gets the plan's line before the work starts. ``best``: the complete checkpoint
+    whose step logged the highest value of that metrics key (export/best.py), not ``step``."""
     refuse_missing(run_dir)
     record = json.loads((run_dir / RUN_JSON).read_text())
+    picked = best_of.pick(run_dir, str(record.get("run_id") or run_dir.name), step, best)
+    step = picked.step if picked else step
     the_plan = plan.build(run_dir, record, step, to, dtype, adapter)
     plan.refuse_space(the_plan, free_bytes(the_plan.target.parent))
     if announce:
+        if picked:
+            announce(picked.line())
         announce(the_plan.line())
         if note := plan.memory_note(the_plan.host_bytes, plan.available_memory()):
             announce(f"warning: {note}")
@@ -145,8 +161,8 @@ def export(run_dir: Path, step: int | None = None, to: str | None = None,
     finally:
         if partial.exists():
             shutil.rmtree(partial, ignore_errors=True)
-    _record(the_plan, check)
-    return Exported(the_plan, check, tuple(str(n) for n in answer.get("notes") or ()))
+    _record(the_plan, check, picked)
+    return Exported(the_plan, check, tuple(str(n) for n in answer.get("notes") or ()), best=picked)
 
 
 def refuse_missing(run_dir: Path) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpc_grpo.rundir.hardware import HardwareBlock  # run.json's "hardware" block
+from hpc_grpo.rundir.hub import HubBlock  # run.json's "hub" block (push_to_hub)
 
 SCHEMA = 1  # run.json's version; a reader refuses a newer one in one line
 
@@ -56,6 +57,8 @@ CHECKPOINT_MARKER = "hpc_grpo_complete.json"
 EXPORT_DIR = "export"
 EXPORTS_JSONL = "exports.jsonl"
 EVAL_DIR = "eval"
+PUSHES_JSONL = "pushes.jsonl"  # one line per export uploaded to the hub (`export --push`)
+EXPORT_JOBS_JSONL = "export-jobs.jsonl"  # one line per `export` run as a job (export/job.py)
 
 # Each job owns PORTS_PER_JOB consecutive ports from MASTER_PORT: torchrun's rendezvous, the vLLM
 # server and its weight-sync group.
@@ -305,6 +308,7 @@ class RunRecord:
     collective_timeout_s: int = DEFAULT_COLLECTIVE_TIMEOUT_S  # torch.distributed (planner/timeouts.py)
     checkpoint_bytes: int = 0  # the plan's size of one checkpoint; 0: not estimated
     hardware: HardwareBlock = HardwareBlock()  # what the plan assumed of each node
+    hub: HubBlock | None = None  # push_to_hub: the export and push after training (no key: None)
     schema: int = SCHEMA
 
     @property
@@ -321,7 +325,7 @@ class RunRecord:
         return int(self.grpo_config.get("max_steps", -1))
 
     def to_dict(self) -> dict[str, Any]:
-        out = block_dict(self)
+        out = {k: v for k, v in block_dict(self).items() if k != "hub" or v is not None}
         out["world_size"] = self.world_size  # kept for readers of the file (and older runtimes)
         return out
 
@@ -374,6 +378,7 @@ class RunRecord:
                                                   DEFAULT_COLLECTIVE_TIMEOUT_S)),
                 checkpoint_bytes=int(data.get("checkpoint_bytes") or 0),
                 hardware=HardwareBlock(**(data.get("hardware") or {})),
+                hub=HubBlock(**data["hub"]) if data.get("hub") else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ContractError):

@@ -64,6 +64,8 @@ class RunStatus:
     checkpoint_skipped: str = ""  # the last save skipped for lack of space (rank callbacks)
     exported: str = ""  # the newest `hpc-grpo export` of the run (export/records.py), one line
     evaluated: str = ""  # the newest `hpc-grpo eval` of the run, one line
+    pushed: str = ""  # the newest push to the hub, or "push pending: COMMAND" (export/hub_step.py)
+    export_job: str = ""  # the newest `export` run as a job and its state (export/job.py)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -96,17 +98,20 @@ def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
         stalled=progress.stalled, stalled_ranks=progress.stalled_ranks,
         tracker_sync=RunState.from_dict(files.state).tracker_sync,
         checkpoint_skipped=progress.skipped,
-        **_after_training(files.run_dir),
+        **_after_training(files.run_dir, files.record, progress.phase),
     )
 
 
-def _after_training(run_dir: Path) -> dict[str, str]:
-    """The newest export and evaluation, as one line each ("" none)."""
-    from hpc_grpo.export import records
+def _after_training(run_dir: Path, record: dict[str, Any], phase: str) -> dict[str, str]:
+    """The newest export, evaluation and push (or the push pending), one line each ("" none)."""
+    from hpc_grpo.export import hub_step, job, push, records
 
     export, evaluation = records.newest_export(run_dir), records.newest_eval(run_dir)
+    pushed = push.newest_push(run_dir)
     return {"exported": records.export_line(export) if export else "",
-            "evaluated": records.eval_line(evaluation) if evaluation else ""}
+            "evaluated": records.eval_line(evaluation) if evaluation else "",
+            "pushed": hub_step.pending(run_dir, record, phase)
+            or (push.push_line(pushed) if pushed else ""), "export_job": job.status_line(run_dir)}
 
 
 def _pending_restart(files: RunFiles, js: JobState) -> tuple[dict[str, Any], ...]:

@@ -74,7 +74,8 @@ def _notes(row: track.RunStatus) -> list[str]:
         notes.append(row.checkpoint_skipped)
     if row.tracker_sync:  # W&B offline on nodes without internet: one command uploads it
         notes.append(f"W&B offline run; upload it with: {row.tracker_sync}")
-    notes += [line for line in (row.exported, row.evaluated) if line]  # hpc-grpo export / eval
+    notes += [line for line in (row.export_job, row.exported, row.evaluated, row.pushed)
+              if line]  # hpc-grpo export (as a job) / eval / export --push
     return notes
 
 

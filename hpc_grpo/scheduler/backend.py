@@ -69,6 +69,25 @@ class Backend(Protocol):
     def node_logs(self, run_dir: Path) -> list[Path]:
         """The node tasks' own output files, oldest first."""
 
+    def submit_side_job(self, job: SideJob) -> Submission:
+        """Start a one-node job beside the run's training (`hpc-grpo export` as a job)."""
+
+    def side_job_state(self, job_id: str, script: Path) -> str:
+        """A side job's state: a Slurm state name (RUNNING, COMPLETED...), or "ENDED" where the
+        back end cannot tell how it ended (the local one: the result is in the run directory)."""
+
+
+@dataclass(frozen=True)
+class SideJob:
+    """A one-node job of a run that is not its training: a script in the run directory."""
+
+    script: Path  # run by bash; its output goes to ``log``
+    log: Path
+    name: str
+    mem_mb: int
+    time_min: int
+    partition: str = ""
+
 
 SCHEDULERS = ("slurm", "local")
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from hpc_grpo.errors import UserError
 from hpc_grpo.rundir.contract import JOB_SBATCH, LOCAL_NODE_LOG, LOGS, SUBMITIT
-from hpc_grpo.scheduler.backend import Action, Submission
+from hpc_grpo.scheduler.backend import Action, SideJob, Submission
 
 if TYPE_CHECKING:
     from hpc_grpo.planner.job import JobPlan
@@ -171,3 +171,18 @@ class LocalBackend:
     def node_logs(self, run_dir: Path) -> list[Path]:
         old = sorted((Path(run_dir) / SUBMITIT).glob("*_log.*"))  # earlier releases
         return [p for p in (node_log(run_dir),) if p.exists()] + old
+
+    def submit_side_job(self, job: SideJob) -> Submission:
+        """``bash SCRIPT`` in a session of its own, output to its log (no memory or time limit:
+        this machine is the node)."""
+        job.log.parent.mkdir(parents=True, exist_ok=True)
+        with job.log.open("ab") as out:
+            proc = subprocess.Popen(["bash", str(job.script)], cwd=str(job.script.parent),
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
+        return Submission(str(proc.pid))
+
+    def side_job_state(self, job_id: str, script: Path) -> str:
+        argv = _cmdline(job_id) if job_id.isdigit() else None
+        return "RUNNING" if argv and str(script).encode() in argv else "ENDED"

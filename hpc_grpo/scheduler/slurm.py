@@ -233,6 +233,19 @@ def _one_line(text: str) -> str:
     return "; ".join(lines)[:500]
 
 
+def submit_script(script: Path, *, name: str, log: Path, mem_mb: int, time_min: int,
+                  partition: str = "") -> str:
+    """sbatch of a plain script on one node (a run's side job: `export --job`); its job id."""
+    argv = ["sbatch", "--parsable", "--nodes=1", "--ntasks=1", f"--job-name={name}",
+            f"--output={log}", f"--mem={mem_mb}M", f"--time={time_min}"]
+    argv += [f"--partition={partition}"] if partition else []
+    out = run_slurm([*argv, str(script)])
+    found = re.findall(r"\d+", out.split(";")[0])
+    if not found:
+        raise UserError(f"sbatch printed no job id: {out.strip()[:80]!r}", field="job")
+    return found[-1]
+
+
 def run_slurm(argv: list[str], *, timeout: float = 30) -> str:
     """Run one Slurm command, return its stdout; any failure is a one-line UserError.
     SLURM_TIME_FORMAT=standard keeps time stamps ISO whatever the user's environment says."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from hpc_grpo.errors import UserError
 from hpc_grpo.rundir.contract import SUBMITIT
 from hpc_grpo.scheduler import slurm
-from hpc_grpo.scheduler.backend import Action, Submission
+from hpc_grpo.scheduler.backend import Action, SideJob, Submission
 
 if TYPE_CHECKING:
     from hpc_grpo.planner.job import JobPlan
@@ -145,3 +145,18 @@ class SlurmBackend:
 
     def node_logs(self, run_dir: Path) -> list[Path]:
         return sorted((Path(run_dir) / SUBMITIT).glob("*_log.*"))
+
+    def submit_side_job(self, job: SideJob) -> Submission:
+        """sbatch of the script on one node, with the memory and time the job needs."""
+        return Submission(slurm.submit_script(job.script, name=job.name, log=job.log,
+                                              mem_mb=job.mem_mb, time_min=job.time_min,
+                                              partition=job.partition))
+
+    def side_job_state(self, job_id: str, script: Path) -> str:
+        from hpc_grpo.scheduler.slurm_records import combine
+
+        records = slurm.query_records([job_id], timeout=STATUS_WAIT_S)
+        acct = records.acct.get(job_id) or []
+        live = records.queue.get(job_id)
+        state = combine(job_id, acct[-1].state if acct else None, live.state if live else None)
+        return state.state

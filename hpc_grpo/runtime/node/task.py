@@ -24,7 +24,7 @@ from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.contract import CLEAN_END, STALLED, RunRecord
 from hpc_grpo.rundir.state import RunState
-from hpc_grpo.runtime.node import causes, oom, retry, slurm_facts, vllm_server, watchdog
+from hpc_grpo.runtime.node import causes, hub_push, oom, retry, slurm_facts, vllm_server, watchdog
 from hpc_grpo.runtime.node.ports import free_port, with_master_port
 from hpc_grpo.runtime.node.scratch import scratch_env
 from hpc_grpo.runtime.rank import setup_failure
@@ -297,6 +297,7 @@ class NodeTask:
         failed = ""
         if os.environ.get("SLURM_NODEID", "0") == "0":
             failed = self._after_exit(run, code, state, attempt)
+            hub_push.at_end(run, state, attempt)  # push_to_hub where the nodes reach the hub
         print(
             f"[node] torchrun exited {rc} after {time.time() - started:.1f} s; node task returns {code}",
             flush=True,

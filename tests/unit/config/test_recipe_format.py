@@ -160,7 +160,12 @@ def test_real_open_r1_recipes_plan_in_their_own_layout(path: Path, world: int) -
     assert plan["world_size"] == world and plan["vllm"]["mode"] == "server"
     assert plan["vllm"]["gpu_memory_utilization"] == 0.7  # the recipe's, not a default
     warnings = "\n".join(plan["warnings"])
-    assert "hub upload is not done by hpc-grpo" in warnings and "push_to_hub" in warnings
+    # push_to_hub: offline nodes, so the login node's command; one push, not one per save
+    assert ("push_to_hub: site 'h100-pyxis' nodes do not reach the hub (nodes_online: false): "
+            "when the run is done, on the login node: `hpc-grpo export RUN --push ") in warnings
+    assert ("Qwen-2.5-7B-Simple-RL-v4`" if path == SIMPLE_RL else "Qwen2.5-1.5B-Open-R1-GRPO`") \
+        in warnings
+    assert "hub_strategy every_save: hpc-grpo pushes once" in warnings
     assert "output_dir" in warnings
     assert "vllm_device" not in warnings and "bf16" not in warnings  # agreed: silent
 

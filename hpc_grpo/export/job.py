@@ -1,0 +1,149 @@
+"""`hpc-grpo export` as a one-node job of the run's own back end, where the login node is too small.
+
+The plan (export/plan.py) says how much host memory the export holds; when this machine has
+less available on a Slurm site, or with ``--job``, the same command (``--here``, the step
+pinned, the same flags) is written to ``export-job-<N>.sh`` in the run directory and started
+through the run's back end (scheduler/backend.py ``submit_side_job``: sbatch with that memory
+on Slurm, a process of its own on the local back end). export-jobs.jsonl records it; the job
+writes exports.jsonl (and pushes.jsonl) as the command does anywhere, and `status` follows it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpc_grpo.export import plan, records
+from hpc_grpo.rundir import append_jsonl, read_jsonl
+from hpc_grpo.rundir.contract import EXPORT_JOBS_JSONL, LOGS, SPEC_JSON
+from hpc_grpo.scheduler.backend import SideJob, backend_for
+
+TIME_MIN = 120  # the job's time limit: ZeRO-3 shards of a 7B model convert in minutes
+MEM_MARGIN = 1.25  # over the plan's host memory (the model's tensors, the check's two models)
+BASE_MEM_MB = 1536  # the process itself: Python, torch, transformers, tokenizer (measured ~1 GiB)
+WAITING = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED"}
+
+
+@dataclass(frozen=True)
+class ExportJob:
+    job_id: str
+    reason: str
+    script: Path
+    log: Path
+
+
+def reason_for(flag: bool | None, the_plan: plan.ExportPlan, scheduler: str,
+               available: int | None) -> str:
+    """Why the export runs as a job ("" here): --job, or a Slurm site's login node with less
+    memory available than the export holds (a local site's job would run on this machine)."""
+    if flag is not None:
+        return "--job" if flag else ""
+    here = backend_for(scheduler).follow_by_default  # its jobs run on this machine (local)
+    if not here and available is not None and available < the_plan.host_bytes:
+        return (f"the export holds about {plan.size(the_plan.host_bytes)} of host memory, "
+                f"this machine has {plan.size(available)} available")
+    return ""
+
+
+def command(the_plan: plan.ExportPlan, python: str, *, to: str | None, dtype: str | None,
+            push: str | None, private: bool | None) -> list[str]:
+    """The job's `hpc-grpo export`: this plan's step and flags, run where the job runs."""
+    argv = [python, "-m", "hpc_grpo.cli", "export", str(the_plan.run_dir), "--here",
+            "--step", str(the_plan.step), "--adapter" if the_plan.adapter else "--merge-lora"]
+    argv += ["--to", str(the_plan.target)] if to else []
+    argv += ["--dtype", {"bfloat16": "bf16", "float32": "fp32"}[the_plan.dtype]] if dtype else []
+    argv += ["--push", push] if push else []
+    argv += [] if private is None else ["--private" if private else "--public"]
+    return argv
+
+
+def _partition(run_dir: Path, site_name: str) -> str:
+    """The partition the run's training asked for (spec.json), else its site's."""
+    from hpc_grpo.config.site import find_site
+    from hpc_grpo.errors import UserError
+    from hpc_grpo.rundir import read_json_object
+
+    saved = read_json_object(run_dir / SPEC_JSON)
+    spec = saved.get("spec")
+    if isinstance(spec, dict) and spec.get("partition"):
+        return str(spec["partition"])
+    try:
+        return find_site(str(saved.get("site") or site_name)).partition if site_name else ""
+    except UserError:  # the profile is gone: Slurm's default partition
+        return ""
+
+
+def submit(the_plan: plan.ExportPlan, record: dict[str, Any], argv: list[str],
+           reason: str) -> ExportJob:
+    """Write the script, start it through the run's back end, record it."""
+    run_dir = the_plan.run_dir
+    number = len(read_jsonl(run_dir / EXPORT_JOBS_JSONL)) + 1
+    script = run_dir / f"export-job-{number}.sh"
+    log = run_dir / LOGS / f"export-job-{number}.log"
+    root = str(Path(__file__).resolve().parents[2])  # a checkout's package, as the node task's
+    text = ("#!/bin/bash\n# hpc-grpo export as a job: " + reason.replace("\n", " ") + "\n"
+            f"export PYTHONPATH={shlex.quote(root)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+            f"cd {shlex.quote(str(run_dir))}\n{shlex.join(argv)}\n")  # no exec: the local
+    # back end knows its job by the script in bash's argv
+    partial = script.with_name(f".{script.name}.{os.getpid()}")
+    partial.write_text(text)
+    partial.chmod(0o700)
+    partial.rename(script)
+    mem_mb = BASE_MEM_MB + math.ceil(the_plan.host_bytes * MEM_MARGIN / 2**20)
+    scheduler = str(record.get("scheduler") or "slurm")
+    name = f"export-{the_plan.run_id}"[:64]
+    sub = backend_for(scheduler).submit_side_job(
+        SideJob(script, log, name, mem_mb, TIME_MIN,
+                _partition(run_dir, str(record.get("site") or ""))))
+    append_jsonl(run_dir / EXPORT_JOBS_JSONL,
+                 {"time": time.time(), "job_id": sub.job_id, "scheduler": scheduler,
+                  "script": str(script), "log": str(log), "step": the_plan.step,
+                  "target": str(the_plan.target), "mem_mb": mem_mb, "reason": reason})
+    return ExportJob(sub.job_id, reason, script, log)
+
+
+def status_line(run_dir: Path) -> str:
+    """The newest export job, one line ("" none): done once exports.jsonl has its export,
+    else the back end's state of the job, and the log to read when it ended without one."""
+    jobs = [j for j in read_jsonl(run_dir / EXPORT_JOBS_JSONL) if isinstance(j.get("job_id"), str)]
+    if not jobs:
+        return ""
+    job = jobs[-1]
+    head = f"export job {job['job_id']} (step {job.get('step')})"
+    done = [e for e in records.exports(run_dir) if e.get("step") == job.get("step")
+            and float(e.get("time") or 0) >= float(job.get("time") or 0)]
+    if done:
+        return f"{head}: done, {done[-1].get('path')}"
+    try:
+        state = backend_for(str(job.get("scheduler") or "slurm")).side_job_state(
+            job["job_id"], Path(str(job.get("script"))))
+    except Exception as exc:  # status never stops at one run: say what could not be asked
+        state = f"UNKNOWN ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+    if state in WAITING:
+        return f"{head}: {state}"
+    return f"{head}: {state}, no export recorded: see {job.get('log')}"
+
+
+def nodes_reach_hub(record: dict[str, Any]) -> bool:
+    """Whether the run's site says its nodes reach the hub (a job may push from there)."""
+    from hpc_grpo.config.site import find_site
+    from hpc_grpo.errors import UserError
+
+    try:
+        return find_site(str(record.get("site") or "")).nodes_offline is False
+    except UserError:
+        return False
+
+
+def default_python(record: dict[str, Any], run_dir: Path) -> str:
+    """The run's own interpreter (spec.json's: the site's), else this one."""
+    from hpc_grpo.rundir import read_json_object
+
+    python = read_json_object(run_dir / SPEC_JSON).get("python")
+    return python if isinstance(python, str) and python else sys.executable

@@ -1,0 +1,113 @@
+"""`hpc-grpo export --push ORG/NAME`: the checked export folder, uploaded to the Hugging Face hub.
+
+The upload runs in a child Python (runtime/posttrain/push.py, ``huggingface_hub``'s
+``create_repo`` + ``upload_folder``), after the export has been checked and renamed into place;
+the token is huggingface_hub's own (``HF_TOKEN``, else its login file) and never passes through
+hpc-grpo. A refused push (bad token, no write access, a conflicting commit) is one line and
+leaves the export where it is; running the same command again pushes that folder without
+exporting anew. A push is one line of the run's pushes.jsonl (what `status` shows).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpc_grpo.errors import UserError
+from hpc_grpo.export import best as best_of
+from hpc_grpo.export import child, layout, plan, records
+from hpc_grpo.rundir import append_jsonl, read_jsonl
+from hpc_grpo.rundir.contract import PUSHES_JSONL
+
+MODULE = "hpc_grpo.runtime.posttrain.push"
+# The hub's repository names: [namespace/]name of letters, digits, '-', '_', '.' (without a
+# namespace: the token's own user, as TRL's hub_model_id).
+REPO_ID = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
+
+
+@dataclass(frozen=True)
+class Pushed:
+    repo_id: str
+    url: str  # the commit's page
+    commit: str
+    error: str = ""  # set: the hub refused or the upload failed (the export stays)
+
+
+def check_repo_id(repo_id: str) -> str:
+    if not REPO_ID.fullmatch(repo_id) or ".." in repo_id or repo_id.endswith((".git", ".")):
+        raise UserError(f"not a hub repository name: {repo_id!r}", field="push",
+                        hint="ORG/NAME (or NAME under your own user), e.g. my-org/qwen2.5-grpo")
+    return repo_id
+
+
+def require_hub(python: str) -> None:
+    """huggingface_hub must be importable by the child: checked here when it is this Python."""
+    if python == sys.executable and importlib.util.find_spec("huggingface_hub") is None:
+        raise UserError("--push needs huggingface_hub, which is not installed", field="push",
+                        hint="pip install 'hpc-grpo[hub]'")
+
+
+def existing(run_dir: Path, record: dict[str, Any], step: int | None, best: str | None,
+             to: str | None, adapter: bool) -> tuple[plan.ExportPlan, dict[str, Any]] | None:
+    """A finished export (exports.jsonl) at the target this export would write: pushed again
+    as it is instead of being refused as a non-empty target. None where there is none."""
+    run_id = str(record.get("run_id") or run_dir.name)
+    picked = best_of.pick(run_dir, run_id, step, best)
+    chosen = layout.pick(layout.checkpoints(run_dir), picked.step if picked else step, run_id)
+    target = plan.target_of(to, run_dir, chosen.step, adapter)
+    for entry in reversed(records.exports(run_dir)):
+        if Path(str(entry["path"])) == target and entry.get("step") == chosen.step:
+            flag = {"bfloat16": "bf16", "float32": "fp32"}.get(str(entry.get("dtype")))
+            return plan.build(run_dir, record, chosen.step, to, flag, adapter,
+                              allow_existing=True), entry
+    return None
+
+
+def commit_text(the_plan: plan.ExportPlan, check: dict[str, Any]) -> tuple[str, str]:
+    """The commit's summary and description: the run and step, the check's figure."""
+    summary = f"hpc-grpo export of run {the_plan.run_id}, step {the_plan.step}"
+    diff = check.get("max_abs_diff")
+    checked = (f"checked: max |log p(export) - log p(checkpoint)| = {diff:.3g} (tolerance "
+               f"{check.get('tolerance')})" if isinstance(diff, int | float) else "")
+    description = (f"{the_plan.mode} weights ({the_plan.written_dtype}) of checkpoint-"
+                   f"{the_plan.step} ({the_plan.layout} layout). {checked}").strip()
+    return summary, description
+
+
+def push(the_plan: plan.ExportPlan, check: dict[str, Any], repo_id: str, *,
+         private: bool | None = None, python: str = sys.executable) -> Pushed:
+    """Upload ``the_plan.target``; a refusal is ``Pushed.error`` (one line), not an exception:
+    the export is done and stays."""
+    summary, description = commit_text(the_plan, check)
+    request = {"folder": str(the_plan.target), "repo_id": repo_id, "private": private,
+               "revision": None, "commit_message": summary, "commit_description": description}
+    answer = child.run(python, MODULE, request, "push", env={"HF_HUB_OFFLINE": "0"})
+    if not answer.get("ok"):
+        return Pushed(repo_id, "", "", f"push to {repo_id} failed: {answer.get('error')}; the "
+                      f"export stays at {the_plan.target}")
+    done = Pushed(repo_id, str(answer.get("url") or ""), str(answer.get("commit") or ""))
+    append_jsonl(the_plan.run_dir / PUSHES_JSONL,
+                 {"time": time.time(), "step": the_plan.step, "path": str(the_plan.target),
+                  "repo_id": repo_id, "url": done.url, "commit": done.commit})
+    return done
+
+
+def pushes(run_dir: Path) -> list[dict[str, Any]]:
+    """pushes.jsonl's lines, oldest first (never raises)."""
+    return [p for p in read_jsonl(run_dir / PUSHES_JSONL) if isinstance(p.get("repo_id"), str)]
+
+
+def newest_push(run_dir: Path) -> dict[str, Any] | None:
+    found = pushes(run_dir)
+    return found[-1] if found else None
+
+
+def push_line(entry: dict[str, Any]) -> str:
+    return (f"pushed step {entry.get('step')} to {entry.get('repo_id')}"
+            + (f" ({str(entry.get('commit'))[:12]})" if entry.get("commit") else ""))
+

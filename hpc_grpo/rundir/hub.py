@@ -1,0 +1,26 @@
+"""run.json's "hub" block: a recipe's ``push_to_hub`` as the step after training (issue #28).
+
+Standard library only, like the rest of the run directory's room; contract.py imports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class HubBlock:
+    """A recipe's ``push_to_hub``/``hub_model_id``: the checked export of the run's last
+    checkpoint goes to ``repo_id``. ``on_node``: the site's nodes reach the hub, so rank 0's node
+    task exports and pushes when training is done; otherwise `status` shows the push pending
+    with the login-node command (``push_command``)."""
+
+    repo_id: str
+    private: bool | None = None  # hub_private_repo; None: the hub's default
+    on_node: bool = False
+
+
+def push_command(run_id: str, hub: HubBlock) -> str:
+    """The one command that exports a run's last checkpoint and pushes it (login node or node)."""
+    private = "" if hub.private is None else " --private" if hub.private else " --public"
+    return f"hpc-grpo export {run_id} --push {hub.repo_id}{private}"

@@ -1,0 +1,84 @@
+"""`hpc-grpo export` as a one-node job of the run's back end (export/job.py), with the shared
+fake Slurm binaries: sbatch's argv (one node, the plan's memory, the run's partition), the
+script (the same command, --here, the step pinned), export-jobs.jsonl, and `status` following
+the job from squeue/sacct to the export it recorded. The local back end's end-to-end run is
+tests/slow/test_export_job_local.py."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from hpc_grpo.export import commands, job, plan
+from hpc_grpo.rundir import append_jsonl
+from tests.unit.export import fakes
+from tests.unit.slurmfake import FakeSlurm, sacct_line, squeue_line
+
+
+def _run(tmp_path: Path, scheduler: str = "slurm") -> Path:
+    run = fakes.run_dir(tmp_path, scheduler=scheduler, site="sandbox")
+    (run / "spec.json").write_text(json.dumps({"site": "sandbox", "python": "/opt/py/bin/python",
+                                               "spec": {"partition": "big"}}))
+    fakes.checkpoint(run, 2)
+    fakes.checkpoint(run, 4)
+    return run
+
+
+def test_export_job_goes_through_sbatch_with_the_plans_memory(tmp_path: Path,
+                                                              fake: FakeSlurm) -> None:
+    run = _run(tmp_path)
+    lines: list[str] = []
+    done = commands.export(str(run), job=True, best="reward_mean", push="my-org/x",
+                           announce=lines.append)
+    assert done.job is not None and done.job.job_id == "4242" and done.job.reason == "--job"
+    assert lines[0].startswith("best reward_mean: step 4") and lines[1].startswith("export tiny-0001")
+    (call,) = fake.calls("sbatch")
+    script = run / "export-job-1.sh"
+    assert call["argv"] == ["--parsable", "--nodes=1", "--ntasks=1", "--job-name=export-tiny-0001",
+                            f"--output={run / 'logs' / 'export-job-1.log'}", "--mem=1537M",
+                            "--time=120", "--partition=big", str(script)]
+    text = script.read_text()
+    assert ("\n/opt/py/bin/python -m hpc_grpo.cli export " + str(run) +
+            " --here --step 4 --merge-lora\n") in text  # sandbox: nodes_online unsaid
+    assert lines[2] == ("the site's nodes do not reach the hub: once the job is done, push from "
+                        "here with `hpc-grpo export tiny-0001 --push my-org/x`")
+    assert not (run / "export").exists()  # nothing written here: the job writes it
+    entry = json.loads((run / "export-jobs.jsonl").read_text())
+    assert entry["job_id"] == "4242" and entry["step"] == 4 and entry["scheduler"] == "slurm"
+
+
+def test_status_follows_the_job_to_its_export(tmp_path: Path, fake: FakeSlurm) -> None:
+    run = _run(tmp_path)
+    commands.export(str(run), job=True)
+    fake.answer("squeue", squeue_line("4242", "RUNNING", "2026-01-01T00:00:00",
+                                      name="export-tiny-0001"))
+    assert job.status_line(run) == "export job 4242 (step 4): RUNNING"
+    fake.answer("squeue", "")
+    fake.answer("sacct", sacct_line("4242", "FAILED", "2026-01-01T00:00:00", code="1:0"))
+    assert job.status_line(run) == ("export job 4242 (step 4): FAILED, no export recorded: see "
+                                    f"{run / 'logs' / 'export-job-1.log'}")
+    target = run / "export" / "step-4"
+    target.mkdir(parents=True)
+    append_jsonl(run / "exports.jsonl", {"time": time.time() + 1, "step": 4, "path": str(target)})
+    assert job.status_line(run) == f"export job 4242 (step 4): done, {target}"
+
+
+def test_a_small_login_node_sends_the_export_to_a_job(tmp_path: Path, fake: FakeSlurm,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    run = _run(tmp_path)
+    the_plan = plan.build(run, json.loads((run / "run.json").read_text()), None, None, None, False)
+    needed = the_plan.host_bytes
+    assert job.reason_for(None, the_plan, "slurm", needed) == ""
+    assert job.reason_for(None, the_plan, "slurm", None) == ""  # unknown memory: here
+    assert job.reason_for(None, the_plan, "slurm", needed - 1).startswith(
+        "the export holds about 0.0 MiB of host memory, this machine has")
+    assert job.reason_for(None, the_plan, "local", 0) == ""  # a local job runs here anyway
+    assert job.reason_for(True, the_plan, "local", None) == "--job"
+    assert job.reason_for(False, the_plan, "slurm", 0) == ""
+    monkeypatch.setattr(plan, "available_memory", lambda: 1)
+    done = commands.export(str(run))
+    assert done.job is not None and done.job.reason.startswith("the export holds about")
+    assert len(fake.calls("sbatch")) == 1
