@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,6 +33,8 @@ from hpc_grpo.planner.report import plan_report
 from hpc_grpo.planner.timing import Timings
 from hpc_grpo.planner.types import ModelRef
 from hpc_grpo.preflight import inputs
+from hpc_grpo.preflight.builtin_model import ensure_builtin_model
+from hpc_grpo.preflight.builtin_model import write_example_model as write_example_model
 from hpc_grpo.rundir.contract import (
     ATTEMPTS,
     JOB_SBATCH,
@@ -159,37 +160,6 @@ def _refuse_unstaged(prepared: Prepared) -> None:
     """Before anything is written or queued: the nodes could not load what is not staged."""
     if prepared.refused:
         raise UserErrors(prepared.refused) if len(prepared.refused) > 1 else prepared.refused[0]
-
-
-def write_example_model(shape: str, target: Path, python: str = sys.executable) -> Path:
-    """Build an offline example model in ``target`` with the runtime's own builder, in a child
-    process: the launcher never imports torch."""
-    try:
-        proc = subprocess.run(
-            [python, "-m", "hpc_grpo.runtime.models.shapes", shape, str(target)],
-            capture_output=True, text=True, check=False,
-        )
-    except OSError as exc:  # a site's `python:` that this machine cannot run: not a traceback
-        raise UserError(f"could not build the model builtin:{shape}: cannot run {python}: "
-                        f"{exc.strerror}", field="python",
-                        hint="set the site's python: to an interpreter with hpc-grpo[runtime]"
-                        ) from exc
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"could not build the model builtin:{shape}: {last}", field="model",
-                        hint="install the runtime extra: pip install 'hpc-grpo[runtime]'")
-    return target
-
-
-def ensure_builtin_model(name: str, python: str) -> bool:
-    """Build an offline example model once, on first use (no hub needed); True if built now."""
-    if not name.startswith("builtin:"):
-        return False
-    target = inputs.builtin_model_dir(name, registry.home_dir())
-    if (target / "config.json").exists():
-        return False
-    write_example_model(name.split(":", 1)[1], target, python)
-    return True
 
 
 @dataclass(frozen=True)
