@@ -31,7 +31,7 @@ from hpc_grpo.planner.checkpoint_fit import refuse_if_no_fit, resident_host_gib
 from hpc_grpo.planner.job import JobPlan, build_plan
 from hpc_grpo.planner.report import plan_report
 from hpc_grpo.planner.timing import Timings
-from hpc_grpo.planner.types import ModelRef
+from hpc_grpo.planner.types import Links, ModelRef
 from hpc_grpo.preflight import inputs
 from hpc_grpo.preflight.builtin_model import ensure_builtin_model
 from hpc_grpo.preflight.builtin_model import write_example_model as write_example_model
@@ -117,6 +117,7 @@ class CheckedInputs:
     free: tuple[int | None, str]
     notes: tuple[str, ...]
     refused: tuple[UserError, ...]
+    links: Links | None = None  # declared in the profile or measured by doctor, else assumed
 
 
 def check_inputs(site: SiteProfile, spec: JobSpec, *, root: Path, python: str,
@@ -138,7 +139,15 @@ def check_inputs(site: SiteProfile, spec: JobSpec, *, root: Path, python: str,
     refused, notes = staging.problems(site, site_name)
     return CheckedInputs(inputs.with_prompt_bound(spec, probed), staging.model,
                          staging.dataset_commit, Timings(*measured) if measured else None,
-                         inputs.free_space(root), notes + tuple(probed.notes), refused)
+                         inputs.free_space(root), notes + tuple(probed.notes), refused,
+                         _links_for_plan(site))
+
+
+def _links_for_plan(site: SiteProfile) -> Links | None:
+    from hpc_grpo.preflight.links import site_links
+
+    facts = site_links(site)
+    return facts.for_plan() if facts else None
 
 
 def _prepare(site: SiteProfile, spec: JobSpec, *, root: Path, run_id: str | None,
@@ -148,7 +157,7 @@ def _prepare(site: SiteProfile, spec: JobSpec, *, root: Path, run_id: str | None
     checked = check_inputs(site, spec, root=root, python=python, site_name=site_name)
     plan = build_plan(site, checked.spec, checked.model, checked.timings, checked.free,
                       dataset_commit=checked.dataset_commit,
-                      notes=checked.notes + hub_notes(checked.spec, site))
+                      notes=checked.notes + hub_notes(checked.spec, site), links=checked.links)
     run_id = run_id or registry.next_run_id(root, plan.job_name)
     run_dir = root / run_id
     script = render_script(plan, run_id=run_id, run_dir=str(run_dir), python=python)

@@ -30,7 +30,7 @@ from hpc_grpo.planner.speed.server import ServerPlan
 from hpc_grpo.planner.timeouts import collective_timeout
 from hpc_grpo.planner.timing import Timings, signal_lead
 from hpc_grpo.planner.topology import ServerSplit, layout_notes, rank_table, server_split
-from hpc_grpo.planner.types import ModelRef
+from hpc_grpo.planner.types import Links, ModelRef
 from hpc_grpo.rundir.contract import (
     DeepSpeedBlock,
     RankRow,
@@ -170,29 +170,32 @@ def _check_batches(spec: JobSpec, world_size: int) -> None:
     )
 
 
-def _memory_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int) -> MemoryPlan | None:
+def _memory_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int,
+                 links: Links | None) -> MemoryPlan | None:
     """The colocated memory plan; None on CPU sites and for an unknown architecture."""
     if site.device != "cuda" or model.arch is None:
         return None
-    return plan_memory(plan_request(site, spec, model, procs))
+    return plan_memory(plan_request(site, spec, model, procs, links))
 
 
 def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
                timings: Timings | None = None, free: tuple[int | None, str] = (None, ""),
-               dataset_commit: str = "", notes: tuple[str, ...] = ()) -> JobPlan:
+               dataset_commit: str = "", notes: tuple[str, ...] = (),
+               links: Links | None = None) -> JobPlan:
     """Check the request against the site and choose the layout; raises UserError early.
     ``free``: the output file system's free bytes and name, probed by the caller; ``notes``:
-    the caller's checks' warnings, shown after the plan's own."""
+    the caller's checks' warnings, shown after the plan's own; ``links``: the link bandwidths
+    the caller found (declared or measured), None where assumed."""
     time_min = minutes(spec.time, "time")
-    spec, mode_note = resolve_mode(site, spec, model)
+    spec, mode_note = resolve_mode(site, spec, model, links)
     lead, lead_reason = signal_lead(site.signal_lead_s, timings)
     warnings = [*spec.notes, *_check_limits(site, spec, time_min, lead, timings),
                 *context_check(spec, model.arch.max_position_embeddings if model.arch
                                else model.context)]
     procs, server = _processes(site, spec)
     _check_batches(spec, world_size(spec.nodes, procs))
-    memory = None if server is not None else _memory_plan(site, spec, model, procs)
-    served = server_plan(site, spec, model, procs) if server is not None else None
+    memory = None if server is not None else _memory_plan(site, spec, model, procs, links)
+    served = server_plan(site, spec, model, procs, links) if server is not None else None
     warnings += [mode_note] * bool(mode_note) + (
         [served.growth_warning(model.arch.num_params)] if served and model.arch else [])
     warnings += layout_notes(site.device, site.name, spec, memory or server)

@@ -20,12 +20,15 @@ from hpc_grpo.planner.engines import SERVER_GPU_MEMORY_UTILIZATION
 from hpc_grpo.planner.memory.plan import plan_memory
 from hpc_grpo.planner.speed.server import ServerPlan, plan_server
 from hpc_grpo.planner.topology import server_split
-from hpc_grpo.planner.types import ModelRef, PlanRequest
+from hpc_grpo.planner.types import Links, ModelRef, PlanRequest
 
 
-def plan_request(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int) -> PlanRequest:
-    """The planner's view of the job; link bandwidths stay assumed until doctor's are wired."""
+def plan_request(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int,
+                 links: Links | None = None) -> PlanRequest:
+    """The planner's view of the job; ``links``: the figures the launcher found (declared or
+    measured by doctor), the rest assumed."""
     assert model.arch is not None
+    links = links or Links()
     return PlanRequest(
         arch=model.arch, nodes=spec.nodes, gpus_per_node=procs,
         gpu_memory_gib=site.gpu_memory_gib, cpu_memory_gib_per_node=site.cpu_memory_gib,
@@ -45,14 +48,17 @@ def plan_request(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int) 
         enable_sleep_mode=spec.vllm_enable_sleep_mode,
         vllm_gpu_memory_utilization=spec.vllm_gpu_memory_utilization or None,
         pure_bf16=spec.pure_bf16, gpu_name=site.gpu_type,
+        intra_node_gbs=links.intra_node_gbs, inter_node_gbs=links.inter_node_gbs,
+        link_source=links.source,
     )
 
 
-def server_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int) -> ServerPlan | None:
+def server_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int,
+                links: Links | None = None) -> ServerPlan | None:
     """Server mode's memory and step plan; None on CPU sites and for an unknown architecture."""
     if site.device != "cuda" or model.arch is None:
         return None
-    req = plan_request(site, spec, model, procs)
+    req = plan_request(site, spec, model, procs, links)
     util = spec.vllm_gpu_memory_utilization or SERVER_GPU_MEMORY_UTILIZATION
     return plan_server(req, spec.vllm_server_gpus, util, spec.zero_stage or 0)
 
@@ -74,7 +80,8 @@ def faster_mode(colocate: PlanRequest, trainers: PlanRequest, server_gpus: int, 
     return "colocate", f"vllm_mode auto: colocate ({mine} against server mode's {server_s})"
 
 
-def resolve_mode(site: SiteProfile, spec: JobSpec, model: ModelRef) -> tuple[JobSpec, str]:
+def resolve_mode(site: SiteProfile, spec: JobSpec, model: ModelRef,
+                 links: Links | None = None) -> tuple[JobSpec, str]:
     """``auto``: the mode predicted faster, with the line that says so; else the spec as is."""
     if spec.vllm_mode != "auto":
         return spec, ""
@@ -84,7 +91,7 @@ def resolve_mode(site: SiteProfile, spec: JobSpec, model: ModelRef) -> tuple[Job
     procs = spec.procs_per_node or site.default_procs_per_node
     split = server_split(spec.nodes, site.gpus_per_node, spec.vllm_server_gpus)
     util = spec.vllm_gpu_memory_utilization or SERVER_GPU_MEMORY_UTILIZATION
-    mode, why = faster_mode(plan_request(site, colocate, model, procs),
-                            plan_request(site, spec, model, len(split.trainer_gpus)),
+    mode, why = faster_mode(plan_request(site, colocate, model, procs, links),
+                            plan_request(site, spec, model, len(split.trainer_gpus), links),
                             spec.vllm_server_gpus, util, spec.zero_stage or 0)
     return replace(spec, vllm_mode=mode), why

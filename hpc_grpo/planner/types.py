@@ -26,6 +26,17 @@ class ModelRef:
 
 
 @dataclass(frozen=True)
+class Links:
+    """The link bandwidths a plan uses (GB/s, an all-reduce's bus bandwidth), found by the
+    launcher (the profile's declared figures, else doctor's cached measurement:
+    preflight/links.py); None for a figure that is assumed (planner/speed/hardware.py)."""
+
+    intra_node_gbs: float | None = None
+    inter_node_gbs: float | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class PlanRequest:
     """One GRPO job on GPUs as the planner sees it; override fields left None are the planner's.
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.config.site import SiteProfile
+from hpc_grpo.planner.types import Links
 from hpc_grpo.runs.registry import home_dir
 
 CACHE_DIR = "links"
@@ -43,6 +44,10 @@ class LinkFacts:
     source: str  # e.g. "measured by doctor on 2026-11-26 (gloo, 2 nodes x 2 processes)"
     measured_at: str  # ISO time of the measurement used, "" when every figure is declared
     note: str = ""  # a declared figure a measurement disagrees with, for plan to print
+
+    def for_plan(self) -> Links:
+        """The planner's value of these figures (planner/types.Links)."""
+        return Links(self.intra_node_gbs, self.inter_node_gbs, self.source)
 
     def to_dict(self) -> dict[str, Any]:
         return {"intra_node_gbs": self.intra_node_gbs, "inter_node_gbs": self.inter_node_gbs,
