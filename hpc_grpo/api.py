@@ -31,7 +31,7 @@ from hpc_grpo.planner.checkpoint_fit import refuse_if_no_fit, resident_host_gib
 from hpc_grpo.planner.job import JobPlan, build_plan
 from hpc_grpo.planner.report import plan_report
 from hpc_grpo.planner.timing import Timings
-from hpc_grpo.planner.types import Links, ModelRef
+from hpc_grpo.planner.types import LinkFigures, ModelRef
 from hpc_grpo.preflight import inputs
 from hpc_grpo.preflight.builtin_model import ensure_builtin_model
 from hpc_grpo.preflight.builtin_model import write_example_model as write_example_model
@@ -117,7 +117,7 @@ class CheckedInputs:
     free: tuple[int | None, str]
     notes: tuple[str, ...]
     refused: tuple[UserError, ...]
-    links: Links | None = None  # declared in the profile or measured by doctor, else assumed
+    links: LinkFigures | None = None  # declared in the profile or measured by doctor, else assumed
 
 
 def check_inputs(site: SiteProfile, spec: JobSpec, *, root: Path, python: str,
@@ -143,7 +143,7 @@ def check_inputs(site: SiteProfile, spec: JobSpec, *, root: Path, python: str,
                          _links_for_plan(site))
 
 
-def _links_for_plan(site: SiteProfile) -> Links | None:
+def _links_for_plan(site: SiteProfile) -> LinkFigures | None:
     from hpc_grpo.preflight.links import site_links
 
     facts = site_links(site)

@@ -30,7 +30,7 @@ from hpc_grpo.planner.speed.server import ServerPlan
 from hpc_grpo.planner.timeouts import collective_timeout
 from hpc_grpo.planner.timing import Timings, signal_lead
 from hpc_grpo.planner.topology import ServerSplit, layout_notes, rank_table, server_split
-from hpc_grpo.planner.types import Links, ModelRef
+from hpc_grpo.planner.types import LinkFigures, ModelRef
 from hpc_grpo.rundir.contract import (
     DeepSpeedBlock,
     RankRow,
@@ -171,7 +171,7 @@ def _check_batches(spec: JobSpec, world_size: int) -> None:
 
 
 def _memory_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int,
-                 links: Links | None) -> MemoryPlan | None:
+                 links: LinkFigures | None) -> MemoryPlan | None:
     """The colocated memory plan; None on CPU sites and for an unknown architecture."""
     if site.device != "cuda" or model.arch is None:
         return None
@@ -181,7 +181,7 @@ def _memory_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int,
 def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
                timings: Timings | None = None, free: tuple[int | None, str] = (None, ""),
                dataset_commit: str = "", notes: tuple[str, ...] = (),
-               links: Links | None = None) -> JobPlan:
+               links: LinkFigures | None = None) -> JobPlan:
     """Check the request against the site and choose the layout; raises UserError early.
     ``free``: the output file system's free bytes and name, probed by the caller; ``notes``:
     the caller's checks' warnings, shown after the plan's own; ``links``: the link bandwidths

@@ -20,15 +20,15 @@ from hpc_grpo.planner.engines import SERVER_GPU_MEMORY_UTILIZATION
 from hpc_grpo.planner.memory.plan import plan_memory
 from hpc_grpo.planner.speed.server import ServerPlan, plan_server
 from hpc_grpo.planner.topology import server_split
-from hpc_grpo.planner.types import Links, ModelRef, PlanRequest
+from hpc_grpo.planner.types import LinkFigures, ModelRef, PlanRequest
 
 
 def plan_request(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int,
-                 links: Links | None = None) -> PlanRequest:
+                 links: LinkFigures | None = None) -> PlanRequest:
     """The planner's view of the job; ``links``: the figures the launcher found (declared or
     measured by doctor), the rest assumed."""
     assert model.arch is not None
-    links = links or Links()
+    links = links or LinkFigures()
     return PlanRequest(
         arch=model.arch, nodes=spec.nodes, gpus_per_node=procs,
         gpu_memory_gib=site.gpu_memory_gib, cpu_memory_gib_per_node=site.cpu_memory_gib,
@@ -54,7 +54,7 @@ def plan_request(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int,
 
 
 def server_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int,
-                links: Links | None = None) -> ServerPlan | None:
+                links: LinkFigures | None = None) -> ServerPlan | None:
     """Server mode's memory and step plan; None on CPU sites and for an unknown architecture."""
     if site.device != "cuda" or model.arch is None:
         return None
@@ -81,7 +81,7 @@ def faster_mode(colocate: PlanRequest, trainers: PlanRequest, server_gpus: int, 
 
 
 def resolve_mode(site: SiteProfile, spec: JobSpec, model: ModelRef,
-                 links: Links | None = None) -> tuple[JobSpec, str]:
+                 links: LinkFigures | None = None) -> tuple[JobSpec, str]:
     """``auto``: the mode predicted faster, with the line that says so; else the spec as is."""
     if spec.vllm_mode != "auto":
         return spec, ""

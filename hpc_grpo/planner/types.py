@@ -26,7 +26,7 @@ class ModelRef:
 
 
 @dataclass(frozen=True)
-class Links:
+class LinkFigures:
     """The link bandwidths a plan uses (GB/s, an all-reduce's bus bandwidth), found by the
     launcher (the profile's declared figures, else doctor's cached measurement:
     preflight/links.py); None for a figure that is assumed (planner/speed/hardware.py)."""

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.config.site import SiteProfile
-from hpc_grpo.planner.types import Links
+from hpc_grpo.planner.types import LinkFigures
 from hpc_grpo.runs.registry import home_dir
 
 CACHE_DIR = "links"
@@ -45,9 +45,9 @@ class LinkFacts:
     measured_at: str  # ISO time of the measurement used, "" when every figure is declared
     note: str = ""  # a declared figure a measurement disagrees with, for plan to print
 
-    def for_plan(self) -> Links:
-        """The planner's value of these figures (planner/types.Links)."""
-        return Links(self.intra_node_gbs, self.inter_node_gbs, self.source)
+    def for_plan(self) -> LinkFigures:
+        """The planner's value of these figures (planner/types.LinkFigures)."""
+        return LinkFigures(self.intra_node_gbs, self.inter_node_gbs, self.source)
 
     def to_dict(self) -> dict[str, Any]:
         return {"intra_node_gbs": self.intra_node_gbs, "inter_node_gbs": self.inter_node_gbs,

@@ -249,3 +249,28 @@ def test_site_init_lines_leave_the_keys_to_doctor() -> None:
     assert lines[0].startswith("inter_node_gbs: null  #") and "now 2.68, measured by doctor" in lines[0]
     assert all("assumed until `hpc-grpo doctor --bandwidth`" in line
                for line in siteinit.link_lines(None))
+
+
+def test_the_measured_link_reaches_the_step_time_model(hpc_home: Path, tmp_path: Path) -> None:
+    """doctor's figure is not only printed: the plan's predicted step and its choice use it
+    (2 nodes of 2 GPUs, 1.5B; the sandbox link of 2026-11-23 was 2.68 GB/s)."""
+    profile = tmp_path / "gpufarm.yaml"
+    profile.write_text("partition: gpu\ngpus_per_node: 2\ngpu_memory_gib: 80\ngpu_type: H100\n"
+                       "cpu_memory_gib: 250\n")
+
+    def speed() -> dict[str, Any]:
+        result = CliRunner().invoke(main, ["plan", "--site", str(profile), "--model",
+                                           "builtin:qwen2-1.5b", "--nodes", "2", "--json"],
+                                    catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return dict(json.loads(result.output)["speed"])
+
+    assumed = speed()
+    assert "25 GB/s between nodes (assumed)" in assumed["hardware"]
+    links.write_measurement("gpufarm", report(inter=2.68, intra=150.0))
+    measured = speed()
+    assert "2.68 GB/s between nodes" in measured["hardware"]
+    assert "measured by doctor on 2026-11-25" in measured["hardware"]
+    exchange = "data-parallel exchange"
+    assert measured["terms_s"][exchange] > 5 * assumed["terms_s"][exchange]
+    assert measured["s_per_step"] > assumed["s_per_step"]
