@@ -155,7 +155,8 @@ def _prepare(site: SiteProfile, spec: JobSpec, *, root: Path, run_id: str | None
     """inputs -> plan -> run directory -> script: each step a function of the one before."""
     python = python or site.python or sys.executable
     checked = check_inputs(site, spec, root=root, python=python, site_name=site_name)
-    plan = build_plan(site, checked.spec, checked.model, checked.timings, checked.free,
+    free = inputs.with_run_checkpoints(checked.free, root / run_id) if run_id else checked.free
+    plan = build_plan(site, checked.spec, checked.model, checked.timings, free,
                       dataset_commit=checked.dataset_commit,
                       notes=checked.notes + hub_notes(checked.spec, site), links=checked.links)
     run_id = run_id or registry.next_run_id(root, plan.job_name)

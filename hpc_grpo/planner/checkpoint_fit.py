@@ -5,6 +5,7 @@ value the launcher probed (preflight/inputs.py); None means unknown and checks n
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from hpc_grpo.config.site import SiteProfile
@@ -19,6 +20,7 @@ from hpc_grpo.planner.checkpoint_size import (
     disk_verdict,
     host_verdict,
     size_checkpoint,
+    size_limit,
 )
 from hpc_grpo.planner.types import MemoryPlan
 from hpc_grpo.rundir.contract import DEFAULT_SAVE_TOTAL_LIMIT, DeepSpeedBlock
@@ -53,24 +55,34 @@ def resident_host_gib(memory: MemoryPlan | None) -> float:
 def check_checkpoints(site: SiteProfile, spec: JobSpec, arch: ModelArch | None,
                       deepspeed: DeepSpeedBlock | None, memory: MemoryPlan | None,
                       world_size: int, free_bytes: int | None,
-                      where: str) -> tuple[CheckpointSize | None, str, list[str]]:
-    """The checkpoint size_checkpoint, why no checkpoint can fit ("" when one can) and warnings."""
+                      where: str) -> tuple[CheckpointSize | None, str, list[str], tuple[int, str] | None]:
+    """The checkpoint size_checkpoint, why no checkpoint can fit ("" when one can), warnings, and
+    (save_total_limit, why) where the plan sized it: the recipe left it unset (size_limit)."""
     if arch is None:
-        return None, "", []
-    size = size_checkpoint(checkpoint_request(spec, arch, site.device, deepspeed, world_size))
+        return None, "", [], None
+    request = checkpoint_request(spec, arch, site.device, deepspeed, world_size)
+    size = size_checkpoint(request)
     warnings: list[str] = []
-    problem = ""
+    problem, sized = "", None
+    if "save_total_limit" not in spec.grpo:
+        sized = (DEFAULT_SAVE_TOTAL_LIMIT, f"save_total_limit: unset -> {DEFAULT_SAVE_TOTAL_LIMIT}"
+                 " (the default; the output file system's free space is unknown)")
+        if free_bytes is not None:
+            keep, line = size_limit(size.one, free_bytes, DEFAULT_SAVE_TOTAL_LIMIT, where)
+            size = size_checkpoint(replace(request, save_total_limit=max(1, keep)))
+            problem, sized = ("", (keep, line)) if keep else (line, (1, ""))
     if free_bytes is not None:
-        problem, warning = disk_verdict(size, free_bytes, where)
-        if problem:
-            problem = f"checkpoints do not fit: {problem}"
-            warnings.append(f"{problem} (submit refuses this)")
-        if warning:
+        verdict, warning = disk_verdict(size, free_bytes, where)
+        problem = verdict or problem  # not even one checkpoint fits: that first
+        if warning and not problem:
             warnings.append(f"checkpoints: {warning}")
+    if problem:
+        problem = f"checkpoints do not fit: {problem}"
+        warnings.append(f"{problem} (submit refuses this)")
     host = host_verdict(size, resident_host_gib(memory), site.cpu_memory_gib)
     if host:
         warnings.append(f"checkpoints: {host}")
-    return size, problem, warnings
+    return size, problem, warnings, sized
 
 
 def refuse_if_no_fit(problem: str) -> None:
@@ -78,7 +90,9 @@ def refuse_if_no_fit(problem: str) -> None:
     if problem:
         raise UserError(problem, field="output_root",
                         hint="use an output root on a larger file system (--output-root), LoRA "
-                             "(use_peft: true), or free space")
+                             "(use_peft: true), or free space (where one checkpoint fits but not "
+                             "two, an explicit save_total_limit: 1 runs: it keeps the first "
+                             "checkpoint and skips later saves that do not fit)")
 
 
 def checkpoint_report(size: CheckpointSize | None) -> dict[str, Any] | None:
@@ -88,5 +102,6 @@ def checkpoint_report(size: CheckpointSize | None) -> dict[str, Any] | None:
         return None
     return {"files_gib": {name: round(b / GIB, 3) for name, b in size.items},
             "one_gib": round(size.one / GIB, 3), "at_once": size.at_once,
+            "save_total_limit": None if size.at_once is None else size.at_once - 1,
             "peak_disk_gib": None if size.peak_disk is None else round(size.peak_disk / GIB, 3),
             "save_host_gib": round(size.host_bytes / GIB, 3)}

@@ -130,6 +130,33 @@ def disk_verdict(size: CheckpointSize, free_bytes: int, where: str) -> tuple[str
     return "", ""
 
 
+# Kept free when the plan sizes save_total_limit: a shared file system's other writers, the run's
+# logs and metrics, a checkpoint a little larger than estimated (the 7B one was within 0.04%).
+MARGIN_FRACTION = 0.05
+MARGIN_MIN = 2**30
+
+
+def margin(free_bytes: int) -> int:
+    return max(MARGIN_MIN, int(free_bytes * MARGIN_FRACTION))
+
+
+def size_limit(one: int, free_bytes: int, default: int, where: str) -> tuple[int, str]:
+    """(save_total_limit, one line why) where the recipe leaves it unset: the most checkpoints
+    kept such that they and the next one, while it is written, fit the free space less the
+    margin; at most ``default``; 0 where not even two fit at once (the line says so)."""
+    room = max(0, free_bytes - margin(free_bytes))
+    fit = room // one if one else default + 1
+    keep = max(0, min(default, fit - 1))
+    head = (f"{fit} checkpoint(s) of {gib(one)} fit in {gib(room)} ({where}: "
+            f"{gib(free_bytes)} free less a {gib(margin(free_bytes))} margin)")
+    if keep < 1:
+        return 0, (f"{head}: the newest complete checkpoint and the next while it is written "
+                   f"need {gib(2 * one)}")
+    why = "the default" if keep == default else "the most that fit beside the one being written"
+    return keep, (f"save_total_limit: unset -> {keep} ({why}; plan: {head}; {keep + 1} at once "
+                  f"while saving = {gib((keep + 1) * one)})")
+
+
 def host_verdict(size: CheckpointSize, resident_gib: float, node_memory_gib: float) -> str:
     """A warning when the save's host memory on top of what training holds there exceeds the
     node's memory (the kernel's OOM killer ends the rank mid-save)."""

@@ -69,6 +69,7 @@ class JobPlan:
     precision: str = ""  # what the ranks train in (precision(): the ranks' own load_dtype)
     changes: tuple[str, ...] = ()  # what the plan changed from the recipe, one line each, and why
     server_plan: ServerPlan | None = None  # server mode: trainer/server memory, step, alloc hook
+    save_total_limit: int | None = None  # sized by the plan where the recipe leaves it unset
 
     @property
     def nodes(self) -> int:
@@ -99,7 +100,9 @@ class JobPlan:
             peft=peft_block(self.spec), seed=self.spec.seed, nodes=self.nodes,
             procs_per_node=self.procs_per_node, device=self.device,
             dist_backend=dist_backend(self.device),
-            grpo_config=dict(self.spec.grpo), vllm=self.vllm, deepspeed=self.deepspeed,
+            grpo_config={**self.spec.grpo, **({"save_total_limit": self.save_total_limit}
+                                              if self.save_total_limit else {})},
+            vllm=self.vllm, deepspeed=self.deepspeed,
             stop=self.stop, ranks=self.ranks,
             site=self.site.name, scheduler=self.site.scheduler, hardware=hardware_block(self.site),
             max_requeues=self.site.max_requeues, signal_lead_s=self.signal_lead_s,
@@ -205,9 +208,10 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
     vllm = vllm_plan(site, spec, memory, server, sequence)
     deepspeed = deepspeed_plan(site.device, spec, memory)
     story, changes, pure = precision(site.device, spec, deepspeed)
-    checkpoint, no_fit, more = check_checkpoints(site, spec, model.arch, deepspeed, memory,
-                                                 world_size(spec.nodes, procs), *free)
+    checkpoint, no_fit, more, kept = check_checkpoints(site, spec, model.arch, deepspeed, memory,
+                                                       world_size(spec.nodes, procs), *free)
     warnings += [*more, *pure]
+    changes += (kept[1],) if kept and kept[1] else ()
     return JobPlan(
         site=site, spec=spec, model=model, device=site.device, procs_per_node=procs,
         ranks=rank_table(spec.nodes, procs, vllm.tensor_parallel_size), vllm=vllm,
@@ -217,4 +221,5 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
         dataset_commit=dataset_commit,
         collective_timeout_s=timeout, collective_timeout_reason=timeout_reason,
         precision=story, changes=changes, server_plan=served,
+        save_total_limit=kept[0] if kept else None,
     )

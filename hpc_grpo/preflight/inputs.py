@@ -27,7 +27,7 @@ from hpc_grpo.planner import ModelArch, arch_from_config, lookup_model
 from hpc_grpo.planner.blocks import dataset_block, model_block
 from hpc_grpo.planner.catalogue import builtin_arch
 from hpc_grpo.planner.types import ModelRef
-from hpc_grpo.rundir.contract import hub_snapshot
+from hpc_grpo.rundir.contract import CHECKPOINTS, hub_snapshot
 
 # runtime/models/shapes.py SHAPES (the launcher may not import it; a unit test keeps them equal)
 BUILTIN_MODELS = ("builtin:tiny", "builtin:qwen2-0.5b", "builtin:qwen2-1.5b", "builtin:qwen2-7b")
@@ -281,3 +281,13 @@ def free_space(root: Path) -> tuple[int | None, str]:
         return shutil.disk_usage(probe).free, f"the output file system ({probe})"
     except OSError:
         return None, ""
+
+
+def with_run_checkpoints(free: tuple[int | None, str], run_dir: Path) -> tuple[int | None, str]:
+    """Resume: the run's own checkpoint folders count as room, as the plan sizes how many of them
+    exist at once (its ranks delete the old and the incomplete ones after each complete save)."""
+    folder = run_dir / CHECKPOINTS
+    if free[0] is None or not folder.is_dir():
+        return free
+    held = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+    return free[0] + held, free[1]

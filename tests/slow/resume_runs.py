@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +21,12 @@ def counting_prompts(path: Path, count: int) -> dict[str, str]:
     return {"name": str(path), "prompt_column": "prompt", "split": "train"}
 
 
-def run_with_stops(run_dir: Path, stops: Sequence[int], steps: int, timeout: float = 180) -> None:
+def run_with_stops(run_dir: Path, stops: Sequence[int], steps: int, timeout: float = 180,
+                   between: Callable[[int], None] | None = None) -> None:
     """Launch the node task on run_dir until the run is done, stopping exactly at each of stops:
     every launch ends at its stop (the last at steps) and resumes from the previous stop's
-    checkpoint. Each launch gets a free rendezvous port of its own."""
+    checkpoint. Each launch gets a free rendezvous port of its own; ``between`` is called with
+    each stop's step before the next launch."""
     asked = {"HPC_GRPO_TEST_RUN_DIR": str(run_dir), "HPC_GRPO_TEST_STOP_AT": ",".join(map(str, stops))}
     for attempt, stop in enumerate((*stops, steps)):
         proc = subprocess.run(node_cmd(run_dir), env=node_env() | asked, capture_output=True,
@@ -34,6 +36,8 @@ def run_with_stops(run_dir: Path, stops: Sequence[int], steps: int, timeout: flo
         assert st["step"] == stop and st["phase"] == ("done" if stop == steps else "interrupted"), st
         assert st["resumed_from"] == (None if attempt == 0 else
                                       str(run_dir / "checkpoints" / f"checkpoint-{stops[attempt - 1]}"))
+        if between is not None and stop != steps:
+            between(stop)
 
 
 def prompts_per_step(run_dir: Path, rank: int) -> list[tuple[int, list[Any]]]:

@@ -10,6 +10,7 @@ every step is trained once. About 50 s on 2 cores (80 s while they are shared): 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,40 @@ def test_same_rewards_and_losses_every_step(runs: tuple[Path, Path]) -> None:
     ]
     # the stops were stop-request files (resume_reward.py), not signals (issue #15)
     assert [r["cause"] for r in restarts] == ["stop request"] * len(STOPS)
+
+
+def _checkpoints(run_dir: Path) -> list[str]:
+    return sorted(p.name for p in (run_dir / "checkpoints").glob("checkpoint-*"))
+
+
+def _plant_partial(run_dir: Path, stop: int) -> None:
+    """What a save killed before its completion marker leaves: the stop's checkpoint files under
+    the next step's name, without the marker. Retention must not count it (#29)."""
+    assert _checkpoints(run_dir) == [f"checkpoint-{stop}"], _checkpoints(run_dir)  # limit 1
+    src = run_dir / "checkpoints" / f"checkpoint-{stop}"
+    partial = run_dir / "checkpoints" / f"checkpoint-{stop + 1}"
+    shutil.copytree(src, partial)
+    (partial / "hpc_grpo_complete.json").unlink()
+
+
+def test_resume_is_exact_keeping_one_checkpoint_with_killed_saves_about(
+        runs: tuple[Path, Path], tmp_path: Path) -> None:
+    """save_total_limit 1 and a save every 3 steps (3, 6, 9, 12 besides the stops): each stop
+    leaves one complete checkpoint, a partial folder planted after it is never resumed from and
+    gone after the next complete save, and the run still matches the uninterrupted one."""
+    from hpc_grpo.runtime.models.tiny import build_tiny_model
+
+    reference, _ = runs
+    model = build_tiny_model(tmp_path / "model", seed=0)
+    run_dir = tmp_path / "retained"
+    record = json.loads((reference / "run.json").read_text())
+    write_run(run_dir, model, steps=STEPS, reward_funcs=[REWARD], dataset=record["dataset"],
+              grpo_config={**record["grpo_config"], "save_steps": 3, "save_total_limit": 1})
+    run_with_stops(run_dir, STOPS, STEPS, timeout=120,
+                   between=lambda stop: _plant_partial(run_dir, stop))
+    assert _checkpoints(run_dir) == [f"checkpoint-{STEPS}"]
+    keys = ("step", "reward_mean", "reward_std", "loss")
+    got = [tuple(row[k] for k in keys) for row in metrics(run_dir)]
+    assert got == [tuple(row[k] for k in keys) for row in metrics(reference)]
+    assert [p for step, p in prompts_per_step(run_dir, 0)] == \
+        [p for step, p in prompts_per_step(reference, 0)]

@@ -111,10 +111,13 @@ class DiskSpaceCallback(TrainerCallback):
 
 
 class CheckpointMarkerCallback(TrainerCallback):
-    """After a save, wait for every rank, then rank 0 marks the checkpoint complete."""
+    """After a save, wait for every rank, then rank 0 marks the checkpoint complete and only then
+    deletes what retention lets go (checkpoints.retain: the folders of killed saves, the oldest
+    complete checkpoints beyond ``keep``); GRPOConfig's own rotation is off (grpo_args.py)."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, keep: int | None = None) -> None:
         self.run_dir = run_dir
+        self.keep = keep
         self.step_end = time.time()
 
     def on_step_end(
@@ -138,6 +141,9 @@ class CheckpointMarkerCallback(TrainerCallback):
             folder = Path(str(args.output_dir)) / f"checkpoint-{state.global_step}"
             world = dist.get_world_size() if _dist_ready() else 1
             checkpoints.write_marker(folder, state.global_step, world)
+            best = state.best_model_checkpoint
+            for gone in checkpoints.retain(folder.parent, self.keep, Path(best) if best else None):
+                print(f"[checkpoint] removed {gone.name} (save_total_limit {self.keep})", flush=True)
             rundir.update_state(
                 self.run_dir,
                 last_checkpoint_step=state.global_step,

@@ -12,9 +12,11 @@ import json
 import re
 import shutil
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from hpc_grpo.rundir.contract import CHECKPOINT_MARKER
+from hpc_grpo.rundir.contract import CHECKPOINT_MARKER, DEFAULT_SAVE_TOTAL_LIMIT
 
 MARKER = CHECKPOINT_MARKER
 TRAINER_STATE = "trainer_state.json"
@@ -122,6 +124,33 @@ def remove_incomplete(output_dir: Path) -> list[Path]:
         return []
     gone = [p for p in output_dir.iterdir()
             if p.is_dir() and checkpoint_step(p) is not None and not is_complete(p)]
+    for path in gone:
+        shutil.rmtree(path, ignore_errors=True)
+    return gone
+
+
+def retention_limit(grpo_config: Mapping[str, Any]) -> int | None:
+    """How many complete checkpoints a run keeps: the recipe's save_total_limit, else what the
+    plan sized into run.json, else the project's default (None or <= 0: every one)."""
+    limit = grpo_config.get("save_total_limit", DEFAULT_SAVE_TOTAL_LIMIT)
+    return int(limit) if limit is not None and int(limit) > 0 else None
+
+
+def retain(output_dir: Path, keep: int | None, protect: Path | None = None) -> list[Path]:
+    """After a checkpoint is marked complete (rank 0, every rank past the save): delete every
+    checkpoint folder without the marker (a killed save's; none is being written now) and the
+    oldest complete ones beyond ``keep`` (by step; ``protect``, a best checkpoint, is kept
+    besides). The newest complete checkpoint is never deleted; the deleted folders are returned.
+    """
+    if not output_dir.is_dir():
+        return []
+    found = [(step, p) for p in output_dir.iterdir()
+             if p.is_dir() and (step := checkpoint_step(p)) is not None]
+    complete = sorted((step, p) for step, p in found if is_complete(p))
+    gone = [p for _, p in found if not is_complete(p)]
+    if keep is not None and complete:
+        older = [p for _, p in complete[:-1] if protect is None or p != protect]
+        gone += older[:max(0, len(complete) - keep)]
     for path in gone:
         shutil.rmtree(path, ignore_errors=True)
     return gone

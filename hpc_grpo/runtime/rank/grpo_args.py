@@ -15,7 +15,7 @@ from typing import Any
 
 from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
-from hpc_grpo.rundir.contract import DEFAULT_SAVE_TOTAL_LIMIT, RunRecord
+from hpc_grpo.rundir.contract import RunRecord
 
 # Fields set from run.json's other blocks; grpo_config may repeat them only with the same value.
 OWNED = (
@@ -37,7 +37,6 @@ DEFAULTS: dict[str, Any] = {
     "disable_tqdm": True,  # progress bars make unreadable rank logs
     "save_strategy": "steps",
     "save_steps": 50,
-    "save_total_limit": DEFAULT_SAVE_TOTAL_LIMIT,
 }
 
 
@@ -153,6 +152,11 @@ def grpo_kwargs(
         # chaos run). Looking for unused parameters keeps DDP on one layout for every step.
         user.setdefault("ddp_find_unused_parameters", True)
     owned.update(_run_fields(run, user))
+    # Retention is the ranks' own (checkpoints.retain, after the completion marker): transformers
+    # rotates inside the save, before the marker, counting folders rather than complete
+    # checkpoints, and so deleted the newest complete one while the next was not yet complete
+    # (tests/unit/runtime/rank/test_retention.py). The run's limit: checkpoints.retention_limit.
+    owned["save_total_limit"] = None
     return {**DEFAULTS, **user, **owned}, notes
 
 

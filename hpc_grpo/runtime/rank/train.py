@@ -72,6 +72,8 @@ def _pick_resume(run_dir: Path) -> Path | None:
 
     choice: list[Any] = [None]
     if dist.get_rank() == 0:
+        # a killed save's folder: never resumed from, and in the way of this attempt's saves
+        checkpoints.remove_incomplete(run_dir / contract.CHECKPOINTS)
         found = checkpoints.newest_complete(run_dir / contract.CHECKPOINTS)
         choice[0] = str(found) if found else None
     dist.broadcast_object_list(choice, src=0)
@@ -183,13 +185,14 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
         print("[train] this TRL's vLLM engine class is not known: no GPU memory per phase", flush=True)
     rewards, dataset, tokenizer = inputs
     stop = GracefulStopCallback(run_dir, flag, device)
+    keep = checkpoints.retention_limit(run.grpo_config)  # applied after each marker, not by TRL
     trainer = GRPOTrainer(
         model=model_source(run),  # a staged commit's snapshot folder (rank/staged.py)
         reward_funcs=rewards,
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
-        callbacks=[stop, CheckpointMarkerCallback(run_dir), MetricsCallback(run_dir),
+        callbacks=[stop, CheckpointMarkerCallback(run_dir, keep), MetricsCallback(run_dir),
                    DiskSpaceCallback(run_dir, run.checkpoint_bytes, device)],  # last: sees every save
         **model_load.trainer_kwargs(run),  # LoRA / QLoRA
     )
