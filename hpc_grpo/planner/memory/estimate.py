@@ -20,6 +20,15 @@ Assumptions, each a round number on purpose (GiB = 2**30 bytes):
   The full-layer count is measured (2026-11-23, Qwen2-0.5B shape, 32 × 288 tokens per GPU, H200):
   turning recomputation off raised torch's allocated peak by 12.6 GiB, where 8·hidden +
   4·intermediate values predicted 9.7 GiB.
+  Without recomputation the full activations, freed layer by layer in the backward while the
+  gradients (under ZeRO, DeepSpeed's reduce buckets) are allocated, leave holes that torch's
+  caching allocator keeps reserved: an "allocator cache" line of NO_RECOMPUTE_CACHE of the
+  activations, 0.7 under DeepSpeed ZeRO, 0.25 without it. Measured on 2 x H200 (1.5B, 32 × 288
+  tokens per GPU, docs/results/2026-11-26-bench-two-1.5b-layouts-h200x2-call1.json): reserved
+  less allocated was 19.3 GiB at ZeRO-2 and 8.9 at ZeRO off against 28.9 GiB of activations
+  (NVML peaks 72.6 and 76.3 GiB where the plan, without the line, said 61.0 and 69.2); 1.9 GiB
+  at 0.5B ZeRO off (2026-11-23). With recomputation the gap was 3-5 GiB, inside the
+  fragmentation reserve below.
   TRL 1.16 fuses the lm head with the log-softmax in tiles: one fp32 tile of 4096 tokens × vocab.
 * vLLM holds gpu_memory_utilization × GPU memory: its bf16 weights split over TP ranks, a KV
   cache big enough for every sequence of the generation batch at full length, and the rest as
@@ -56,6 +65,7 @@ CPU_USABLE_FRACTION = 0.80
 HOST_GIB_PER_RANK = 4.0
 LM_HEAD_TILE_TOKENS = 4096
 ZERO2_BUCKET_ELEMENTS = 5 * 10**8
+NO_RECOMPUTE_CACHE = {"zero": 0.7, "plain": 0.25}  # × activations, without recomputation
 
 
 @dataclass(frozen=True)
@@ -120,6 +130,13 @@ def activations_gib(req: PlanRequest, checkpointing: bool) -> float:
     return tokens * arch.num_layers * full_layer / GIB
 
 
+def cache_gib(req: PlanRequest, zero: int) -> float:
+    """The allocator's cache of freed activations without recomputation (0 with it)."""
+    if req.gradient_checkpointing:
+        return 0.0
+    return NO_RECOMPUTE_CACHE["zero" if zero else "plain"] * activations_gib(req, False)
+
+
 def overhead_gib(req: PlanRequest, tp: int) -> float:
     return 3.0 + (0.5 if tp > 1 else 0.0) + (0.5 if req.nodes > 1 else 0.0)
 
@@ -179,7 +196,7 @@ def _host_gib(req: PlanRequest, layout: Layout, t: _Training) -> float:
     return req.gpus_per_node * (offloaded / GIB + HOST_GIB_PER_RANK) if offloaded else 0.0
 
 
-def _training_items(req: PlanRequest, t: _Training) -> list[tuple[str, float]]:
+def _training_items(req: PlanRequest, t: _Training, zero: int) -> list[tuple[str, float]]:
     """The breakdown's training lines, in GiB."""
     items = [("training weights", t.weights / GIB), ("gradients", t.grads / GIB),
              ("optimizer states", t.optim / GIB)]
@@ -187,7 +204,9 @@ def _training_items(req: PlanRequest, t: _Training) -> list[tuple[str, float]]:
         items.append(("reference model", t.reference / GIB))
     return [*items, ("ZeRO buffers", t.buffers / GIB),
             ("activations", activations_gib(req, req.gradient_checkpointing)),
-            ("lm head tile", t.lm_head / GIB), ("bf16 weight copies (autocast)", t.autocast / GIB)]
+            ("lm head tile", t.lm_head / GIB), ("bf16 weight copies (autocast)", t.autocast / GIB),
+            *((("allocator cache (no recomputation)", cache_gib(req, zero)),)
+              if not req.gradient_checkpointing else ())]
 
 
 def estimate(req: PlanRequest, layout: Layout, share: float = UTIL_MAX) -> Estimate:
@@ -206,13 +225,13 @@ def estimate(req: PlanRequest, layout: Layout, share: float = UTIL_MAX) -> Estim
         resident += t.buffers / GIB  # ZeRO-2 buckets live as long as the engine
     train_only = (t.weights + t.grads + t.optim + t.reference + t.buffers + t.lm_head
                   + t.autocast) / GIB + (
-        activations_gib(req, req.gradient_checkpointing))
+        activations_gib(req, req.gradient_checkpointing)) + cache_gib(req, layout.zero)
     training_sleep = train_only + overhead + reserve
     training_awake = training_sleep + budget
     training = training_sleep if layout.sleep else training_awake
     generation = resident + budget + overhead + reserve
     host = _host_gib(req, layout, t)
-    items = _training_items(req, t) + [
+    items = _training_items(req, t, layout.zero) + [
         ("vLLM weights per TP shard", vllm_weights),
         ("KV cache", kv),
         ("vLLM runtime margin", max(0.0, budget - vllm_weights - kv)),

@@ -62,7 +62,7 @@ class ServerPlan:
 def plan_server(req: PlanRequest, server_gpus: int, util: float, zero: int) -> ServerPlan:
     """``req``: the trainers (gpus_per_node = trainer GPUs a node); ``util``: the server's share."""
     gpu = req.gpu_memory_gib
-    items = _training_items(req, _training_bytes(req, Layout(1, zero)))
+    items = _training_items(req, _training_bytes(req, Layout(1, zero)), zero)
     overhead, reserve = overhead_gib(req, 1), RESERVE_FRACTION * gpu
     total = sum(value for _, value in items) + overhead + reserve
     trainer = (*items, ("CUDA/NCCL overhead", overhead), ("fragmentation reserve", reserve),
