@@ -14,21 +14,7 @@ Assumptions, each a round number on purpose (GiB = 2**30 bytes):
   when none are named: the most memory) train, in fp32 with fp32 gradients and Adam state; the
   frozen base stays whole on every GPU, because TRL gathers the full model to merge adapters
   before each weight sync, and it is the reference model too (adapters off).
-* Activations with gradient checkpointing: one bf16 hidden state per layer per token, plus one
-  layer's full activations (10·hidden + 5·intermediate bf16 values per token) twice while it is
-  recomputed and back-propagated; without checkpointing every layer keeps its full activations.
-  The full-layer count is measured (2026-11-23, Qwen2-0.5B shape, 32 × 288 tokens per GPU, H200):
-  turning recomputation off raised torch's allocated peak by 12.6 GiB, where 8·hidden +
-  4·intermediate values predicted 9.7 GiB.
-  Without recomputation the full activations, freed layer by layer in the backward while the
-  gradients (under ZeRO, DeepSpeed's reduce buckets) are allocated, leave holes that torch's
-  caching allocator keeps reserved: an "allocator cache" line of NO_RECOMPUTE_CACHE of the
-  activations, 0.7 under DeepSpeed ZeRO, 0.25 without it. Measured on 2 x H200 (1.5B, 32 × 288
-  tokens per GPU, docs/results/2026-11-26-bench-two-1.5b-layouts-h200x2-call1.json): reserved
-  less allocated was 19.3 GiB at ZeRO-2 and 8.9 at ZeRO off against 28.9 GiB of activations
-  (NVML peaks 72.6 and 76.3 GiB where the plan, without the line, said 61.0 and 69.2); 1.9 GiB
-  at 0.5B ZeRO off (2026-11-23). With recomputation the gap was 3-5 GiB, inside the
-  fragmentation reserve below.
+* Activations, with and without recomputation, and the allocator's cache of them: activations.py.
   TRL 1.16 fuses the lm head with the log-softmax in tiles: one fp32 tile of 4096 tokens × vocab.
 * vLLM holds gpu_memory_utilization × GPU memory: its bf16 weights split over TP ranks, a KV
   cache big enough for every sequence of the generation batch at full length, and the rest as
@@ -54,7 +40,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
+from hpc_grpo.planner.memory.activations import activations_gib, cache_gib, sequence_length
 from hpc_grpo.planner.types import PlanRequest
+
+__all__ = ["activations_gib", "cache_gib", "sequence_length"]  # re-exported
 
 GIB = float(2**30)
 RESERVE_FRACTION = 0.10
@@ -65,7 +54,6 @@ CPU_USABLE_FRACTION = 0.80
 HOST_GIB_PER_RANK = 4.0
 LM_HEAD_TILE_TOKENS = 4096
 ZERO2_BUCKET_ELEMENTS = 5 * 10**8
-NO_RECOMPUTE_CACHE = {"zero": 0.7, "plain": 0.25}  # × activations, without recomputation
 
 
 @dataclass(frozen=True)
@@ -98,11 +86,6 @@ class Estimate:
         return dict(self.items).get(item, 0.0)
 
 
-def sequence_length(req: PlanRequest) -> int:
-    """vLLM's max_model_len: prompt + completion, capped at the model's context."""
-    return min(req.prompt_length + req.completion_length, req.arch.max_position_embeddings)
-
-
 def max_num_seqs(req: PlanRequest, tp: int) -> int:
     """TRL's value: the completions one TP group generates per generation step."""
     return req.per_device_train_batch_size * tp * req.generation_steps
@@ -119,22 +102,6 @@ def planned_util(need_gib: float, gpu_gib: float) -> float:
     """need/GPU + margin, rounded up to a 0.05 step, at least 0.1 (the caller checks the top)."""
     steps = ceil(round((need_gib / gpu_gib + VLLM_MARGIN) / UTIL_STEP, 6))
     return round(max(UTIL_MIN, steps * UTIL_STEP), 2)
-
-
-def activations_gib(req: PlanRequest, checkpointing: bool) -> float:
-    arch = req.arch
-    tokens = req.per_device_train_batch_size * sequence_length(req)
-    full_layer = 2 * (10 * arch.hidden_size + 5 * arch.intermediate_size)
-    if checkpointing:
-        return tokens * (arch.num_layers * 2 * arch.hidden_size + 2 * full_layer) / GIB
-    return tokens * arch.num_layers * full_layer / GIB
-
-
-def cache_gib(req: PlanRequest, zero: int) -> float:
-    """The allocator's cache of freed activations without recomputation (0 with it)."""
-    if req.gradient_checkpointing:
-        return 0.0
-    return NO_RECOMPUTE_CACHE["zero" if zero else "plain"] * activations_gib(req, False)
 
 
 def overhead_gib(req: PlanRequest, tp: int) -> float:
