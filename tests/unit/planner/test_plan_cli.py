@@ -138,8 +138,10 @@ def test_recipe_recomputation_and_reference_model_are_counted() -> None:
         assert code == 0, err
         return json.loads(out)["memory_plan"]
 
-    default, no_gc, kl = memory(), memory("gradient_checkpointing=false"), memory("beta=0.04")
+    default, no_gc = memory("gradient_checkpointing=true"), memory("gradient_checkpointing=false")
+    kl = memory("gradient_checkpointing=true", "beta=0.04")
     assert default["gradient_checkpointing"] is True and no_gc["gradient_checkpointing"] is False
+    assert default["reasons"]["gradient_checkpointing"].startswith("True: set by you")
     assert no_gc["reasons"]["gradient_checkpointing"].startswith("False: set by you")
     assert no_gc["breakdown_gib"]["activations"] > 2 * default["breakdown_gib"]["activations"]
     assert "reference model" not in default["breakdown_gib"]
