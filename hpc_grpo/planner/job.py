@@ -69,7 +69,7 @@ class JobPlan:
     checkpoint_problem: str = ""  # why no checkpoint fits the output file system; submit refuses
     precision: str = ""  # what the ranks train in (precision(): the ranks' own load_dtype)
     changes: tuple[str, ...] = ()  # what the plan changed from the recipe, one line each, and why
-    server_plan: ServerPlan | None = None  # server mode: trainer/server memory, step, alloc hook
+    server_plan: ServerPlan | None = None  # server mode: trainer/server memory and step
 
     @property
     def nodes(self) -> int:
@@ -214,7 +214,7 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
     memory = None if server is not None else _memory_plan(site, spec, model, procs, links)
     served = server_plan(site, spec, model, procs, links) if server is not None else None
     warnings += [mode_note] * bool(mode_note) + (
-        [served.growth_warning(model.arch.num_params)] if served and model.arch else [])
+        [served.growth_warning()] if served else [])
     warnings += layout_notes(site.device, site.name, spec, memory or server)
     sequence = prompt_bound(spec) + grpo_value(spec, "max_completion_length")
     timeout, timeout_reason = collective_timeout(timings, site.watchdog_startup_s,
