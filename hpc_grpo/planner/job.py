@@ -8,7 +8,7 @@ then the typed vLLM and DeepSpeed plans (the run record's own blocks).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hpc_grpo.config.site import SiteProfile, minutes
 from hpc_grpo.config.spec import JobSpec
@@ -24,6 +24,7 @@ from hpc_grpo.planner.bounds import (  # noqa: F401 - BUILTIN_PROMPT_TOKENS, TRL
 from hpc_grpo.planner.checkpoint_fit import check_checkpoints
 from hpc_grpo.planner.checkpoint_size import CheckpointSize
 from hpc_grpo.planner.engines import deepspeed_plan, vllm_plan
+from hpc_grpo.planner.memory.reasons import MEASURED_CKPT
 from hpc_grpo.planner.modes import plan_request, resolve_mode, server_plan
 from hpc_grpo.planner.precision import context_check, precision
 from hpc_grpo.planner.speed.server import ServerPlan
@@ -68,7 +69,7 @@ class JobPlan:
     checkpoint_problem: str = ""  # why no checkpoint fits the output file system; submit refuses
     precision: str = ""  # what the ranks train in (precision(): the ranks' own load_dtype)
     changes: tuple[str, ...] = ()  # what the plan changed from the recipe, one line each, and why
-    server_plan: ServerPlan | None = None  # server mode: trainer/server memory, step, alloc hook
+    server_plan: ServerPlan | None = None  # server mode: trainer/server memory and step
     save_total_limit: int | None = None  # sized by the plan where the recipe leaves it unset
 
     @property
@@ -181,6 +182,22 @@ def _memory_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int,
     return plan_memory(plan_request(site, spec, model, procs, links))
 
 
+def _checkpointing(spec: JobSpec, memory: MemoryPlan | None,
+                   changes: tuple[str, ...]) -> tuple[JobSpec, tuple[str, ...]]:
+    """The plan turned gradient checkpointing off (the recipe left it to TRL's default): the
+    ranks' GRPOConfig gets it through run.json's grpo_config, and the changes say why."""
+    if memory is None or memory.gradient_checkpointing or "gradient_checkpointing" in spec.grpo:
+        return spec, changes
+    speed = memory.speed
+    assert speed is not None and speed.with_checkpointing is not None
+    spec = replace(spec, grpo={**spec.grpo, "gradient_checkpointing": False})
+    return spec, (*changes, (
+        f"gradient_checkpointing: True (TRL's default) -> False (plan: fits without recomputation, "
+        f"{memory.gib('total during training'):.1f} GiB during training; predicted "
+        f"{speed.step.seconds:.2f} s/step against {speed.with_checkpointing.seconds:.2f} with it; "
+        f"{MEASURED_CKPT}; set gradient_checkpointing=true to keep it)"))
+
+
 def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
                timings: Timings | None = None, free: tuple[int | None, str] = (None, ""),
                dataset_commit: str = "", notes: tuple[str, ...] = (),
@@ -200,7 +217,7 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
     memory = None if server is not None else _memory_plan(site, spec, model, procs, links)
     served = server_plan(site, spec, model, procs, links) if server is not None else None
     warnings += [mode_note] * bool(mode_note) + (
-        [served.growth_warning(model.arch.num_params)] if served and model.arch else [])
+        [served.growth_warning()] if served else [])
     warnings += layout_notes(site.device, site.name, spec, memory or server)
     sequence = prompt_bound(spec) + grpo_value(spec, "max_completion_length")
     timeout, timeout_reason = collective_timeout(timings, site.watchdog_startup_s,
@@ -208,6 +225,7 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
     vllm = vllm_plan(site, spec, memory, server, sequence)
     deepspeed = deepspeed_plan(site.device, spec, memory)
     story, changes, pure = precision(site.device, spec, deepspeed)
+    spec, changes = _checkpointing(spec, memory, changes)
     checkpoint, no_fit, more, kept = check_checkpoints(site, spec, model.arch, deepspeed, memory,
                                                        world_size(spec.nodes, procs), *free)
     warnings += [*more, *pure]

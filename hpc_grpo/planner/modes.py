@@ -42,6 +42,7 @@ def plan_request(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int,
         lora_target_modules=tuple(spec.lora_target_modules),
         beta=float(grpo_value(spec, "beta")),
         gradient_checkpointing=bool(grpo_value(spec, "gradient_checkpointing")),
+        choose_checkpointing="gradient_checkpointing" not in spec.grpo,
         tensor_parallel_size=spec.tensor_parallel_size or None,
         zero_stage=0 if spec.pure_bf16 and spec.zero_stage is None else spec.zero_stage,
         offload_optimizer=spec.offload_optimizer,
@@ -72,11 +73,14 @@ def faster_mode(colocate: PlanRequest, trainers: PlanRequest, server_gpus: int, 
     except UserError:
         speed = None
     theirs = plan_server(trainers, server_gpus, util, zero)
-    mine = f"{speed.step.seconds:.2f} s/step" if speed else "does not fit"
-    if theirs.fits and (speed is None or theirs.step.seconds < speed.step.seconds):
-        return "server", (f"vllm_mode auto: server ({theirs.step.seconds:.2f} s/step against "
-                          f"colocate's {mine})")
-    server_s = f"{theirs.step.seconds:.2f} s/step" if theirs.fits else theirs.problem
+    # tokens/s, not s/step: with the recipe's per-device batch the server's trainers train
+    # fewer completions a step than the colocated ranks (1 trainer x 32 against 2 ranks x 32)
+    mine = (f"{speed.step.seconds:.2f} s/step, {speed.step.tokens_per_s:,.0f} tokens/s" if speed
+            else "does not fit")
+    ours = f"{theirs.step.seconds:.2f} s/step, {theirs.step.tokens_per_s:,.0f} tokens/s"
+    if theirs.fits and (speed is None or theirs.step.tokens_per_s > speed.step.tokens_per_s):
+        return "server", f"vllm_mode auto: server ({ours} against colocate's {mine})"
+    server_s = ours if theirs.fits else theirs.problem
     return "colocate", f"vllm_mode auto: colocate ({mine} against server mode's {server_s})"
 
 

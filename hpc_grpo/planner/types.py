@@ -57,7 +57,10 @@ class PlanRequest:
     lora_rank: int = 64
     lora_target_modules: tuple[str, ...] = ()  # none: every linear layer (the most memory)
     beta: float = 0.0  # KL weight; > 0 loads a reference model (not with LoRA: adapters off)
-    gradient_checkpointing: bool = True  # the recipe's value (TRL's default): not chosen here
+    gradient_checkpointing: bool = True  # the recipe's value, else TRL's default (True)
+    # the recipe leaves gradient_checkpointing unset: the plan may turn it off where it fits
+    # and is predicted faster (planner/speed/choose.py)
+    choose_checkpointing: bool = False
     tensor_parallel_size: int | None = None
     zero_stage: int | None = None
     offload_optimizer: bool | None = None

@@ -14,12 +14,7 @@ Assumptions, each a round number on purpose (GiB = 2**30 bytes):
   when none are named: the most memory) train, in fp32 with fp32 gradients and Adam state; the
   frozen base stays whole on every GPU, because TRL gathers the full model to merge adapters
   before each weight sync, and it is the reference model too (adapters off).
-* Activations with gradient checkpointing: one bf16 hidden state per layer per token, plus one
-  layer's full activations (10·hidden + 5·intermediate bf16 values per token) twice while it is
-  recomputed and back-propagated; without checkpointing every layer keeps its full activations.
-  The full-layer count is measured (2026-11-23, Qwen2-0.5B shape, 32 × 288 tokens per GPU, H200):
-  turning recomputation off raised torch's allocated peak by 12.6 GiB, where 8·hidden +
-  4·intermediate values predicted 9.7 GiB.
+* Activations, with and without recomputation, and the allocator's cache of them: activations.py.
   TRL 1.16 fuses the lm head with the log-softmax in tiles: one fp32 tile of 4096 tokens × vocab.
 * vLLM holds gpu_memory_utilization × GPU memory: its bf16 weights split over TP ranks, a KV
   cache big enough for every sequence of the generation batch at full length, and the rest as
@@ -45,7 +40,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
+from hpc_grpo.planner.memory.activations import activations_gib, cache_gib, sequence_length
 from hpc_grpo.planner.types import PlanRequest
+
+__all__ = ["activations_gib", "cache_gib", "sequence_length"]  # re-exported
 
 GIB = float(2**30)
 RESERVE_FRACTION = 0.10
@@ -88,11 +86,6 @@ class Estimate:
         return dict(self.items).get(item, 0.0)
 
 
-def sequence_length(req: PlanRequest) -> int:
-    """vLLM's max_model_len: prompt + completion, capped at the model's context."""
-    return min(req.prompt_length + req.completion_length, req.arch.max_position_embeddings)
-
-
 def max_num_seqs(req: PlanRequest, tp: int) -> int:
     """TRL's value: the completions one TP group generates per generation step."""
     return req.per_device_train_batch_size * tp * req.generation_steps
@@ -109,15 +102,6 @@ def planned_util(need_gib: float, gpu_gib: float) -> float:
     """need/GPU + margin, rounded up to a 0.05 step, at least 0.1 (the caller checks the top)."""
     steps = ceil(round((need_gib / gpu_gib + VLLM_MARGIN) / UTIL_STEP, 6))
     return round(max(UTIL_MIN, steps * UTIL_STEP), 2)
-
-
-def activations_gib(req: PlanRequest, checkpointing: bool) -> float:
-    arch = req.arch
-    tokens = req.per_device_train_batch_size * sequence_length(req)
-    full_layer = 2 * (10 * arch.hidden_size + 5 * arch.intermediate_size)
-    if checkpointing:
-        return tokens * (arch.num_layers * 2 * arch.hidden_size + 2 * full_layer) / GIB
-    return tokens * arch.num_layers * full_layer / GIB
 
 
 def overhead_gib(req: PlanRequest, tp: int) -> float:
@@ -179,7 +163,7 @@ def _host_gib(req: PlanRequest, layout: Layout, t: _Training) -> float:
     return req.gpus_per_node * (offloaded / GIB + HOST_GIB_PER_RANK) if offloaded else 0.0
 
 
-def _training_items(req: PlanRequest, t: _Training) -> list[tuple[str, float]]:
+def _training_items(req: PlanRequest, t: _Training, zero: int) -> list[tuple[str, float]]:
     """The breakdown's training lines, in GiB."""
     items = [("training weights", t.weights / GIB), ("gradients", t.grads / GIB),
              ("optimizer states", t.optim / GIB)]
@@ -187,7 +171,9 @@ def _training_items(req: PlanRequest, t: _Training) -> list[tuple[str, float]]:
         items.append(("reference model", t.reference / GIB))
     return [*items, ("ZeRO buffers", t.buffers / GIB),
             ("activations", activations_gib(req, req.gradient_checkpointing)),
-            ("lm head tile", t.lm_head / GIB), ("bf16 weight copies (autocast)", t.autocast / GIB)]
+            ("lm head tile", t.lm_head / GIB), ("bf16 weight copies (autocast)", t.autocast / GIB),
+            *((("allocator cache (no recomputation)", cache_gib(req, zero)),)
+              if not req.gradient_checkpointing else ())]
 
 
 def estimate(req: PlanRequest, layout: Layout, share: float = UTIL_MAX) -> Estimate:
@@ -206,13 +192,13 @@ def estimate(req: PlanRequest, layout: Layout, share: float = UTIL_MAX) -> Estim
         resident += t.buffers / GIB  # ZeRO-2 buckets live as long as the engine
     train_only = (t.weights + t.grads + t.optim + t.reference + t.buffers + t.lm_head
                   + t.autocast) / GIB + (
-        activations_gib(req, req.gradient_checkpointing))
+        activations_gib(req, req.gradient_checkpointing)) + cache_gib(req, layout.zero)
     training_sleep = train_only + overhead + reserve
     training_awake = training_sleep + budget
     training = training_sleep if layout.sleep else training_awake
     generation = resident + budget + overhead + reserve
     host = _host_gib(req, layout, t)
-    items = _training_items(req, t) + [
+    items = _training_items(req, t, layout.zero) + [
         ("vLLM weights per TP shard", vllm_weights),
         ("KV cache", kv),
         ("vLLM runtime margin", max(0.0, budget - vllm_weights - kv)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from hpc_grpo.errors import UserError
@@ -10,7 +11,7 @@ from hpc_grpo.planner.batch import check_batch_rules
 from hpc_grpo.planner.memory.estimate import Estimate, sequence_length
 from hpc_grpo.planner.memory.hints import smallest_change
 from hpc_grpo.planner.memory.lora import check_targets
-from hpc_grpo.planner.memory.reasons import explain
+from hpc_grpo.planner.memory.reasons import checkpointing_choice, explain
 from hpc_grpo.planner.memory.search import search, tp_divisibility, valid_tps
 from hpc_grpo.planner.speed.choose import SpeedPlan, fastest, label
 from hpc_grpo.planner.types import MemoryPlan, PlanRequest
@@ -112,8 +113,10 @@ def _speed_reasons(req: PlanRequest, cheapest: Estimate, chosen: Estimate,
                    speed: SpeedPlan) -> tuple[tuple[str, str], ...]:
     """The memory reasons, with those choices where a cheaper layout fits but is slower."""
     reasons = dict(explain(req, chosen))
-    slower = next(row for row in speed.considered if row.verdict.startswith("slower")
-                  and row.layout == label(cheapest.layout))
+    slower = next((row for row in speed.considered if row.verdict.startswith("slower")
+                   and row.layout == label(cheapest.layout, req.gradient_checkpointing)), None)
+    if slower is None:
+        return tuple(reasons.items())
     for field, attr in _CHOICES:
         value, cheap = getattr(chosen.layout, attr), getattr(cheapest.layout, attr)
         if value != cheap:
@@ -135,8 +138,14 @@ def plan_memory(req: PlanRequest) -> MemoryPlan:
     found, speed = fastest(req)
     if found is None or cheapest is None or speed is None:
         raise _no_fit(req, leanest)
+    if speed.checkpointing != req.gradient_checkpointing:  # the plan turned recomputation off
+        req = replace(req, gradient_checkpointing=speed.checkpointing)
+        cheapest = search(req)[0] or found
     reasons = (explain(req, found) if found is cheapest or found.layout == cheapest.layout
                else _speed_reasons(req, cheapest, found, speed))
+    if req.choose_checkpointing:
+        reasons = tuple((name, checkpointing_choice(req, found, speed) if
+                         name == "gradient_checkpointing" else text) for name, text in reasons)
     layout = found.layout
     return MemoryPlan(
         tensor_parallel_size=layout.tp, zero_stage=layout.zero,

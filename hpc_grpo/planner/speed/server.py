@@ -3,11 +3,15 @@
 Trainer GPUs hold no engine: the training state of the layout (ZeRO off at one trainer, as
 bare TRL runs it; the spec's stage otherwise), the activations of the whole batch they train,
 the CUDA overhead and the fragmentation reserve (planner/memory/estimate.py's assumptions).
-Measured (../shared/design/gpu-facts-2026-11-25.md, 1.5B on 2 x H100): the trainer's NVML use
-grew +3.1 GiB a step (0.5B: +1.45) while torch's allocated peak stayed at 22.9 GiB against
-56.2 reserved: the growth is torch's caching allocator's reserve, not live tensors. The plan
-warns of it and carries SERVER_TRAINER_ALLOC_CONF for the runtime to set on trainer ranks
-(the lead is measuring whether it stops the growth; nothing applies it yet).
+The trainer's reserved memory grows and levels off, measured twice:
+../shared/design/gpu-facts-2026-11-25.md (2 x H100, 10 steps: +3.1 GiB a step at 1.5B, +1.45 at
+0.5B) and docs/results/2026-11-26-server-trainer-memory-45-steps-h200x2.json (2 x H200, 1.5B, 45
+steps: +3.1 GiB a step for 16 steps, then flat at 74.8 GiB reserved, 77.3 GiB NVML, for the other
+29; torch's allocated peak 22.9 GiB throughout; no OOM, step times flat). It is torch's caching
+allocator keeping freed blocks, not live tensors; the allocator frees its cache and retries
+before it fails an allocation. PYTORCH_CUDA_ALLOC_CONF=expandable_segments did not stop it
+(+2.1 GiB a step, not flat in 10 steps: the 2026-11-26 layouts files), so the runtime sets no
+allocator option and the plan carries none. growth_warning says what was measured.
 """
 
 from __future__ import annotations
@@ -27,42 +31,43 @@ from hpc_grpo.planner.speed.choose import hardware_note
 from hpc_grpo.planner.speed.predict import StepTime, predict_server
 from hpc_grpo.planner.types import PlanRequest
 
-SERVER_TRAINER_ALLOC_CONF = "expandable_segments:True"
-GROWTH_GIB_PER_STEP_PER_B = 3.1 / 1.54  # the 1.5B measurement, scaled by parameters
-
 
 @dataclass(frozen=True)
 class ServerPlan:
-    """Trainer and server GPU memory (GiB), the predicted step, and the allocator hook."""
+    """Trainer and server GPU memory (GiB) and the predicted step."""
 
     trainer: tuple[tuple[str, float], ...]
     server: tuple[tuple[str, float], ...]
     problem: str
     step: StepTime
     hardware: str
-    server_trainer_alloc_conf: str = SERVER_TRAINER_ALLOC_CONF
 
     @property
     def fits(self) -> bool:
         return not self.problem
 
-    def growth_warning(self, params: int) -> str:
-        growth = GROWTH_GIB_PER_STEP_PER_B * params / 1e9
-        return (f"server mode: the trainer's reserved GPU memory grew about {growth:.1f} GiB a "
-                "step in measurements (1.5B: +3.1 GiB/step, torch's caching allocator's reserve, "
-                "not live tensors); the plan's trainer total counts live tensors only. "
-                f"Hook for the runtime: PYTORCH_CUDA_ALLOC_CONF={self.server_trainer_alloc_conf}")
+    def growth_warning(self) -> str:
+        total = dict(self.trainer)["total during training"]
+        return ("server mode: the trainer GPU's reserved memory grows each step, then levels off. "
+                "Measured at 1.5B on an H200 (141 GB): +3.1 GiB a step for 16 steps, then flat at "
+                "74.8 GiB reserved (77.3 GiB NVML) for the other 29 of 45 steps, with live tensors "
+                "at 22.9 GiB throughout, no OOM and flat step times (0.5B on an H100: +1.45 GiB a "
+                "step over 10 steps). It is torch's caching allocator keeping freed blocks, not a "
+                "leak: the allocator frees its cache before it fails an allocation. The plan's "
+                f"trainer total ({total:.1f} GiB) counts live tensors; the cache can fill the rest "
+                "of the card. Risk: another process on that GPU finds it full; on a card smaller "
+                "than that plateau (80 GB cards: not measured) the cache must be trimmed, at a "
+                "cost not measured.")
 
     def to_dict(self) -> dict[str, Any]:
         return {"trainer_gpu_gib": dict(self.trainer), "server_gpu_gib": dict(self.server),
-                "problem": self.problem, **self.step.to_dict(), "hardware": self.hardware,
-                "server_trainer_alloc_conf": self.server_trainer_alloc_conf}
+                "problem": self.problem, **self.step.to_dict(), "hardware": self.hardware}
 
 
 def plan_server(req: PlanRequest, server_gpus: int, util: float, zero: int) -> ServerPlan:
     """``req``: the trainers (gpus_per_node = trainer GPUs a node); ``util``: the server's share."""
     gpu = req.gpu_memory_gib
-    items = _training_items(req, _training_bytes(req, Layout(1, zero)))
+    items = _training_items(req, _training_bytes(req, Layout(1, zero)), zero)
     overhead, reserve = overhead_gib(req, 1), RESERVE_FRACTION * gpu
     total = sum(value for _, value in items) + overhead + reserve
     trainer = (*items, ("CUDA/NCCL overhead", overhead), ("fragmentation reserve", reserve),
