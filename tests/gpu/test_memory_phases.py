@@ -91,14 +91,13 @@ def test_each_phase_peak_against_the_plan(shape: str) -> None:
 
 
 @needs_gpu
-@pytest.mark.xfail(strict=True, reason="the plan's 4 GiB per rank besides the offloaded state is "
-                   "too low: 24.3 planned, 34.8 GiB measured on an H200 (2026-11-24, "
-                   "docs/benchmarks.md); not corrected yet (one rank measured, the model for "
-                   "several ranks a node unknown)")
 def test_host_memory_with_optimizer_offload_against_the_plan() -> None:
-    """ZeRO-3 + optimizer offload (1.5B shape): the plan's "CPU memory per node" against the
-    peak resident memory of the whole process tree (test, launcher, node task, torchrun, rank
-    with its engine), sampled every 0.5 s. ``-k offload``; CPU Adam compiles on first use."""
+    """ZeRO-3 + optimizer offload (1.5B shape): the plan's "CPU memory per node" plus its save's
+    host memory (0 here: no gathered model file under offload) against the peak resident memory
+    of the whole process tree (test, launcher, node task, torchrun, rank with its engine),
+    sampled every 0.5 s, within 10 % (planner/memory/host.py; the unit test
+    tests/unit/planner/test_host_memory.py holds the saved run of 2026-11-24 to the same).
+    ``-k offload``; CPU Adam compiles on first use."""
     from tests.gpu.test_checkpoint_resume import HostPeak
 
     work = _work("mem-offload")
@@ -116,8 +115,11 @@ def test_host_memory_with_optimizer_offload_against_the_plan() -> None:
     run_dir = work / "runs" / "mem-offload"
     record = json.loads((run_dir / "run.json").read_text())
     planned = dict(record["memory_plan"]["breakdown_gib"]).get("CPU memory per node")
-    result = {"planned_host_gib": planned, "measured_host_rss_peak_gib": host,
-              "ratio": round(planned / host, 3) if planned else None,
+    save = (record.get("checkpoint") or {}).get("save_host_gib", 0.0)
+    total = round(planned + save, 2) if planned else None
+    result = {"planned_host_gib": planned, "planned_save_host_gib": save,
+              "measured_host_rss_peak_gib": host,
+              "ratio": round(total / host, 3) if total else None,
               "memory_plan": record["memory_plan"], "deepspeed": record["deepspeed"],
               "steps": [{k: r.get(k) for k in ("step", "gpu_mem_peak_by_phase_gib", "step_time")}
                         for r in _metrics(run_dir)]}

@@ -32,7 +32,8 @@ Assumptions, each a round number on purpose (GiB = 2**30 bytes):
   Measured (2026-11-24, H200, NVML per phase, docs/results/2026-11-24-memory-phases-*.json):
   the 7B shape trained at 112.4 and generated at 99.4 GiB, where counting the gradients in
   generation and no autocast copies had planned 102.6 and 123.0.
-* CPU memory for offloaded state, plus 4 GiB per rank, must fit in 80 % of the node's memory.
+* With offload, the node's CPU memory (host.py: each rank's process and offloaded state, with
+  DeepSpeed's pinned buffers) must fit in 80 % of the node's memory.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 from math import ceil
 
 from hpc_grpo.planner.memory.activations import activations_gib, cache_gib, sequence_length
+from hpc_grpo.planner.memory.host import host_gib
 from hpc_grpo.planner.types import PlanRequest
 
 __all__ = ["activations_gib", "cache_gib", "sequence_length"]  # re-exported
@@ -51,7 +53,6 @@ VLLM_MARGIN = 0.05
 UTIL_STEP = 0.05
 UTIL_MIN, UTIL_MAX, UTIL_SHARE = 0.10, 0.90, 0.50
 CPU_USABLE_FRACTION = 0.80
-HOST_GIB_PER_RANK = 4.0
 LM_HEAD_TILE_TOKENS = 4096
 ZERO2_BUCKET_ELEMENTS = 5 * 10**8
 
@@ -154,13 +155,10 @@ def _training_bytes(req: PlanRequest, layout: Layout) -> _Training:
 
 
 def _host_gib(req: PlanRequest, layout: Layout, t: _Training) -> float:
-    """CPU memory per node for offloaded state (0 when nothing is offloaded)."""
-    offloaded = 0.0
-    if layout.offload_optimizer:
-        offloaded += 16 * t.trainable / t.state_shards
-    if t.on_cpu_weights:
-        offloaded += 2 * req.arch.num_params / req.world_size * (2 if req.beta and not req.lora else 1)
-    return req.gpus_per_node * (offloaded / GIB + HOST_GIB_PER_RANK) if offloaded else 0.0
+    """CPU memory per node with offload (host.py); 0 when nothing is offloaded."""
+    if not (layout.offload_optimizer or t.on_cpu_weights):
+        return 0.0
+    return host_gib(req, layout.zero, layout.offload_optimizer, t.on_cpu_weights)
 
 
 def _training_items(req: PlanRequest, t: _Training, zero: int) -> list[tuple[str, float]]:
