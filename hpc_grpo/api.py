@@ -250,7 +250,7 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Re
     track.refuse_if_alive(files)
     flags = {"time": time} if time else {}
     site = find_site(saved["site"])
-    spec = build_spec(saved["spec"], parse_set(sets), flags, site)
+    spec = rules.pinned_layout(build_spec(saved["spec"], parse_set(sets), flags, site), files.record)
     python = saved.get("python") if isinstance(saved.get("python"), str) else None
     prepared = _prepare(site, spec, root=run_dir.parent, run_id=run_dir.name, python=python,
                         site_name=saved["site"])

@@ -9,9 +9,11 @@ save can. Pure: two run records (run.json as dicts) and numbers in, problems out
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 
 _NEW_RUN = "submit a new run for that"
@@ -44,6 +46,26 @@ FIXED_GRPO: dict[str, str] = {
     "data_seed": "the checkpoint's data position is in this seed's order",
     "shuffle_dataset": "the checkpoint's data position is in this order",
 }
+
+
+def pinned_layout(spec: JobSpec, record: Mapping[str, Any]) -> JobSpec:
+    """The spec of a resume with the saved run's TP size, ZeRO stage and optimizer offload where
+    the spec leaves them to the planner. The plan picks the fastest layout from the link figures,
+    which doctor may have measured since the run started; a layout chosen again would not load
+    the checkpoint (``unchangeable`` refuses it), so the saved one stands. What the user sets on
+    the resume stays theirs, and is refused there if it differs."""
+    if record.get("device") != "cuda":
+        return spec  # CPU plans choose no layout
+    pins: dict[str, Any] = {}
+    tp = _get(record, "vllm.tensor_parallel_size")
+    if not spec.tensor_parallel_size and isinstance(tp, int) and tp > 0:
+        pins["tensor_parallel_size"] = tp
+    deepspeed = record.get("deepspeed")
+    if spec.zero_stage is None and "deepspeed" in record:
+        pins["zero_stage"] = deepspeed.get("zero_stage", 0) if isinstance(deepspeed, dict) else 0
+    if spec.offload_optimizer is None and isinstance(deepspeed, dict):
+        pins["offload_optimizer"] = bool(deepspeed.get("offload_optimizer"))
+    return dataclasses.replace(spec, **pins) if pins else spec
 
 
 def _get(record: Mapping[str, Any], dotted: str) -> Any:

@@ -202,3 +202,54 @@ def test_a_run_from_before_spec_json_is_refused(fake: FakeSlurm, tmp_path: Path)
     assert out.exit_code == 2
     assert "has no spec.json (submitted by an older hpc-grpo)" in out.output
     assert len(out.output.strip().splitlines()) == 1
+
+
+GPU_SITE = """scheduler: slurm
+partition: gpu
+gpus_per_node: 4
+gpu_type: h200
+gpu_memory_gib: 141
+cpu_memory_gib: 1800
+max_time: "2-00:00:00"
+"""
+
+
+def test_a_link_measured_after_submit_does_not_move_the_resumed_layout(
+        fake: FakeSlurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan picks the fastest layout from the link figures; doctor may measure them after a
+    run started. Without the saved layout pinned, this 14B run planned TP 1 / ZeRO-3 on the
+    assumed links and TP 2 / ZeRO-2 on a measured 1 GB/s inside the node, and resume refused
+    its own run ("cannot change vllm.tensor_parallel_size from 1 to 2")."""
+    from hpc_grpo.preflight import inputs, links
+
+    monkeypatch.setattr(inputs, "free_space", lambda root: (2**50, "a large scratch"))
+    profile = tmp_path / "h200x4.yaml"
+    profile.write_text(GPU_SITE)
+    sets = ("max_prompt_length=256", "max_completion_length=512", "per_device_train_batch_size=8",
+            "num_generations=8", "max_steps=40", "save_steps=10")
+    request = api.Request(site=str(profile), flags={"model": "Qwen/Qwen2.5-14B"}, sets=sets,
+                          output_root=str(tmp_path / "runs"), python="/usr/bin/python3")
+    fake.answer("sbatch", "Submitted batch job 4242\n")
+    run_dir = api.submit(request).run_dir
+    before = json.loads((run_dir / "run.json").read_text())
+    links.write_measurement("h200x4", {
+        "kind": "links", "backend": "nccl", "nodes": 1, "procs_per_node": 4, "inter": None,
+        "intra": {"gbs": 1.0, "mib": 256}, "measured_at": "2026-11-27T00:00:00+00:00"})
+    moved = api.prepare(request).plan
+    assert (moved.tensor_parallel_size, moved.deepspeed and moved.deepspeed.zero_stage) != (
+        before["vllm"]["tensor_parallel_size"], before["deepspeed"]["zero_stage"])  # a new run moves
+    _trained(run_dir, phase="interrupted", step=23, complete=(10, 20))
+    fake.answer("squeue", "")
+    fake.answer("sbatch", "Submitted batch job 4243\n")
+
+    result = api.resume(str(run_dir))
+
+    after = json.loads((run_dir / "run.json").read_text())
+    assert result.job_id == "4243"
+    assert after["vllm"]["tensor_parallel_size"] == before["vllm"]["tensor_parallel_size"]
+    assert after["deepspeed"] == before["deepspeed"]
+    submitted = len(fake.calls("sbatch"))
+    with pytest.raises(UserError):  # the user's own ZeRO stage on a resume is theirs: refused
+        api.resume(str(run_dir), sets=("zero_stage=2",) if before["deepspeed"]["zero_stage"] != 2
+                   else ("zero_stage=3",))
+    assert len(fake.calls("sbatch")) == submitted
