@@ -151,8 +151,12 @@ def _disagreement(what: str, declared: float | None, measured: float | None,
 
 def site_links(site: SiteProfile, measured: Measured | None = None) -> LinkFacts | None:
     """The links a plan of ``site`` uses: each figure declared, else measured (``measured`` or
-    the cache), else None; None when neither figure is known (the planner assumes them)."""
+    the cache), else None; None when neither figure is known (the planner assumes them).
+    A Gloo measurement on a GPU site is not used: the nodes' torch had no CUDA then, and Gloo's
+    sockets say nothing of what NCCL gets from the same fabric."""
     measured = measured or read_measurement(site.name)
+    if measured is not None and site.device == "cuda" and measured.backend == "gloo":
+        measured = None
     picked: dict[str, tuple[float | None, str]] = {}
     for key in ("inter_node_gbs", "intra_node_gbs"):
         declared = getattr(site, key)

@@ -139,8 +139,9 @@ def retention_limit(grpo_config: Mapping[str, Any]) -> int | None:
 def retain(output_dir: Path, keep: int | None, protect: Path | None = None) -> list[Path]:
     """After a checkpoint is marked complete (rank 0, every rank past the save): delete every
     checkpoint folder without the marker (a killed save's; none is being written now) and the
-    oldest complete ones beyond ``keep`` (by step; ``protect``, a best checkpoint, is kept
-    besides). The newest complete checkpoint is never deleted; the deleted folders are returned.
+    oldest complete ones beyond ``keep`` (by step; ``protect``, a best checkpoint, is never
+    deleted and counts toward ``keep``: with keep 1 and an older best, two stay). The newest
+    complete checkpoint is never deleted; the deleted folders are returned.
     """
     if not output_dir.is_dir():
         return []

@@ -274,3 +274,12 @@ def test_the_measured_link_reaches_the_step_time_model(hpc_home: Path, tmp_path:
     exchange = "data-parallel exchange"
     assert measured["terms_s"][exchange] > 5 * assumed["terms_s"][exchange]
     assert measured["s_per_step"] > assumed["s_per_step"]
+
+
+def test_a_gloo_measurement_is_not_a_gpu_sites_figure(hpc_home: Path) -> None:
+    """A GPU node whose torch had no CUDA measures over Gloo's sockets: not NCCL's figure."""
+    links.write_measurement("gpu", report(inter=1.2, intra=1.1, backend="gloo"))
+    assert site().device == "cuda" and links.site_links(site()) is None
+    cpu = dataclasses.replace(site(), gpus_per_node=0)
+    facts = links.site_links(cpu)
+    assert cpu.device == "cpu" and facts is not None and facts.inter_node_gbs == 1.2
