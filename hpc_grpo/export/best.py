@@ -23,6 +23,8 @@ from hpc_grpo.rundir.contract import METRICS_JSONL
 
 # Keys of a metrics line that are not a measure of the model (never offered as a close name).
 _NOT_METRICS = {"step", "max_steps", "time"}
+# --best maximises, so it takes rewards only: the highest loss, KL or length is not the best.
+REWARD_PREFIXES = ("reward", "rewards/")
 
 
 @dataclass(frozen=True)
@@ -31,10 +33,16 @@ class Best:
     step: int
     value: float
     candidates: int  # complete checkpoints with a value of the key
+    logged_best: tuple[int, float] | None = None  # a higher logged step with no checkpoint
 
     def line(self) -> str:
-        return (f"best {self.key}: step {self.step} ({self.value:.4g}), the highest among "
+        line = (f"best {self.key}: step {self.step} ({self.value:.4g}), the highest among "
                 f"{self.candidates} complete checkpoint(s) with a logged value")
+        if self.logged_best:
+            step, value = self.logged_best
+            line += (f"; step {step} logged more ({value:.4g}) but has no complete checkpoint "
+                     "(save_steps decides which steps can be exported)")
+        return line
 
 
 def _number(value: Any) -> float | None:
@@ -71,6 +79,9 @@ def best_step(run_dir: Path, key: str, run_id: str) -> Best:
         raise UserError(f"run {run_id} has no metrics.jsonl lines to pick the best step from",
                         field="best", hint="pass --step N instead")
     resolved = resolve_key(key, numeric_keys(lines))
+    if not resolved.startswith(REWARD_PREFIXES):
+        raise UserError(f"--best takes a reward (it picks the highest value), not {resolved!r}",
+                        field="best", hint="use reward_mean or rewards/NAME/mean, or --step N")
     by_step: dict[int, float] = {}
     for line in lines:
         step, value = line.get("step"), _number(line.get(resolved))
@@ -84,7 +95,9 @@ def best_step(run_dir: Path, key: str, run_id: str) -> Best:
                         hint=f"complete checkpoints: {', '.join(map(str, complete)) or 'none'}; "
                              f"steps with {resolved}: {_span(sorted(by_step))}")
     value, step = max(scored, key=lambda pair: (pair[0], -pair[1]))
-    return Best(resolved, step, value, len(scored))
+    top_value, top_step = max(((v, s) for s, v in by_step.items()), key=lambda p: (p[0], -p[1]))
+    higher = (top_step, top_value) if top_value > value else None
+    return Best(resolved, step, value, len(scored), higher)
 
 
 def _span(steps: list[int]) -> str:

@@ -36,9 +36,21 @@ def test_the_best_complete_checkpoint_by_key_or_reward_name(tmp_path: Path) -> N
     picked = best.best_step(run, "reward_mean", "tiny-0001")
     assert (picked.step, picked.value, picked.candidates) == (2, 0.9, 3)
     assert picked.line() == ("best reward_mean: step 2 (0.9), the highest among 3 complete "
-                             "checkpoint(s) with a logged value")
+                             "checkpoint(s) with a logged value; step 5 logged more (2) but has "
+                             "no complete checkpoint (save_steps decides which steps can be "
+                             "exported)")
     by_name = best.best_step(run, "accuracy", "tiny-0001")
     assert (by_name.key, by_name.step, by_name.value) == ("rewards/accuracy/mean", 4, 0.6)
+    assert by_name.logged_best is None and "logged more" not in by_name.line()
+
+
+def test_best_takes_rewards_only(tmp_path: Path) -> None:
+    """--best maximises: the highest loss (or KL, or length) is not the best checkpoint."""
+    run = _run(tmp_path)
+    with pytest.raises(UserError) as err:
+        best.best_step(run, "loss", "tiny-0001")
+    assert err.value.message == "--best takes a reward (it picks the highest value), not 'loss'"
+    assert "reward_mean" in (err.value.hint or "")
 
 
 def test_a_resumed_steps_last_line_counts(tmp_path: Path) -> None:
