@@ -5,8 +5,9 @@ less available on a Slurm site, or with ``--job``, the same command (``--here``,
 pinned, the same flags) is written to ``export-job-<N>.sh`` in the run directory and started
 through the run's back end (scheduler/backend.py ``submit_side_job``: sbatch with that memory
 and the site profile's partition, account and QOS on Slurm, the command under its modules, env
-and container, its time within max_time; a process of its own on the local back end). export-jobs.jsonl records it; the job
-writes exports.jsonl (and pushes.jsonl) as the command does anywhere, and `status` follows it.
+and container, its time within max_time; a process of its own on the local back end).
+export-jobs.jsonl records it; the job writes exports.jsonl (and pushes.jsonl) as the command does
+anywhere, and `status` follows it.
 """
 
 from __future__ import annotations
