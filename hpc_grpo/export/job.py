@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from hpc_grpo.export import plan, records
 from hpc_grpo.rundir import append_jsonl, read_jsonl
 from hpc_grpo.rundir.contract import EXPORT_JOBS_JSONL, LOGS, SPEC_JSON
+from hpc_grpo.rundir.hub import export_argv, push_args, visibility
 from hpc_grpo.scheduler.backend import SideJob, backend_for
 
 if TYPE_CHECKING:
@@ -59,13 +60,11 @@ def reason_for(flag: bool | None, the_plan: plan.ExportPlan, scheduler: str,
 def command(the_plan: plan.ExportPlan, python: str, *, to: str | None, dtype: str | None,
             push: str | None, private: bool | None) -> list[str]:
     """The job's `hpc-grpo export`: this plan's step and flags, run where the job runs."""
-    argv = [python, "-m", "hpc_grpo.cli", "export", str(the_plan.run_dir), "--here",
-            "--step", str(the_plan.step), "--adapter" if the_plan.adapter else "--merge-lora"]
-    argv += ["--to", str(the_plan.target)] if to else []
-    argv += ["--dtype", {"bfloat16": "bf16", "float32": "fp32"}[the_plan.dtype]] if dtype else []
-    argv += ["--push", push] if push else []
-    argv += [] if private is None else ["--private" if private else "--public"]
-    return argv
+    flags = ["--step", str(the_plan.step), "--adapter" if the_plan.adapter else "--merge-lora"]
+    flags += ["--to", str(the_plan.target)] if to else []
+    flags += ["--dtype", plan.FLAGS[the_plan.dtype]] if dtype else []
+    flags += push_args(push, private) if push else visibility(private)
+    return export_argv(python, str(the_plan.run_dir), *flags)
 
 
 def _site(run_dir: Path, site_name: str) -> tuple[SiteProfile, str]:
@@ -158,7 +157,7 @@ def nodes_reach_hub(record: dict[str, Any]) -> bool:
     from hpc_grpo.errors import UserError
 
     try:
-        return find_site(str(record.get("site") or "")).nodes_offline is False
+        return find_site(str(record.get("site") or "")).nodes_reach_hub
     except UserError:
         return False
 
