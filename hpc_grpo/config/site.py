@@ -161,6 +161,12 @@ class SiteProfile:
         return False if self.scheduler == "local" else None
 
     @property
+    def nodes_reach_hub(self) -> bool:
+        """Whether the profile says its nodes reach the hub (a job or node task may push from
+        there); unsaid is no."""
+        return self.nodes_offline is False
+
+    @property
     def hf_home_path(self) -> str:
         """hf_home with ``~`` and ``$VARS`` expanded on this (login) node, absolute; "" unset."""
         if not self.hf_home:

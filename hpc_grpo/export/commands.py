@@ -14,6 +14,7 @@ from hpc_grpo.export import evaluate as evaluation
 from hpc_grpo.export import push as hub
 from hpc_grpo.export import write
 from hpc_grpo.rundir.contract import RUN_JSON
+from hpc_grpo.rundir.hub import HubBlock, push_command
 from hpc_grpo.runs import registry
 
 
@@ -75,7 +76,7 @@ def _as_job(run_dir: Path, *, step: int | None, best: str | None, to: str | None
     argv = jobs.command(the_plan, jobs.default_python(record, run_dir), to=to, dtype=dtype,
                         push=None if later else push, private=private)
     notes = [f"the site's nodes do not reach the hub: once the job is done, push from here with "
-             f"`hpc-grpo export {run_dir.name} --push {push}`"] if later else []
+             f"`{push_command(run_dir.name, HubBlock(str(push), private))}`"] if later else []
     for line in ([picked.line()] if picked else []) + [the_plan.line()] + notes:
         if announce:
             announce(line)

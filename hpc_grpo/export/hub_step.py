@@ -40,7 +40,7 @@ def hub_block(spec: JobSpec, site: SiteProfile) -> HubBlock | None:
     if spec.hub_strategy not in STRATEGIES:
         raise UserError(f"hub_strategy {spec.hub_strategy!r} is not one of TRL's",
                         field="hub_strategy", hint=", ".join(STRATEGIES))
-    return HubBlock(spec.hub_model_id, spec.hub_private_repo, on_node=site.nodes_offline is False)
+    return HubBlock(spec.hub_model_id, spec.hub_private_repo, on_node=site.nodes_reach_hub)
 
 
 def notes(spec: JobSpec, site: SiteProfile) -> tuple[str, ...]:

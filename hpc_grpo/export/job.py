@@ -4,8 +4,10 @@ The plan (export/plan.py) says how much host memory the export holds; when this 
 less available on a Slurm site, or with ``--job``, the same command (``--here``, the step
 pinned, the same flags) is written to ``export-job-<N>.sh`` in the run directory and started
 through the run's back end (scheduler/backend.py ``submit_side_job``: sbatch with that memory
-on Slurm, a process of its own on the local back end). export-jobs.jsonl records it; the job
-writes exports.jsonl (and pushes.jsonl) as the command does anywhere, and `status` follows it.
+and the site profile's partition, account and QOS on Slurm, the command under its modules, env
+and container, its time within max_time; a process of its own on the local back end).
+export-jobs.jsonl records it; the job writes exports.jsonl (and pushes.jsonl) as the command does
+anywhere, and `status` follows it.
 """
 
 from __future__ import annotations
@@ -17,14 +19,18 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpc_grpo.export import plan, records
 from hpc_grpo.rundir import append_jsonl, read_jsonl
 from hpc_grpo.rundir.contract import EXPORT_JOBS_JSONL, LOGS, SPEC_JSON
+from hpc_grpo.rundir.hub import export_argv, push_args, visibility
 from hpc_grpo.scheduler.backend import SideJob, backend_for
 
-TIME_MIN = 120  # the job's time limit: ZeRO-3 shards of a 7B model convert in minutes
+if TYPE_CHECKING:
+    from hpc_grpo.config.site import SiteProfile
+
+TIME_MIN = 120  # the job's time limit, at most the site's max_time: ZeRO-3 shards of 7B convert in minutes
 MEM_MARGIN = 1.25  # over the plan's host memory (the model's tensors, the check's two models)
 BASE_MEM_MB = 1536  # the process itself: Python, torch, transformers, tokenizer (measured ~1 GiB)
 WAITING = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED"}
@@ -54,53 +60,68 @@ def reason_for(flag: bool | None, the_plan: plan.ExportPlan, scheduler: str,
 def command(the_plan: plan.ExportPlan, python: str, *, to: str | None, dtype: str | None,
             push: str | None, private: bool | None) -> list[str]:
     """The job's `hpc-grpo export`: this plan's step and flags, run where the job runs."""
-    argv = [python, "-m", "hpc_grpo.cli", "export", str(the_plan.run_dir), "--here",
-            "--step", str(the_plan.step), "--adapter" if the_plan.adapter else "--merge-lora"]
-    argv += ["--to", str(the_plan.target)] if to else []
-    argv += ["--dtype", {"bfloat16": "bf16", "float32": "fp32"}[the_plan.dtype]] if dtype else []
-    argv += ["--push", push] if push else []
-    argv += [] if private is None else ["--private" if private else "--public"]
-    return argv
+    flags = ["--step", str(the_plan.step), "--adapter" if the_plan.adapter else "--merge-lora"]
+    flags += ["--to", str(the_plan.target)] if to else []
+    flags += ["--dtype", plan.FLAGS[the_plan.dtype]] if dtype else []
+    flags += push_args(push, private) if push else visibility(private)
+    return export_argv(python, str(the_plan.run_dir), *flags)
 
 
-def _partition(run_dir: Path, site_name: str) -> str:
-    """The partition the run's training asked for (spec.json), else its site's."""
-    from hpc_grpo.config.site import find_site
+def _site(run_dir: Path, site_name: str) -> tuple[SiteProfile, str]:
+    """The run's site profile (spec.json's, else run.json's; an empty one, Slurm's defaults,
+    where it is gone) and the partition its training asked for (spec.json's), else the site's."""
+    from hpc_grpo.config.site import SiteProfile, find_site
     from hpc_grpo.errors import UserError
     from hpc_grpo.rundir import read_json_object
 
     saved = read_json_object(run_dir / SPEC_JSON)
-    spec = saved.get("spec")
-    if isinstance(spec, dict) and spec.get("partition"):
-        return str(spec["partition"])
+    name = str(saved.get("site") or site_name)
     try:
-        return find_site(str(saved.get("site") or site_name)).partition if site_name else ""
-    except UserError:  # the profile is gone: Slurm's default partition
-        return ""
+        site = find_site(name) if name else SiteProfile(name="none")
+    except UserError:  # the profile is gone
+        site = SiteProfile(name=name)
+    spec = saved.get("spec")
+    asked = str(spec["partition"]) if isinstance(spec, dict) and spec.get("partition") else ""
+    return site, asked or site.partition
+
+
+def script_text(site: SiteProfile, run_dir: Path, argv: list[str], reason: str) -> str:
+    """The job's script: the profile's env, then the command under its modules and container
+    (nodecmd: apptainer and modules in bash; a pyxis image through an srun step, as training's)."""
+    from hpc_grpo.preflight.nodecmd import pyxis_options, wrapped
+    from hpc_grpo.scheduler.slurm import one_task_step
+
+    root = str(Path(__file__).resolve().parents[2])  # a checkout's package, as the node task's
+    pyxis = pyxis_options(site)
+    launch = [*(one_task_step(pyxis) if pyxis else []), *wrapped(site, argv)]
+    lines = ["#!/bin/bash", "# hpc-grpo export as a job: " + reason.replace("\n", " "),
+             f"export PYTHONPATH={shlex.quote(root)}${{PYTHONPATH:+:$PYTHONPATH}}",
+             *(f"export {key}={shlex.quote(value)}" for key, value in sorted(site.public_env.items())),
+             f"cd {shlex.quote(str(run_dir))}", shlex.join(launch)]  # no exec: the local back
+    return "\n".join(lines) + "\n"  # end knows its job by the script in bash's argv
 
 
 def submit(the_plan: plan.ExportPlan, record: dict[str, Any], argv: list[str],
            reason: str) -> ExportJob:
-    """Write the script, start it through the run's back end, record it."""
+    """Write the script, start it through the run's back end with the site's flags, record it."""
+    from hpc_grpo.config.site import minutes
+    from hpc_grpo.preflight.nodecmd import allocation_options
+
     run_dir = the_plan.run_dir
     number = len(read_jsonl(run_dir / EXPORT_JOBS_JSONL)) + 1
     script = run_dir / f"export-job-{number}.sh"
     log = run_dir / LOGS / f"export-job-{number}.log"
-    root = str(Path(__file__).resolve().parents[2])  # a checkout's package, as the node task's
-    text = ("#!/bin/bash\n# hpc-grpo export as a job: " + reason.replace("\n", " ") + "\n"
-            f"export PYTHONPATH={shlex.quote(root)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
-            f"cd {shlex.quote(str(run_dir))}\n{shlex.join(argv)}\n")  # no exec: the local
-    # back end knows its job by the script in bash's argv
+    site, partition = _site(run_dir, str(record.get("site") or ""))
     partial = script.with_name(f".{script.name}.{os.getpid()}")
-    partial.write_text(text)
+    partial.write_text(script_text(site, run_dir, argv, reason))
     partial.chmod(0o700)
     partial.rename(script)
     mem_mb = BASE_MEM_MB + math.ceil(the_plan.host_bytes * MEM_MARGIN / 2**20)
     scheduler = str(record.get("scheduler") or "slurm")
     name = f"export-{the_plan.run_id}"[:64]
+    time_min = min(TIME_MIN, minutes(site.max_time, "max_time"))
     sub = backend_for(scheduler).submit_side_job(
-        SideJob(script, log, name, mem_mb, TIME_MIN,
-                _partition(run_dir, str(record.get("site") or ""))))
+        SideJob(script, log, name, mem_mb, time_min, tuple(allocation_options(site, partition))))
     append_jsonl(run_dir / EXPORT_JOBS_JSONL,
                  {"time": time.time(), "job_id": sub.job_id, "scheduler": scheduler,
                   "script": str(script), "log": str(log), "step": the_plan.step,
@@ -136,7 +157,7 @@ def nodes_reach_hub(record: dict[str, Any]) -> bool:
     from hpc_grpo.errors import UserError
 
     try:
-        return find_site(str(record.get("site") or "")).nodes_offline is False
+        return find_site(str(record.get("site") or "")).nodes_reach_hub
     except UserError:
         return False
 

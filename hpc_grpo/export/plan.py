@@ -20,6 +20,7 @@ from hpc_grpo.rundir.contract import EXPORT_DIR, hub_snapshot
 
 GIB = float(2**30)
 DTYPES = {"bf16": "bfloat16", "fp32": "float32"}
+FLAGS = {dtype: flag for flag, dtype in DTYPES.items()}  # a written dtype's --dtype flag
 BYTES = {"bfloat16": 2, "float32": 4}
 MARGIN_BYTES = 2**20
 

@@ -62,7 +62,7 @@ def existing(run_dir: Path, record: dict[str, Any], step: int | None, best: str 
     target = plan.target_of(to, run_dir, chosen.step, adapter)
     for entry in reversed(records.exports(run_dir)):
         if Path(str(entry["path"])) == target and entry.get("step") == chosen.step:
-            flag = {"bfloat16": "bf16", "float32": "fp32"}.get(str(entry.get("dtype")))
+            flag = plan.FLAGS.get(str(entry.get("dtype")))
             return plan.build(run_dir, record, chosen.step, to, flag, adapter,
                               allow_existing=True), entry
     return None

@@ -24,7 +24,7 @@ from hpc_grpo.config.site import SiteProfile, minutes
 from hpc_grpo.errors import UserError
 from hpc_grpo.preflight.capacity import Capacity, capacity_rows
 from hpc_grpo.preflight.hardware_row import hardware_row
-from hpc_grpo.preflight.nodecmd import node_command, pyxis_found
+from hpc_grpo.preflight.nodecmd import allocation_options, node_command, pyxis_found, pyxis_options
 from hpc_grpo.preflight.versions import satisfies
 from hpc_grpo.rundir.contract import HardwareBlock
 from hpc_grpo.runtime.probe import PACKAGES
@@ -279,18 +279,11 @@ def srun_options(site: SiteProfile, nodes: int, partition: str, time_min: int, *
     task per node, or a job's processes per node for the link measurement)."""
     options = [f"--nodes={nodes}", f"--ntasks-per-node={tasks_per_node}", "--cpus-per-task=1",
                f"--job-name={job_name}", f"--time={time_min}", "--kill-on-bad-exit=0"]
-    for flag, value in (("partition", partition), ("account", site.account), ("qos", site.qos)):
-        if value:
-            options.append(f"--{flag}={value}")
+    options += allocation_options(site, partition)
     if site.gpus_per_node:
         gpus = f"{site.gpu_type + ':' if site.gpu_type else ''}{site.gpus_per_node}"
         options.append(f"--gres=gpu:{gpus}" if site.gpu_request == "gres" else f"--gpus-per-node={gpus}")
-    box = site.container
-    if box is not None and box.runtime == "pyxis":
-        options += ["--container-image", box.image]
-        if box.mounts:
-            options += ["--container-mounts", ",".join(box.mounts)]
-    return options
+    return options + pyxis_options(site)
 
 
 def runs_on(site: SiteProfile) -> bool:

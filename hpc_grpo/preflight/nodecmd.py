@@ -1,4 +1,5 @@
-"""What ``doctor``'s srun runs on each node: the probe under the job's modules and container.
+"""What ``doctor``'s srun runs on each node: the probe under the job's modules and container
+(``wrapped``: any command so, e.g. an export job's), and the profile's job flags.
 
 Modules are loaded the way the job script loads them (Lmod initialised when the shell has no
 ``module`` function yet), one by one, and each outcome is handed to the probe, so a module that
@@ -55,22 +56,44 @@ def apptainer_lines(site: SiteProfile, probe: list[str]) -> list[str]:
     ]
 
 
+def allocation_options(site: SiteProfile, partition: str) -> list[str]:
+    """The profile's partition (or the one asked for), account and QOS: the flags every job of
+    the site carries (doctor's srun, an export job's sbatch; the training script's #SBATCH)."""
+    return [f"--{flag}={value}" for flag, value in
+            (("partition", partition), ("account", site.account), ("qos", site.qos)) if value]
+
+
+def pyxis_options(site: SiteProfile) -> list[str]:
+    """srun's container options of a pyxis profile (none for another runtime or none)."""
+    box = site.container
+    if box is None or box.runtime != "pyxis":
+        return []
+    return ["--container-image", box.image,
+            *(["--container-mounts", ",".join(box.mounts)] if box.mounts else [])]
+
+
+def wrapped(site: SiteProfile, argv: Sequence[str]) -> list[str]:
+    """``argv`` under the profile's modules and apptainer image (bash -c), as it is where the
+    profile has neither (a pyxis image comes from srun's options: ``pyxis_options``)."""
+    box = site.container
+    lines = ["set -u", *(module_lines(site.modules) if site.modules else [])]
+    if box is not None and box.runtime == "apptainer":
+        lines += apptainer_lines(site, list(argv))
+    elif site.modules:
+        lines.append(f"exec {shlex.join(argv)}")
+    else:
+        return list(argv)
+    return ["bash", "-c", "\n".join(lines)]
+
+
 def node_command(site: SiteProfile, python: str, probe_args: Sequence[str],
                  module: str = "hpc_grpo.runtime.probe") -> list[str]:
     """The probe's command line (or another runtime ``module``'s, e.g. the link measurement),
     wrapped in bash where modules or apptainer come first."""
     box = site.container
     runtime = box.runtime if box is not None else ""
-    probe = [python, "-m", module, *probe_args,
-             *(["--container", runtime] if runtime else [])]
-    lines = ["set -u", *(module_lines(site.modules) if site.modules else [])]
-    if runtime == "apptainer":
-        lines += apptainer_lines(site, probe)
-    elif site.modules:
-        lines.append(f"exec {shlex.join(probe)}")
-    else:
-        return probe
-    return ["bash", "-c", "\n".join(lines)]
+    return wrapped(site, [python, "-m", module, *probe_args,
+                          *(["--container", runtime] if runtime else [])])
 
 
 def pyxis_found(srun_help: str) -> tuple[Literal["pass", "fail"], str]:

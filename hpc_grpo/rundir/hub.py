@@ -20,7 +20,22 @@ class HubBlock:
     on_node: bool = False
 
 
+def visibility(private: bool | None) -> list[str]:
+    """`hpc-grpo export`'s flag of a pushed repository's visibility (none: the hub's default)."""
+    return [] if private is None else ["--private" if private else "--public"]
+
+
+def push_args(repo_id: str, private: bool | None) -> list[str]:
+    """`hpc-grpo export`'s flags of a push to ``repo_id``."""
+    return ["--push", repo_id, *visibility(private)]
+
+
+def export_argv(python: str, run: str, *flags: str) -> list[str]:
+    """`hpc-grpo export RUN --here FLAGS` as a job or a node task runs it (this ``python``): it
+    runs where it was started, never a job of its own from there."""
+    return [python, "-m", "hpc_grpo.cli", "export", run, "--here", *flags]
+
+
 def push_command(run_id: str, hub: HubBlock) -> str:
     """The one command that exports a run's last checkpoint and pushes it (login node or node)."""
-    private = "" if hub.private is None else " --private" if hub.private else " --public"
-    return f"hpc-grpo export {run_id} --push {hub.repo_id}{private}"
+    return " ".join(["hpc-grpo", "export", run_id, *push_args(hub.repo_id, hub.private)])

@@ -86,7 +86,7 @@ class SideJob:
     name: str
     mem_mb: int
     time_min: int
-    partition: str = ""
+    options: tuple[str, ...] = ()  # sbatch's flags of the site: partition, account, QOS
 
 
 SCHEDULERS = ("slurm", "local")

@@ -16,6 +16,7 @@ import jinja2
 from hpc_grpo import __version__
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner.job import JobPlan
+from hpc_grpo.preflight.nodecmd import pyxis_options
 from hpc_grpo.rundir.contract import (
     PORTS_PER_JOB,
     VLLM_SERVER_PORT_OFFSET,
@@ -70,10 +71,7 @@ def _container_prefix(plan: JobPlan) -> str:
     if box is None:
         return ""
     if box.runtime == "pyxis":
-        words = ["--container-image", box.image]
-        if box.mounts:
-            words += ["--container-mounts", ",".join(box.mounts)]
-        return " ".join(shlex.quote(w) for w in words) + " "
+        return " ".join(shlex.quote(w) for w in pyxis_options(plan.site)) + " "
     words = ["apptainer", "exec"] + (["--nv"] if plan.site.gpus_per_node else [])
     for mount in box.mounts:
         words += ["--bind", mount]

@@ -234,16 +234,22 @@ def _one_line(text: str) -> str:
 
 
 def submit_script(script: Path, *, name: str, log: Path, mem_mb: int, time_min: int,
-                  partition: str = "") -> str:
-    """sbatch of a plain script on one node (a run's side job: `export --job`); its job id."""
+                  options: Sequence[str] = ()) -> str:
+    """sbatch of a plain script on one node (a run's side job: `export --job`); its job id.
+    ``options``: the site's flags (partition, account, QOS)."""
     argv = ["sbatch", "--parsable", "--nodes=1", "--ntasks=1", f"--job-name={name}",
-            f"--output={log}", f"--mem={mem_mb}M", f"--time={time_min}"]
-    argv += [f"--partition={partition}"] if partition else []
+            f"--output={log}", f"--mem={mem_mb}M", f"--time={time_min}", *options]
     out = run_slurm([*argv, str(script)])
     found = re.findall(r"\d+", out.split(";")[0])
     if not found:
         raise UserError(f"sbatch printed no job id: {out.strip()[:80]!r}", field="job")
     return found[-1]
+
+
+def one_task_step(options: Sequence[str]) -> list[str]:
+    """A batch script's srun of one task (e.g. under a pyxis container's ``options``): the words
+    before its command."""
+    return ["srun", "--ntasks=1", *options]
 
 
 def run_slurm(argv: list[str], *, timeout: float = 30) -> str:

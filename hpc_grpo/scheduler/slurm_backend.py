@@ -147,10 +147,11 @@ class SlurmBackend:
         return sorted((Path(run_dir) / SUBMITIT).glob("*_log.*"))
 
     def submit_side_job(self, job: SideJob) -> Submission:
-        """sbatch of the script on one node, with the memory and time the job needs."""
+        """sbatch of the script on one node, with the memory and time the job needs and the
+        site's flags."""
         return Submission(slurm.submit_script(job.script, name=job.name, log=job.log,
                                               mem_mb=job.mem_mb, time_min=job.time_min,
-                                              partition=job.partition))
+                                              options=job.options))
 
     def side_job_state(self, job_id: str, script: Path) -> str:
         from hpc_grpo.scheduler.slurm_records import combine

@@ -297,7 +297,8 @@ class NodeTask:
         failed = ""
         if os.environ.get("SLURM_NODEID", "0") == "0":
             failed = self._after_exit(run, code, state, attempt)
-            hub_push.at_end(run, state, attempt)  # push_to_hub where the nodes reach the hub
+            hub_push.at_end(run, state, attempt,  # push_to_hub where the nodes reach the hub
+                            left=seconds_left(os.environ, run, self._started_at))
         print(
             f"[node] torchrun exited {rc} after {time.time() - started:.1f} s; node task returns {code}",
             flush=True,

@@ -82,3 +82,41 @@ def test_a_small_login_node_sends_the_export_to_a_job(tmp_path: Path, fake: Fake
     done = commands.export(str(run))
     assert done.job is not None and done.job.reason.startswith("the export holds about")
     assert len(fake.calls("sbatch")) == 1
+
+
+def _pyxis_run(tmp_path: Path) -> Path:
+    run = fakes.run_dir(tmp_path, scheduler="slurm", site="h100-pyxis")
+    (run / "spec.json").write_text(json.dumps({"site": "h100-pyxis",
+                                               "python": "/opt/venv/bin/python", "spec": {}}))
+    fakes.checkpoint(run, 4)
+    return run
+
+
+def test_the_export_job_carries_the_site_profile(tmp_path: Path, fake: FakeSlurm) -> None:
+    """h100-pyxis: sbatch has the profile's account, QOS and partition; the script runs the
+    profile's python inside its pyxis container (an srun step), never on the bare node."""
+    run = _pyxis_run(tmp_path)
+    commands.export(str(run), job=True)
+    (call,) = fake.calls("sbatch")
+    assert {"--account=my-project", "--qos=normal", "--partition=gpu", "--time=120",
+            "--nodes=1", "--ntasks=1"} <= set(call["argv"])
+    text = (run / "export-job-1.sh").read_text()
+    line = next(w for w in text.splitlines() if "hpc_grpo.cli export" in w)
+    assert line.startswith("srun --ntasks=1 --container-image 'nvcr.io#nvidia/pytorch:25.09-py3' "
+                           "--container-mounts /lustre:/lustre,/home:/home "
+                           "/opt/venv/bin/python -m hpc_grpo.cli export ")
+    assert "\nexport NCCL_IB_DISABLE=0\n" in text  # the profile's env
+
+
+def test_the_export_jobs_time_is_capped_at_the_sites_max_time(tmp_path: Path,
+                                                             fake: FakeSlurm) -> None:
+    sites = tmp_path / "sites"  # the user's site folder (hpc_home): h100-pyxis, 45 minutes at most
+    sites.mkdir(exist_ok=True)
+    shipped = Path(__file__).resolve().parents[3] / "site_configs" / "h100-pyxis.yaml"
+    (sites / "h100-pyxis.yaml").write_text(
+        shipped.read_text().replace('max_time: "2-00:00:00"', 'max_time: "00:45:00"'))
+    run = _pyxis_run(tmp_path)
+    commands.export(str(run), job=True)
+    (call,) = fake.calls("sbatch")
+    assert "--time=45" in call["argv"] and "--time=120" not in call["argv"]
+    assert job.TIME_MIN == 120

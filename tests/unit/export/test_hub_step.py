@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -107,9 +108,64 @@ def test_the_node_task_runs_the_login_nodes_command_once_training_is_done(
                            str(python)) is None  # offline nodes: the login node pushes
     assert hub_push.at_end(run, done, "7", str(python)) == rc
     seen = json.loads((tmp_path / "seen.json").read_text())
-    assert seen == {"argv": ["-m", "hpc_grpo.cli", "export", str(run_dir), "--push", "my-org/x",
-                             "--private"], "offline": "0"}
+    assert seen == {"argv": ["-m", "hpc_grpo.cli", "export", str(run_dir), "--here", "--push",
+                             "my-org/x", "--private"], "offline": "0"}  # never a nested job
     assert (run_dir / "logs" / "hub-push.log").read_text() == "exported and pushed\n"
     out = capsys.readouterr().out
     assert ("[node] push_to_hub: done" in out) == (rc == 0)
     assert ("failed (exit 3)" in out) == (rc == 3)
+
+
+SLEEPER = """#!{python}
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+with open(os.environ["RECORD_TO"], "w") as out:
+    out.write(str(child.pid))
+print("exporting", flush=True)
+time.sleep(120)
+"""
+
+
+def test_the_push_is_bounded_by_the_jobs_time_left(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A push that outlasts the job's remaining time (less a margin to end cleanly) is killed
+    with its children, said in one line of logs/hub-push.log; the run stays done, the push
+    pending. Without a known time left, a stated default bounds it."""
+    assert hub_push.timeout_s(None) == hub_push.DEFAULT_TIMEOUT_S
+    assert hub_push.timeout_s(3600.0) == 3600.0 - hub_push.MARGIN_S
+    assert hub_push.timeout_s(1.0) == 1.0  # at least a second
+    run_dir = fakes.run_dir(tmp_path)
+    (run_dir / "logs").mkdir()
+    record = json.loads((run_dir / "run.json").read_text())
+    run = RunRecord.from_dict({**record, "nodes": 1, "procs_per_node": 1,
+                               "hub": {"repo_id": "my-org/x", "private": None, "on_node": True}})
+    python = tmp_path / "python"
+    python.write_text(SLEEPER.format(python=sys.executable))
+    python.chmod(0o755)
+    monkeypatch.setenv("RECORD_TO", str(tmp_path / "child.pid"))
+    started = time.monotonic()
+    rc = hub_push.at_end(run, RunState(phase="done", attempt="7"), "7", str(python),
+                         left=hub_push.MARGIN_S + 2)
+    assert rc == 124 and time.monotonic() - started < 30
+    grandchild = int((tmp_path / "child.pid").read_text())
+    for _ in range(50):  # the killed grandchild is reaped by init
+        if not Path(f"/proc/{grandchild}").exists() or "Z" in _proc_state(grandchild):
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the export's own child outlived the timeout")
+    log = (run_dir / "logs" / "hub-push.log").read_text().splitlines()
+    assert log[0] == "exporting"
+    assert log[-1] == ("hpc-grpo: push_to_hub stopped after 2 s (the job's time left, less 120 s "
+                       "to end): on the login node, `hpc-grpo export tiny-0001 --push my-org/x`")
+    assert "timed out after 2 s" in capsys.readouterr().out
+    assert RunState(phase="done", attempt="7").phase == "done"
+    assert hub_step.pending(run_dir, record | {"hub": run.hub.__dict__}, "done").startswith(
+        "push pending")
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "Z"

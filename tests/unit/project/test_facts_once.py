@@ -36,6 +36,13 @@ RULES: dict[str, tuple[str, set[str]]] = {
                            {"runtime/node/slurm_facts.py", "scheduler/slurm.py"}),
     "a run-directory JSON-lines reader": (r"def (read_jsonl|tail_jsonl|last_jsonl)\b",
                                           {"rundir/__init__.py"}),
+    # Export and push after training (#28): the --dtype flag of a written dtype, whether a
+    # site's nodes reach the hub, and the export command line with its push flags.
+    "the export's dtype flag map": (r"\"bfloat16\":\s*\"bf16\"|\"bf16\":\s*\"bfloat16\"",
+                                    {"export/plan.py"}),
+    "nodes reach the hub": (r"nodes_offline\s+is\s+False", {"config/site.py"}),
+    "the push's --private/--public": (r"\"\s*--private\"\s+if\b", {"rundir/hub.py"}),
+    "the export command line": (r"\"hpc_grpo\.cli\",\s*\"export\"", {"rundir/hub.py"}),
 }
 
 
@@ -57,6 +64,10 @@ def test_the_scan_sees_a_second_copy() -> None:
         "the distributed backend": 'dist_backend="nccl" if self.device == "cuda" else "gloo",',
         "TP groups tile a node": "if tp < 1 or ppn % tp:",
         "an scontrol runner": 'subprocess.run(["scontrol", "requeue", job], check=False)',
+        "the export's dtype flag map": 'flag = {"bfloat16": "bf16", "float32": "fp32"}.get(d)',
+        "nodes reach the hub": "return find_site(name).nodes_offline is False",
+        "the push's --private/--public": 'private = "" if p is None else " --private" if p else ""',
+        "the export command line": 'return [python, "-m", "hpc_grpo.cli", "export", run_dir]',
     }
     for rule, line in copies.items():
         assert re.search(RULES[rule][0], line), rule
