@@ -26,6 +26,7 @@ from hpc_grpo.export.commands import evaluate as evaluate  # after training
 from hpc_grpo.export.commands import export as export
 from hpc_grpo.export.hub_step import notes as hub_notes
 from hpc_grpo.export.hub_step import run_record
+from hpc_grpo.export.records import check_lines as check_lines  # the export check, as lines
 from hpc_grpo.planner.blocks import default_name
 from hpc_grpo.planner.checkpoint_fit import refuse_if_no_fit, resident_host_gib
 from hpc_grpo.planner.job import JobPlan, build_plan

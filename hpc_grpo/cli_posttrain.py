@@ -50,7 +50,8 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
         safetensors weights, config and generation config, the tokenizer with its chat template,
         a model card (run, model, step, reward history and curve) and is checked: its
         log-probabilities on fixed texts against the checkpoint's own model, within a tolerance
-        (1e-4 fp32, 0.1 bf16), through transformers on this machine (vLLM's check is GPU-only).
+        (1e-4 fp32, 0.1 bf16) through transformers, and again through vLLM (0.5, bf16 arithmetic)
+        where the machine that exports has vLLM and a GPU.
         Refused, nothing written: an incomplete checkpoint, a non-empty target, too little disk.
         Written beside the target and renamed at the end; exit 1 when the check fails (the
         folder is removed). Recorded in RUN_DIR/exports.jsonl; `status` shows the newest.
@@ -75,11 +76,8 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
             click.echo(f"export runs as job {result.job.job_id} ({result.job.reason}); "
                        f"`hpc-grpo status {run}` follows it; log: {result.job.log}")
             return
-        check = result.check
-        click.echo(f"check: max |log p(export) - log p(checkpoint)| = {check['max_abs_diff']:.3g} over "
-                   f"{check['tokens']} tokens of {check['texts']} texts (tolerance "
-                   f"{check['tolerance']:g}); greedy equal {check['greedy_equal']}/{check['texts']}; "
-                   f"{check['engine']}", err=True)
+        for line in api.check_lines(result.check):
+            click.echo(f"check: {line}", err=True)
         for note in result.notes:
             click.echo(f"note: {note}", err=True)
         click.echo(f"exported {result.plan.target}")

@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from hpc_grpo.export import records
 from hpc_grpo.export.plan import ExportPlan
 
 HISTORY_ROWS = 12
@@ -66,10 +67,7 @@ def card_text(plan: ExportPlan, record: Mapping[str, Any], metrics: Sequence[Map
     if curve:
         lines += ["", "![reward curve of the run](reward_curve.png)"]
     lines += ["", "## Check", "",
-              f"Log-probabilities of {check.get('tokens', '?')} tokens of {check.get('texts', '?')} "
-              f"fixed texts, this folder against the checkpoint's own model: largest difference "
-              f"{float(check.get('max_abs_diff', float('nan'))):.3g} (tolerance "
-              f"{float(check.get('tolerance', float('nan'))):g}); greedy continuations equal for "
-              f"{check.get('greedy_equal', '?')} of {check.get('texts', '?')}. "
-              f"Engine: {check.get('engine', 'transformers')}.", ""]
+              "Log-probabilities of fixed texts (teacher forcing) and greedy continuations, this "
+              "folder against the checkpoint's own model:", "",
+              *(f"- {line}" for line in records.check_lines(check)), ""]
     return "\n".join(lines)

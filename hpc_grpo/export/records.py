@@ -7,6 +7,7 @@ stop at one odd file. A recorded export whose folder was removed since is not of
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +47,31 @@ def newest_eval(run_dir: Path) -> dict[str, Any] | None:
     return max(found)[2] if found else None
 
 
+def check_lines(check: Mapping[str, Any]) -> list[str]:
+    """The export's check, one line per engine that read the folder (transformers always, vLLM
+    where the export ran with a GPU), or why vLLM did not."""
+    lines, check = [], dict(check)
+    for result in (check, _object(check, "vllm")):
+        if isinstance(result.get("max_abs_diff"), int | float):
+            lines.append(f"{result.get('engine', 'transformers')}: max |log p(export) - log "
+                         f"p(checkpoint)| = {result['max_abs_diff']:.3g} (mean "
+                         f"{float(result.get('mean_abs_diff', float('nan'))):.2g}) over "
+                         f"{result.get('tokens')} tokens of {result.get('texts')} texts, tolerance "
+                         f"{float(result.get('tolerance', float('nan'))):g}; greedy equal "
+                         f"{result.get('greedy_equal')}/{result.get('texts')}")
+    skipped = _object(check, "vllm").get("skipped")
+    if skipped:
+        lines.append(f"vLLM did not read the folder: {skipped}")
+    return lines
+
+
 def export_line(entry: dict[str, Any]) -> str:
     check = _object(entry, "check")
     diff = check.get("max_abs_diff")
     checked = f", checked (max |dlogp| {diff:.2g})" if isinstance(diff, int | float) else ""
+    by_vllm = _object(check, "vllm").get("max_abs_diff")
+    if checked and isinstance(by_vllm, int | float):
+        checked = f", checked (max |dlogp| {diff:.2g}; vLLM {by_vllm:.2g})"
     return (f"exported step {entry.get('step')} ({entry.get('mode')}, {entry.get('dtype')})"
             f"{checked}: {entry.get('path')}")
 

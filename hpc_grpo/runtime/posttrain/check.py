@@ -10,6 +10,7 @@ can flip a near tie.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,7 @@ class CheckResult:
     tokens: int
     texts: int
     greedy_equal: int  # texts whose greedy continuation is the same token for token
+    engine: str = "transformers (CPU)"
 
     @property
     def passed(self) -> bool:
@@ -45,8 +47,18 @@ class CheckResult:
     def to_dict(self) -> dict[str, Any]:
         return {"max_abs_diff": self.max_abs_diff, "mean_abs_diff": self.mean_abs_diff,
                 "tolerance": self.tolerance, "tokens": self.tokens, "texts": self.texts,
-                "greedy_equal": self.greedy_equal, "passed": self.passed,
-                "engine": "transformers (CPU); vLLM is not installed here: its check is GPU-only"}
+                "greedy_equal": self.greedy_equal, "passed": self.passed, "engine": self.engine}
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The checkpoint's own model on the fixed texts: the numbers every engine's reading of the
+    exported folder is held to (computed once, so that the reference model can be freed before
+    the next engine loads)."""
+
+    ids: tuple[tuple[int, ...], ...]
+    logprobs: tuple[tuple[float, ...], ...]  # log p of every token after the first
+    greedy: tuple[tuple[int, ...], ...]
 
 
 def texts(tokenizer: Any) -> list[str]:
@@ -76,18 +88,50 @@ def greedy(model: Any, ids: Any, pad_id: int | None) -> list[int]:
     return [int(t) for t in out[0, ids.shape[1]:]]
 
 
-def compare(reference: Any, exported: Any, tokenizer: Any, dtype: str) -> CheckResult:
-    """Score the fixed texts with both models; the largest per-token difference decides."""
+def _readings(model: Any, tokenizer: Any, token_ids: list[list[int]]
+              ) -> tuple[list[list[float]], list[list[int]]]:
     import torch
 
-    diffs, equal = [], 0
-    items = texts(tokenizer)
-    for text in items:
-        ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
-        diffs.append((token_logprobs(reference, ids) - token_logprobs(exported, ids)).abs())
-        pad = tokenizer.pad_token_id
-        equal += greedy(reference, ids, pad) == greedy(exported, ids, pad)
-    every = torch.cat(diffs)
-    return CheckResult(max_abs_diff=float(every.max()), mean_abs_diff=float(every.mean()),
-                       tolerance=TOLERANCE.get(dtype, TOLERANCE["bfloat16"]),
-                       tokens=int(every.numel()), texts=len(items), greedy_equal=equal)
+    logprobs, continuations = [], []
+    for row in token_ids:
+        ids = torch.tensor([row])
+        logprobs.append([float(x) for x in token_logprobs(model, ids)])
+        continuations.append(greedy(model, ids, tokenizer.pad_token_id))
+    return logprobs, continuations
+
+
+def reference(model: Any, tokenizer: Any) -> Reference:
+    """The fixed texts' token ids, log-probabilities and greedy continuations under ``model``."""
+    token_ids = [list(tokenizer(text, add_special_tokens=False)["input_ids"])
+                 for text in texts(tokenizer)]
+    logprobs, continuations = _readings(model, tokenizer, token_ids)
+    return Reference(ids=tuple(tuple(r) for r in token_ids),
+                     logprobs=tuple(tuple(r) for r in logprobs),
+                     greedy=tuple(tuple(r) for r in continuations))
+
+
+def judge(ref: Reference, logprobs: Sequence[Sequence[float]], continuations: Sequence[Sequence[int]],
+          tolerance: float, engine: str) -> CheckResult:
+    """Another engine's readings against the reference: the largest per-token difference
+    decides; greedy continuations are counted, not judged."""
+    diffs: list[float] = []
+    for want, got in zip(ref.logprobs, logprobs, strict=True):
+        if len(want) != len(got):
+            raise ValueError(f"{engine} scored {len(got)} tokens of a text, the reference {len(want)}")
+        diffs.extend(abs(a - b) for a, b in zip(want, got, strict=True))
+    equal = sum(list(a) == list(b) for a, b in zip(ref.greedy, continuations, strict=True))
+    return CheckResult(max_abs_diff=max(diffs), mean_abs_diff=sum(diffs) / len(diffs),
+                       tolerance=tolerance, tokens=len(diffs), texts=len(ref.ids),
+                       greedy_equal=equal, engine=engine)
+
+
+def compare_model(ref: Reference, exported: Any, tokenizer: Any, dtype: str) -> CheckResult:
+    """The exported folder as transformers loaded it, upcast (see the module's docstring)."""
+    logprobs, continuations = _readings(exported, tokenizer, [list(r) for r in ref.ids])
+    return judge(ref, logprobs, continuations, TOLERANCE.get(dtype, TOLERANCE["bfloat16"]),
+                 "transformers (CPU)")
+
+
+def compare(reference_model: Any, exported: Any, tokenizer: Any, dtype: str) -> CheckResult:
+    """Score the fixed texts with both models; the largest per-token difference decides."""
+    return compare_model(reference(reference_model, tokenizer), exported, tokenizer, dtype)

@@ -7,7 +7,9 @@ check, and removes it otherwise. Request keys: ``checkpoint``, ``layout`` (full,
 ``base`` (LoRA: the base model folder), ``target`` (the temporary folder), ``dtype``
 (float32, bfloat16), ``adapter`` (LoRA: write the adapter instead of merging it). The answer
 (JSON, written to ANSWER.json so that library output on stdout cannot garble it) holds ``ok``,
-``error`` (one line), ``check`` (check.CheckResult.to_dict) and ``notes``.
+``error`` (one line), ``check`` (check.CheckResult.to_dict, with ``vllm``: vLLM's reading
+of the folder judged the same way, or ``{"skipped": why}``) and ``notes``. Optional request
+keys: ``vllm_check`` ("auto": where vLLM and a GPU are here; "off"), ``tensor_parallel``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.runtime.child_answer import serve
-from hpc_grpo.runtime.posttrain import check, weights
+from hpc_grpo.runtime.posttrain import check, engine, vllm_check, weights
 
 
 def _tokenizer(checkpoint: str, base: str) -> Any:
@@ -56,29 +58,52 @@ def write(request: dict[str, Any]) -> list[str]:
     return notes
 
 
-def verify(request: dict[str, Any]) -> check.CheckResult:
+def verify(request: dict[str, Any]) -> tuple[check.CheckResult, dict[str, Any]]:
     """The folder as transformers (and peft, for an adapter) loads it, against the checkpoint's
-    own model loaded afresh from the checkpoint."""
+    own model loaded afresh from the checkpoint; then as vLLM loads it, where this process can
+    run vLLM (the second item: its result, or why it was skipped)."""
     layout, target = request["layout"], request["target"]
-    reference = weights.load(layout, request["checkpoint"], request.get("base", ""))
+    tokenizer = _tokenizer(target, "")
+    reference_model = weights.load(layout, request["checkpoint"], request.get("base", ""))
+    ref = check.reference(reference_model, tokenizer)
+    del reference_model
+    gc.collect()
     if request.get("adapter"):
         exported = weights.load_lora(request["base"], target)
         dtype = "float32"
     else:
         exported = weights.load_full(target).float()  # upcast: see check.py
         dtype = request["dtype"]
-    tokenizer = _tokenizer(target, "")
-    return check.compare(reference, exported, tokenizer, dtype)
+    result = check.compare_model(ref, exported, tokenizer, dtype)
+    del exported
+    gc.collect()
+    return result, _vllm(request, ref)
+
+
+def _vllm(request: dict[str, Any], ref: check.Reference) -> dict[str, Any]:
+    """vLLM's reading of the folder, judged; {"skipped": why} where it does not run."""
+    if request.get("adapter"):
+        return {"skipped": "an adapter folder (vLLM serves it on the base model with enable_lora)"}
+    if request.get("vllm_check", "auto") == "off":
+        return {"skipped": "turned off"}
+    why = engine.unavailable()
+    if why:
+        return {"skipped": why}
+    return vllm_check.run(ref, request["target"],
+                          tensor_parallel=int(request.get("tensor_parallel", 1))).to_dict()
 
 
 def run(request: dict[str, Any]) -> dict[str, Any]:
     notes = write(request)
-    result = verify(request)
-    answer: dict[str, Any] = {"ok": result.passed, "check": result.to_dict(), "notes": notes}
-    if not result.passed:
-        answer["error"] = (f"the exported model's log-probabilities differ from the checkpoint's by "
-                           f"up to {result.max_abs_diff:.3g}, above the tolerance "
-                           f"{result.tolerance:g}")
+    result, by_vllm = verify(request)
+    answer: dict[str, Any] = {"ok": result.passed and by_vllm.get("passed", True) is True,
+                              "check": {**result.to_dict(), "vllm": by_vllm}, "notes": notes}
+    failed = [r for r in (result.to_dict(), by_vllm) if r.get("passed") is False]
+    if failed:
+        answer["error"] = "; ".join(
+            f"{r['engine']}: the exported model's log-probabilities differ from the "
+            f"checkpoint's by up to {r['max_abs_diff']:.3g}, above the tolerance "
+            f"{r['tolerance']:g}" for r in failed)
     return answer
 
 
