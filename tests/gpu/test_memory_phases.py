@@ -90,40 +90,55 @@ def test_each_phase_peak_against_the_plan(shape: str) -> None:
         assert 0.9 <= row["ratio"] <= 1.1, result["phases"]
 
 
-@needs_gpu
-def test_host_memory_with_optimizer_offload_against_the_plan() -> None:
-    """ZeRO-3 + optimizer offload (1.5B shape): the plan's "CPU memory per node" plus its save's
-    host memory (0 here: no gathered model file under offload) against the peak resident memory
-    of the whole process tree (test, launcher, node task, torchrun, rank with its engine),
-    sampled every 0.5 s, within 10 % (planner/memory/host.py; the unit test
-    tests/unit/planner/test_host_memory.py holds the saved run of 2026-11-24 to the same).
-    ``-k offload``; CPU Adam compiles on first use."""
-    from tests.gpu.test_checkpoint_resume import HostPeak
+# (shape, ranks): ranks > 1 use that many GPUs of this machine. The 1.5B two-rank run keeps its
+# checkpoint (DeepSpeed shards only: no gathered model file under offload) for the export test
+# (tests/gpu/test_export_gpu.py -k zero3); the others delete theirs (7B: 87 GiB).
+HOST_CASES = [("1.5b", 1), ("1.5b", 2), ("7b", 1), ("7b", 2)]
+KEEPS_CHECKPOINT = ("1.5b", 2)
 
-    work = _work("mem-offload")
-    site = _site(work, 1)
+
+@needs_gpu
+@pytest.mark.parametrize(("shape", "ranks"), HOST_CASES, ids=[f"{s}-{r}rank" for s, r in HOST_CASES])
+def test_host_memory_with_optimizer_offload_against_the_plan(shape: str, ranks: int) -> None:
+    """ZeRO-3 + optimizer offload: the plan's "CPU memory per node" plus its save's host memory
+    (0 here: no gathered model file under offload) against the peak resident memory of the
+    whole process tree (test, launcher, node task, torchrun, ranks with their engines), sampled
+    every 0.5 s, within 10 % (planner/memory/host.py; the unit test
+    tests/unit/planner/test_host_memory.py holds the saved runs to the same).
+    ``-k "offload and 1.5b-2rank"`` etc.; CPU Adam compiles on first use."""
+    from tests.gpu.test_checkpoint_resume import HostPeak
+    from tests.gpu.test_gpu import _gpus
+
+    if _gpus() < ranks:
+        pytest.skip(f"needs {ranks} CUDA GPUs")
+    name = f"mem-offload-{shape}-{ranks}"
+    work = _work(name)
+    site = _site(work, ranks)
     sets = {**SETS, "max_steps": 3}
     peak = HostPeak()
     proc = subprocess.run(
-        [sys.executable, "-m", "hpc_grpo.cli", "submit", "--site", str(site), "--model",
-         SHAPES["1.5b"], "--zero-stage", "3", "--set=offload_optimizer=true", "--run-id",
-         "mem-offload", "--wait", *(f"--set={k}={v}" for k, v in sets.items())],
+        [sys.executable, "-c", NO_DISK_CHECK, "submit", "--site", str(site), "--model",
+         SHAPES[shape], "--zero-stage", "3", "--set=offload_optimizer=true", "--run-id", name,
+         "--wait", *(f"--set={k}={v}" for k, v in sets.items())],
         capture_output=True, text=True, timeout=560,
         env={**os.environ, "HPC_GRPO_HOME": str(_work() / "home")})
     host = peak.stop()
+    run_dir = work / "runs" / name
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    run_dir = work / "runs" / "mem-offload"
     record = json.loads((run_dir / "run.json").read_text())
     planned = dict(record["memory_plan"]["breakdown_gib"]).get("CPU memory per node")
     save = (record.get("checkpoint") or {}).get("save_host_gib", 0.0)
     total = round(planned + save, 2) if planned else None
-    result = {"planned_host_gib": planned, "planned_save_host_gib": save,
+    result = {"shape": shape, "ranks": ranks, "run_dir": str(run_dir),
+              "planned_host_gib": planned, "planned_save_host_gib": save,
               "measured_host_rss_peak_gib": host,
               "ratio": round(total / host, 3) if total else None,
               "memory_plan": record["memory_plan"], "deepspeed": record["deepspeed"],
+              "state": json.loads((run_dir / "state.json").read_text()),
               "steps": [{k: r.get(k) for k in ("step", "gpu_mem_peak_by_phase_gib", "step_time")}
                         for r in _metrics(run_dir)]}
-    _save("memory-offload-1.5b", result)
-    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    _save(f"memory-offload-{shape}" + (f"-{ranks}ranks" if ranks > 1 else ""), result)
+    if (shape, ranks) != KEEPS_CHECKPOINT:
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     assert planned and record["deepspeed"]["offload_optimizer"], record["deepspeed"]
     assert 0.9 <= result["ratio"] <= 1.1, result

@@ -1,8 +1,10 @@
 """Is the exported folder the checkpoint's model? Log-probabilities on a few fixed texts.
 
-Both models score the same token sequences (teacher forcing) in fp32 arithmetic: the exported
-model is upcast after loading, so what is measured is what the export changed (the dtype it was
-written in, a lost tied weight, a wrong merge), not bf16 arithmetic on this CPU. A broken export
+Both models score the same token sequences (teacher forcing) in fp32 arithmetic, on the GPU
+where the exporting machine has one (a 7B scores in seconds there, in minutes on a CPU; CUDA's
+fp32 matmuls stay fp32, TF32 being off by default). The exported model is upcast after
+loading, so what is measured is what the export changed (the dtype it was written in, a lost
+tied weight, a wrong merge), not bf16 arithmetic. A broken export
 is off by nats; rounding the weights to bf16 moves a token's log-probability by about 1e-3 on
 the tiny model. Greedy continuations are compared too and reported, not judged: one rounding
 can flip a near tie.
@@ -88,13 +90,18 @@ def greedy(model: Any, ids: Any, pad_id: int | None) -> list[int]:
     return [int(t) for t in out[0, ids.shape[1]:]]
 
 
+def device_name(model: Any) -> str:
+    """Where a model's readings are computed, for the check's engine line."""
+    return "GPU" if str(getattr(model, "device", "cpu")).startswith("cuda") else "CPU"
+
+
 def _readings(model: Any, tokenizer: Any, token_ids: list[list[int]]
               ) -> tuple[list[list[float]], list[list[int]]]:
     import torch
 
     logprobs, continuations = [], []
     for row in token_ids:
-        ids = torch.tensor([row])
+        ids = torch.tensor([row], device=getattr(model, "device", "cpu"))
         logprobs.append([float(x) for x in token_logprobs(model, ids)])
         continuations.append(greedy(model, ids, tokenizer.pad_token_id))
     return logprobs, continuations
@@ -129,7 +136,7 @@ def compare_model(ref: Reference, exported: Any, tokenizer: Any, dtype: str) -> 
     """The exported folder as transformers loaded it, upcast (see the module's docstring)."""
     logprobs, continuations = _readings(exported, tokenizer, [list(r) for r in ref.ids])
     return judge(ref, logprobs, continuations, TOLERANCE.get(dtype, TOLERANCE["bfloat16"]),
-                 "transformers (CPU)")
+                 f"transformers ({device_name(exported)})")
 
 
 def compare(reference_model: Any, exported: Any, tokenizer: Any, dtype: str) -> CheckResult:

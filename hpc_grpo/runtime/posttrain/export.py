@@ -62,22 +62,34 @@ def verify(request: dict[str, Any]) -> tuple[check.CheckResult, dict[str, Any]]:
     """The folder as transformers (and peft, for an adapter) loads it, against the checkpoint's
     own model loaded afresh from the checkpoint; then as vLLM loads it, where this process can
     run vLLM (the second item: its result, or why it was skipped)."""
+    import torch
+
     layout, target = request["layout"], request["target"]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = _tokenizer(target, "")
     reference_model = weights.load(layout, request["checkpoint"], request.get("base", ""))
-    ref = check.reference(reference_model, tokenizer)
+    ref = check.reference(reference_model.to(device), tokenizer)
     del reference_model
-    gc.collect()
+    _free()
     if request.get("adapter"):
         exported = weights.load_lora(request["base"], target)
         dtype = "float32"
     else:
         exported = weights.load_full(target).float()  # upcast: see check.py
         dtype = request["dtype"]
-    result = check.compare_model(ref, exported, tokenizer, dtype)
+    result = check.compare_model(ref, exported.to(device), tokenizer, dtype)
     del exported
-    gc.collect()
+    _free()
     return result, _vllm(request, ref)
+
+
+def _free() -> None:
+    """Give a model's memory back (host and GPU) before the next one loads."""
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _vllm(request: dict[str, Any], ref: check.Reference) -> dict[str, Any]:
