@@ -145,8 +145,14 @@ class StubModel:
 def test_both_engines_see_the_same_prompt_ids_and_cut_alike(
         model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen = install(monkeypatch)
+    from tokenizers.processors import TemplateProcessing
+
     tokenizer = tiny.load_tokenizer(model_dir)
     tokenizer.padding_side = "left"
+    eos = tokenizer.eos_token  # a special token that only add_special_tokens=True would prepend
+    tokenizer.backend_tokenizer.post_processor = TemplateProcessing(
+        single=f"{eos} $A", special_tokens=[(eos, tokenizer.eos_token_id)])
+    assert tokenizer("7")["input_ids"] != tokenizer("7", add_special_tokens=False)["input_ids"]
     prompts = ["Count on: 1 2", [{"role": "user", "content": "What is 16 + 3?"}], "7"]
     req = request(model_dir)
     stub = StubModel()
