@@ -105,28 +105,36 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
     @click.option("--max-new-tokens", type=click.IntRange(min=1),
                   help="Default: the run's max_completion_length (TRL's 256 without a run).")
     @click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
+    @click.option("--engine", type=click.Choice(["auto", "vllm", "transformers"]), default="auto",
+                  show_default=True, help="What generates: vLLM (on the run's planned TP) where "
+                  "it can run here, else transformers; or the one named (vllm where it cannot "
+                  "run is an error).")
     @click.option("--json", "as_json", is_flag=True, help="Print the result file's path and means as JSON.")
     @user_errors
     def eval_command(target: str, step: int | None, best: str | None, dataset: str | None, split: str | None,
                      reward_funcs: tuple[str, ...], limit: int, num_samples: int,
-                     max_new_tokens: int | None, seed: int, as_json: bool) -> None:
+                     max_new_tokens: int | None, seed: int, engine: str, as_json: bool) -> None:
         """Mean reward (95% CI) of a run's model or a model folder on a dataset.
 
         TARGET: a run (its checkpoint --step N, else its export of the highest step, else its
         newest complete checkpoint) or a model folder. Dataset, rewards (weights, keyword arguments) and
-        sampling default to the run's. Generated on this machine through transformers (the tiny
-        model on CPU); written to RUN_DIR/eval/LABEL-TIME.json; `status` shows the newest."""
+        sampling default to the run's. Generated on this machine: through vLLM where it runs here
+        (a GPU site; the run's planned tensor parallel size), else through transformers (the
+        tiny model on CPU); --engine picks one. Written to RUN_DIR/eval/LABEL-TIME.json with the
+        engine that generated; `status` shows the newest."""
         from hpc_grpo import api
 
         result = api.evaluate(target, step=step, dataset=dataset, split=split,
                               reward_funcs=reward_funcs, limit=limit, num_samples=num_samples,
-                              max_new_tokens=max_new_tokens, seed=seed, best=best)
+                              max_new_tokens=max_new_tokens, seed=seed, best=best, engine=engine)
         if result.subject.picked:
             click.echo(result.subject.picked, err=True)
+        click.echo(result.engine_line(), err=True)
         if as_json:
             click.echo(json.dumps({"path": str(result.path), "label": result.subject.label,
                                    "mean": result.reward.mean, "low": result.reward.low,
-                                   "high": result.reward.high, "n": result.reward.n}, indent=2))
+                                   "high": result.reward.high, "n": result.reward.n,
+                                   "engine": result.engine}, indent=2))
             return
         click.echo(f"{result.subject.label}: mean reward {result.reward.text()}")
         for name, value in result.per_reward.items() if len(result.per_reward) > 1 else ():

@@ -95,10 +95,11 @@ def _pushed(done: write.Exported, repo_id: str, private: bool | None, python: st
 def evaluate(target: str, *, step: int | None = None, dataset: str | None = None,
              split: str | None = None, reward_funcs: Sequence[str] = (), limit: int = 64,
              num_samples: int = 1, seed: int = 0, max_new_tokens: int | None = None,
-             python: str = sys.executable, best: str | None = None) -> evaluation.Evaluated:
+             python: str = sys.executable, best: str | None = None,
+             engine: str = "auto") -> evaluation.Evaluated:
     """Mean reward (95% CI) of a run's model or a model folder, with the run's dataset and
     rewards by default (runtime/posttrain/evaluate.py generates)."""
     return evaluation.evaluate(target, registry.find_run, step=step, dataset=dataset, split=split,
                                reward_funcs=reward_funcs, limit=limit, num_samples=num_samples,
                                seed=seed, max_new_tokens=max_new_tokens, python=python,
-                               best=best)
+                               best=best, engine=engine)

@@ -4,8 +4,11 @@ What is evaluated: a run's checkpoint (``--step``), else its export of the highe
 its newest complete checkpoint; or any model folder. The dataset, rewards (with their keyword arguments and
 weights) and generation settings default to the run's own (run.json), so the number is the
 training reward on prompts of the user's choosing (``--dataset``/``--split``: a held-out split).
-The generation runs on this machine through transformers in a child Python
-(runtime/posttrain/evaluate.py): the tiny model on CPU; vLLM on the site is not done here.
+The generation runs on this machine in a child Python (runtime/posttrain/evaluate.py), with
+the engine ``--engine`` names: "auto" (vLLM where it can run here, on the run's planned tensor
+parallel size, run.json's vllm.tensor_parallel_size, 1 for a folder of no run; else
+transformers: the tiny model on a CPU site), "vllm" or "transformers". The record names the
+engine that generated, and why not vLLM.
 
 Statistics: each prompt's reward is the mean over its ``num_samples`` completions of the
 weighted sum of the rewards (TRL's: a reward that skips a completion adds nothing); the
@@ -126,7 +129,7 @@ def subject(target: str, step: int | None, find_run: Any,
 
 def request(subj: Subject, record: dict[str, Any], dataset: str | None, split: str | None,
             reward_funcs: Sequence[str], limit: int, num_samples: int, seed: int,
-            max_new_tokens: int | None = None) -> dict[str, Any]:
+            max_new_tokens: int | None = None, engine: str = "auto") -> dict[str, Any]:
     """The child's request: the run's dataset block, rewards and sampling, with the flags'
     changes. A bare folder has no run: --dataset and --reward-funcs are needed."""
     block = dict(record.get("dataset") or {})
@@ -154,7 +157,11 @@ def request(subj: Subject, record: dict[str, Any], dataset: str | None, split: s
             "max_new_tokens": max_new_tokens or int(config.get("max_completion_length")
                                                     or TRL_MAX_COMPLETION),
             "temperature": float(config.get("temperature", 1.0)),
-            "top_p": float(config.get("top_p", 1.0)), "top_k": config.get("top_k") or 0}
+            "top_p": float(config.get("top_p", 1.0)), "top_k": config.get("top_k") or 0,
+            "min_p": float(config.get("min_p") or 0.0),
+            "repetition_penalty": float(config.get("repetition_penalty", 1.0)),
+            "engine": engine,
+            "tensor_parallel": int((record.get("vllm") or {}).get("tensor_parallel_size") or 1)}
 
 
 @dataclass(frozen=True)
@@ -164,6 +171,14 @@ class Evaluated:
     per_reward: dict[str, Interval]
     path: Path
     example: dict[str, Any]
+    engine: str = ""  # what generated: "vllm" or "transformers"
+    engine_note: str = ""  # why not vLLM ("" when it generated)
+    tensor_parallel: int = 1
+
+    def engine_line(self) -> str:
+        """"generated through vllm (TP 2)", "... transformers (vLLM not used: ...)"."""
+        detail = f"TP {self.tensor_parallel}" if self.engine == "vllm" else self.engine_note
+        return f"generated through {self.engine or '?'}" + (f" ({detail})" if detail else "")
 
 
 def _where(subj: Subject, model_dir: Path) -> Path:
@@ -178,12 +193,13 @@ def _where(subj: Subject, model_dir: Path) -> Path:
 def evaluate(target: str, find_run: Any, step: int | None = None, dataset: str | None = None,
              split: str | None = None, reward_funcs: Sequence[str] = (), limit: int = 64,
              num_samples: int = 1, seed: int = 0, max_new_tokens: int | None = None,
-             python: str = sys.executable, best: str | None = None) -> Evaluated:
+             python: str = sys.executable, best: str | None = None,
+             engine: str = "auto") -> Evaluated:
     if limit < 1 or num_samples < 1:
         raise UserError("--limit and --num-samples must be at least 1", field="num_samples")
     subj, record = subject(target, step, find_run, best)
     req = request(subj, record, dataset, split, reward_funcs, limit, num_samples, seed,
-                  max_new_tokens)
+                  max_new_tokens, engine)
     answer = child.run(python, MODULE, req, "eval")
     if not answer.get("ok"):
         raise UserError(f"eval of {subj.label} failed: {answer.get('error')}", field="eval")
@@ -197,8 +213,10 @@ def evaluate(target: str, find_run: Any, step: int | None = None, dataset: str |
            "dataset": answer.get("dataset"), "reward_funcs": req["reward_funcs"],
            "reward_weights": req["reward_weights"], "prompts": prompts, "num_samples": samples,
            "seed": seed, "max_new_tokens": req["max_new_tokens"], "temperature": req["temperature"],
-           "engine": "transformers", "reward": dataclasses.asdict(total),
+           "engine": str(answer.get("engine") or "?"), "engine_note": answer.get("engine_note") or "",
+           "tensor_parallel": answer.get("tensor_parallel"), "reward": dataclasses.asdict(total),
            "per_reward": {k: dataclasses.asdict(v) for k, v in each.items()},
            "per_prompt": scores, "example": answer.get("example")}
     write_json_atomic(path, out)
-    return Evaluated(subj, total, each, path, dict(answer.get("example") or {}))
+    return Evaluated(subj, total, each, path, dict(answer.get("example") or {}), out["engine"],
+                     out["engine_note"], int(answer.get("tensor_parallel") or 1))

@@ -90,4 +90,5 @@ def eval_line(data: dict[str, Any]) -> str:
     except (KeyError, TypeError, ValueError):
         value = "?"
     return (f"eval of {subject.get('label', '?')} on {dataset}: mean reward {value} "
-            f"(95% CI, {data.get('prompts', '?')} prompts x {data.get('num_samples', '?')})")
+            f"(95% CI, {data.get('prompts', '?')} prompts x {data.get('num_samples', '?')}, "
+            f"{data.get('engine', '?')})")

@@ -40,9 +40,10 @@ def unavailable() -> str:
 @contextlib.contextmanager
 def open_engine(folder: str | Path, *, max_model_len: int, tensor_parallel: int = 1,
                 dtype: str = "bfloat16", seed: int = 0,
-                gpu_share: float = GPU_SHARE) -> Iterator[Any]:
+                gpu_share: float = GPU_SHARE, **engine_args: Any) -> Iterator[Any]:
     """A vLLM ``LLM`` over a Hugging Face folder (its own tokenizer); its GPU memory is given
-    back when the block ends, so a process can go on with torch work."""
+    back when the block ends, so a process can go on with torch work. ``engine_args`` go to
+    ``LLM`` as they are (``enable_lora=True, max_lora_rank=16`` for an adapter)."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     import gc
 
@@ -50,7 +51,7 @@ def open_engine(folder: str | Path, *, max_model_len: int, tensor_parallel: int 
 
     engine = LLM(model=str(folder), tokenizer=str(folder), dtype=dtype, seed=seed,
                  tensor_parallel_size=tensor_parallel, gpu_memory_utilization=gpu_share,
-                 max_model_len=max_model_len, enforce_eager=True)
+                 max_model_len=max_model_len, enforce_eager=True, **engine_args)
     try:
         yield engine
     finally:

@@ -7,9 +7,12 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from hpc_grpo.cli import main
 from hpc_grpo.errors import UserError
 from hpc_grpo.export import evaluate, records
 from hpc_grpo.runs import registry
@@ -95,8 +98,11 @@ from pathlib import Path
 request = json.load(sys.stdin)
 n, k = request["limit"], request["num_samples"]
 values = [float(i // k) for i in range(n * k)]  # prompt p scores p on every sample
+engine = "transformers" if request["engine"] == "transformers" else "vllm"  # as on a GPU site
 Path(sys.argv[3]).write_text(json.dumps({{"ok": True, "prompts": n, "num_samples": k,
     "rewards": [values], "reward_names": request["reward_funcs"], "dataset": request["dataset"],
+    "engine": engine, "engine_note": "" if engine == "vllm" else "asked",
+    "tensor_parallel": request["tensor_parallel"],
     "example": {{"prompt": "Count on: 1 2", "completion": " 3 4"}}}}))
 """
 
@@ -114,7 +120,8 @@ def test_an_evaluation_is_written_under_the_run_and_shown_by_status(tmp_path: Pa
     assert saved["per_prompt"] == [0.0, 1.0, 2.0, 3.0] and saved["reward_funcs"] == ["builtin:length"]
     line = records.eval_line(records.newest_eval(run) or {})
     assert line.startswith("eval of step-4 on builtin:digits: mean reward 1.5 +- ")
-    assert "4 prompts x 3" in line
+    assert line.endswith("(95% CI, 4 prompts x 3, vllm)")
+    assert (saved["engine"], saved["tensor_parallel"], result.engine) == ("vllm", 1, "vllm")
 
 
 def test_status_lines_survive_odd_files(tmp_path: Path) -> None:
@@ -132,3 +139,34 @@ def test_status_lines_survive_odd_files(tmp_path: Path) -> None:
     assert odd is not None and records.eval_line(odd).startswith("eval of ? on ?: mean reward ?")
     assert records.export_line({"step": 2, "check": ["?"]}).startswith(
         "exported step 2 (None, None): ")
+
+
+def test_the_engine_and_tp_go_to_the_child_and_its_answer_to_the_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = fakes.run_dir(tmp_path, vllm={"enabled": True, "tensor_parallel_size": 2})
+    fakes.checkpoint(run, 4)
+    subj = evaluate.Subject("/m", "", "step-4", run, 4)
+    record = json.loads((run / "run.json").read_text())
+    req = evaluate.request(subj, record, None, None, (), 8, 1, 0, engine="vllm")
+    assert (req["engine"], req["tensor_parallel"]) == ("vllm", 2)  # the run's planned TP
+    bare = evaluate.request(subj, {}, "d.jsonl", None, ("builtin:length",), 8, 1, 0)
+    assert (bare["engine"], bare["tensor_parallel"]) == ("auto", 1)  # a folder of no run
+    sent: list[dict[str, Any]] = []
+
+    def child_run(python: str, module: str, request: dict[str, Any], what: str) -> dict[str, Any]:
+        sent.append(request)
+        return {"ok": True, "prompts": 2, "num_samples": 1, "rewards": [[1.0, 2.0]],
+                "reward_names": request["reward_funcs"], "dataset": request["dataset"],
+                "engine": "transformers", "engine_note": "vLLM not used: no CUDA GPU here",
+                "tensor_parallel": 1, "example": {}}
+
+    monkeypatch.setattr(evaluate.child, "run", child_run)
+    out = CliRunner().invoke(main, ["eval", str(run), "--limit", "2", "--engine", "transformers"])
+    assert out.exit_code == 0, out.output
+    assert sent[0]["engine"] == "transformers" and sent[0]["tensor_parallel"] == 2
+    assert "generated through transformers (vLLM not used: no CUDA GPU here)" in out.output
+    saved = records.newest_eval(run) or {}
+    assert (saved["engine"], saved["engine_note"]) == ("transformers", "vLLM not used: no CUDA GPU here")
+    assert records.eval_line(saved).endswith(", transformers)")
+    out = CliRunner().invoke(main, ["eval", str(run), "--engine", "tgi"])
+    assert out.exit_code == 2 and not sent[1:]
