@@ -49,9 +49,10 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
         zero_to_fp32), LoRA (merged into the base with peft, or the adapter). The folder holds
         safetensors weights, config and generation config, the tokenizer with its chat template,
         a model card (run, model, step, reward history and curve) and is checked: its
-        log-probabilities on fixed texts against the checkpoint's own model, within a tolerance
-        (1e-4 fp32, 0.1 bf16) through transformers, and again through vLLM (0.5, bf16 arithmetic)
-        where the machine that exports has vLLM and a GPU.
+        log-probabilities on fixed texts against the checkpoint's own weights rounded to the dtype
+        written, within 1e-4 through transformers, and again through vLLM (0.25 on the mean: bf16
+        arithmetic) where the machine that exports has vLLM and a GPU; what the rounding alone
+        does is reported.
         Refused, nothing written: an incomplete checkpoint, a non-empty target, too little disk.
         Written beside the target and renamed at the end; exit 1 when the check fails (the
         folder is removed). Recorded in RUN_DIR/exports.jsonl; `status` shows the newest.
@@ -70,6 +71,8 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
             click.echo("export interrupted: nothing was written", err=True)
             sys.exit(130)
         if result.error:
+            for line in api.check_lines(result.check):  # a failed check's figures, then why
+                click.echo(f"check: {line}", err=True)
             click.echo(f"error: {result.error}", err=True)
             sys.exit(1)
         if result.job is not None:

@@ -49,19 +49,27 @@ def newest_eval(run_dir: Path) -> dict[str, Any] | None:
 
 def check_lines(check: Mapping[str, Any]) -> list[str]:
     """The export's check, one line per engine that read the folder (transformers always, vLLM
-    where the export ran with a GPU), or why vLLM did not."""
+    where the export ran with a GPU) or why vLLM did not, then what rounding to the dtype
+    written does by itself (runtime/posttrain/check.py)."""
     lines, check = [], dict(check)
     for result in (check, _object(check, "vllm")):
         if isinstance(result.get("max_abs_diff"), int | float):
-            lines.append(f"{result.get('engine', 'transformers')}: max |log p(export) - log "
-                         f"p(checkpoint)| = {result['max_abs_diff']:.3g} (mean "
-                         f"{float(result.get('mean_abs_diff', float('nan'))):.2g}) over "
-                         f"{result.get('tokens')} tokens of {result.get('texts')} texts, tolerance "
-                         f"{float(result.get('tolerance', float('nan'))):g}; greedy equal "
+            lines.append(f"{result.get('engine', 'transformers')}: |log p(export) - log "
+                         f"p(checkpoint's weights as written)| max {result['max_abs_diff']:.3g}, "
+                         f"mean {float(result.get('mean_abs_diff', float('nan'))):.2g} over "
+                         f"{result.get('tokens')} tokens of {result.get('texts')} texts; tolerance "
+                         f"{float(result.get('tolerance', float('nan'))):g} on the "
+                         f"{result.get('judged_on', 'max')}; greedy equal "
                          f"{result.get('greedy_equal')}/{result.get('texts')}")
     skipped = _object(check, "vllm").get("skipped")
     if skipped:
         lines.append(f"vLLM did not read the folder: {skipped}")
+    rounding = _object(check, "rounding")
+    if isinstance(rounding.get("max_abs_diff"), int | float):
+        judged = "" if "passed" in rounding else " (reported, not judged)"
+        lines.append(f"{rounding.get('engine')} alone moves log p by max {rounding['max_abs_diff']:.3g}, "
+                     f"mean {float(rounding.get('mean_abs_diff', float('nan'))):.2g}{judged}; greedy "
+                     f"equal {rounding.get('greedy_equal')}/{rounding.get('texts')}")
     return lines
 
 

@@ -58,29 +58,33 @@ def write(request: dict[str, Any]) -> list[str]:
     return notes
 
 
-def verify(request: dict[str, Any]) -> tuple[check.CheckResult, dict[str, Any]]:
+def verify(request: dict[str, Any]) -> tuple[check.CheckResult, dict[str, Any], dict[str, Any]]:
     """The folder as transformers (and peft, for an adapter) loads it, against the checkpoint's
-    own model loaded afresh from the checkpoint; then as vLLM loads it, where this process can
-    run vLLM (the second item: its result, or why it was skipped)."""
+    own model loaded afresh from the checkpoint and rounded as written (check.py); then as vLLM
+    loads it, where this process can run vLLM. Returns transformers' result, vLLM's (or why it
+    was skipped) and rounding's own effect."""
     import torch
 
     layout, target = request["layout"], request["target"]
+    adapter = bool(request.get("adapter"))
+    dtype = "float32" if adapter else request["dtype"]  # an adapter keeps its own dtype
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = _tokenizer(target, "")
-    reference_model = weights.load(layout, request["checkpoint"], request.get("base", ""))
-    ref = check.reference(reference_model.to(device), tokenizer)
-    del reference_model
+    model = weights.load(layout, request["checkpoint"], request.get("base", ""))
+    exact = check.reference(model.to(device), tokenizer)
+    if layout == "lora" and not adapter:  # as write() merges: on the CPU, in fp32, then rounds
+        model = model.to("cpu").merge_and_unload().to(device)
+    ref = check.reference(check.rounded(model, dtype), tokenizer) if (
+        dtype != "float32" or (layout == "lora" and not adapter)) else exact
+    rounding = check.rounding(exact, ref, dtype)
+    del model
     _free()
-    if request.get("adapter"):
-        exported = weights.load_lora(request["base"], target)
-        dtype = "float32"
-    else:
-        exported = weights.load_full(target).float()  # upcast: see check.py
-        dtype = request["dtype"]
-    result = check.compare_model(ref, exported.to(device), tokenizer, dtype)
+    exported = (weights.load_lora(request["base"], target) if adapter
+                else weights.load_full(target).float())  # upcast: see check.py
+    result = check.compare_model(ref, exported.to(device), tokenizer)
     del exported
     _free()
-    return result, _vllm(request, ref)
+    return result, _vllm(request, ref), rounding
 
 
 def _free() -> None:
@@ -107,15 +111,15 @@ def _vllm(request: dict[str, Any], ref: check.Reference) -> dict[str, Any]:
 
 def run(request: dict[str, Any]) -> dict[str, Any]:
     notes = write(request)
-    result, by_vllm = verify(request)
-    answer: dict[str, Any] = {"ok": result.passed and by_vllm.get("passed", True) is True,
-                              "check": {**result.to_dict(), "vllm": by_vllm}, "notes": notes}
-    failed = [r for r in (result.to_dict(), by_vllm) if r.get("passed") is False]
+    result, by_vllm, rounding = verify(request)
+    failed = [r for r in (result.to_dict(), by_vllm, rounding) if r.get("passed") is False]
+    answer: dict[str, Any] = {"ok": not failed, "notes": notes,
+                              "check": {**result.to_dict(), "vllm": by_vllm, "rounding": rounding}}
     if failed:
         answer["error"] = "; ".join(
-            f"{r['engine']}: the exported model's log-probabilities differ from the "
-            f"checkpoint's by up to {r['max_abs_diff']:.3g}, above the tolerance "
-            f"{r['tolerance']:g}" for r in failed)
+            f"{r['engine']}: log-probabilities differ from the checkpoint's (rounded as "
+            f"written) by up to {r['max_abs_diff']:.3g} (mean {r['mean_abs_diff']:.3g}), above "
+            f"the tolerance {r['tolerance']:g}" for r in failed)
     return answer
 
 

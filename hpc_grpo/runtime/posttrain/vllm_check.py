@@ -6,12 +6,15 @@ fused projections) and its own kernels. One engine over the folder scores the fi
 teacher forcing (``prompt_logprobs=0``: the log-probability of each prompt token itself) and
 continues each greedily, in one ``generate`` call.
 
-Tolerance, and why it is looser than transformers': vLLM computes in bf16 (activations as well
-as weights) against a reference in fp32. Assumption, to be replaced by the first measurement:
-bf16 arithmetic moves a token's log-probability by at most a few hundredths of a nat on the
-built-in shapes (the CPU check measured 0.02 for bf16 weights alone); a broken export (weights
-of another layer, a lost tied head, an unmerged adapter with real training behind it) moves it
-by nats. 0.5 nats sits between the two.
+Held to the checkpoint's weights rounded as written (check.py), in fp32 arithmetic. vLLM
+computes in bf16, activations as well as weights, so its readings differ by what bf16
+arithmetic does to this model: on the built-in random-weight shapes that is as large as what
+bf16 rounding of the weights does (2 x H200, 2026-11-26, builtin:qwen2-1.5b: vLLM 0.657 nats at
+most against the unrounded weights, transformers with bf16-rounded weights 0.671), because
+random layers amplify every rounding. The largest difference is therefore reported, and the
+mean is judged: arithmetic rounding moves tokens both ways and a few far, while an export of
+other weights moves every token by about the spread of the log-probabilities (about a nat on
+these shapes). Assumption until measured against rounded weights: a mean of at most 0.25.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 
 from hpc_grpo.runtime.posttrain import check, engine
 
-TOLERANCE = 0.5
+TOLERANCE = 0.25  # on the mean |difference| per token
 ENGINE = "vLLM (GPU, bf16)"
 
 
@@ -36,7 +39,7 @@ def run(ref: check.Reference, folder: str | Path, *, tensor_parallel: int = 1) -
         outputs = llm.generate(prompts, params, use_tqdm=False)
     logprobs = [prompt_logprobs(out.prompt_logprobs, ids) for out, ids in zip(outputs, ref.ids, strict=True)]
     continuations = [[int(t) for t in out.outputs[0].token_ids] for out in outputs]
-    return check.judge(ref, logprobs, continuations, TOLERANCE, ENGINE)
+    return check.judge(ref, logprobs, continuations, TOLERANCE, ENGINE, judged_on="mean")
 
 
 def prompt_logprobs(positions: object, ids: tuple[int, ...]) -> list[float]:
