@@ -9,8 +9,8 @@ pass. Run with the same ``HPC_GRPO_RESULTS`` and ``HPC_GRPO_WORK`` as the test t
 - ``-k zero3``: after ``tests/gpu/test_memory_phases.py -k "offload and 1.5b-2rank"`` (1.5B,
   ZeRO-3 + optimizer offload, two ranks: DeepSpeed's shards only, no model file); then
   ``hpc-grpo eval`` of the run (its export) on the run's dataset, generated through vLLM.
-- ``-k lora``: after ``tests/gpu/test_lora_7b.py`` (7B, LoRA on one GPU): the resumed run's
-  final adapter merged into the base.
+- ``-k lora``: after ``tests/gpu/test_lora_7b.py -k lora_reference`` (7B, LoRA on one GPU):
+  the run's final adapter merged into the base.
 Each export folder is deleted at the end (the 7B's is 15 GB).
 """
 
@@ -79,8 +79,8 @@ def test_zero3_offload_export_read_by_vllm_then_eval_through_vllm() -> None:
 
 @needs_gpu
 def test_lora_7b_merged_export_read_by_vllm() -> None:
-    saved = _saved("7b-lora-resume-resumed")
-    assert saved, "run tests/gpu/test_lora_7b.py first"
+    saved = _saved("7b-lora-resume-reference")
+    assert saved, "run tests/gpu/test_lora_7b.py -k lora_reference first"
     run_dir = Path(saved["run_dir"])
     result = {"export": _export(run_dir, "lora-7b-merged", "--merge-lora")}
     _save("export-lora-7b-merged", result)

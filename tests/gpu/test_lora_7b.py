@@ -14,8 +14,10 @@ One test per device call where the 10-minute limit needs it, in this order, with
   tensor, must equal the reference's. Restart to first new step, cold against warm (#29: warm
   at most half of cold is the goal, reported, not asserted: one round).
 
-The resumed run's final checkpoint stays for ``tests/gpu/test_export_gpu.py -k lora`` (merged
-export read by vLLM).
+On 2 x H200 (2026-11-26, STEPS 4 then) the resume was not exact: steps 1-2 equal, step 3 (the
+first after the cold resume) equal in reward but not in loss, every adapter tensor off by up to
+6.5e-5 (docs/benchmarks.md). The reference's final checkpoint is what
+``tests/gpu/test_export_gpu.py -k lora`` exports.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from tests.gpu.test_resume_7b import _checkpoint, _copy_record
 
 pytestmark = pytest.mark.gpu
 
-STEPS = 4
+STEPS = 6  # room after the cold resume's stop: a 7B LoRA step takes about a second
 SETS = {"max_steps": STEPS, "learning_rate": 1e-4, "per_device_train_batch_size": 8,
         "num_generations": 8, "max_completion_length": 64, "save_steps": 1, "use_peft": "true"}
 KEYS = ("step", "reward_mean", "reward_std", "loss")
@@ -109,5 +111,6 @@ def test_lora_stop_and_resume_equal_the_uninterrupted_run() -> None:
               if (run_dir / "restarts.jsonl").exists() else []}
     _save("7b-lora-resume-resumed", result)
     assert [a["phase"] for a in attempts] == ["interrupted", "interrupted", "done"], attempts
+    assert attempts[2]["first_new_step_s"] > 0, attempts  # the warm resume had steps left
     assert result["steps"] == result["reference"], result
     assert adapter["tensors"] > 0 and not adapter["only_one"] and adapter["unequal"] == 0, adapter
