@@ -11,8 +11,8 @@ nothing is tests/unit/export/test_export_write.py's (a stand-in child: no torch,
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path

@@ -69,6 +69,9 @@ def verify(request: dict[str, Any]) -> tuple[check.CheckResult, dict[str, Any], 
     adapter = bool(request.get("adapter"))
     dtype = "float32" if adapter else request["dtype"]  # an adapter keeps its own dtype
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    # fp32 means fp32 on the GPU too: a library that turned TF32 on would blur the comparison
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     tokenizer = _tokenizer(target, "")
     model = weights.load(layout, request["checkpoint"], request.get("base", ""))
     exact = check.reference(model.to(device), tokenizer)
