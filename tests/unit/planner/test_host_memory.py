@@ -4,8 +4,10 @@ Each saved run (docs/results) measured the peak RSS of its whole process tree on
 The plan's number for it: planner/memory/host.py's CPU memory per node plus the save's host
 memory on rank 0's node (planner/checkpoint_size.py; every one of these runs saved once). Held to
 10 %. Where the run had optimizer offload, the plan's own "CPU memory per node" line is used (it
-exists only with offload). Evidence: 1.5B with offload, 1 rank; 0.5B and 1.5B without, 1 rank;
-7B without, 2 ranks on one node. Not saved: any offload run at 7B or with 2 ranks a node.
+exists only with offload). Evidence: 1.5B and 7B with offload, 1 rank; 0.5B and 1.5B without,
+1 rank; 7B without, 2 ranks on one node; 1.5B with offload and 2 ranks on one node, which the
+model misses (planned 44.5 GiB, measured 61.0 twice on 2 x H200: a strict xfail until the
+mechanism is found). Not saved: 7B with offload and 2 ranks a node.
 Resumed attempts (which read the checkpoint into CPU memory) are not what the plan counts.
 """
 
@@ -38,7 +40,14 @@ RUNS = [
      "qwen2-0.5b", 1, 0, False),
     ("2026-11-25-7b-resume-stop-h100x2.json", ("attempt", "host_rss_peak_gib"), "qwen2-7b", 2, 3,
      False),
+    ("2026-11-26-memory-offload-7b-h200x2.json", ("measured_host_rss_peak_gib",), "qwen2-7b", 1, 3,
+     True),
 ]
+MISSED = pytest.param(
+    "2026-11-26-memory-offload-1.5b-2ranks-h200x2.json", ("measured_host_rss_peak_gib",),
+    "qwen2-1.5b", 2, 3, True, marks=pytest.mark.xfail(strict=True, reason=(
+        "optimizer offload with 2 ranks a node: 16.5 GiB (8.3 a rank) above the model, in two "
+        "runs; DeepSpeed 0.19's per-rank CPU buffers as host.py counts them do not explain it")))
 
 
 def _measured(name: str, keys: tuple[Any, ...]) -> float:
@@ -74,7 +83,7 @@ def planned_node_gib(shape: str, ranks: int, zero: int, offload: bool) -> float:
     return training + save.host_bytes / GIB
 
 
-@pytest.mark.parametrize(("name", "keys", "shape", "ranks", "zero", "offload"), RUNS)
+@pytest.mark.parametrize(("name", "keys", "shape", "ranks", "zero", "offload"), [*RUNS, MISSED])
 def test_host_memory_within_ten_percent_of_the_saved_peak_rss(
         name: str, keys: tuple[Any, ...], shape: str, ranks: int, zero: int, offload: bool) -> None:
     measured = _measured(name, keys)
