@@ -103,6 +103,7 @@ def test_lora_stop_and_resume_equal_the_uninterrupted_run() -> None:
     cold_s, warm_s = attempts[1]["first_new_step_s"], attempts[2]["first_new_step_s"]
     result = {"run_dir": str(run_dir), "attempts": attempts,
               "steps": [{k: r.get(k) for k in KEYS} for r in rows],
+              "rows": rows,  # every metric: vLLM's log-probability drift among them
               "reference": [{k: r.get(k) for k in KEYS} for r in ref["steps"]],
               "adapter": adapter, "restart_first_new_step_s": {"cold": cold_s, "warm": warm_s},
               "warm_over_cold": round(warm_s / cold_s, 3) if cold_s > 0 else None,
