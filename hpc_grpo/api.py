@@ -79,9 +79,11 @@ class Prepared:
         return self.run_dir.parent
 
     def spec_text(self) -> str:
-        """spec.json: the job spec and site the plan came from, so that resume plans again."""
+        """spec.json: the job spec and site the plan came from (as asked, without the plan's own
+        choices), so that resume plans again."""
+        spec = self.plan.requested or self.plan.spec
         return json.dumps({"site": self.site_ref or self.plan.site.name, "python": self.python,
-                           "spec": self.plan.spec.to_dict()}, indent=2) + "\n"
+                           "spec": spec.to_dict()}, indent=2) + "\n"
 
 
 def load_spec(request: Request) -> tuple[SiteProfile, JobSpec]:

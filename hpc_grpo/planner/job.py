@@ -71,6 +71,9 @@ class JobPlan:
     changes: tuple[str, ...] = ()  # what the plan changed from the recipe, one line each, and why
     server_plan: ServerPlan | None = None  # server mode: trainer/server memory and step
     save_total_limit: int | None = None  # sized by the plan where the recipe leaves it unset
+    # the spec as asked, before the plan's own choices went into it (spec.json keeps this, so a
+    # resume plans those choices again instead of reading them back as the user's)
+    requested: JobSpec | None = None
 
     @property
     def nodes(self) -> int:
@@ -225,6 +228,7 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
     vllm = vllm_plan(site, spec, memory, server, sequence)
     deepspeed = deepspeed_plan(site.device, spec, memory)
     story, changes, pure = precision(site.device, spec, deepspeed)
+    requested = spec
     spec, changes = _checkpointing(spec, memory, changes)
     checkpoint, no_fit, more, kept = check_checkpoints(site, spec, model.arch, deepspeed, memory,
                                                        world_size(spec.nodes, procs), *free)
@@ -239,5 +243,5 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
         dataset_commit=dataset_commit,
         collective_timeout_s=timeout, collective_timeout_reason=timeout_reason,
         precision=story, changes=changes, server_plan=served,
-        save_total_limit=kept[0] if kept else None,
+        save_total_limit=kept[0] if kept else None, requested=requested,
     )

@@ -51,6 +51,23 @@ def test_unset_on_two_h200_the_plan_turns_recomputation_off(tmp_path: Path) -> N
     assert rows["TP 1, ZeRO-2, no sleep, grad ckpt"].startswith("slower")
 
 
+def test_spec_json_keeps_the_request_so_a_resume_plans_the_choice_again(tmp_path: Path) -> None:
+    """spec.json is what resume plans from: the plan's choice must not come back as the user's
+    ("False: set by you"), and the run record still carries it to the ranks."""
+    import json
+
+    from hpc_grpo.config.spec import build_spec
+
+    prepared = _prepare(tmp_path, 140, "H200")
+    saved = json.loads(prepared.spec_text())["spec"]
+    assert "gradient_checkpointing" not in saved["grpo"]
+    assert prepared.plan.spec.grpo["gradient_checkpointing"] is False
+    again = api.build_plan(prepared.plan.site, build_spec(saved, {}, {}, prepared.plan.site),
+                           prepared.plan.model)
+    assert again.memory is not None
+    assert again.memory.reason("gradient_checkpointing").startswith("False: the plan's choice")
+
+
 @pytest.mark.parametrize("value", ["true", "false"])
 def test_a_recipes_value_is_kept(tmp_path: Path, value: str) -> None:
     plan = _prepare(tmp_path, 140, "H200", f"gradient_checkpointing={value}").plan
