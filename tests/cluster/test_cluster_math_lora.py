@@ -21,7 +21,8 @@ import yaml
 
 from tests.cluster.clusterlib import finished, submit, wait_for, wait_no_processes, wait_step
 
-pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("sandbox_cluster")]
+pytestmark = [pytest.mark.cluster, pytest.mark.whole_cluster,  # two 2-node runs at once
+              pytest.mark.usefixtures("sandbox_cluster")]
 STEPS = 6
 SYSTEM = "Think in <think> tags, then answer in <answer> tags as \\boxed{}."
 REWARDS = ["accuracy", "format", "tests.slow.slow_reward:slow_length"]  # open-r1's names
