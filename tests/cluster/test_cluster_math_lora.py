@@ -21,7 +21,8 @@ import yaml
 
 from tests.cluster.clusterlib import finished, submit, wait_for, wait_no_processes, wait_step
 
-pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("sandbox_cluster")]
+pytestmark = [pytest.mark.cluster, pytest.mark.whole_cluster,  # two 2-node runs at once
+              pytest.mark.usefixtures("sandbox_cluster")]
 STEPS = 6
 SYSTEM = "Think in <think> tags, then answer in <answer> tags as \\boxed{}."
 REWARDS = ["accuracy", "format", "tests.slow.slow_reward:slow_length"]  # open-r1's names
@@ -51,11 +52,13 @@ def adapter(run_dir: Path, step: int) -> dict[str, Any]:
 
 def test_lora_math_job_requeued_by_usr2_continues_one_adapter(tmp_path: Path) -> None:
     recipe = write_job(tmp_path)
-    run_id, job, run_dir = submit(tmp_path / "runs", "--site", "sandbox", "--nodes", "2",
-                                  "--recipe", str(recipe), "--partition", "low")
+    # The reference first: a submit measures the prompts on the login node, which took 27 s on a
+    # busy machine, and the run to interrupt, submitted first, had meanwhile finished all 6 steps.
     ref_id, _, ref_dir = submit(tmp_path / "reference", "--site", "sandbox", "--nodes", "2",
                                 "--recipe", str(recipe), "--partition", "low",
                                 "--run-id", "lora-uninterrupted")  # a name of its own
+    run_id, job, run_dir = submit(tmp_path / "runs", "--site", "sandbox", "--nodes", "2",
+                                  "--recipe", str(recipe), "--partition", "low")
     wait_step(run_id, 2)
     subprocess.run(["scancel", "--signal=USR2", job], check=True)
     row = wait_for(run_id, finished, timeout=300)

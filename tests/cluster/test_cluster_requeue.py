@@ -94,10 +94,15 @@ def test_five_different_interruptions_in_a_row(
     first = wait_restarts(run_dir, 1)
     assert first["cause"] == "user signal" and first["steps_lost"] == 0, first
 
-    # 2. Partition preemption: a high-priority job needs every node.
+    # 2. Partition preemption: a high-priority job needs the very nodes the run holds. Those
+    # alone, not every node: scripts/test runs other cluster tests beside this one (debug jobs on
+    # the other two nodes, never preempted), and a high job waiting on them would preempt nothing.
     wait_step(run_id, first["resumed_from_step"] + 4)
-    high = subprocess.run(["sbatch", "--parsable", "--partition", "high", "--nodes", "4",
-                           "--exclusive", "--time", "00:02:00", "--wrap", "sleep 5"],
+    held = job_nodes(job)
+    assert len(held) == 2, held
+    high = subprocess.run(["sbatch", "--parsable", "--partition", "high", "--nodes", "2",
+                           "--nodelist", ",".join(held), "--exclusive", "--time", "00:02:00",
+                           "--wrap", "sleep 5"],
                           capture_output=True, text=True, check=True).stdout.strip()
     second = wait_restarts(run_dir, 2, timeout=240)
     assert second["cause"] == "preempted" and second["steps_lost"] <= 1, second

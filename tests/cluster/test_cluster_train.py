@@ -58,6 +58,7 @@ def test_two_nodes_train_and_status_follows(tmp_path: Path) -> None:
     assert "12/12" in table and "COMPLETED" in table
 
 
+@pytest.mark.whole_cluster  # 3 nodes
 def test_three_nodes_tp2_groups_and_seeds(tmp_path: Path) -> None:
     root = tmp_path / "runs"
     args = ["--site", "sandbox", "--nodes", "3", "--procs-per-node", "2", "--tp", "2",
