@@ -50,9 +50,10 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
         safetensors weights, config and generation config, the tokenizer with its chat template,
         a model card (run, model, step, reward history and curve) and is checked: its
         log-probabilities on fixed texts against the checkpoint's own weights rounded to the dtype
-        written, within 1e-4 through transformers, and again through vLLM (0.25 on the mean: bf16
-        arithmetic) where the machine that exports has vLLM and a GPU; what the rounding alone
-        does is reported.
+        written, within 1e-4 through transformers, and again through vLLM (0.25 on the mean: half
+        precision arithmetic) where the machine that exports has vLLM and a GPU (a vLLM that
+        cannot start there is said, not held against the folder); a merged LoRA's merge is
+        checked in fp32 against the unmerged adapter (1e-3); what rounding alone does is reported.
         Refused, nothing written: an incomplete checkpoint, a non-empty target, too little disk.
         Written beside the target and renamed at the end; exit 1 when the check fails (the
         folder is removed). Recorded in RUN_DIR/exports.jsonl; `status` shows the newest.

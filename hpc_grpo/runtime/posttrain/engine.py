@@ -24,8 +24,9 @@ from typing import Any
 GPU_SHARE = 0.6
 
 
-def unavailable() -> str:
-    """Why vLLM cannot run in this process ("" when it can)."""
+def unavailable(weights_bytes: int = 0) -> str:
+    """Why vLLM cannot run in this process ("" when it can); ``weights_bytes``: the model's
+    weights as the engine holds them, which must fit its share of one GPU's free memory."""
     try:
         import vllm  # noqa: F401
     except ImportError:
@@ -34,6 +35,10 @@ def unavailable() -> str:
 
     if not torch.cuda.is_available():
         return "no CUDA GPU here"
+    free, _ = torch.cuda.mem_get_info()
+    if weights_bytes > GPU_SHARE * free:
+        return (f"the weights ({weights_bytes / 2**30:.1f} GiB) do not fit {GPU_SHARE:.0%} of this "
+                f"GPU's free memory ({free / 2**30:.1f} GiB)")
     return ""
 
 
@@ -41,8 +46,9 @@ def unavailable() -> str:
 def open_engine(folder: str | Path, *, max_model_len: int, tensor_parallel: int = 1,
                 dtype: str = "bfloat16", seed: int = 0,
                 gpu_share: float = GPU_SHARE, **engine_args: Any) -> Iterator[Any]:
-    """A vLLM ``LLM`` over a Hugging Face folder (its own tokenizer); its GPU memory is given
-    back when the block ends, so a process can go on with torch work. ``engine_args`` go to
+    """A vLLM ``LLM`` over a Hugging Face folder (its own tokenizer). The caller's name for it
+    keeps the engine (and its GPU memory) alive after the block; both children run vLLM as
+    their last GPU step and exit, which frees it. ``engine_args`` go to
     ``LLM`` as they are (``enable_lora=True, max_lora_rank=16`` for an adapter)."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     import gc

@@ -56,13 +56,22 @@ MODEL_LEN_STEP = 256  # max_model_len is rounded up to a multiple of this
 
 def lora_rank(adapter: str) -> tuple[int, str]:
     """vLLM's ``max_lora_rank`` for this adapter (the smallest it allows at or above the
-    adapter's ranks), or 0 and why vLLM's LoRA cannot load it."""
+    adapter's rank), or 0 and why vLLM's LoRA cannot apply it as peft does. vLLM 0.26's
+    PEFTHelper reads one ``r`` and ``lora_alpha`` for every module (no ``rank_pattern`` or
+    ``alpha_pattern``: such an adapter would generate from another model without an error) and
+    refuses DoRA and trained biases inside ``generate``."""
     config = json.loads((Path(adapter) / "adapter_config.json").read_text())
     if config.get("modules_to_save"):
         return 0, "the adapter saves whole modules (modules_to_save), which vLLM's LoRA does not load"
-    ranks = [int(config.get("r") or 0), *(int(v) for v in (config.get("rank_pattern") or {}).values())]
-    fit = next((k for k in VLLM_LORA_RANKS if k >= max(ranks)), 0)
-    return (fit, "") if fit else (0, f"LoRA rank {max(ranks)} is above vLLM's largest "
+    if config.get("rank_pattern") or config.get("alpha_pattern"):
+        return 0, "the adapter has per-module ranks or alphas, which vLLM's LoRA applies as one"
+    if config.get("use_dora"):
+        return 0, "a DoRA adapter, which vLLM's LoRA does not load"
+    if config.get("bias", "none") != "none":
+        return 0, f"the adapter trains biases (bias={config.get('bias')}), which vLLM's LoRA does not load"
+    rank = int(config.get("r") or 0)
+    fit = next((k for k in VLLM_LORA_RANKS if k >= rank), 0)
+    return (fit, "") if fit else (0, f"LoRA rank {rank} is above vLLM's largest "
                                      f"({VLLM_LORA_RANKS[-1]})")
 
 

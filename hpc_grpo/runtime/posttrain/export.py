@@ -15,12 +15,15 @@ keys: ``vllm_check`` ("auto": where vLLM and a GPU are here; "off"), ``tensor_pa
 from __future__ import annotations
 
 import gc
+import math
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
 from hpc_grpo.runtime.child_answer import serve
 from hpc_grpo.runtime.posttrain import check, engine, vllm_check, weights
+from hpc_grpo.runtime.rank.setup_failure import exception_line
 
 
 def _tokenizer(checkpoint: str, base: str) -> Any:
@@ -62,24 +65,30 @@ def verify(request: dict[str, Any]) -> tuple[check.CheckResult, dict[str, Any], 
     """The folder as transformers (and peft, for an adapter) loads it, against the checkpoint's
     own model loaded afresh from the checkpoint and rounded as written (check.py); then as vLLM
     loads it, where this process can run vLLM. Returns transformers' result, vLLM's (or why it
-    was skipped) and rounding's own effect."""
+    was skipped) and the rounding: what it does alone, and for a merged LoRA the merge in fp32
+    judged against the unmerged model that trained (check.merge)."""
     import torch
 
     layout, target = request["layout"], request["target"]
     adapter = bool(request.get("adapter"))
+    merged = layout == "lora" and not adapter
     dtype = "float32" if adapter else request["dtype"]  # an adapter keeps its own dtype
-    device = "cuda" if torch.cuda.is_available() else "cpu"
     # fp32 means fp32 on the GPU too: a library that turned TF32 on would blur the comparison
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     tokenizer = _tokenizer(target, "")
     model = weights.load(layout, request["checkpoint"], request.get("base", ""))
+    device = reading_device(sum(p.numel() for p in model.parameters()))
     exact = check.reference(model.to(device), tokenizer)
-    if layout == "lora" and not adapter:  # as write() merges: on the CPU, in fp32, then rounds
+    rounding: dict[str, Any] = {}
+    if merged:  # as write() merges: on the CPU, in fp32, then rounds
         model = model.to("cpu").merge_and_unload().to(device)
-    ref = check.reference(check.rounded(model, dtype), tokenizer) if (
-        dtype != "float32" or (layout == "lora" and not adapter)) else exact
-    rounding = check.rounding(exact, ref, dtype)
+        in_fp32 = check.reference(model, tokenizer)
+        rounding["merge"] = check.merge(exact, in_fp32).to_dict()
+    else:
+        in_fp32 = exact
+    ref = check.reference(check.rounded(model, dtype), tokenizer) if dtype != "float32" else in_fp32
+    rounding.update(check.rounding(in_fp32, ref, dtype))
     del model
     _free()
     exported = (weights.load_lora(request["base"], target) if adapter
@@ -88,6 +97,17 @@ def verify(request: dict[str, Any]) -> tuple[check.CheckResult, dict[str, Any], 
     del exported
     _free()
     return result, _vllm(request, ref), rounding
+
+
+def reading_device(num_params: int) -> str:
+    """The GPU where it holds an fp32 copy of the model with room to spare (the readings hold
+    one model at a time), else the CPU: a 32B model is 128 GB in fp32."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "cpu"
+    free, _ = torch.cuda.mem_get_info()
+    return "cuda" if free > 1.2 * 4 * num_params else "cpu"
 
 
 def _free() -> None:
@@ -100,29 +120,48 @@ def _free() -> None:
 
 
 def _vllm(request: dict[str, Any], ref: check.Reference) -> dict[str, Any]:
-    """vLLM's reading of the folder, judged; {"skipped": why} where it does not run."""
+    """vLLM's reading of the folder, judged; {"skipped": why} where it does not run. A vLLM that
+    cannot start or load the folder here (too little free GPU memory, an old GPU, a model that
+    needs more GPUs) is said, not held against a folder transformers has just checked."""
     if request.get("adapter"):
         return {"skipped": "an adapter folder (vLLM serves it on the base model with enable_lora)"}
     if request.get("vllm_check", "auto") == "off":
         return {"skipped": "turned off"}
-    why = engine.unavailable()
+    why = engine.unavailable(weights_bytes=2 * _folder_params(request["target"]))
     if why:
         return {"skipped": why}
-    return vllm_check.run(ref, request["target"],
-                          tensor_parallel=int(request.get("tensor_parallel", 1))).to_dict()
+    try:
+        return vllm_check.run(ref, request["target"],
+                              tensor_parallel=int(request.get("tensor_parallel", 1))).to_dict()
+    except Exception as exc:  # noqa: BLE001 - vLLM's own errors are many; the line says which
+        traceback.print_exc()
+        return {"skipped": f"vLLM could not read the folder: {exception_line(exc)}"}
+
+
+def _folder_params(folder: str) -> int:
+    """Parameters in a folder's safetensors files, from their headers only."""
+    from safetensors import safe_open
+
+    total = 0
+    for path in Path(folder).glob("*.safetensors"):
+        with safe_open(str(path), framework="pt") as handle:
+            for name in handle.keys():  # noqa: SIM118 - safe_open is not a Mapping
+                total += math.prod(int(size) for size in handle.get_slice(name).get_shape())
+    return total
 
 
 def run(request: dict[str, Any]) -> dict[str, Any]:
     notes = write(request)
     result, by_vllm, rounding = verify(request)
-    failed = [r for r in (result.to_dict(), by_vllm, rounding) if r.get("passed") is False]
+    failed = [r for r in (result.to_dict(), by_vllm, rounding.get("merge", {}))
+              if r.get("passed") is False]
     answer: dict[str, Any] = {"ok": not failed, "notes": notes,
                               "check": {**result.to_dict(), "vllm": by_vllm, "rounding": rounding}}
     if failed:
         answer["error"] = "; ".join(
-            f"{r['engine']}: log-probabilities differ from the checkpoint's (rounded as "
-            f"written) by up to {r['max_abs_diff']:.3g} (mean {r['mean_abs_diff']:.3g}), above "
-            f"the tolerance {r['tolerance']:g}" for r in failed)
+            f"{r['engine']}: log-probabilities differ from the checkpoint's by up to "
+            f"{r['max_abs_diff']:.3g} (mean {r['mean_abs_diff']:.3g}), above the tolerance "
+            f"{r['tolerance']:g}" for r in failed)
     return answer
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from hpc_grpo.runtime.posttrain import check, engine
 
 TOLERANCE = 0.25  # on the mean |difference| per token
-ENGINE = "vLLM (GPU, bf16)"
+ENGINE = "vLLM (GPU)"
 
 
 def run(ref: check.Reference, folder: str | Path, *, tensor_parallel: int = 1) -> check.CheckResult:
@@ -34,7 +34,9 @@ def run(ref: check.Reference, folder: str | Path, *, tensor_parallel: int = 1) -
     params = SamplingParams(max_tokens=check.GREEDY_TOKENS, temperature=0.0, prompt_logprobs=0)
     prompts = [{"prompt_token_ids": list(ids)} for ids in ref.ids]
     longest = max(len(ids) for ids in ref.ids) + check.GREEDY_TOKENS
-    with engine.open_engine(folder, max_model_len=max(256, longest),
+    # dtype "auto": vLLM's serving default (bf16 for a bf16 or fp32 folder on a GPU that has
+    # it, fp16 on older ones), what users who load the folder get
+    with engine.open_engine(folder, max_model_len=max(256, longest), dtype="auto",
                             tensor_parallel=tensor_parallel) as llm:
         outputs = llm.generate(prompts, params, use_tqdm=False)
     logprobs = [prompt_logprobs(out.prompt_logprobs, ids) for out, ids in zip(outputs, ref.ids, strict=True)]

@@ -76,3 +76,22 @@ def test_the_mean_can_be_the_statistic_judged() -> None:
     assert spiky.mean_abs_diff == pytest.approx(0.3)
     assert not check.judge(ref, [[-1.0, -2.6]], [[4]], 0.5, "x").passed  # on the max
     assert not check.judge(ref, [[-1.7, -2.6]], [[5]], 0.5, "x", judged_on="mean").passed
+
+
+def test_a_merge_is_judged_in_fp32_against_the_unmerged_model() -> None:
+    peft = pytest.importorskip("peft")
+    tokenizer = CharTokenizer()
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    adapted = peft.get_peft_model(tiny(0), config).eval()
+    with torch.no_grad():  # lora_B starts at zero: give the adapter something to say
+        for name, param in adapted.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)
+    unmerged = check.reference(adapted, tokenizer)
+    import copy
+
+    good = check.merge(unmerged, check.reference(copy.deepcopy(adapted).merge_and_unload(), tokenizer))
+    assert good.passed and good.max_abs_diff < check.MERGE_TOLERANCE / 10
+    with adapted.disable_adapter():
+        lost = check.merge(unmerged, check.reference(adapted, tokenizer))
+    assert not lost.passed  # the base without its adapter: what a merge that did nothing writes

@@ -182,7 +182,13 @@ def test_an_adapter_goes_through_vllms_lora(model_dir: Path, tmp_path: Path,
     name, note, _ = child.choose("auto", str(adapter))
     assert name == "transformers" and "modules_to_save" in note
     assert child.choose("vllm", str(adapter))[0] == ""
-    (adapter / "adapter_config.json").write_text(json.dumps({"r": 8, "rank_pattern": {"q": 300}}))
+    for config, why in (({"rank_pattern": {"q": 32}}, "per-module"),
+                        ({"alpha_pattern": {"q": 4}}, "per-module"),
+                        ({"use_dora": True}, "DoRA"), ({"bias": "all"}, "biases")):
+        (adapter / "adapter_config.json").write_text(json.dumps({"r": 8, "bias": "none", **config}))
+        rank, note = child.lora_rank(str(adapter))
+        assert rank == 0 and why in note, (config, note)  # transformers under auto
+    (adapter / "adapter_config.json").write_text(json.dumps({"r": 300, "bias": "none"}))
     assert child.lora_rank(str(adapter)) == (320, "")
 
 

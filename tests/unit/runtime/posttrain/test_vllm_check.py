@@ -69,7 +69,7 @@ def standin_vllm(monkeypatch: pytest.MonkeyPatch) -> type[StandInLLM]:
     module.LLM = StandInLLM  # type: ignore[attr-defined]
     module.SamplingParams = SamplingParams  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "vllm", module)
-    monkeypatch.setattr(engine, "unavailable", lambda: "")
+    monkeypatch.setattr(engine, "unavailable", lambda **_: "")
     StandInLLM.opened, StandInLLM.asked = [], []
     return StandInLLM
 
@@ -91,7 +91,7 @@ def test_vllm_reading_of_the_same_weights_passes_and_of_other_weights_fails(
     assert params.kwargs == {"max_tokens": check.GREEDY_TOKENS, "temperature": 0.0,
                              "prompt_logprobs": 0}
     opened = standin_vllm.opened[0]
-    assert opened["dtype"] == "bfloat16" and opened["enforce_eager"] is True
+    assert opened["dtype"] == "auto" and opened["enforce_eager"] is True
     assert opened["max_model_len"] >= max(len(ids) for ids in ref.ids) + check.GREEDY_TOKENS
     other = vllm_check.run(ref, _folder(tmp_path / "other", 1))
     assert not other.passed and other.mean_abs_diff > vllm_check.TOLERANCE and other.judged_on == "mean"
@@ -108,7 +108,7 @@ def test_the_export_child_runs_vllm_where_it_can_and_says_why_not_elsewhere(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ref = check.reference(tiny(0), CharTokenizer())
     request = {"target": str(_folder(tmp_path / "out", 0)), "layout": "full"}
-    monkeypatch.setattr(engine, "unavailable", lambda: "vLLM is not installed here")
+    monkeypatch.setattr(engine, "unavailable", lambda **_: "vLLM is not installed here")
     assert export._vllm(request, ref) == {"skipped": "vLLM is not installed here"}
     assert "adapter" in export._vllm({**request, "adapter": True}, ref)["skipped"]
     calls: list[tuple[Any, str, int]] = []
@@ -117,11 +117,28 @@ def test_the_export_child_runs_vllm_where_it_can_and_says_why_not_elsewhere(
         calls.append((reference, folder, tensor_parallel))
         return check.CheckResult(0.7, 0.3, vllm_check.TOLERANCE, 10, 3, 3, vllm_check.ENGINE, "mean")
 
-    monkeypatch.setattr(engine, "unavailable", lambda: "")
+    monkeypatch.setattr(engine, "unavailable", lambda **_: "")
     monkeypatch.setattr(vllm_check, "run", judged)
     assert export._vllm({**request, "vllm_check": "off"}, ref) == {"skipped": "turned off"}
     result = export._vllm({**request, "tensor_parallel": 2}, ref)
     assert calls == [(ref, request["target"], 2)] and result["passed"] is False
+
+    def cannot_start(*_: Any, **__: Any) -> check.CheckResult:
+        raise RuntimeError("Free memory on device (10.0/79.2 GiB) on startup is less than desired")
+
+    monkeypatch.setattr(vllm_check, "run", cannot_start)  # said, the folder not held to it
+    said = export._vllm(request, ref)
+    assert said["skipped"].startswith("vLLM could not read the folder: RuntimeError: Free memory")
+
+
+def test_the_weights_must_fit_the_engines_share_of_free_gpu_memory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """export passes the folder's bf16 size (from the safetensors headers) to unavailable."""
+    folder = _folder(tmp_path / "w", 0)
+    asked: list[int] = []
+    monkeypatch.setattr(engine, "unavailable", lambda weights_bytes=0: asked.append(weights_bytes) or "x")
+    export._vllm({"target": str(folder), "layout": "full"}, check.reference(tiny(0), CharTokenizer()))
+    assert asked == [2 * sum(p.numel() for p in tiny(0).parameters())]  # tied head saved once
 
 
 def test_a_failed_vllm_reading_fails_the_export_with_its_figures(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -135,7 +152,10 @@ def test_a_failed_vllm_reading_fails_the_export_with_its_figures(monkeypatch: py
     monkeypatch.setattr(export, "verify", lambda request: (fine, {"skipped": "no CUDA GPU here"},
                                                            {"max_abs_diff": 0.3}))
     assert export.run({})["ok"] is True
-    nil = {"max_abs_diff": 0.2, "mean_abs_diff": 0.1, "tolerance": 1e-4, "passed": False,
-           "engine": "rounding to float32"}  # fp32: rounding must be nil (a wrong merge)
-    monkeypatch.setattr(export, "verify", lambda request: (fine, {"skipped": "x"}, nil))
-    assert export.run({})["ok"] is False
+    moved = {"max_abs_diff": 0.7, "mean_abs_diff": 0.1, "engine": "rounding to bfloat16"}
+    monkeypatch.setattr(export, "verify", lambda request: (fine, {"skipped": "x"}, moved))
+    assert export.run({})["ok"] is True  # rounding alone is reported, not judged
+    merge = check.CheckResult(0.2, 0.05, check.MERGE_TOLERANCE, 40, 3, 3, "LoRA merge (fp32)").to_dict()
+    monkeypatch.setattr(export, "verify", lambda request: (fine, {"skipped": "x"}, {**moved, "merge": merge}))
+    answer = export.run({})
+    assert answer["ok"] is False and answer["error"].startswith("LoRA merge (fp32)")
