@@ -49,7 +49,8 @@ class ExportPlan:
     def request(self, folder: Path) -> dict[str, Any]:
         """The runtime child's request (runtime/posttrain/export.py), writing into ``folder``."""
         return {"checkpoint": str(self.checkpoint), "layout": self.layout, "base": self.base,
-                "target": str(folder), "dtype": self.dtype, "adapter": self.adapter}
+                "target": str(folder), "dtype": self.dtype, "adapter": self.adapter,
+                "num_params": self.num_params}
 
     @property
     def written_dtype(self) -> str:

@@ -13,9 +13,7 @@ project's CI have no vLLM, and the transformers path serves them.
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,27 +40,16 @@ def unavailable(weights_bytes: int = 0) -> str:
     return ""
 
 
-@contextlib.contextmanager
 def open_engine(folder: str | Path, *, max_model_len: int, tensor_parallel: int = 1,
                 dtype: str = "bfloat16", seed: int = 0,
-                gpu_share: float = GPU_SHARE, **engine_args: Any) -> Iterator[Any]:
-    """A vLLM ``LLM`` over a Hugging Face folder (its own tokenizer). The caller's name for it
-    keeps the engine (and its GPU memory) alive after the block; both children run vLLM as
-    their last GPU step and exit, which frees it. ``engine_args`` go to
-    ``LLM`` as they are (``enable_lora=True, max_lora_rank=16`` for an adapter)."""
+                gpu_share: float = GPU_SHARE, **engine_args: Any) -> Any:
+    """A vLLM ``LLM`` over a Hugging Face folder (its own tokenizer). It keeps its GPU memory
+    while the process lives: both children run vLLM as their last GPU step and exit, which
+    frees it. ``engine_args`` go to ``LLM`` as they are (``enable_lora=True,
+    max_lora_rank=16`` for an adapter)."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    import gc
-
     from vllm import LLM
 
-    engine = LLM(model=str(folder), tokenizer=str(folder), dtype=dtype, seed=seed,
-                 tensor_parallel_size=tensor_parallel, gpu_memory_utilization=gpu_share,
-                 max_model_len=max_model_len, enforce_eager=True, **engine_args)
-    try:
-        yield engine
-    finally:
-        del engine
-        gc.collect()
-        import torch
-
-        torch.cuda.empty_cache()
+    return LLM(model=str(folder), tokenizer=str(folder), dtype=dtype, seed=seed,
+               tensor_parallel_size=tensor_parallel, gpu_memory_utilization=gpu_share,
+               max_model_len=max_model_len, enforce_eager=True, **engine_args)

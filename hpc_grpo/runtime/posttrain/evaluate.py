@@ -210,11 +210,11 @@ def vllm_completions(request: dict[str, Any], rows: Sequence[dict[str, Any]], to
         lora, extra = LoRARequest("adapter", 1, adapter), {"enable_lora": True, "max_lora_rank": rank}
     length = model_len(request["model"], max(map(len, ids)), int(request["max_new_tokens"]))
     params = [SamplingParams(**kw) for kw in sampling(request, 0, len(ids))]
-    with engine.open_engine(request["model"], max_model_len=length, dtype="auto",
-                            tensor_parallel=tensor_parallel,
-                            seed=int(request.get("seed", 0)), **extra) as llm:
-        outputs = llm.generate([{"prompt_token_ids": p} for p in ids], params, use_tqdm=False,
-                               lora_request=lora)
+    llm = engine.open_engine(request["model"], max_model_len=length, dtype="auto",
+                             tensor_parallel=tensor_parallel, seed=int(request.get("seed", 0)),
+                             **extra)
+    outputs = llm.generate([{"prompt_token_ids": p} for p in ids], params, use_tqdm=False,
+                           lora_request=lora)
     return [cut(list(done.token_ids), eos) for out in outputs for done in out.outputs]
 
 

@@ -5,7 +5,8 @@ The launcher (hpc_grpo/export/) picked the checkpoint, its layout and an empty t
 beside the target; it renames that folder into place only after this exits 0 with a passed
 check, and removes it otherwise. Request keys: ``checkpoint``, ``layout`` (full, zero, lora),
 ``base`` (LoRA: the base model folder), ``target`` (the temporary folder), ``dtype``
-(float32, bfloat16), ``adapter`` (LoRA: write the adapter instead of merging it). The answer
+(float32, bfloat16), ``adapter`` (LoRA: write the adapter instead of merging it),
+``num_params`` (the plan's count of the parameters written: what vLLM would hold). The answer
 (JSON, written to ANSWER.json so that library output on stdout cannot garble it) holds ``ok``,
 ``error`` (one line), ``check`` (check.CheckResult.to_dict, with ``vllm``: vLLM's reading
 of the folder judged the same way, or ``{"skipped": why}``) and ``notes``. Optional request
@@ -15,7 +16,6 @@ keys: ``vllm_check`` ("auto": where vLLM and a GPU are here; "off"), ``tensor_pa
 from __future__ import annotations
 
 import gc
-import math
 import sys
 import traceback
 from pathlib import Path
@@ -127,7 +127,7 @@ def _vllm(request: dict[str, Any], ref: check.Reference) -> dict[str, Any]:
         return {"skipped": "an adapter folder (vLLM serves it on the base model with enable_lora)"}
     if request.get("vllm_check", "auto") == "off":
         return {"skipped": "turned off"}
-    why = engine.unavailable(weights_bytes=2 * _folder_params(request["target"]))
+    why = engine.unavailable(weights_bytes=2 * int(request.get("num_params") or 0))
     if why:
         return {"skipped": why}
     try:
@@ -136,18 +136,6 @@ def _vllm(request: dict[str, Any], ref: check.Reference) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - vLLM's own errors are many; the line says which
         traceback.print_exc()
         return {"skipped": f"vLLM could not read the folder: {exception_line(exc)}"}
-
-
-def _folder_params(folder: str) -> int:
-    """Parameters in a folder's safetensors files, from their headers only."""
-    from safetensors import safe_open
-
-    total = 0
-    for path in Path(folder).glob("*.safetensors"):
-        with safe_open(str(path), framework="pt") as handle:
-            for name in handle.keys():  # noqa: SIM118 - safe_open is not a Mapping
-                total += math.prod(int(size) for size in handle.get_slice(name).get_shape())
-    return total
 
 
 def run(request: dict[str, Any]) -> dict[str, Any]:

@@ -36,9 +36,9 @@ def run(ref: check.Reference, folder: str | Path, *, tensor_parallel: int = 1) -
     longest = max(len(ids) for ids in ref.ids) + check.GREEDY_TOKENS
     # dtype "auto": vLLM's serving default (bf16 for a bf16 or fp32 folder on a GPU that has
     # it, fp16 on older ones), what users who load the folder get
-    with engine.open_engine(folder, max_model_len=max(256, longest), dtype="auto",
-                            tensor_parallel=tensor_parallel) as llm:
-        outputs = llm.generate(prompts, params, use_tqdm=False)
+    llm = engine.open_engine(folder, max_model_len=max(256, longest), dtype="auto",
+                             tensor_parallel=tensor_parallel)
+    outputs = llm.generate(prompts, params, use_tqdm=False)
     logprobs = [prompt_logprobs(out.prompt_logprobs, ids) for out, ids in zip(outputs, ref.ids, strict=True)]
     continuations = [[int(t) for t in out.outputs[0].token_ids] for out in outputs]
     return check.judge(ref, logprobs, continuations, TOLERANCE, ENGINE, judged_on="mean")

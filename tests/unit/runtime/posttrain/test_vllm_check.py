@@ -133,12 +133,14 @@ def test_the_export_child_runs_vllm_where_it_can_and_says_why_not_elsewhere(
 
 def test_the_weights_must_fit_the_engines_share_of_free_gpu_memory(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """export passes the folder's bf16 size (from the safetensors headers) to unavailable."""
+    """export passes the folder's bf16 size (the plan's parameter count) to unavailable."""
     folder = _folder(tmp_path / "w", 0)
     asked: list[int] = []
     monkeypatch.setattr(engine, "unavailable", lambda weights_bytes=0: asked.append(weights_bytes) or "x")
-    export._vllm({"target": str(folder), "layout": "full"}, check.reference(tiny(0), CharTokenizer()))
-    assert asked == [2 * sum(p.numel() for p in tiny(0).parameters())]  # tied head saved once
+    params = sum(p.numel() for p in tiny(0).parameters())  # the tied head counted once
+    export._vllm({"target": str(folder), "layout": "full", "num_params": params},
+                 check.reference(tiny(0), CharTokenizer()))
+    assert asked == [2 * params]
 
 
 def test_a_failed_vllm_reading_fails_the_export_with_its_figures(monkeypatch: pytest.MonkeyPatch) -> None:
