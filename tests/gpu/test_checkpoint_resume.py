@@ -154,6 +154,11 @@ def test_reference_run_and_its_checkpoint() -> None:
     assert abs(measured - record["checkpoint_bytes"]) <= 0.05 * measured, result
 
 
+def _node_env() -> dict[str, str]:
+    """This process's environment without Slurm's: the node task as a local run starts it."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+
+
 def _node(run_dir: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], float]:
     cmd = [sys.executable, "-m", "hpc_grpo.runtime.node", str(run_dir)]
     log = open(run_dir / f"node-{int(time.time())}.log", "w")  # noqa: SIM115
@@ -192,7 +197,7 @@ def test_usr2_then_resume_is_exact() -> None:
     record = json.loads((source / "run.json").read_text())
     record.update(run_id="interrupted", run_dir=str(run_dir))
     (run_dir / "run.json").write_text(json.dumps(record, indent=2))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env = _node_env()
     attempts = [_attempt(run_dir, env, stop_after=1)]  # warm cache (the reference filled it)
     cold = _work() / f"cold-{int(time.time())}"
     cold_env = {**env, "VLLM_CACHE_ROOT": str(cold / "vllm"),

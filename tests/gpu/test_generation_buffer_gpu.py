@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gpu.test_checkpoint_resume import _attempt, _metrics
+from tests.gpu.test_checkpoint_resume import _attempt, _metrics, _node_env
 from tests.gpu.test_gpu import _site, needs_gpu
 from tests.gpu.test_multinode import _save
 
@@ -52,7 +52,7 @@ def test_usr2_inside_a_generation_block_resumes_exactly(tmp_path: Path) -> None:
     record = json.loads((reference / "run.json").read_text())
     record.update(run_id="blocks-interrupted", run_dir=str(run_dir))
     (run_dir / "run.json").write_text(json.dumps(record, indent=2))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env = _node_env()
     attempts = [_attempt(run_dir, env, stop_after=1), _attempt(run_dir, env, stop_after=None)]
     keys = ("step", "reward_mean", "reward_std", "loss")
     steps = [{k: r.get(k) for k in keys} for r in _metrics(run_dir)]

@@ -23,7 +23,6 @@ first after the cold resume) equal in reward but not in loss, every adapter tens
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from pathlib import Path
@@ -31,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from tests.gpu.test_checkpoint_resume import _attempt, _cli, _metrics, _work
+from tests.gpu.test_checkpoint_resume import _attempt, _cli, _metrics, _node_env, _work
 from tests.gpu.test_gpu import _site, machine, needs_gpu
 from tests.gpu.test_multinode import _save, _saved
 from tests.gpu.test_resume_7b import _checkpoint, _copy_record
@@ -89,7 +88,7 @@ def test_lora_stop_and_resume_equal_the_uninterrupted_run() -> None:
     assert ref, "run -k lora_reference first (same HPC_GRPO_RESULTS)"
     run_dir = Path(ref["run_dir"]).parent / "lora7-interrupted"
     _copy_record(ref, run_dir)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env = _node_env()
     attempts = [{"cache": "warm", **_attempt(run_dir, env, stop_after=1)}]
     cold = _work() / f"cold-{int(time.time())}"
     cold_env = {**env, "VLLM_CACHE_ROOT": str(cold / "vllm"),

@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from tests.gpu.test_checkpoint_resume import GIB, _attempt, _cli, _folder_bytes, _metrics, _work
+from tests.gpu.test_checkpoint_resume import GIB, _attempt, _cli, _folder_bytes, _metrics, _node_env, _work
 from tests.gpu.test_gpu import _site, machine, needs_two
 from tests.gpu.test_multinode import _save, _saved
 
@@ -111,7 +111,7 @@ def test_7b_second_uninterrupted_run() -> None:
     assert ref, "run -k reference first (same HPC_GRPO_RESULTS)"
     run_dir = Path(ref["run_dir"]).parent / "second7"
     _copy_record(ref, run_dir)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env = _node_env()
     attempt = _attempt(run_dir, env, stop_after=None)
     rows = _metrics(run_dir)
     _save("7b-resume-second", {"attempt": attempt, "steps": rows,
@@ -132,7 +132,7 @@ def test_7b_usr2_stop_writes_a_checkpoint() -> None:
     ref, run_dir = _interrupted()
     _copy_record(ref, run_dir)
     record = json.loads((run_dir / "run.json").read_text())
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env = _node_env()
     attempt = _attempt(run_dir, env, stop_after=1)  # compile caches warm (the reference's)
     result = {"attempt": attempt, "checkpoint": _checkpoint(run_dir),
               "checkpoint_bytes_planned": record["checkpoint_bytes"],
@@ -148,7 +148,7 @@ def test_7b_resume_equals_the_uninterrupted_run() -> None:
     stop, second = _saved("7b-resume-stop"), _saved("7b-resume-second")
     assert stop and stop["attempt"]["phase"] == "interrupted", "run -k stop first"
     assert second, "run -k second first"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env = _node_env()
     attempt = _attempt(run_dir, env, stop_after=None)
     rows = _metrics(run_dir)
     restarts = run_dir / "restarts.jsonl"
