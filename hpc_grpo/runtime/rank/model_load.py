@@ -4,7 +4,9 @@ its PeftBlock as a peft ``LoraConfig`` (QLoRA: a 4-bit ``BitsAndBytesConfig``), 
 LoRA through TRL: ``GRPOTrainer(peft_config=...)`` wraps the model with ``get_peft_model``. What
 vLLM receives each step is the merged weights: TRL's weight sync (trl/generation/
 vllm_generation.py ``_iter_named_params``) calls ``merge_adapter()``, sends the base names and
-``unmerge_adapter()`` after. A resumed run loads the checkpoint's ``adapter_model.safetensors``
+``unmerge_adapter()`` after; in bf16 that rounds the frozen base a little every step, so the
+runtime swaps in a walk that merges each layer from a copy and restores it (rank/lora_sync.py).
+A resumed run loads the checkpoint's ``adapter_model.safetensors``
 into the same "default" adapter (transformers' ``Trainer._load_from_checkpoint``:
 ``model.load_adapter(checkpoint, active_adapter, is_trainable=True)``), so a requeue continues
 the adapter instead of stacking a second one.
