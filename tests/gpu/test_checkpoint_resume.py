@@ -56,16 +56,41 @@ def _cli(*args: str, timeout: int = 560) -> subprocess.CompletedProcess[str]:
 
 
 class HostPeak:
-    """Peak resident memory (RSS summed over a process and its children), sampled every 0.5 s."""
+    """Peak resident memory (RSS summed over a process and its children), sampled every 0.5 s.
+
+    At the peak it also keeps each process's split (``RssAnon``/``RssFile``/``RssShmem`` from
+    /proc: mapped files and shared memory count again in every process that maps them) and the
+    node's own count, MemTotal - MemAvailable, less its value when sampling began: what the
+    node actually lost, each page once (other tenants of the machine included)."""
 
     def __init__(self, pid: int | None = None) -> None:
         import psutil
 
         self.root = psutil.Process(pid or os.getpid())
         self.peak = 0
+        self.at_peak: list[dict[str, Any]] = []
+        self.node_base = self._node_used()
+        self.node_peak = 0
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
+
+    @staticmethod
+    def _node_used() -> int:
+        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+        kb = {k: int(v.split()[0]) for k, v in fields.items() if k in ("MemTotal", "MemAvailable")}
+        return (kb["MemTotal"] - kb["MemAvailable"]) * 1024
+
+    @staticmethod
+    def _split(proc: Any) -> dict[str, Any]:
+        from hpc_grpo.runtime.rank.hostmem import from_status
+
+        try:
+            split: dict[str, Any] = from_status(Path(f"/proc/{proc.pid}/status").read_text())
+            split["cmd"] = " ".join(proc.cmdline()[:4])[-120:]
+        except Exception:  # gone between listing and reading (OSError, psutil's errors)
+            return {}
+        return split
 
     def _loop(self) -> None:
         import psutil
@@ -73,16 +98,27 @@ class HostPeak:
         while not self.done.wait(0.5):
             total = 0
             try:
-                for proc in [self.root, *self.root.children(recursive=True)]:
+                procs = [self.root, *self.root.children(recursive=True)]
+                for proc in procs:
                     total += proc.memory_info().rss
             except psutil.Error:
                 continue
-            self.peak = max(self.peak, total)
+            self.node_peak = max(self.node_peak, self._node_used())
+            if total > self.peak:
+                self.peak = total
+                self.at_peak = [s for s in (self._split(p) for p in procs) if s.get("rss", 0) > 0.1]
 
     def stop(self) -> float:
         self.done.set()
         self.thread.join()
         return round(self.peak / GIB, 2)
+
+    def detail(self) -> dict[str, Any]:
+        """The processes at the peak (over 0.1 GiB each), their split summed, and the node's count."""
+        keys = ("rss", "anon", "file", "shmem")
+        sums = {k: round(sum(p.get(k, 0.0) for p in self.at_peak), 2) for k in keys}
+        return {"processes": self.at_peak, "summed": sums,
+                "node_used_peak_less_start_gib": round((self.node_peak - self.node_base) / GIB, 2)}
 
 
 def _metrics(run_dir: Path) -> list[dict[str, Any]]:

@@ -134,11 +134,12 @@ def test_host_memory_with_optimizer_offload_against_the_plan(shape: str, ranks: 
     total = round(planned + save, 2) if planned else None
     result = {"shape": shape, "ranks": ranks, "run_dir": str(run_dir),
               "planned_host_gib": planned, "planned_save_host_gib": save,
-              "measured_host_rss_peak_gib": host,
+              "measured_host_rss_peak_gib": host, "host_peak_detail": peak.detail(),
               "ratio": round(total / host, 3) if total else None,
               "memory_plan": record["memory_plan"], "deepspeed": record["deepspeed"],
               "state": json.loads((run_dir / "state.json").read_text()),
-              "steps": [{k: r.get(k) for k in ("step", "gpu_mem_peak_by_phase_gib", "step_time")}
+              "steps": [{k: r.get(k) for k in ("step", "gpu_mem_peak_by_phase_gib", "step_time",
+                                                "host_mem_gib")}
                         for r in _metrics(run_dir)]}
     _save(f"memory-offload-{shape}" + (f"-{ranks}ranks" if ranks > 1 else ""), result)
     if (shape, ranks) != KEEPS_CHECKPOINT:

@@ -16,7 +16,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
-from hpc_grpo.runtime.rank import checkpoints, phases
+from hpc_grpo.runtime.rank import checkpoints, hostmem, phases
 from hpc_grpo.runtime.rank.gpumem import GpuMemorySampler, physical_gpu
 from hpc_grpo.runtime.rank.stop import StopFlag, request_reason
 
@@ -235,6 +235,8 @@ class MetricsCallback(TrainerCallback):
             row["gpu_mem_peak_gib"] = round(self.memory.peak_gib, 3)
             row["gpu_mem_peak_by_phase_gib"] = self.memory.phase_peaks_gib()  # run so far
             row.update(_torch_memory(None))
+        if host := hostmem.sample(torch):
+            row["host_mem_gib"] = host  # rank 0's process (rank/hostmem.py)
         row.update({k: v for k, v in logs.items() if k.startswith("rewards/")})
         row.update({ours: logs[trl] for trl, ours in LOGP_DIFF.items() if logs.get(trl) is not None})
         if split:
