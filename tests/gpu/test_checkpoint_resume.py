@@ -56,12 +56,16 @@ def _cli(*args: str, timeout: int = 560) -> subprocess.CompletedProcess[str]:
 
 
 class HostPeak:
-    """Peak resident memory (RSS summed over a process and its children), sampled every 0.5 s.
+    """Peak resident memory of a process and its children: RSS summed every 0.5 s (``stop()``,
+    what earlier runs saved) and PSS summed every 2 s (``pss_gib()``, each page counted once).
 
-    At the peak it also keeps each process's split (``RssAnon``/``RssFile``/``RssShmem`` from
-    /proc: mapped files and shared memory count again in every process that maps them) and the
-    node's own count, MemTotal - MemAvailable, less its value when sampling began: what the
-    node actually lost, each page once (other tenants of the machine included)."""
+    The RSS sum counts a page again in every process that maps it, and a rank forks about one
+    torch inductor compile worker per core: on 2 x H200 (32 cores, 2 ranks, 2026-11-26) 66
+    workers of 0.36 GiB RSS each added 25 GiB to the sum that the node never lost (its
+    MemTotal - MemAvailable grew by 36.4 GiB against a 61.0 GiB RSS sum). PSS, from
+    /proc/PID/smaps_rollup, shares each page among its mappers, so it sums to what the tree
+    holds, whatever else runs on the machine. ``detail()`` keeps the split at both peaks and
+    the node's own count (other tenants of the machine included)."""
 
     def __init__(self, pid: int | None = None) -> None:
         import psutil
@@ -69,6 +73,8 @@ class HostPeak:
         self.root = psutil.Process(pid or os.getpid())
         self.peak = 0
         self.at_peak: list[dict[str, Any]] = []
+        self.pss_peak = 0.0
+        self.at_pss_peak: dict[str, float] = {}
         self.node_base = self._node_used()
         self.node_peak = 0
         self.done = threading.Event()
@@ -92,10 +98,27 @@ class HostPeak:
             return {}
         return split
 
+    @staticmethod
+    def _pss(procs: list[Any]) -> dict[str, float]:
+        """Pss, Pss_Anon, Pss_File, Pss_Shmem summed over ``procs``, in GiB."""
+        sums = {"Pss": 0.0, "Pss_Anon": 0.0, "Pss_File": 0.0, "Pss_Shmem": 0.0}
+        for proc in procs:
+            try:
+                text = Path(f"/proc/{proc.pid}/smaps_rollup").read_text()
+            except OSError:
+                continue
+            for line in text.splitlines():
+                key, _, value = line.partition(":")
+                if key in sums:
+                    sums[key] += int(value.split()[0]) * 1024 / GIB
+        return {k: round(v, 3) for k, v in sums.items()}
+
     def _loop(self) -> None:
         import psutil
 
+        tick = 0
         while not self.done.wait(0.5):
+            tick += 1
             total = 0
             try:
                 procs = [self.root, *self.root.children(recursive=True)]
@@ -107,17 +130,31 @@ class HostPeak:
             if total > self.peak:
                 self.peak = total
                 self.at_peak = [s for s in (self._split(p) for p in procs) if s.get("rss", 0) > 0.1]
+            if tick % 4 == 0:
+                pss = self._pss(procs)
+                if pss["Pss"] > self.pss_peak:
+                    self.pss_peak, self.at_pss_peak = pss["Pss"], pss
 
     def stop(self) -> float:
+        """The peak RSS sum in GiB (sampling ends)."""
         self.done.set()
         self.thread.join()
         return round(self.peak / GIB, 2)
 
+    def pss_gib(self) -> float:
+        return round(self.pss_peak, 2)
+
     def detail(self) -> dict[str, Any]:
-        """The processes at the peak (over 0.1 GiB each), their split summed, and the node's count."""
+        """The processes at the RSS peak (over 0.1 GiB each; compile workers as one line), the
+        PSS split at its peak, and the node's count."""
         keys = ("rss", "anon", "file", "shmem")
-        sums = {k: round(sum(p.get(k, 0.0) for p in self.at_peak), 2) for k in keys}
-        return {"processes": self.at_peak, "summed": sums,
+        workers = [p for p in self.at_peak if "compile_worker" in p.get("cmd", "")]
+        others = [p for p in self.at_peak if p not in workers]
+        return {"processes": others,
+                "compile_workers": {"count": len(workers),
+                                    "rss": round(sum(p.get("rss", 0.0) for p in workers), 2)},
+                "summed": {k: round(sum(p.get(k, 0.0) for p in self.at_peak), 2) for k in keys},
+                "pss_at_peak_gib": self.at_pss_peak,
                 "node_used_peak_less_start_gib": round((self.node_peak - self.node_base) / GIB, 2)}
 
 
@@ -179,7 +216,8 @@ def test_reference_run_and_its_checkpoint() -> None:
     measured = _folder_bytes(ckpt)
     rows = _metrics(run_dir)
     result = {"run_dir": str(run_dir), "wall_s": round(time.time() - started, 1),
-              "host_rss_peak_gib": host, "checkpoint_bytes_planned": record["checkpoint_bytes"],
+              "host_rss_peak_gib": host, "host_pss_peak_gib": peak.pss_gib(),
+              "checkpoint_bytes_planned": record["checkpoint_bytes"],
               "checkpoint_bytes_measured": measured,
               "checkpoint_files": {p.name: p.stat().st_size for p in ckpt.rglob("*") if p.is_file()},
               "memory_plan": record["memory_plan"], "deepspeed": record["deepspeed"],
@@ -218,6 +256,7 @@ def _attempt(run_dir: Path, env: dict[str, str], stop_after: int | None) -> dict
     state = json.loads((run_dir / "state.json").read_text())
     return {"exit": proc.returncode, "first_new_step_s": round(first_new or -1, 1),
             "wall_s": round(time.time() - t0, 1), "host_rss_peak_gib": peak.stop(),
+            "host_pss_peak_gib": peak.pss_gib(),
             "phase": state.get("phase"), "step": state.get("step"),
             "stop_cause": state.get("stop_cause"), "resumed_from": state.get("resumed_from")}
 
