@@ -265,8 +265,8 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     heartbeat.install(trainer)  # progress for the node task's hang watchdog
     seed = rank_row(rank, run.procs_per_node, run.vllm.tensor_parallel_size).vllm_seed
     generation_record.install(trainer, run_dir, rank, seed=seed)
-    if line := lora_sync.install(trainer):  # before the fault, which wraps whatever walk is set
-        print(f"[train] {line}", flush=True)
+    if push := lora_sync.install(trainer):  # before the fault, which wraps whatever walk is set
+        print(f"[train] {push}", flush=True)
     if stale_weights.install(trainer, os.environ):
         print(f"[train] {stale_weights.NOTE}", flush=True)
     for note in tracking.install(trainer, trackers, resume_step, logged):
