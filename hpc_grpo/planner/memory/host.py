@@ -1,19 +1,23 @@
-"""Host (CPU) memory per node of one layout: what the node's process tree holds (RSS) while training.
+"""Host (CPU) memory per node of one layout: what the node's processes hold while training, each page once.
 
 Assumptions (GiB = 2**30 bytes; "N" the model's parameters, "p" one rank's share of the trainable
 ones: trainable / world under ZeRO-2/3, all of them otherwise):
 
-* Each rank's process (torch, CUDA, NCCL, vLLM and their libraries, the node task and torchrun
-  beside it) holds RANK_PROCESS_GIB, plus LOAD_SHARE of the weights as the rank loaded them (fp32
-  without DeepSpeed, bf16 with it; under ZeRO-3 the rank's partition, as transformers builds the
-  model inside DeepSpeed's zero.Init). Both fitted, not derived,
-  on the peak RSS of the whole process tree (psutil, every 0.5 s; tests/gpu/test_checkpoint_resume
-  HostPeak), less the save's host memory (planner/checkpoint_size.py), of three runs without
-  offload: 0.5B (0.39 B params) ZeRO off, 1 rank on an H100, 9.73 GiB
-  (docs/results/2026-11-24-generation-buffer-resume-h100.json, first attempt); 1.5B (1.36 B)
-  ZeRO off, 1 rank on an H200, 14.68 GiB (2026-11-24-ckpt-1.5b-usr2-resume-h200.json, first
-  attempt); 7B (6.64 B) TP 2 ZeRO-3, 2 ranks on one H100 node, 42.61 GiB
-  (2026-11-25-7b-resume-stop-h100x2.json). The model: 10.2, 15.2 and 39.2 GiB (+5, +3, -8 %).
+* Each rank's process (torch, CUDA, NCCL, vLLM and their libraries, its inductor compile workers,
+  the node task and torchrun beside it) holds RANK_PROCESS_GIB, plus LOAD_SHARE of the weights as
+  the rank loaded them (fp32 without DeepSpeed, bf16 with it; under ZeRO-3 the rank's partition,
+  as transformers builds the model inside DeepSpeed's zero.Init). Fitted on what the node lost,
+  each page counted once (MemTotal - MemAvailable over the run, agreeing with the ranks' own RSS
+  to 1.4 GiB), in two runs with optimizer offload and 2 ranks on one 2 x H200 node (2026-11-26,
+  docs/results/2026-11-26-memory-offload-1.5b-2ranks-split-h200x2.json: 36.44 GiB, implied
+  3.98 GiB a rank; ...-7b-2ranks-h200x2.json: 129.81 GiB, implied 2.69): the model says 36.46
+  and 132.4 (+0 %, +2 %). Rounded up, so the plan errs high.
+  The constant was 8 GiB before: fitted on the RSS summed over the process tree, which counts the
+  ~0.36 GiB image of every forked inductor compile worker (about one per core and rank: 66 of
+  them, 25 GiB of the 61.0 GiB sum, on the 32-core machine) although the node holds it once.
+  Every earlier saved run was measured that way (tests/unit/planner/test_host_memory.py holds
+  them as upper bounds). Not yet measured per page: 1 rank with offload (the model says 30.5 GiB
+  at 1.5B and 128.4 at 7B) and any run without offload.
 * Optimizer offload, per rank, from DeepSpeed 0.19's code (runtime/zero/stage3.py,
   stage_1_and_2.py, with the pin_memory the runtime sets, runtime/rank/grpo_args.py): the fp32
   master partition (4 B/p) and Adam's m and v (8 B/p); under ZeRO-3 a pinned fp32 gradient
@@ -21,22 +25,21 @@ ones: trainable / world under ZeRO-2/3, all of them otherwise):
   buffer in bf16 (2 B/p; the gradient accumulation dtype is the model's under ZeRO); under
   ZeRO-1/2 the master partition itself, a bf16 copy (2 B/p) and the fp32 gradients (4 B/p), all
   pinned. torch's pinned allocator rounds every block up to a power of two
-  (CachingHostAllocator), so a pinned buffer of 5.1 GiB holds 8. Measured once: 1.5B ZeRO-3 +
-  offload, 1 rank on an H200, 34.78 GiB (2026-11-24-memory-offload-1.5b-h200.json; the tree
-  there includes pytest and the submitting CLI); the model: 34.5 (16 B/p + 4 GiB a rank, the
-  plan before, said 24.3).
+  (CachingHostAllocator), so a pinned buffer of 5.1 GiB holds 8. 1.5B ZeRO-3 + offload, 1 rank
+  on a 16-core H200: RSS sum 34.78 GiB (2026-11-24-memory-offload-1.5b-h200.json, compile
+  workers included); the model now says 30.5 (with 8 GiB a rank it said 34.5; 16 B/p + 4 GiB a
+  rank, the plan before that, said 24.3).
 * Parameter offload (ZeRO-3): the bf16 weights, and the reference model's, in CPU memory,
   unpinned (not measured).
 * Not counted here: the save's host memory (checkpoint_size.py adds it on rank 0's node) and a
   resume's load of the checkpoint (measured: 1.5B ZeRO off 19.5 GiB against 14.7 for a fresh
   start; 7B ZeRO-3 2 ranks 103.4 against 42.6: each rank's optimizer file is read into CPU
   memory).
-* Offload measured since (2 x H200, 2026-11-26, tests/gpu/test_memory_phases.py -k offload):
-  7B, 1 rank: 132.57 GiB against the model's 132.43 (-0.1 %,
-  docs/results/2026-11-26-memory-offload-7b-h200x2.json). 1.5B with 2 ranks a node: 61.0 GiB
-  in two runs against 44.5 (-27 %, ...-1.5b-2ranks-h200x2.json): 8.3 GiB a rank that the
-  buffers above do not explain (not found; tests/unit/planner/test_host_memory.py holds it as a
-  strict xfail). Not measured: 7B with 2 ranks a node (the model says 140.4 GiB).
+* Offload measured since (2 x H200, 2026-11-26): 7B, 1 rank, RSS sum 132.57 GiB
+  (docs/results/2026-11-26-memory-offload-7b-h200x2.json; its 32-core machine's compile workers
+  included). The pinned buffers above were seen exactly in the 2-rank runs: torch's pinned
+  allocator held 6.0 GiB a rank at 1.5B and 22.0 at 7B (metrics.jsonl ``host_mem_gib``), as
+  ``offloaded_bytes`` rounds them.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from math import ceil, log2
 from hpc_grpo.planner.types import PlanRequest
 
 GIB = float(2**30)
-RANK_PROCESS_GIB = 8.0
+RANK_PROCESS_GIB = 4.0
 LOAD_SHARE = 0.5
 SUB_GROUP_ELEMENTS = 10**9  # DeepSpeed's default sub_group_size
 

@@ -1,14 +1,20 @@
-"""The planner's host memory per node against every saved peak RSS of a fresh run (issue #29).
+"""The planner's host memory per node against the saved measurements (issue #29).
 
-Each saved run (docs/results) measured the peak RSS of its whole process tree on its one node.
-The plan's number for it: planner/memory/host.py's CPU memory per node plus the save's host
-memory on rank 0's node (planner/checkpoint_size.py; every one of these runs saved once). Held to
-10 %. Where the run had optimizer offload, the plan's own "CPU memory per node" line is used (it
-exists only with offload). Evidence: 1.5B and 7B with offload, 1 rank; 0.5B and 1.5B without,
-1 rank; 7B without, 2 ranks on one node; 1.5B with offload and 2 ranks on one node, which the
-model misses (planned 44.5 GiB, measured 61.0 twice on 2 x H200: a strict xfail until the
-mechanism is found). Not saved: 7B with offload and 2 ranks a node.
-Resumed attempts (which read the checkpoint into CPU memory) are not what the plan counts.
+Two kinds of saved measurement (docs/results):
+
+* Each page once (``CLEAN``): what the node lost over the run (MemTotal - MemAvailable, nothing
+  else running) or the process tree's PSS. 1.5B and 7B with ZeRO-3 + optimizer offload, 2 ranks
+  on one 2 x H200 node (2026-11-26). Held within 10 %.
+* The RSS summed over the process tree (``RSS_SUMS``: every run saved before 2026-11-26). That
+  sum counts the image of each forked inductor compile worker (about one per core and rank)
+  although the node holds it once: 61.0 GiB summed against 36.4 lost at 1.5B with 2 ranks, on
+  the same run. It is an upper bound of what the node held, so the plan is held not to exceed
+  it by more than 10 % (it cannot say how far below it may fall).
+The plan's number: planner/memory/host.py's CPU memory per node plus the save's host memory on
+rank 0's node (planner/checkpoint_size.py; every one of these runs saved once; 0 under offload).
+Where the run had optimizer offload, the plan's own "CPU memory per node" line is used (it exists
+only with offload). Resumed attempts (which read the checkpoint into CPU memory) are not what the
+plan counts.
 """
 
 from __future__ import annotations
@@ -28,8 +34,13 @@ from hpc_grpo.planner.memory.host import host_gib
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 GIB = float(2**30)
 
-# (saved file, keys to its peak RSS, shape, ranks on the node, ZeRO stage, optimizer offload)
-RUNS = [
+NODE = ("host_peak_detail", "node_used_peak_less_start_gib")
+# (saved file, keys to its measurement, shape, ranks on the node, ZeRO stage, optimizer offload)
+CLEAN = [
+    ("2026-11-26-memory-offload-1.5b-2ranks-split-h200x2.json", NODE, "qwen2-1.5b", 2, 3, True),
+    ("2026-11-26-memory-offload-7b-2ranks-h200x2.json", NODE, "qwen2-7b", 2, 3, True),
+]
+RSS_SUMS = [
     ("2026-11-24-memory-offload-1.5b-h200.json", ("measured_host_rss_peak_gib",), "qwen2-1.5b",
      1, 3, True),
     ("2026-11-24-ckpt-1.5b-usr2-resume-h200.json", ("attempts", 0, "host_rss_peak_gib"),
@@ -42,12 +53,11 @@ RUNS = [
      False),
     ("2026-11-26-memory-offload-7b-h200x2.json", ("measured_host_rss_peak_gib",), "qwen2-7b", 1, 3,
      True),
+    ("2026-11-26-memory-offload-1.5b-2ranks-h200x2.json", ("measured_host_rss_peak_gib",),
+     "qwen2-1.5b", 2, 3, True),
+    ("2026-11-26-memory-offload-1.5b-2ranks-split-h200x2.json", ("measured_host_rss_peak_gib",),
+     "qwen2-1.5b", 2, 3, True),
 ]
-MISSED = pytest.param(
-    "2026-11-26-memory-offload-1.5b-2ranks-h200x2.json", ("measured_host_rss_peak_gib",),
-    "qwen2-1.5b", 2, 3, True, marks=pytest.mark.xfail(strict=True, reason=(
-        "optimizer offload with 2 ranks a node: 16.5 GiB (8.3 a rank) above the model, in two "
-        "runs; DeepSpeed 0.19's per-rank CPU buffers as host.py counts them do not explain it")))
 
 
 def _measured(name: str, keys: tuple[Any, ...]) -> float:
@@ -83,34 +93,45 @@ def planned_node_gib(shape: str, ranks: int, zero: int, offload: bool) -> float:
     return training + save.host_bytes / GIB
 
 
-@pytest.mark.parametrize(("name", "keys", "shape", "ranks", "zero", "offload"), [*RUNS, MISSED])
-def test_host_memory_within_ten_percent_of_the_saved_peak_rss(
+@pytest.mark.parametrize(("name", "keys", "shape", "ranks", "zero", "offload"), CLEAN)
+def test_host_memory_within_ten_percent_of_the_node_s_own_count(
         name: str, keys: tuple[Any, ...], shape: str, ranks: int, zero: int, offload: bool) -> None:
     measured = _measured(name, keys)
     planned = planned_node_gib(shape, ranks, zero, offload)
     assert abs(planned - measured) <= 0.10 * measured, (name, round(planned, 2), measured)
 
 
-def test_the_offload_plan_was_low_before_and_is_close_now() -> None:
-    """The saved run's own plan said 24.28 GiB (16 B/param + 4 GiB a rank); the rebuilt plan
-    is within 5 % of the 34.78 measured."""
-    saved = json.loads((RESULTS / RUNS[0][0]).read_text())
-    assert saved["planned_host_gib"] == 24.28
-    planned = planned_node_gib("qwen2-1.5b", 1, 3, True)
-    assert abs(planned / saved["measured_host_rss_peak_gib"] - 1) < 0.05, planned
+@pytest.mark.parametrize(("name", "keys", "shape", "ranks", "zero", "offload"), RSS_SUMS)
+def test_host_memory_below_every_saved_rss_sum(
+        name: str, keys: tuple[Any, ...], shape: str, ranks: int, zero: int, offload: bool) -> None:
+    measured = _measured(name, keys)
+    planned = planned_node_gib(shape, ranks, zero, offload)
+    assert planned <= 1.10 * measured, (name, round(planned, 2), measured)
+
+
+def test_the_rss_sum_overcounts_what_the_node_lost() -> None:
+    """The same run, two counts: why the RSS sums are bounds only. The ranks' own RSS is close to
+    the node's count; the difference is the forked compile workers."""
+    run = json.loads((RESULTS / CLEAN[0][0]).read_text())
+    detail = run["host_peak_detail"]
+    ranks = sum(p["rss"] for p in detail["processes"] if "rank.train" in p["cmd"])
+    workers = run["measured_host_rss_peak_gib"] - detail["summed"]["rss"] + sum(
+        p["rss"] for p in detail["processes"] if "compile_worker" in p["cmd"])
+    assert run["measured_host_rss_peak_gib"] > 1.5 * detail["node_used_peak_less_start_gib"]
+    assert abs(ranks - detail["node_used_peak_less_start_gib"]) < 2.0, ranks
+    assert workers >= 0.0
 
 
 @pytest.mark.parametrize(("constant", "value"), [
-    ("RANK_PROCESS_GIB", 4.0), ("RANK_PROCESS_GIB", 10.0), ("LOAD_SHARE", 0.0),
-    ("LOAD_SHARE", 1.0), ("offloaded_bytes", lambda zero, p: 16.0 * p)])
-def test_a_perturbed_model_fails_some_saved_run(monkeypatch: pytest.MonkeyPatch, constant: str,
+    ("RANK_PROCESS_GIB", 8.0), ("RANK_PROCESS_GIB", 1.0), ("LOAD_SHARE", 2.0),
+    ("offloaded_bytes", lambda zero, p: 16.0 * p), ("pinned", lambda nbytes: 2.0 * nbytes)])
+def test_a_perturbed_model_fails_some_clean_run(monkeypatch: pytest.MonkeyPatch, constant: str,
                                                 value: Any) -> None:
-    """The check above can fail: the old 4 GiB a rank, a load share of 0 or 1, or the old
-    16 B/param of offloaded state (no second gradient buffer, no rounding) each put a saved
-    run outside 10 %. Without the power-of-two rounding alone the offload run is -9 %: inside,
-    so the rounding is DeepSpeed's and torch's code read, not something this run proves."""
+    """The check above can fail: the 8 GiB a rank fitted on RSS sums, a rank of 1 GiB, twice the
+    load share, the old 16 B/param of offloaded state (no second gradient buffer, no rounding),
+    or pinned buffers taking twice their size each put a clean run outside 10 %."""
     monkeypatch.setattr(host, constant, value)
-    worst = max(abs(planned_node_gib(*run[2:]) / _measured(*run[:2]) - 1) for run in RUNS)
+    worst = max(abs(planned_node_gib(*run[2:]) / _measured(*run[:2]) - 1) for run in CLEAN)
     assert worst > 0.10, (constant, worst)
 
 
@@ -122,3 +143,14 @@ def test_pinned_buffers_round_up_to_powers_of_two() -> None:
     # sub-groups (3.7 + 1.3) and 4 GiB for the bf16 flat buffer (2.5)
     p = 1_360_672_256
     assert host.offloaded_bytes(3, p) / GIB == pytest.approx(12 * p / GIB + 6 + 4)
+
+
+def test_pinned_buffers_as_torch_held_them() -> None:
+    """metrics.jsonl's host_mem_gib (rank/hostmem.py) in the clean runs: torch's pinned allocator
+    held exactly the rounded buffers offloaded_bytes counts (all of it beyond 12 B/p)."""
+    for name, _, shape, ranks, zero, _ in CLEAN:
+        rows = json.loads((RESULTS / name).read_text())["steps"]
+        held = rows[-1]["host_mem_gib"]["pinned_allocated"]
+        req = _request(shape, ranks, zero, True)
+        p = req.trainable_params / ranks
+        assert held == pytest.approx((host.offloaded_bytes(zero, p) - 12 * p) / GIB, abs=0.01), name
