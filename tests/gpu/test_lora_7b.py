@@ -14,10 +14,15 @@ One test per device call where the 10-minute limit needs it, in this order, with
   tensor, must equal the reference's. Restart to first new step, cold against warm (#29: warm
   at most half of cold is the goal, reported, not asserted: one round).
 
-On 2 x H200 (2026-11-26, STEPS 4 then) the resume was not exact: steps 1-2 equal, step 3 (the
-first after the cold resume) equal in reward but not in loss, every adapter tensor off by up to
-6.5e-5 (docs/benchmarks.md). The reference's final checkpoint is what
-``tests/gpu/test_export_gpu.py -k lora`` exports.
+What "equal" can mean here was measured (2 x H200, 2026-11-26, docs/benchmarks.md "session 29"):
+two uninterrupted runs of the same code on two loans of the machine are not bit-equal (step 1
+loss 0.0553308 against 0.0553285, rewards apart from step 2), so a bit-equal adapter after six
+steps is not a property of this stack. The resume is held to what it changes: every step up to
+and including the first step after the last resume has the reference's rewards exactly and its
+loss within LOSS_RTOL (the two uninterrupted runs were 4.3e-5 apart at step 1; the resume,
+before runtime/rank/lora_sync.py stopped TRL's bf16 merge/unmerge from moving the base, 3.5e-2
+at its first step; after it 3.3e-6). Later steps and the final adapter are reported, not held.
+The reference's final checkpoint is what ``tests/gpu/test_export_gpu.py -k lora`` exports.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ STEPS = 6  # room after the cold resume's stop: a 7B LoRA step takes about a sec
 SETS = {"max_steps": STEPS, "learning_rate": 1e-4, "per_device_train_batch_size": 8,
         "num_generations": 8, "max_completion_length": 64, "save_steps": 1, "use_peft": "true"}
 KEYS = ("step", "reward_mean", "reward_std", "loss")
+LOSS_RTOL = 1e-4
 
 
 def _final_adapter(run_dir: Path) -> dict[str, Any]:
@@ -112,5 +118,12 @@ def test_lora_stop_and_resume_equal_the_uninterrupted_run() -> None:
     _save("7b-lora-resume-resumed", result)
     assert [a["phase"] for a in attempts] == ["interrupted", "interrupted", "done"], attempts
     assert attempts[2]["first_new_step_s"] > 0, attempts  # the warm resume had steps left
-    assert result["steps"] == result["reference"], result
-    assert adapter["tensors"] > 0 and not adapter["only_one"] and adapter["unequal"] == 0, adapter
+    assert adapter["tensors"] > 0 and not adapter["only_one"], adapter
+    held = 3  # step 1 (warm stop), 2 (first after the cold resume), 3 (first after the warm one)
+    steps = [{k: r.get(k) for k in KEYS} for r in rows]
+    reference = [{k: r.get(k) for k in KEYS} for r in ref["steps"]]
+    for ours, theirs in zip(steps[:held], reference[:held], strict=True):
+        assert ours["step"] == theirs["step"] and ours["reward_mean"] == theirs["reward_mean"], (
+            ours, theirs)
+        assert abs(ours["loss"] - theirs["loss"]) <= LOSS_RTOL * abs(theirs["loss"]) + 1e-7, (
+            ours, theirs)
