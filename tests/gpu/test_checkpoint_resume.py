@@ -83,9 +83,10 @@ class HostPeak:
 
     @staticmethod
     def _node_used() -> int:
-        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
-        kb = {k: int(v.split()[0]) for k, v in fields.items() if k in ("MemTotal", "MemAvailable")}
-        return (kb["MemTotal"] - kb["MemAvailable"]) * 1024
+        from hpc_grpo.runtime.probe import memory
+
+        node = memory()
+        return int(node["total"]) - int(node["available"])
 
     @staticmethod
     def _split(proc: Any) -> dict[str, Any]:

@@ -106,10 +106,11 @@ def test_lora_stop_and_resume_equal_the_uninterrupted_run() -> None:
     reference_adapter = _final_adapter(Path(ref["run_dir"]))
     adapter = adapter_difference(reference_adapter, _final_adapter(run_dir))
     cold_s, warm_s = attempts[1]["first_new_step_s"], attempts[2]["first_new_step_s"]
-    result = {"run_dir": str(run_dir), "attempts": attempts,
-              "steps": [{k: r.get(k) for k in KEYS} for r in rows],
+    steps = [{k: r.get(k) for k in KEYS} for r in rows]
+    reference = [{k: r.get(k) for k in KEYS} for r in ref["steps"]]
+    result = {"run_dir": str(run_dir), "attempts": attempts, "steps": steps,
               "rows": rows,  # every metric: vLLM's log-probability drift among them
-              "reference": [{k: r.get(k) for k in KEYS} for r in ref["steps"]],
+              "reference": reference,
               "adapter": adapter, "restart_first_new_step_s": {"cold": cold_s, "warm": warm_s},
               "warm_over_cold": round(warm_s / cold_s, 3) if cold_s > 0 else None,
               "checkpoint": _checkpoint(run_dir),
@@ -120,8 +121,6 @@ def test_lora_stop_and_resume_equal_the_uninterrupted_run() -> None:
     assert attempts[2]["first_new_step_s"] > 0, attempts  # the warm resume had steps left
     assert adapter["tensors"] > 0 and not adapter["only_one"], adapter
     held = 3  # step 1 (warm stop), 2 (first after the cold resume), 3 (first after the warm one)
-    steps = [{k: r.get(k) for k in KEYS} for r in rows]
-    reference = [{k: r.get(k) for k in KEYS} for r in ref["steps"]]
     for ours, theirs in zip(steps[:held], reference[:held], strict=True):
         assert ours["step"] == theirs["step"] and ours["reward_mean"] == theirs["reward_mean"], (
             ours, theirs)

@@ -1,12 +1,12 @@
 """This rank's host memory, for metrics.jsonl: what the plan's "CPU memory per node" models.
 
-Why: the host-memory model (planner/memory/host.py) is fitted on the peak RSS of a whole process
-tree sampled from outside, which cannot say what a rank holds: anonymous memory (optimizer
-state, pinned buffers), mapped files (libraries, safetensors) or shared memory, each counted
-again in every process that maps it. /proc/self/status splits them (``RssAnon``, ``RssFile``,
-``RssShmem``) and keeps the process's own peak (``VmHWM``); torch's pinned host allocator, which
-rounds every block up to a power of two, reports what it holds (``torch.cuda.host_memory_stats``,
-CUDA only). All in GiB; keys missing where the system or torch does not report them.
+Why: a process tree's memory sampled from outside (tests/gpu HostPeak) cannot say what a rank
+holds: anonymous memory (optimizer state), mapped files (libraries, safetensors) or shared memory
+(pinned buffers), the last two counted again in every process that maps them. /proc/self/status
+splits them (``RssAnon``, ``RssFile``, ``RssShmem``) and keeps the process's own peak
+(``VmHWM``); torch's pinned host allocator, which rounds every block up to a power of two,
+reports what it holds (``torch.cuda.host_memory_stats``, CUDA only). All in GiB; keys missing
+where the system or torch does not report them.
 """
 
 from __future__ import annotations

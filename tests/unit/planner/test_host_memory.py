@@ -114,12 +114,12 @@ def test_the_rss_sum_overcounts_what_the_node_lost() -> None:
     the node's count; the difference is the forked compile workers."""
     run = json.loads((RESULTS / CLEAN[0][0]).read_text())
     detail = run["host_peak_detail"]
+    node = detail["node_used_peak_less_start_gib"]
     ranks = sum(p["rss"] for p in detail["processes"] if "rank.train" in p["cmd"])
-    workers = run["measured_host_rss_peak_gib"] - detail["summed"]["rss"] + sum(
-        p["rss"] for p in detail["processes"] if "compile_worker" in p["cmd"])
-    assert run["measured_host_rss_peak_gib"] > 1.5 * detail["node_used_peak_less_start_gib"]
-    assert abs(ranks - detail["node_used_peak_less_start_gib"]) < 2.0, ranks
-    assert workers >= 0.0
+    workers = sum(p["rss"] for p in detail["processes"] if "compile_worker" in p["cmd"])
+    assert run["measured_host_rss_peak_gib"] > 1.5 * node
+    assert abs(ranks - node) < 2.0, ranks
+    assert workers >= 0.9 * (run["measured_host_rss_peak_gib"] - node), workers
 
 
 @pytest.mark.parametrize(("constant", "value"), [
