@@ -37,7 +37,7 @@ def test_a_job_id_now_someone_elses_is_left_alone(tmp_path: Path) -> None:
 
     stranger = subprocess.run(
         ["sbatch", "--parsable", "--job-name=sleep", "--partition=debug", "--nodes=1",
-         "--cpus-per-task=1", "--time=00:03:00", "--wrap", "sleep 170"],
+         "--cpus-per-task=1", "--time=00:03:00", "--output=/dev/null", "--wrap", "sleep 170"],
         capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
     try:
         jobs_file.write_text(json.dumps({**line, "job_id": stranger}) + "\n")

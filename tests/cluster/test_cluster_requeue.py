@@ -102,7 +102,7 @@ def test_five_different_interruptions_in_a_row(
     assert len(held) == 2, held
     high = subprocess.run(["sbatch", "--parsable", "--partition", "high", "--nodes", "2",
                            "--nodelist", ",".join(held), "--exclusive", "--time", "00:02:00",
-                           "--wrap", "sleep 5"],
+                           "--output", "/dev/null", "--wrap", "sleep 5"],
                           capture_output=True, text=True, check=True).stdout.strip()
     second = wait_restarts(run_dir, 2, timeout=240)
     assert second["cause"] == "preempted" and second["steps_lost"] <= 1, second
