@@ -148,9 +148,14 @@ def test_usr2_requeue_on_gpus_resumes_the_same_run(reference: dict[str, Any],
     resumed_from = int(restarts[0]["resumed_from_step"]) if restarts else 0
     new = [m for m in metrics if m["step"] == resumed_from + 1]
     first_new = new[0]["time"] - signalled if new else None
+    # Slurm's own timeline of the job's attempts (-D: each requeue is a row), so the restart's
+    # parts (requeue hold, allocation, start of the ranks) are read from Slurm, not guessed.
+    slurm_rows = subprocess.run(["sacct", "-D", "-X", "-P", "-n", "-j", job, "-o",
+                                 "JobID,State,Submit,Eligible,Start,End"],
+                                capture_output=True, text=True).stdout.splitlines()
     _save("multinode-requeue", {"run_id": run_id, "job": job, "signalled_at_step": at,
                                 "signalled": signalled, "restarts": restarts, "metrics": metrics,
-                                "first_new_step_after_s": first_new})
+                                "first_new_step_after_s": first_new, "sacct": slurm_rows})
     assert len(restarts) >= 1, restarts
     assert restarts[0]["cause"] == "user signal", restarts  # a user's scancel, not a preemption
     assert [m["step"] for m in metrics] == list(range(1, STEPS + 1))  # each step logged once
