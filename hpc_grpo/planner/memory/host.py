@@ -16,12 +16,16 @@ ones: trainable / world under ZeRO-2/3, all of them otherwise):
   ~0.36 GiB image of every forked inductor compile worker (about one per core and rank: 66 of
   them, 25 GiB of the 61.0 GiB sum, on the 32-core machine) although the node holds it once.
   Every earlier saved run was measured that way (tests/unit/planner/test_host_memory.py holds
-  them as upper bounds). Not yet measured per page: 1 rank with offload (the model says 30.5 GiB
-  at 1.5B and 128.4 at 7B) and any run without offload.
+  them as upper bounds). Checked since on runs it was not fitted to, 1 rank on 2 x H100
+  (2026-11-26): 1.5B, the tree's PSS 29.89 GiB, the node 30.7, the model 30.5; 7B, the rank's own
+  peak RSS 120.8 GiB (a lower bound of the node, which showed 122 GiB used while saving; the
+  run's sampler was cut off), the model 126.4 (128.4 before subgroups.py counted the pinned
+  sub-groups: 42.0 GiB of them held, as it says). Not measured per page: any run without offload.
 * Optimizer offload, per rank, from DeepSpeed 0.19's code (runtime/zero/stage3.py,
   stage_1_and_2.py, with the pin_memory the runtime sets, runtime/rank/grpo_args.py): the fp32
   master partition (4 B/p) and Adam's m and v (8 B/p); under ZeRO-3 a pinned fp32 gradient
-  buffer per sub-group of at most 1e9 elements (sub_group_size) and one pinned flat gradient
+  buffer per optimizer sub-group (about 1e9 elements each, subgroups.py counts them from the
+  model's tensors for full-parameter training) and one pinned flat gradient
   buffer in bf16 (2 B/p; the gradient accumulation dtype is the model's under ZeRO); under
   ZeRO-1/2 the master partition itself, a bf16 copy (2 B/p) and the fp32 gradients (4 B/p), all
   pinned. torch's pinned allocator rounds every block up to a power of two
@@ -44,14 +48,15 @@ ones: trainable / world under ZeRO-2/3, all of them otherwise):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from math import ceil, log2
 
+from hpc_grpo.planner.memory.subgroups import SUB_GROUP_ELEMENTS, sub_group_elements
 from hpc_grpo.planner.types import PlanRequest
 
 GIB = float(2**30)
 RANK_PROCESS_GIB = 4.0
 LOAD_SHARE = 0.5
-SUB_GROUP_ELEMENTS = 10**9  # DeepSpeed's default sub_group_size
 
 
 def pinned(nbytes: float) -> float:
@@ -59,13 +64,16 @@ def pinned(nbytes: float) -> float:
     return float(2 ** ceil(log2(nbytes))) if nbytes >= 1 else 0.0
 
 
-def offloaded_bytes(zero: int, p: float) -> float:
-    """Bytes one rank holds in CPU memory for its p offloaded trainable parameters."""
+def offloaded_bytes(zero: int, p: float, groups: Sequence[float] | None = None) -> float:
+    """Bytes one rank holds in CPU memory for its p offloaded trainable parameters; under ZeRO-3
+    ``groups`` are its optimizer sub-groups' elements (subgroups.py), else whole 1e9 element
+    groups and a remainder (adapters, whose tensors the planner does not list)."""
     if p <= 0:
         return 0.0
     if zero == 3:
-        full, rest = divmod(p, SUB_GROUP_ELEMENTS)
-        groups = [float(SUB_GROUP_ELEMENTS)] * int(full) + ([rest] if rest else [])
+        if groups is None:
+            full, rest = divmod(p, SUB_GROUP_ELEMENTS)
+            groups = [float(SUB_GROUP_ELEMENTS)] * int(full) + ([rest] if rest else [])
         return 12 * p + sum(pinned(4 * g) for g in groups) + pinned(2 * p)
     return pinned(4 * p) + pinned(2 * p) + pinned(4 * p) + 8 * p
 
@@ -82,7 +90,8 @@ def host_gib(req: PlanRequest, zero: int, offload_optimizer: bool, params_on_cpu
     state_shards = req.world_size if zero >= 2 else 1
     per_rank = RANK_PROCESS_GIB * GIB + LOAD_SHARE * load_bytes(req, zero)
     if offload_optimizer:
-        per_rank += offloaded_bytes(zero, req.trainable_params / state_shards)
+        groups = sub_group_elements(req.arch, req.world_size) if zero == 3 and not req.lora else None
+        per_rank += offloaded_bytes(zero, req.trainable_params / state_shards, groups)
     if params_on_cpu:
         per_rank += 2 * req.arch.num_params / req.world_size * (2 if req.beta and not req.lora else 1)
     return req.gpus_per_node * per_rank / GIB
