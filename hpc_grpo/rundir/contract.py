@@ -34,6 +34,7 @@ JOBS_JSONL = "jobs.jsonl"
 JOB_ERROR_JSON = "job-error.json"  # the job script: a site module that did not load
 RESTARTS_JSONL = "restarts.jsonl"  # one line per resumed attempt: cause, steps lost, resume step
 RETRIES_JSONL = "retries.jsonl"  # one line per automatic requeue after a crash
+STARTUP_JSONL = "startup.jsonl"  # one line per attempt: its time to the first step, by part
 # The rank-0 node task's cause of a signalled stop, written the moment the signal arrives (the
 # task may be killed before it can put it in state.json): {"attempt", "cause", "signal", "facts"}.
 STOP_CAUSE_JSON = "stop-cause.json"

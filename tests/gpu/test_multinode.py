@@ -155,7 +155,9 @@ def test_usr2_requeue_on_gpus_resumes_the_same_run(reference: dict[str, Any],
                                 capture_output=True, text=True).stdout.splitlines()
     _save("multinode-requeue", {"run_id": run_id, "job": job, "signalled_at_step": at,
                                 "signalled": signalled, "restarts": restarts, "metrics": metrics,
-                                "first_new_step_after_s": first_new, "sacct": slurm_rows})
+                                "first_new_step_after_s": first_new, "sacct": slurm_rows,
+                                "startup": [json.loads(x) for x in
+                                            (run_dir / "startup.jsonl").read_text().splitlines()]})
     assert len(restarts) >= 1, restarts
     assert restarts[0]["cause"] == "user signal", restarts  # a user's scancel, not a preemption
     assert [m["step"] for m in metrics] == list(range(1, STEPS + 1))  # each step logged once

@@ -72,6 +72,27 @@ def test_same_rewards_and_losses_every_step(runs: tuple[Path, Path]) -> None:
     assert [r["cause"] for r in restarts] == ["stop request"] * len(STOPS)
 
 
+def test_each_attempt_records_where_its_start_went(runs: tuple[Path, Path]) -> None:
+    """startup.jsonl (runtime/rank/startup.py): one line per attempt, each naming the step it
+    resumed from, with every part of its time to the first step, in order and adding up."""
+    from hpc_grpo.runtime.rank.startup import PARTS
+
+    reference, stopped = runs
+    lines = {run: [json.loads(x) for x in (run / "startup.jsonl").read_text().splitlines()]
+             for run in runs}
+    assert [line["resumed_from_step"] for line in lines[reference]] == [None]
+    assert [line["resumed_from_step"] for line in lines[stopped]] == [None, *STOPS]
+    attempts = [json.loads(x)["attempt"] for x in (stopped / "restarts.jsonl").read_text().splitlines()]
+    assert [line["attempt"] for line in lines[stopped]][1:] == attempts
+    for line in lines[reference] + lines[stopped]:
+        parts = line["parts_s"]
+        assert set(parts) == set(PARTS) and all(v >= 0 for v in parts.values()), line
+        assert abs(sum(parts.values()) - line["total_s"]) < 0.05, line
+        assert parts["imports"] > 0 and parts["trainer"] > 0.5, line  # the kernel's start, TRL
+    starts = [line["process_start"] for line in lines[stopped]]
+    assert starts == sorted(starts) and len(set(starts)) == len(starts)  # a new process each
+
+
 def _checkpoints(run_dir: Path) -> list[str]:
     return sorted(p.name for p in (run_dir / "checkpoints").glob("checkpoint-*"))
 

@@ -82,6 +82,15 @@ def install(profiling: Any) -> bool:
     return True
 
 
+def engine_class() -> Any:
+    """TRL's colocated/served vLLM wrapper class (None where this TRL has another layout)."""
+    try:
+        from trl.generation.vllm_generation import VLLMGeneration
+    except ImportError:
+        return None
+    return VLLMGeneration
+
+
 def tag_engine(engine_class: Any) -> bool:
     """Make the engine's ``sync_weights`` and ``generate`` move ``MEMORY_PHASE`` (idempotent).
 

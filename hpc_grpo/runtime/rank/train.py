@@ -3,9 +3,9 @@
 Order matters: signal handlers first (a stop during start-up is not lost), then the process
 group, the rank checks and the hardware check (a bad layout, or nodes with less GPU or host
 memory than the plan assumed, fail before the model loads), then resume selection, then TRL.
-Rank 0 is the only writer of state.json, metrics.jsonl and summary.json. An error
-before the first step that every rank raises alike is a configuration error (setup_failure.py):
-recorded as such, and the node task does not retry it.
+Rank 0 is the only writer of state.json, metrics.jsonl, startup.jsonl and summary.json. An error
+before the first step that every rank raises alike is a configuration error (setup_failure.py),
+not retried by the node task.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.contract import RunRecord, rank_row
 from hpc_grpo.rundir.state import RunState
-from hpc_grpo.runtime.rank import checkpoints, heartbeat, tracking
+from hpc_grpo.runtime.rank import checkpoints, heartbeat, startup, tracking
 from hpc_grpo.runtime.rank.placement import RuntimeCheckError
 from hpc_grpo.runtime.rank.stop import StopFlag, request_cause
 
@@ -154,15 +154,6 @@ def _finish(run_dir: Path, run: RunRecord, **state: Any) -> None:
     rundir.update_state(run_dir, phase="done", reward_delta=summary["reward_delta"], **state)
 
 
-def _engine_class() -> Any:
-    """TRL's colocated/served vLLM wrapper class (None where this TRL has another layout)."""
-    try:
-        from trl.generation.vllm_generation import VLLMGeneration
-    except ImportError:
-        return None
-    return VLLMGeneration
-
-
 def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, Any],
              flag: StopFlag, device: Any) -> tuple[Any, Any]:
     """GRPOTrainer with the project's callbacks; returns it and the graceful-stop callback."""
@@ -180,7 +171,7 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
 
     if not phases.install(profiling):  # metrics lines then carry no step split
         print("[train] this TRL has no ProfilingContext hook: no per-phase step times", flush=True)
-    tagged = phases.tag_engine(_engine_class())  # on CPU too: CPU runs take the GPU path
+    tagged = phases.tag_engine(phases.engine_class())  # on CPU too: CPU runs take the GPU path
     if run.device == "cuda" and not tagged:
         print("[train] this TRL's vLLM engine class is not known: no GPU memory per phase", flush=True)
     rewards, dataset, tokenizer = inputs
@@ -227,7 +218,6 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
         generation_buffer,
         generation_record,
         hardware_check,
-        heartbeat,
         lora_sync,
         placement,
     )
@@ -280,7 +270,9 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
 
     from hpc_grpo.runtime.rank import setup_failure
 
+    clock = startup.StartupClock(started)
     device = _setup_distributed(run)
+    clock.mark()
     rank = dist.get_rank()
     lead = rank == 0  # the single writer of state.json, metrics.jsonl and summary.json
     attempt = os.environ.get("HPC_GRPO_ATTEMPT", f"rank0-pid-{os.getpid()}")
@@ -302,7 +294,10 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
         return 0
 
     trainer, stop, args, resume = ready.trainer, ready.stop, ready.args, ready.resume
+    clock.mark()
     if lead:
+        startup.install(trainer, clock, run_dir, attempt,
+                        checkpoints.checkpoint_step(resume) if resume else None)
         rundir.update_state(run_dir, phase="training", max_steps=args.max_steps)
     print(f"[train] training from {resume or 'scratch'} to step {args.max_steps}", flush=True)
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)

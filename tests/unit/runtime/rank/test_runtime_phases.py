@@ -83,6 +83,7 @@ def test_memory_phase_is_generation_while_the_engine_is_awake() -> None:
 def test_the_real_trl_engine_class_can_be_tagged() -> None:
     from trl.generation.vllm_generation import VLLMGeneration
 
+    assert phases.engine_class() is VLLMGeneration
     assert phases.tag_engine(VLLMGeneration)
     assert VLLMGeneration.generate.__name__ == "generate"
 

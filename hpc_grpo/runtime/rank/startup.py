@@ -1,0 +1,82 @@
+"""Where an attempt's time goes before its first step: rank 0 appends one ``startup.jsonl`` line
+per attempt when its first step ends.
+
+Why: a restart's cost (signal to first new step) has a goal (issue #30: at most 60 s warm on the
+two-node GPU sandbox, measured 77.8 s on 2 x H100). Slurm's accounting says when the stopped
+attempt ended and the new one was allocated (``sacct -D``); this says what the ranks spend after
+that, in order:
+
+* ``imports``: the rank process's start (the kernel's, /proc/self/stat) to this module's
+  ``main`` (Python, torch and the runtime imported);
+* ``process_group``: to the process group (every rank of every node arrived);
+* ``trainer``: to the trainer built (model loaded, vLLM engine started, checks, resume record);
+* ``prepare_and_load``: to the Trainer's ``on_train_begin`` (accelerate/DeepSpeed wrapping and,
+  on a resume, the checkpoint read back: transformers calls it after both);
+* ``first_step``: to the end of the first optimizer step of this attempt.
+
+Wall-clock seconds of rank 0 only; another rank's parts differ by its own waits.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from hpc_grpo import rundir
+from hpc_grpo.rundir import contract
+
+PARTS = ("imports", "process_group", "trainer", "prepare_and_load", "first_step")
+
+
+def process_start_time(fallback: float) -> float:
+    """The epoch second the kernel started this process (Linux), else ``fallback``."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])  # field 22 of the whole line: starttime, clock ticks after boot
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return fallback
+
+
+class StartupClock:
+    """Marks taken in order on rank 0; ``line`` turns them into the parts above."""
+
+    def __init__(self, main_started: float) -> None:
+        self.marks: list[float] = [process_start_time(main_started), main_started]
+
+    def mark(self) -> None:
+        self.marks.append(time.time())
+
+    def line(self, attempt: str, resumed_from_step: int | None) -> dict[str, Any]:
+        parts = {name: round(b - a, 2) for name, a, b in
+                 zip(PARTS, self.marks, self.marks[1:], strict=False)}
+        return {"attempt": attempt, "process_start": round(self.marks[0], 3),
+                "resumed_from_step": resumed_from_step, "parts_s": parts,
+                "total_s": round(self.marks[-1] - self.marks[0], 2)}
+
+
+def install(trainer: Any, clock: StartupClock, run_dir: Path, attempt: str,
+            resumed_from_step: int | None) -> None:
+    """Rank 0: mark train begin and the first step's end, then write the line once."""
+    from transformers import TrainerCallback
+
+    class StartupCallback(TrainerCallback):  # type: ignore[misc]
+        written = False
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
+            clock.mark()
+            return control
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
+            if not self.written:
+                self.written = True
+                clock.mark()
+                rundir.append_jsonl(run_dir / contract.STARTUP_JSONL,
+                                    clock.line(attempt, resumed_from_step))
+            return control
+
+    trainer.add_callback(StartupCallback())
