@@ -40,13 +40,16 @@ def _lora_layers(model: Any) -> list[Any]:
     return [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
 
 
+NOT_PEFT = "not a peft model"  # why_not's answer for a full-parameter run: nothing to say
+
+
 def why_not(generation: Any) -> str | None:
     """Why this engine's push must stay TRL's (None: the exact push applies)."""
     from accelerate.utils import is_peft_model
 
     model = getattr(generation, "model", None)
     if model is None or not is_peft_model(model):
-        return "not a peft model"
+        return NOT_PEFT
     if getattr(getattr(generation, "_dist", None), "is_fsdp", False):
         return "FSDP walks its own way"
     for layer in _lora_layers(model):
@@ -91,7 +94,7 @@ def install(trainer: Any) -> str | None:
     if generation is None:
         return None
     reason = why_not(generation)
-    if reason == "not a peft model":
+    if reason == NOT_PEFT:
         return None
     if reason is not None:
         return f"LoRA weight push: TRL's merge/unmerge kept ({reason}); the bf16 base may drift"

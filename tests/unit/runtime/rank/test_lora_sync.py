@@ -109,7 +109,7 @@ def test_layouts_that_keep_trl_s_push() -> None:
     plain = engine(transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
         vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
         num_attention_heads=2, num_key_value_heads=1)))
-    assert lora_sync.why_not(plain) == "not a peft model"
+    assert lora_sync.why_not(plain) == lora_sync.NOT_PEFT
     trainer = type("T", (), {"vllm_generation": plain})()
     assert lora_sync.install(trainer) is None and "_iter_named_params" not in vars(plain)
 
