@@ -40,3 +40,26 @@ def with_accounting(restarts: Sequence[Mapping[str, Any]], job_id: str,
                 row["cause"] = SACCT_CAUSES[state]
         out.append(row)
     return out
+
+
+_PART_NAMES = {"trainer": "trainer and engine", "prepare_and_load": "prepare and load",
+               "process_group": "process group", "first_step": "first step", "imports": "imports"}
+
+
+def startup_line(lines: Sequence[Mapping[str, Any]]) -> str:
+    """The last attempt's time to its first step, largest part first (startup.jsonl, written
+    by rank 0: runtime/rank/startup.py); "" before any attempt reached a step or for a line
+    that is not one."""
+    if not lines:
+        return ""
+    last = lines[-1]
+    parts = last.get("parts_s")
+    total = last.get("total_s")
+    if not isinstance(parts, Mapping) or not isinstance(total, (int, float)):
+        return ""
+    known = sorted(((float(v), _PART_NAMES.get(str(k), str(k))) for k, v in parts.items()
+                    if isinstance(v, (int, float))), reverse=True)
+    resumed = last.get("resumed_from_step")
+    start = f"resumed from step {resumed}" if isinstance(resumed, int) else "from scratch"
+    split = ", ".join(f"{name} {value:.1f}" for value, name in known)
+    return f"start-up ({start}): first step {total:.1f} s after the rank started ({split})"

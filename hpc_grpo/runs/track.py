@@ -25,7 +25,7 @@ from hpc_grpo.rundir.contract import (
 )
 from hpc_grpo.rundir.state import RunState
 from hpc_grpo.runs import joberror, registry
-from hpc_grpo.runs.attempts import with_accounting
+from hpc_grpo.runs.attempts import startup_line, with_accounting
 from hpc_grpo.runs.jobstate import JobView
 from hpc_grpo.runs.runfiles import RunFiles, read_run
 from hpc_grpo.scheduler.backend import Action, Backend, backend_for
@@ -66,6 +66,7 @@ class RunStatus:
     evaluated: str = ""  # the newest `hpc-grpo eval` of the run, one line
     pushed: str = ""  # the newest push to the hub, or "push pending: COMMAND" (export/hub_step.py)
     export_job: str = ""  # the newest `export` run as a job and its state (export/job.py)
+    startup: str = ""  # the last attempt's time to its first step, by part (attempts.py)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -97,7 +98,7 @@ def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
         logp_diff=progress.logp_diff, drift=progress.drift,
         stalled=progress.stalled, stalled_ranks=progress.stalled_ranks,
         tracker_sync=RunState.from_dict(files.state).tracker_sync,
-        checkpoint_skipped=progress.skipped,
+        checkpoint_skipped=progress.skipped, startup=startup_line(files.startups),
         **_after_training(files.run_dir, files.record, progress.phase),
     )
 

@@ -91,6 +91,10 @@ def test_each_attempt_records_where_its_start_went(runs: tuple[Path, Path]) -> N
         assert parts["imports"] > 0 and parts["trainer"] > 0.5, line  # the kernel's start, TRL
     starts = [line["process_start"] for line in lines[stopped]]
     assert starts == sorted(starts) and len(set(starts)) == len(starts)  # a new process each
+    from hpc_grpo.runs import track
+
+    (row,) = track.status([str(stopped)])  # what `hpc-grpo status` shows under the table
+    assert row.startup.startswith(f"start-up (resumed from step {STOPS[-1]}): first step "), row
 
 
 def _checkpoints(run_dir: Path) -> list[str]:

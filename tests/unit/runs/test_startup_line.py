@@ -1,0 +1,43 @@
+"""status's start-up line (runs/attempts.startup_line) from startup.jsonl, and where it shows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hpc_grpo.runs import attempts, runfiles, views
+from tests.unit.runs.test_views_unit import _row
+
+LINE = {"attempt": "slurm-7.1", "process_start": 1.0, "resumed_from_step": 3,
+        "parts_s": {"first_step": 3.9, "imports": 0.9, "prepare_and_load": 6.2,
+                    "process_group": 3.5, "trainer": 30.2}, "total_s": 44.7}
+
+
+def test_largest_part_first_with_where_it_resumed() -> None:
+    assert attempts.startup_line([{**LINE, "resumed_from_step": None}, LINE]) == (
+        "start-up (resumed from step 3): first step 44.7 s after the rank started "
+        "(trainer and engine 30.2, prepare and load 6.2, first step 3.9, process group 3.5, "
+        "imports 0.9)")
+    assert "(from scratch)" in attempts.startup_line([{**LINE, "resumed_from_step": None}])
+
+
+@pytest.mark.parametrize("bad", [[], [{}], [{"parts_s": "x", "total_s": 1.0}],
+                                 [{"parts_s": {}, "total_s": "1"}]])
+def test_nothing_for_no_line_or_a_damaged_one(bad: list[dict[str, object]]) -> None:
+    assert attempts.startup_line(bad) == ""
+
+
+def test_read_from_the_run_directory_last_line_only(tmp_path: Path) -> None:
+    (tmp_path / "startup.jsonl").write_text(
+        json.dumps({**LINE, "total_s": 99.0}) + "\n" + json.dumps(LINE) + "\n")
+    assert runfiles.read_run(tmp_path).startups == [LINE]
+
+
+def test_shown_under_the_table_for_a_restarted_run_only(capsys: pytest.CaptureFixture[str]) -> None:
+    line = attempts.startup_line([LINE])
+    views.status_table([_row(startup=line), _row("fresh-0001", restarts=(), requeues=0,
+                                                 startup="start-up (from scratch): never shown")])
+    out = capsys.readouterr().out
+    assert line in out and "never shown" not in out
