@@ -148,8 +148,14 @@ def test_five_different_interruptions_in_a_row(
     later = [r["resumed_from_step"] for r in restarts(run_dir) if r["resumed_from_step"] >= EPOCH_STEPS]
     assert len(later) >= 3, restarts(run_dir)  # resumed past the first epoch (the same data order)
     assert wait_no_processes(str(run_dir)) == {}
-    assert [r["cause"] for r in status(run_id)["restarts"]][:4] == \
+    final = status(run_id)
+    assert [r["cause"] for r in final["restarts"]][:4] == \
         ["user signal", "preempted", "scontrol requeue", "task crash"]
+    # one startup.jsonl line per attempt (each on 2 Slurm nodes); status quotes the last
+    starts = [json.loads(x) for x in (run_dir / "startup.jsonl").read_text().splitlines()]
+    assert [s["resumed_from_step"] for s in starts] == \
+        [None, *(r["resumed_from_step"] for r in restarts(run_dir))]
+    assert final["startup"].startswith(f"start-up (resumed from step {fifth['resumed_from_step']})")
 
 
 def test_time_limit_with_signal_lead(tmp_path: Path) -> None:
