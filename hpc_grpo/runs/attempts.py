@@ -9,6 +9,7 @@ attempt's sacct record, written afterwards, is the better witness (docs/causes.m
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -43,23 +44,35 @@ def with_accounting(restarts: Sequence[Mapping[str, Any]], job_id: str,
 
 
 _PART_NAMES = {"trainer": "trainer and engine", "prepare_and_load": "prepare and load",
-               "process_group": "process group", "first_step": "first step", "imports": "imports"}
+               "torch_and_group": "torch and process group", "first_step": "first step",
+               "imports": "imports"}
 
 
-def startup_line(lines: Sequence[Mapping[str, Any]]) -> str:
+def _seconds(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def startup_line(lines: Sequence[Mapping[str, Any]], attempt: str = "") -> str:
     """The last attempt's time to its first step, largest part first (startup.jsonl, written
-    by rank 0: runtime/rank/startup.py); "" before any attempt reached a step or for a line
-    that is not one."""
+    by rank 0: runtime/rank/startup.py); "" before any attempt reached a step, when the newest
+    line is an older attempt's than ``attempt`` (state.json's: the current one has not stepped
+    yet), or for a line that is not one."""
     if not lines:
         return ""
     last = lines[-1]
-    parts = last.get("parts_s")
-    total = last.get("total_s")
-    if not isinstance(parts, Mapping) or not isinstance(total, (int, float)):
+    parts, total = last.get("parts_s"), _seconds(last.get("total_s"))
+    if not isinstance(parts, Mapping) or total is None or (attempt and last.get("attempt") != attempt):
         return ""
-    known = sorted(((float(v), _PART_NAMES.get(str(k), str(k))) for k, v in parts.items()
-                    if isinstance(v, (int, float))), reverse=True)
+    known = sorted(((v, _PART_NAMES.get(str(k), str(k))) for k, raw in parts.items()
+                    if (v := _seconds(raw)) is not None), reverse=True)
     resumed = last.get("resumed_from_step")
-    start = f"resumed from step {resumed}" if isinstance(resumed, int) else "from scratch"
+    start = f"resumed from step {resumed}" if isinstance(resumed, int) and not isinstance(
+        resumed, bool) else "from scratch"
     split = ", ".join(f"{name} {value:.1f}" for value, name in known)
     return f"start-up ({start}): first step {total:.1f} s after the rank started ({split})"

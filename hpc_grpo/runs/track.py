@@ -79,7 +79,7 @@ def _row(files: RunFiles, view: JobView) -> RunStatus:
 
 def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
     js, progress = view.state, files.progress
-    identity = files.identity
+    identity, state = files.identity, RunState.from_dict(files.state)
     return RunStatus(
         run_id=files.run_id, run_dir=str(files.run_dir), site=files.site, job_id=files.job_id,
         state=js.state, finished=js.finished, meaning=js.meaning, phase=progress.phase,
@@ -97,8 +97,8 @@ def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
         cause=progress.cause, message=progress.message,
         logp_diff=progress.logp_diff, drift=progress.drift,
         stalled=progress.stalled, stalled_ranks=progress.stalled_ranks,
-        tracker_sync=RunState.from_dict(files.state).tracker_sync,
-        checkpoint_skipped=progress.skipped, startup=startup_line(files.startups),
+        tracker_sync=state.tracker_sync, checkpoint_skipped=progress.skipped,
+        startup=startup_line(files.startups, state.attempt),
         **_after_training(files.run_dir, files.record, progress.phase),
     )
 

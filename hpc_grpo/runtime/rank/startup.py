@@ -6,9 +6,10 @@ two-node GPU sandbox, measured 77.8 s on 2 x H100). Slurm's accounting says when
 attempt ended and the new one was allocated (``sacct -D``); this says what the ranks spend after
 that, in order:
 
-* ``imports``: the rank process's start (the kernel's, /proc/self/stat) to this module's
-  ``main`` (Python, torch and the runtime imported);
-* ``process_group``: to the process group (every rank of every node arrived);
+* ``imports``: the rank process's start (the kernel's, /proc/self/stat) to the rank's ``main``
+  (Python and the runtime's own modules; torch is not imported yet);
+* ``torch_and_group``: to the process group: torch imported, the CUDA device set, DeepSpeed
+  imported where the run uses it, then every rank of every node arrived;
 * ``trainer``: to the trainer built (model loaded, vLLM engine started, checks, resume record);
 * ``prepare_and_load``: to the Trainer's ``on_train_begin`` (accelerate/DeepSpeed wrapping and,
   on a resume, the checkpoint read back: transformers calls it after both);
@@ -27,18 +28,18 @@ from typing import Any
 from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
 
-PARTS = ("imports", "process_group", "trainer", "prepare_and_load", "first_step")
+PARTS = ("imports", "torch_and_group", "trainer", "prepare_and_load", "first_step")
 
 
 def process_start_time(fallback: float) -> float:
-    """The epoch second the kernel started this process (Linux), else ``fallback``."""
+    """The epoch second the kernel started this process (Linux), else ``fallback``. The boot
+    time comes from CLOCK_BOOTTIME, not /proc/stat's btime (whole seconds: up to 1 s early)."""
     try:
         fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
         ticks = int(fields[19])  # field 22 of the whole line: starttime, clock ticks after boot
-        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime "))
+        boot = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
         return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+    except (OSError, ValueError, IndexError, AttributeError):
         return fallback
 
 
@@ -75,8 +76,11 @@ def install(trainer: Any, clock: StartupClock, run_dir: Path, attempt: str,
             if not self.written:
                 self.written = True
                 clock.mark()
-                rundir.append_jsonl(run_dir / contract.STARTUP_JSONL,
-                                    clock.line(attempt, resumed_from_step))
+                try:  # a record of timing never ends a run (a full disk has its own handling)
+                    rundir.append_jsonl(run_dir / contract.STARTUP_JSONL,
+                                        clock.line(attempt, resumed_from_step))
+                except OSError as exc:
+                    print(f"[train] startup.jsonl not written: {exc}", flush=True)
             return control
 
     trainer.add_callback(StartupCallback())

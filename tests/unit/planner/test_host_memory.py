@@ -109,6 +109,17 @@ def test_host_memory_within_ten_percent_of_the_node_s_own_count(
     assert abs(planned - measured) <= 0.10 * measured, (name, round(planned, 2), measured)
 
 
+def test_the_plan_counts_the_sub_groups_of_the_model() -> None:
+    """host_gib takes subgroups.py's groups: 7B on one rank, 2 GiB of pinned remainder less
+    than the 1e9-and-a-remainder split (what the pinned allocator showed, test_subgroups.py),
+    plus the small no-decay group's own 2 MiB block."""
+    req = _request("qwen2-7b", 1, 3, True)
+    p = req.trainable_params
+    split = host.offloaded_bytes(3, p) / GIB
+    assert host_gib(req, 3, True, False) == pytest.approx(
+        host.RANK_PROCESS_GIB + host.LOAD_SHARE * host.load_bytes(req, 3) / GIB + split - 2.0, abs=0.01)
+
+
 def test_host_memory_at_or_above_the_rank_s_own_peak() -> None:
     measured = _measured(*RANK_PEAK[:2])
     planned = planned_node_gib(*RANK_PEAK[2:])

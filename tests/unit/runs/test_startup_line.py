@@ -12,21 +12,37 @@ from tests.unit.runs.test_views_unit import _row
 
 LINE = {"attempt": "slurm-7.1", "process_start": 1.0, "resumed_from_step": 3,
         "parts_s": {"first_step": 3.9, "imports": 0.9, "prepare_and_load": 6.2,
-                    "process_group": 3.5, "trainer": 30.2}, "total_s": 44.7}
+                    "torch_and_group": 3.5, "trainer": 30.2}, "total_s": 44.7}
 
 
 def test_largest_part_first_with_where_it_resumed() -> None:
     assert attempts.startup_line([{**LINE, "resumed_from_step": None}, LINE]) == (
         "start-up (resumed from step 3): first step 44.7 s after the rank started "
-        "(trainer and engine 30.2, prepare and load 6.2, first step 3.9, process group 3.5, "
+        "(trainer and engine 30.2, prepare and load 6.2, first step 3.9, torch and process group 3.5, "
         "imports 0.9)")
     assert "(from scratch)" in attempts.startup_line([{**LINE, "resumed_from_step": None}])
 
 
 @pytest.mark.parametrize("bad", [[], [{}], [{"parts_s": "x", "total_s": 1.0}],
-                                 [{"parts_s": {}, "total_s": "1"}]])
+                                 [{"parts_s": {}, "total_s": "1"}],
+                                 [{"parts_s": {}, "total_s": True}],
+                                 [{"parts_s": {}, "total_s": 10**400}],
+                                 [{"parts_s": {}, "total_s": float("nan")}]])
 def test_nothing_for_no_line_or_a_damaged_one(bad: list[dict[str, object]]) -> None:
     assert attempts.startup_line(bad) == ""
+
+
+def test_damaged_parts_and_step_are_left_out() -> None:
+    line = attempts.startup_line([{**LINE, "resumed_from_step": True, "parts_s": {
+        "trainer": 30.2, "imports": float("inf"), "first_step": 10**400, "x": "y"}}])
+    assert line == ("start-up (from scratch): first step 44.7 s after the rank started "
+                    "(trainer and engine 30.2)")
+
+
+def test_an_older_attempt_s_line_is_not_the_current_restart_s() -> None:
+    """The newest attempt (state.json's) has not reached a step: its cost is not known yet."""
+    assert attempts.startup_line([LINE], "slurm-7.2") == ""
+    assert attempts.startup_line([LINE], "slurm-7.1").startswith("start-up (resumed from step 3)")
 
 
 def test_read_from_the_run_directory_last_line_only(tmp_path: Path) -> None:
