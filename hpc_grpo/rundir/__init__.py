@@ -7,6 +7,7 @@ Every JSON file is written to a temporary name and renamed, so a reader (the lau
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import time
@@ -121,6 +122,18 @@ def read_json_object(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A JSON object file's content; {} if it is absent, unreadable or not an object."""
     data = read_json(path)
     return data if isinstance(data, dict) else {}
+
+
+def finite_number(value: Any) -> float | None:
+    """A JSON value as a float where it is a finite number; None for a bool, NaN, an infinity,
+    an integer too large for a float or anything else (files the ranks wrote, read back)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def tail_jsonl(path: str | os.PathLike[str], lines: int, tail_bytes: int = 4096) -> list[dict[str, Any]]:

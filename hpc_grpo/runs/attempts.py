@@ -9,10 +9,11 @@ attempt's sacct record, written afterwards, is the better witness (docs/causes.m
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from hpc_grpo.rundir import finite_number
 
 SACCT_CAUSES = {"PREEMPTED": "preempted", "NODE_FAIL": "node failure", "TIMEOUT": "time limit"}
 # Causes that sacct's own record may correct; a precise one (user signal, preempted) stays.
@@ -48,29 +49,16 @@ _PART_NAMES = {"trainer": "trainer and engine", "prepare_and_load": "prepare and
                "imports": "imports"}
 
 
-def _seconds(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
-
-
-def startup_line(lines: Sequence[Mapping[str, Any]], attempt: str = "") -> str:
-    """The last attempt's time to its first step, largest part first (startup.jsonl, written
-    by rank 0: runtime/rank/startup.py); "" before any attempt reached a step, when the newest
+def startup_line(last: Mapping[str, Any], attempt: str = "") -> str:
+    """The last attempt's time to its first step, largest part first (startup.jsonl's last line,
+    written by rank 0: runtime/rank/startup.py); "" before any attempt reached a step, when the
     line is an older attempt's than ``attempt`` (state.json's: the current one has not stepped
     yet), or for a line that is not one."""
-    if not lines:
-        return ""
-    last = lines[-1]
-    parts, total = last.get("parts_s"), _seconds(last.get("total_s"))
+    parts, total = last.get("parts_s"), finite_number(last.get("total_s"))
     if not isinstance(parts, Mapping) or total is None or (attempt and last.get("attempt") != attempt):
         return ""
     known = sorted(((v, _PART_NAMES.get(str(k), str(k))) for k, raw in parts.items()
-                    if (v := _seconds(raw)) is not None), reverse=True)
+                    if (v := finite_number(raw)) is not None), reverse=True)
     resumed = last.get("resumed_from_step")
     start = f"resumed from step {resumed}" if isinstance(resumed, int) and not isinstance(
         resumed, bool) else "from scratch"

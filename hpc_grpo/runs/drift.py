@@ -25,11 +25,11 @@ above the bound raises it. Values in, values out: ``status`` reads the lines, th
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hpc_grpo.rundir import finite_number
 from hpc_grpo.rundir.contract import LOGP_DIFF_MEAN
 
 BOUND_NATS = 0.1
@@ -52,10 +52,7 @@ class Drift:
 
 def logp_diff(row: Mapping[str, Any]) -> float | None:
     """A metrics line's ``vllm_logp_diff_mean``, None where it has no finite number."""
-    value = row.get(LOGP_DIFF_MEAN)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
+    return finite_number(row.get(LOGP_DIFF_MEAN))
 
 
 def exceeds(value: float, bound: float = BOUND_NATS) -> bool:

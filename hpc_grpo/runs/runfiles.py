@@ -65,7 +65,7 @@ class RunFiles:
     restarts: list[dict[str, Any]]
     progress: Progress = Progress()
     problems: tuple[str, ...] = field(default=())
-    startups: list[dict[str, Any]] = field(default_factory=list)  # startup.jsonl, per attempt
+    startup: dict[str, Any] = field(default_factory=dict)  # startup.jsonl's last line
 
     @property
     def job_id(self) -> str:
@@ -228,7 +228,7 @@ def read_run(run_dir: Path) -> RunFiles:
         run_dir=run_dir, record=record, jobs=jobs, state=state, last_metrics=metrics,
         restarts=rundir.read_jsonl(run_dir / RESTARTS_JSONL),
         progress=progress, problems=tuple(problems),
-        startups=rundir.tail_jsonl(run_dir / STARTUP_JSONL, 1),
+        startup=rundir.last_jsonl(run_dir / STARTUP_JSONL),
     )
 
 

@@ -98,7 +98,7 @@ def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
         logp_diff=progress.logp_diff, drift=progress.drift,
         stalled=progress.stalled, stalled_ranks=progress.stalled_ranks,
         tracker_sync=state.tracker_sync, checkpoint_skipped=progress.skipped,
-        startup=startup_line(files.startups, state.attempt),
+        startup=startup_line(files.startup, state.attempt),
         **_after_training(files.run_dir, files.record, progress.phase),
     )
 

@@ -5,6 +5,7 @@ held (docs/results)."""
 from __future__ import annotations
 
 import json
+from math import ceil
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -58,7 +59,6 @@ def _deepspeed_split(sizes: list[int], limit: int) -> list[int]:
 def test_split_is_deepspeed_s(shape: str, world: int) -> None:
     arch = builtin_arch(shape)
     assert arch is not None
-    from math import ceil
     for decays in (True, False):
         sizes = [ceil(n / world) for n, d in _tensors(arch) if d is decays]
         for limit in (10**9, 2 * 10**8):

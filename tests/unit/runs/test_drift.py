@@ -60,6 +60,7 @@ def test_lines_without_a_value_are_neither_drift_nor_counted_in_the_window() -> 
     assert drift.judge(odd) is None
     assert drift.judge([line(1, STALE), *odd, *odd]) is not None  # still among the last 5 values
     assert [drift.logp_diff(r) for r in odd] == [None] * 5
+    assert drift.logp_diff(line(7, None, **{LOGP_DIFF_MEAN: 10**400})) is None  # no float holds it
 
 
 def _run(tmp_path: Path, run_id: str, job: str, diffs: list[float | None]) -> str:

@@ -16,43 +16,43 @@ LINE = {"attempt": "slurm-7.1", "process_start": 1.0, "resumed_from_step": 3,
 
 
 def test_largest_part_first_with_where_it_resumed() -> None:
-    assert attempts.startup_line([{**LINE, "resumed_from_step": None}, LINE]) == (
+    assert attempts.startup_line(LINE) == (
         "start-up (resumed from step 3): first step 44.7 s after the rank started "
         "(trainer and engine 30.2, prepare and load 6.2, first step 3.9, torch and process group 3.5, "
         "imports 0.9)")
-    assert "(from scratch)" in attempts.startup_line([{**LINE, "resumed_from_step": None}])
+    assert "(from scratch)" in attempts.startup_line({**LINE, "resumed_from_step": None})
 
 
-@pytest.mark.parametrize("bad", [[], [{}], [{"parts_s": "x", "total_s": 1.0}],
-                                 [{"parts_s": {}, "total_s": "1"}],
-                                 [{"parts_s": {}, "total_s": True}],
-                                 [{"parts_s": {}, "total_s": 10**400}],
-                                 [{"parts_s": {}, "total_s": float("nan")}]])
-def test_nothing_for_no_line_or_a_damaged_one(bad: list[dict[str, object]]) -> None:
+@pytest.mark.parametrize("bad", [{}, {"parts_s": "x", "total_s": 1.0},
+                                 {"parts_s": {}, "total_s": "1"},
+                                 {"parts_s": {}, "total_s": True},
+                                 {"parts_s": {}, "total_s": 10**400},
+                                 {"parts_s": {}, "total_s": float("nan")}])
+def test_nothing_for_no_line_or_a_damaged_one(bad: dict[str, object]) -> None:
     assert attempts.startup_line(bad) == ""
 
 
 def test_damaged_parts_and_step_are_left_out() -> None:
-    line = attempts.startup_line([{**LINE, "resumed_from_step": True, "parts_s": {
-        "trainer": 30.2, "imports": float("inf"), "first_step": 10**400, "x": "y"}}])
+    line = attempts.startup_line({**LINE, "resumed_from_step": True, "parts_s": {
+        "trainer": 30.2, "imports": float("inf"), "first_step": 10**400, "x": "y"}})
     assert line == ("start-up (from scratch): first step 44.7 s after the rank started "
                     "(trainer and engine 30.2)")
 
 
 def test_an_older_attempt_s_line_is_not_the_current_restart_s() -> None:
     """The newest attempt (state.json's) has not reached a step: its cost is not known yet."""
-    assert attempts.startup_line([LINE], "slurm-7.2") == ""
-    assert attempts.startup_line([LINE], "slurm-7.1").startswith("start-up (resumed from step 3)")
+    assert attempts.startup_line(LINE, "slurm-7.2") == ""
+    assert attempts.startup_line(LINE, "slurm-7.1").startswith("start-up (resumed from step 3)")
 
 
 def test_read_from_the_run_directory_last_line_only(tmp_path: Path) -> None:
     (tmp_path / "startup.jsonl").write_text(
         json.dumps({**LINE, "total_s": 99.0}) + "\n" + json.dumps(LINE) + "\n")
-    assert runfiles.read_run(tmp_path).startups == [LINE]
+    assert runfiles.read_run(tmp_path).startup == LINE
 
 
 def test_shown_under_the_table_for_a_restarted_run_only(capsys: pytest.CaptureFixture[str]) -> None:
-    line = attempts.startup_line([LINE])
+    line = attempts.startup_line(LINE)
     views.status_table([_row(startup=line), _row("fresh-0001", restarts=(), requeues=0,
                                                  startup="start-up (from scratch): never shown")])
     out = capsys.readouterr().out
