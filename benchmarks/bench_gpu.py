@@ -305,43 +305,48 @@ def pair_ratio(results: dict[str, Any]) -> dict[str, float]:
 
 
 def part_two(out: Path, runs: list[str], steps: int, saved: dict[str, Any]) -> dict[str, Any]:
+    """The runs in the order given, so a second round can reverse it (server,plan after
+    plan,server): a warm compile cache or a drifting machine then favours neither side."""
     _, memory, count = gpu_info()
     assert count >= 2, "part two needs 2 GPUs"
     site = site_file(out, 2, memory)
     zero = ["--zero-stage", "0"]  # plain data parallel on both sides, as the bare numbers ran
     results: dict[str, Any] = {}
-    if "plan" in runs:  # the plan's own choice of everything (ZeRO stage, recomputation...)
-        results["plan"] = attempt(hpc_grpo, site, steps)
-    if "default_plan" in runs:
-        results["default_plan"] = attempt(hpc_grpo, site, steps, *zero)
-    if "bare_dp2" in runs:  # bare TRL, the default plan's very GRPOConfig, torchrun on both GPUs
+    server_batch = {"per_device_train_batch_size": 64}  # one trainer takes the whole global batch
+
+    def bare_dp2() -> dict[str, Any]:  # bare TRL, the default plan's very GRPOConfig, both GPUs
         kwargs = {**saved, **results}.get("default_plan", {}).get("grpo_config")
         flags = ["--grpo-json", kwargs] if kwargs else ["--gpu-util", "0.1"]
-        results["bare_dp2"] = attempt(bare, out, "bare_dp2", steps, *flags, procs=2)
-    if "server" in runs:  # same 64 completions a step: one trainer takes the whole global batch
-        results["server"] = attempt(hpc_grpo, site, steps, *zero, "--vllm-mode", "server",
-                                    batch={"per_device_train_batch_size": 64})
-    if "server_expandable" in runs:  # the trainer on torch's expandable segments
-        expandable = Launch(extra_env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
-        results["server_expandable"] = attempt(hpc_grpo, site, steps, *zero, "--vllm-mode", "server",
-                                               batch={"per_device_train_batch_size": 64},
-                                               launch=expandable)
-    if "no_grad_ckpt_plan" in runs:  # the plan's ZeRO stage without recomputation
-        results["no_grad_ckpt_plan"] = attempt(hpc_grpo, site, steps,
-                                               batch={"gradient_checkpointing": "false"})
-    if "bare_trl_defaults" in runs:  # the bare-TRL README's colocate DP 2: TRL's and torchrun's defaults
-        results["bare_trl_defaults"] = attempt(bare, out, "bare_trl_defaults", steps, procs=2,
-                                               torchrun_threads=True)
-    if "split_threads" in runs:  # the default plan with the node's CPUs split over the 2 ranks
+        return bare(out, "bare_dp2", steps, *flags, procs=2)
+
+    def split_threads() -> dict[str, Any]:  # the default plan, the node's CPUs split over 2 ranks
         from hpc_grpo.runtime.node.task import threads_per_rank, usable_cpus
 
         split = Launch(threads=threads_per_rank(os.environ, usable_cpus(), 2))
-        results["split_threads"] = attempt(hpc_grpo, site, steps, *zero, launch=split)
-    if "no_grad_ckpt" in runs:  # the default plan without recomputation (the plan keeps it on)
-        results["no_grad_ckpt"] = attempt(hpc_grpo, site, steps, *zero,
-                                          batch={"gradient_checkpointing": "false"})
-    if "tp2" in runs:
-        results["tp2"] = attempt(hpc_grpo, site, steps, *zero, "--tp", "2")
+        return hpc_grpo(site, steps, *zero, launch=split)
+
+    expandable = Launch(extra_env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+    no_ckpt = {"gradient_checkpointing": "false"}
+    known: dict[str, Any] = {
+        "plan": lambda: hpc_grpo(site, steps),  # the plan's own choice of everything
+        "default_plan": lambda: hpc_grpo(site, steps, *zero),
+        "bare_dp2": bare_dp2,
+        "server": lambda: hpc_grpo(site, steps, *zero, "--vllm-mode", "server", batch=server_batch),
+        "server_expandable": lambda: hpc_grpo(site, steps, *zero, "--vllm-mode", "server",
+                                              batch=server_batch, launch=expandable),
+        "no_grad_ckpt_plan": lambda: hpc_grpo(site, steps, batch=no_ckpt),  # the plan's ZeRO stage
+        # the bare-TRL README's colocate DP 2: TRL's and torchrun's defaults
+        "bare_trl_defaults": lambda: bare(out, "bare_trl_defaults", steps, procs=2,
+                                          torchrun_threads=True),
+        "split_threads": split_threads,
+        "no_grad_ckpt": lambda: hpc_grpo(site, steps, *zero, batch=no_ckpt),
+        "tp2": lambda: hpc_grpo(site, steps, *zero, "--tp", "2"),
+    }
+    unknown = [name for name in runs if name not in known]
+    if unknown:
+        raise SystemExit(f"unknown runs {unknown}; known: {', '.join(known)}")
+    for name in runs:
+        results[name] = attempt(known[name])
     return results
 
 
