@@ -13,10 +13,13 @@ measurements that exist only in markdown, is met within 20 %; the fit is by hand
   (docs/results/2026-11-23-bench-two-16-steps.json), 1.5B 0.79-1.05 s at 32 and 0.93-1.01 at 64
   (2026-11-26-bench-two-1.5b-layouts-h200x2-call1.json, -call2.json, -server-trainer-memory-45-
   steps-h200x2.json): a sequence more costs little, so DECODE_SEQ_S went from 5e-5 to 2e-5 and
-  the H200 step from 1.1 to 2.2 ms. H100 (5.2 ms, was 3.9): the one-host table of
-  ../shared/design/gpu-facts-2026-11-25.md (1.5B: 1.26 s at 32, 2.07 at 64; that host adds far
-  more per sequence than the H200 one, which one DECODE_SEQ_S for both cards does not follow:
-  its 0.5B server row is the H100 case furthest off, -16 %).
+  the H200 step from 1.1 to 2.2 ms. H100 3.5 ms (3.9, then 5.2 on 2026-11-26, then 3.5 in
+  session 31): two loans of 2 x H100 disagree. The one-host table of
+  ../shared/design/gpu-facts-2026-11-25.md says 1.26 s at 32 sequences and 2.07 at 64 (1.5B);
+  the loan of 2026-11-26 generated the same 32 in 0.885-1.125 s and 64 in 1.11-1.29 s
+  (docs/results/2026-11-26-bench-two-1.5b-plan-server-h100x2-round*.json), close to the H200.
+  A decode step is CPU work as much as GPU work, so the host decides; 3.5 ms sits between the
+  loans and the calibration test lists the rows of either loan it misses (MISSES there).
   TP > 1 adds two all-reduces per layer per token at TP_COLLECTIVE_S each (fitted: TP 2 was
   1.45x slower than TP 1 x DP 2 at 0.5B, docs/benchmarks.md 2026-11-22 first session).
 * Training: 6·params·tokens FLOPs (4·params·tokens with LoRA: no weight gradients of the
@@ -40,9 +43,13 @@ measurements that exist only in markdown, is met within 20 %; the fit is by hand
   ZeRO-2 reduce-scatters bf16 gradients each micro-step and all-gathers the updated bf16
   weights once (2 x bf16 params at two ranks: "3.1 GB over a link measured at 2.68 GB/s",
   docs/benchmarks.md 2026-11-23); ZeRO-3 also all-gathers every layer's weights for each
-  forward and backward, the old log-probabilities' forward and the weight sync's gather, in
-  layer-sized pieces at ZERO3_LINK_FRACTION of the link (fitted: 2 nodes over 2.68 GB/s,
-  1.5B ZeRO-3, docs/results/2026-11-23-multinode-reference.json).
+  forward and backward, once more for the recomputed forward of gradient checkpointing, and
+  for the old log-probabilities' forward and the weight sync's gather, in layer-sized pieces
+  at ZERO3_LINK_FRACTION of the link. Fitted (1.0, was 0.65 when recomputation's gather was
+  not counted) to 2 nodes, 1.5B ZeRO-3: with recomputation over 2.68 GB/s
+  (docs/results/2026-11-23-multinode-reference.json, H200; 5.38 s/step on H100, gpu-facts)
+  and without it over 2.152 GB/s, the link doctor measured on that loan
+  (2026-11-26-multinode-reference-h100x2-second-loan.json, 4.119 s/step).
 * Optimizer: GPU Adam streams 28 bytes per trainable parameter of the rank's shard (read
   weights, gradients, m, v; write weights, m, v) at half the memory bandwidth. CPU Adam
   (optimizer offload) moves bf16 gradients down and bf16 weights up over PCIe and updates at
@@ -74,7 +81,7 @@ from __future__ import annotations
 from hpc_grpo.planner.speed.hardware import PCIE_GBS, Card
 
 GB = 1e9
-DECODE_STEP_S = {"H100": 5.2e-3, "H200": 2.2e-3}
+DECODE_STEP_S = {"H100": 3.5e-3, "H200": 2.2e-3}
 DECODE_SEQ_S = 2.0e-5
 DECODE_BW_FRACTION = 0.8
 DECODE_FLOP_FRACTION = 0.5
@@ -82,7 +89,7 @@ TP_COLLECTIVE_S = 3.0e-4
 TRAIN_FLOP_FRACTION = 0.65
 TRAIN_HIDDEN_HALF = 450
 RECOMPUTE_COST = 2.0
-ZERO3_LINK_FRACTION = 0.65
+ZERO3_LINK_FRACTION = 1.0
 CPU_ADAM_S_PER_PARAM = 0.7e-9
 OFFLOAD_STEP_S = 1.4
 SYNC_STEP_S = 0.03
@@ -117,8 +124,9 @@ def compute_s(card: Card, flops: float, hidden: int) -> float:
 
 
 def exchange_s(zero: int, params: int, trainable: int, world: int, link_gbs: float,
-               micro_steps: int, generations: int) -> float:
-    """The data-parallel collectives of one optimizer step (0 at world size 1)."""
+               micro_steps: int, generations: int, checkpointing: bool = True) -> float:
+    """The data-parallel collectives of one optimizer step (0 at world size 1); ZeRO-3 gathers
+    each layer's weights again for the recomputed forward of gradient checkpointing."""
     if world == 1:
         return 0.0
     share = (world - 1) / world
@@ -127,7 +135,8 @@ def exchange_s(zero: int, params: int, trainable: int, world: int, link_gbs: flo
     scatter = micro_steps * share * 4 * trainable / (link_gbs * GB)  # fp32 gradients
     if zero < 3 or trainable < params:  # ZeRO-2 (LoRA keeps the base whole)
         return scatter + share * 2 * trainable / (link_gbs * GB)
-    gathers = 2 * micro_steps + 2 * generations  # forward + backward; old logps + weight sync
+    per_micro = 3 if checkpointing else 2  # forward, (recomputed forward,) backward
+    gathers = per_micro * micro_steps + 2 * generations  # old logps' forward + weight sync
     return scatter + gathers * share * 2 * params / (link_gbs * GB * ZERO3_LINK_FRACTION)
 
 
