@@ -25,6 +25,7 @@ from hpc_grpo.errors import UserError
 from hpc_grpo.preflight.capacity import Capacity, capacity_rows
 from hpc_grpo.preflight.hardware_row import hardware_row
 from hpc_grpo.preflight.nodecmd import allocation_options, node_command, pyxis_found, pyxis_options
+from hpc_grpo.preflight.requeue_hold import hold_check
 from hpc_grpo.preflight.versions import satisfies
 from hpc_grpo.rundir.contract import HardwareBlock
 from hpc_grpo.runtime.probe import PACKAGES
@@ -46,7 +47,7 @@ MATRIX: Mapping[str, tuple[str, str]] = {
 TRL_VLLM_FALLBACK = ">=0.22.0,<=0.31.0"  # TRL 1.16's vllm extra, when the node's TRL says nothing
 CHECK_ORDER = ("job", *PACKAGES, "known: ZeRO-3 + LoRA", "known: vLLM vs TRL", "known: vLLM TP seeds",
                "same stack", "hpc-grpo", "modules", "container runtime", "container", "node names",
-               "scontrol", "interface", "rendezvous port", "shared output", "output disk",
+               "scontrol", "requeue hold", "interface", "rendezvous port", "shared output", "output disk",
                "node memory", "gpus", "plan hardware", "bandwidth")
 
 
@@ -338,6 +339,7 @@ def run(site: SiteProfile, *, nodes: int, partition: str = "", output_root: str 
     rows = aggregate(reports, Expect(site.gpus_per_node, site.network_interface, site.modules, box,
                                      want, site.gpu_memory_gib),
                      job_note=note if (step.timed_out or step.returncode or not reports) else "")
+    rows.append(_requeue_hold_row())
     links: dict[str, Any] | None = None
     if bandwidth:
         from hpc_grpo.preflight import bandwidth as measuring
@@ -347,6 +349,16 @@ def run(site: SiteProfile, *, nodes: int, partition: str = "", output_root: str 
                                        timeout_s=timeout_s)
         rows.append(row)
     return Result(site.name, tuple(sorted_rows([*pre, *rows])), tuple(reports), links)
+
+
+def _requeue_hold_row() -> Row:
+    """How long Slurm holds a requeued job (preflight/requeue_hold.py), from the controller."""
+    try:
+        text: str | None = slurm.scontrol_show("config")
+    except UserError:
+        text = None
+    status, detail = hold_check(text)
+    return Row("requeue hold", status, (), detail)
 
 
 # ---- output --------------------------------------------------------------------------------

@@ -312,6 +312,7 @@ def run_on_nodes(
         return StepResult(proc.returncode, out, err, True)
 
 
-def scontrol_show(entity: Literal["node", "partition"]) -> str:
-    """`scontrol show node|partition`: every record, as `site init` reads them."""
+def scontrol_show(entity: Literal["node", "partition", "config"]) -> str:
+    """`scontrol show node|partition`: every record, as `site init` reads them; `config`: the
+    controller's settings (doctor's requeue hold)."""
     return run_slurm(["scontrol", "show", entity], timeout=30)

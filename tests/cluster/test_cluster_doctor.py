@@ -26,6 +26,9 @@ def test_doctor_passes_on_two_nodes(tmp_path: Path) -> None:
     assert checks["shared output"]["status"] == "pass"
     assert checks["rendezvous port"]["status"] == "pass" and "21" in checks["rendezvous port"]["detail"]
     assert checks["gpus"]["detail"].startswith("0 seen")
+    # the sandbox's slurm.conf sets AuthInfo=cred_expire=10 (tests/cluster/slurm.conf.tmpl)
+    assert checks["requeue hold"]["status"] == "pass", checks["requeue hold"]
+    assert "waits 11 s" in checks["requeue hold"]["detail"]
     assert not list(tmp_path.iterdir())  # the shared-directory token was removed
 
 

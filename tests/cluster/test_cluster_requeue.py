@@ -12,13 +12,17 @@ any node.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hpc_grpo.preflight.requeue_hold import cred_expire_s
+from hpc_grpo.scheduler import slurm
 from tests.cluster.clusterlib import (
     RECIPE,
     final_state_differs,
@@ -156,6 +160,22 @@ def test_five_different_interruptions_in_a_row(
     assert [s["resumed_from_step"] for s in starts] == \
         [None, *(r["resumed_from_step"] for r in restarts(run_dir))]
     assert final["startup"].startswith(f"start-up (resumed from step {fifth['resumed_from_step']})")
+    # Slurm held each requeued attempt as long as doctor's "requeue hold" says (cred_expire + 1)
+    expire = cred_expire_s(slurm.scontrol_show("config"))
+    assert expire is not None
+    waits = requeue_waits(job)
+    assert len(waits) >= 3, waits  # the signal, the preemption and scontrol requeue at least
+    assert all(expire <= wait <= expire + 2 for wait in waits), (expire, waits)
+
+
+def requeue_waits(job: str) -> list[float]:
+    """Seconds from each requeue (a later attempt's Submit) to its Eligible, from sacct -D."""
+    text = subprocess.run(["sacct", "-D", "-X", "-P", "-n", "-j", job, "-o", "Submit,Eligible"],
+                          capture_output=True, text=True, check=True,
+                          env={**os.environ, "SLURM_TIME_FORMAT": "standard"}).stdout
+    rows = [line.split("|") for line in text.split()]
+    return [(datetime.fromisoformat(eligible) - datetime.fromisoformat(submit)).total_seconds()
+            for submit, eligible in rows[1:]]
 
 
 def test_time_limit_with_signal_lead(tmp_path: Path) -> None:

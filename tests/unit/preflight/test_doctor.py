@@ -260,7 +260,9 @@ def install_fake_srun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, srun: str
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "srun").write_text(srun.format(python=sys.executable))
-    (bin_dir / "scontrol").write_text('#!/bin/sh\necho "$3" | tr , "\\n"\n')
+    (bin_dir / "scontrol").write_text(  # show hostnames A,B; show config: FAKE_SCONTROL_CONFIG
+        '#!/bin/sh\nif [ "$2" = config ]; then cat "${FAKE_SCONTROL_CONFIG:-/dev/null}"; exit; fi\n'
+        'echo "$3" | tr , "\\n"\n')
     (bin_dir / "sinfo").write_text('#!/bin/sh\nprintf "${FAKE_SINFO-node1\\n}"\n')
     for name in ("srun", "scontrol", "sinfo"):
         (bin_dir / name).chmod(0o755)
@@ -292,6 +294,26 @@ def test_cli_doctor_passes_and_json(tmp_path: Path, fake_srun: Path) -> None:
     data = json.loads(result.output)
     assert data["exit_code"] == 0 and data["reports"][0]["job_id"] == 77
     assert not list((tmp_path / "out").iterdir())  # the token is cleaned up
+
+
+def test_cli_doctor_reports_slurms_requeue_hold(tmp_path: Path, fake_srun: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller's cred_expire (Slurm's default here: AuthInfo without it) is a warning
+    that does not fail doctor; a controller that gives no config is a skipped row."""
+    site = one_node_site(tmp_path)
+    config = tmp_path / "config.txt"
+    config.write_text("AuthAltTypes            = (null)\n"
+                      "AuthInfo                = socket=/run/munge/munge.socket.2\n")
+    monkeypatch.setenv("FAKE_SCONTROL_CONFIG", str(config))
+    result = doctor_cli("--site", str(site), "--output-root", str(tmp_path / "out"), "--json")
+    data = json.loads(result.output)
+    row = next(r for r in data["rows"] if r["check"] == "requeue hold")
+    assert row["status"] == "warn" and "waits 121 s" in row["detail"], row
+    assert data["exit_code"] == 0
+    monkeypatch.delenv("FAKE_SCONTROL_CONFIG")
+    data = json.loads(doctor_cli("--site", str(site), "--output-root", str(tmp_path / "out"),
+                                 "--json").output)
+    assert next(r for r in data["rows"] if r["check"] == "requeue hold")["status"] == "skip"
 
 
 def test_cli_doctor_missing_interface_fails(tmp_path: Path, fake_srun: Path) -> None:
