@@ -18,6 +18,9 @@
       choice before 2026-11-23), no_grad_ckpt (the default plan with gradient_checkpointing off),
       no_grad_ckpt_plan (the plan's ZeRO stage without recomputation), server_expandable (server
       mode with the trainer on torch's expandable segments: its reserve grew less, not flat).
+      Runs go in the order given; a name given twice, or already saved in DIR, is kept as
+      name_2, name_3... and the ratios pool every run of a name: --runs plan,server,server,plan
+      is two rounds in one call, each side first once.
   python benchmarks/bench_gpu.py table DIR/bench-one.json   # print a saved result again
 
 Model: --shape names built-in layer shapes with random weights, built offline (default qwen2-0.5b;
@@ -345,22 +348,38 @@ def part_two(out: Path, runs: list[str], steps: int, saved: dict[str, Any]) -> d
     unknown = [name for name in runs if name not in known]
     if unknown:
         raise SystemExit(f"unknown runs {unknown}; known: {', '.join(known)}")
-    for name in runs:
-        results[name] = attempt(known[name])
+    for name in runs:  # a repeated name (or one already saved in DIR) is kept as name_2, ...
+        results[free_key({**saved, **results}, name)] = attempt(known[name])
     return results
+
+
+def free_key(results: dict[str, Any], name: str) -> str:
+    """``name`` for its first run, then name_2, name_3...: rounds in one output folder, or a
+    layout repeated in one call (plan,server,server,plan), all stay in the saved JSON."""
+    if name not in results:
+        return name
+    return next(f"{name}_{n}" for n in range(2, 1000) if f"{name}_{n}" not in results)
+
+
+def mean_step(results: dict[str, Any], name: str) -> float | None:
+    """Mean s/step over every run of ``name`` (name, name_2, ...) that did not fail."""
+    times = [r["step_s"] for key, r in results.items()
+             if (key == name or re.fullmatch(rf"{re.escape(name)}_\d+", key))
+             and isinstance(r, dict) and r.get("step_s") == r.get("step_s") and "step_s" in r]
+    return mean(times) if times else None
 
 
 def ratios(results: dict[str, Any]) -> None:
     """Same completions per step on the same GPUs, so step-time ratios are throughput ratios."""
-    server = results.get("server", {}).get("step_s")
+    server = mean_step(results, "server")  # over every run of each (rounds in one folder)
     for key in ("plan", "default_plan", "no_grad_ckpt", "no_grad_ckpt_plan", "tp2"):
-        mine = results.get(key, {}).get("step_s")
-        if server and mine and server == server and mine == mine:  # neither failed (NaN)
+        mine = mean_step(results, key)
+        if server and mine:
             results[f"ratio_{key}_over_server"] = server / mine
-    plan = results.get("default_plan", {}).get("step_s")
+    plan = mean_step(results, "default_plan")
     for key in ("bare_dp2", "bare_trl_defaults", "split_threads", "no_grad_ckpt", "server_expandable"):
-        other = results.get(key, {}).get("step_s")
-        if plan and other and plan == plan and other == other:
+        other = mean_step(results, key)
+        if plan and other:
             results[f"step_ratio_default_plan_over_{key}"] = plan / other
 
 
