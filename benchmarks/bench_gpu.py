@@ -318,7 +318,10 @@ def part_two(out: Path, runs: list[str], steps: int, saved: dict[str, Any]) -> d
     server_batch = {"per_device_train_batch_size": 64}  # one trainer takes the whole global batch
 
     def bare_dp2() -> dict[str, Any]:  # bare TRL, the default plan's very GRPOConfig, both GPUs
-        kwargs = {**saved, **results}.get("default_plan", {}).get("grpo_config")
+        runs = {**saved, **results}  # the newest default_plan run that did not fail
+        kwargs = next((r["grpo_config"] for key, r in reversed(runs.items())
+                       if re.fullmatch(r"default_plan(_\d+)?", key) and isinstance(r, dict)
+                       and "error" not in r and r.get("grpo_config")), None)
         flags = ["--grpo-json", kwargs] if kwargs else ["--gpu-util", "0.1"]
         return bare(out, "bare_dp2", steps, *flags, procs=2)
 

@@ -1,7 +1,8 @@
 """The step-time model (planner/speed/) held to every saved GPU measurement of a layout.
 
 Each case rebuilds the PlanRequest of a measured run (shape, ranks, batch, lengths, card, link)
-and its layout, and the model's s/step must be within 20 % of the measured mean (steps 2..N).
+and its layout, and the model's s/step must be within 20 % of the measured mean (steps 2..N),
+except the cases listed in MISSES with their reasons (held to 40 %).
 Measured values come from the raw JSON in docs/results/ where it exists; the few figures that
 exist only in markdown are the MARKDOWN rows below, each citing its file and table. A perturbed
 model (training throughput halved, or the link 10x faster) must fail the same check, so the
@@ -202,11 +203,11 @@ ISSUE_30_OFFLOAD_COST_S = 10.16 - 3.23
 
 
 # Cases the model misses by more than TOLERANCE, and why. The H100 rows come from two loans of
-# the kind a day apart: the same layouts ran 1.3-1.6x faster on 2026-11-26 than on 2026-11-25
-# (server 2.07-2.27 against 3.23 s/step), and one layout twice on the 2026-11-26 loan spread
-# 29 % (ZeRO-2 1.465 and 1.891). No one constant holds both loans within 20 %; the fit
-# (terms.py) sits between them. Each listed case must really miss (else it leaves this list)
-# and stay within MISS_BOUND, so a worse model still fails.
+# the kind a day apart: the same layouts ran 1.4-1.6x faster on 2026-11-26 than on 2026-11-25
+# (server 2.07-2.27 against 3.23 s/step, ZeRO off 1.520 against 2.253), and one layout twice
+# on the 2026-11-26 loan spread 29 % (ZeRO-2 1.465 and 1.891). No one constant holds both
+# loans within 20 %; the fit (terms.py) sits between them. Each listed case must really miss
+# (else it leaves this list) and stay within MISS_BOUND, so a worse model still fails.
 MISSES = {
     "h100 0.5B server": "2026-11-25 loan, slower than the 2026-11-26 one",
     "h100 1.5B server": "2026-11-25 loan (3.230 s/step; 2.071-2.266 on 2026-11-26)",
@@ -248,10 +249,12 @@ def test_every_listed_miss_is_a_case() -> None:
 
 
 def test_held_cases_cover_both_h100_loans_and_the_sandbox_link() -> None:
-    """The misses are a minority: most rows of each 2 x H100 loan are held to 20 %."""
-    held = [case.name for case in CASES if case.name not in MISSES]
-    assert sum("h100" in n and "2026-11-26" in n for n in held) >= 4
-    assert sum("h100" in n and "2026-11-26" not in n for n in held) >= 4
+    """The misses are a minority: most rows of each 2 x H100 loan are held to 20 %, and so is
+    the two-node row at the link doctor measured."""
+    held = [case for case in CASES if case.name not in MISSES]
+    assert sum("h100" in c.name and "2026-11-26" in c.name for c in held) >= 4
+    assert sum("h100" in c.name and "2026-11-26" not in c.name for c in held) >= 4
+    assert any(c.nodes == 2 and c.inter_gbs == SANDBOX_H100_LINK for c in held)
     assert len(MISSES) * 5 < len(CASES)
 
 

@@ -55,6 +55,12 @@ def test_slurms_default_hold_is_a_warning_that_names_the_setting() -> None:
     assert "AuthInfo=cred_expire" in detail  # where an administrator changes it
 
 
+def test_an_explicit_120_is_not_called_the_default() -> None:
+    status, detail = hold_check(SANDBOX_22_05.format(value="cred_expire=120"))
+    assert status == "warn" and "waits 121 s" in detail
+    assert "AuthInfo cred_expire 120 s" in detail and "default" not in detail.split(":")[0]
+
+
 def test_the_boundary_is_the_restart_goal() -> None:
     assert hold_check(SANDBOX_22_05.format(value="cred_expire=59"))[0] == "pass"  # 60 s
     assert hold_check(SANDBOX_22_05.format(value="cred_expire=60"))[0] == "warn"  # 61 s
