@@ -95,5 +95,20 @@ def fits(req: PlanRequest) -> bool:
 
 
 def candidates(req: PlanRequest) -> tuple[Estimate, ...]:
-    """Every layout of the chain with its estimate, fitting or not (the speed room ranks them)."""
-    return tuple(estimate(req, link.layout, link.share) for link in chain(req))
+    """Every layout of the chain with its estimate, fitting or not (the speed model ranks them),
+    plus optimizer offload at the smaller TP sizes: the chain offloads only at the largest TP
+    (the first-fit order), but a smaller TP generates faster, so the speed model is shown both.
+    They go after the layouts without offload and before the largest TP's offload, in TP order,
+    so that a near tie still keeps the cheaper layout (planner/speed/choose.py)."""
+    links = list(chain(req))
+    first_offload = next((i for i, link in enumerate(links) if link.layout.offload_optimizer),
+                         None)
+    if first_offload is not None and req.tensor_parallel_size is None:
+        top = links[first_offload].layout.tp
+        extra = [Link(Layout(tp, 3, True, False, link.layout.sleep), share_for(req, tp))
+                 for tp in valid_tps(req.arch, req.gpus_per_node) if tp < top
+                 for link in links[first_offload:first_offload + 2]
+                 if link.layout.zero == 3 and not link.layout.offload_params]
+        known = {link.layout for link in links}
+        links[first_offload:first_offload] = [x for x in extra if x.layout not in known]
+    return tuple(estimate(req, link.layout, link.share) for link in links)

@@ -11,6 +11,7 @@ import pytest
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner import PlanRequest, plan_memory
 from hpc_grpo.planner.catalogue import builtin_arch, lookup_model
+from hpc_grpo.planner.memory.search import search
 from hpc_grpo.planner.modes import faster_mode
 from hpc_grpo.planner.speed.server import plan_server
 
@@ -53,6 +54,25 @@ def test_a_forced_slower_layout_is_planned_as_given() -> None:
     plan = plan_memory(request("qwen2-7b", zero_stage=3, offload_optimizer=True))
     assert (plan.zero_stage, plan.offload_optimizer) == (3, True)
     assert plan.speed is not None and plan.speed.step.seconds > 5
+
+
+def test_offload_is_also_tried_at_the_smaller_tp_and_wins_where_it_is_faster() -> None:
+    """7B on 2 x 48 GiB: only optimizer offload fits. The first-fit chain offloads at the largest
+    TP; the speed model also tries TP 1, whose engines generate without TP's collectives."""
+    req = request("qwen2-7b", gpus_per_node=2, gpu_memory_gib=48.0, completion_length=64)
+    first_fit, _ = search(req)
+    assert first_fit is not None and (first_fit.layout.tp, first_fit.layout.offload_optimizer) \
+        == (2, True)
+    plan = plan_memory(req)
+    assert (plan.tensor_parallel_size, plan.zero_stage, plan.offload_optimizer) == (1, 3, True)
+    assert plan.speed is not None
+    rows = {row.layout: row for row in plan.speed.considered}
+    two = [row for name, row in rows.items() if name.startswith("TP 2, ZeRO-3, optimizer offload")]
+    assert two and all(row.verdict.startswith("slower") for row in two)
+    # a TP the user sets keeps the search to it: no TP 1 rows then
+    forced = plan_memory(replace(req, tensor_parallel_size=2))
+    assert forced.speed is not None and forced.tensor_parallel_size == 2
+    assert not [row for row in forced.speed.considered if row.layout.startswith("TP 1")]
 
 
 TWO_NODES = dict(nodes=2, gpus_per_node=2, gpu_memory_gib=139.0, per_device_train_batch_size=32)
