@@ -318,10 +318,8 @@ def part_two(out: Path, runs: list[str], steps: int, saved: dict[str, Any]) -> d
     server_batch = {"per_device_train_batch_size": 64}  # one trainer takes the whole global batch
 
     def bare_dp2() -> dict[str, Any]:  # bare TRL, the default plan's very GRPOConfig, both GPUs
-        runs = {**saved, **results}  # the newest default_plan run that did not fail
-        kwargs = next((r["grpo_config"] for key, r in reversed(runs.items())
-                       if re.fullmatch(r"default_plan(_\d+)?", key) and isinstance(r, dict)
-                       and "error" not in r and r.get("grpo_config")), None)
+        done = runs_named({**saved, **results}, "default_plan")  # the newest one's GRPOConfig
+        kwargs = next((r["grpo_config"] for r in reversed(done) if r.get("grpo_config")), None)
         flags = ["--grpo-json", kwargs] if kwargs else ["--gpu-util", "0.1"]
         return bare(out, "bare_dp2", steps, *flags, procs=2)
 
@@ -364,11 +362,17 @@ def free_key(results: dict[str, Any], name: str) -> str:
     return next(f"{name}_{n}" for n in range(2, 1000) if f"{name}_{n}" not in results)
 
 
+def runs_named(results: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """Every run of ``name`` (name, name_2, ...) that did not fail, oldest first."""
+    return [r for key, r in results.items()
+            if (key == name or re.fullmatch(rf"{re.escape(name)}_\d+", key))
+            and isinstance(r, dict) and "error" not in r]
+
+
 def mean_step(results: dict[str, Any], name: str) -> float | None:
-    """Mean s/step over every run of ``name`` (name, name_2, ...) that did not fail."""
-    times = [r["step_s"] for key, r in results.items()
-             if (key == name or re.fullmatch(rf"{re.escape(name)}_\d+", key))
-             and isinstance(r, dict) and r.get("step_s") == r.get("step_s") and "step_s" in r]
+    """Mean s/step over every run of ``name`` that did not fail (a NaN step counts as failed)."""
+    times = [r["step_s"] for r in runs_named(results, name)
+             if "step_s" in r and r["step_s"] == r["step_s"]]
     return mean(times) if times else None
 
 

@@ -10,7 +10,7 @@ offload.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hpc_grpo.planner.arch import ModelArch
 from hpc_grpo.planner.memory.estimate import UTIL_MAX, UTIL_SHARE, Estimate, Layout, estimate
@@ -101,14 +101,13 @@ def candidates(req: PlanRequest) -> tuple[Estimate, ...]:
     They go after the layouts without offload and before the largest TP's offload, in TP order,
     so that a near tie still keeps the cheaper layout (planner/speed/choose.py)."""
     links = list(chain(req))
-    first_offload = next((i for i, link in enumerate(links) if link.layout.offload_optimizer),
-                         None)
-    if first_offload is not None and req.tensor_parallel_size is None:
-        top = links[first_offload].layout.tp
-        extra = [Link(Layout(tp, 3, True, False, link.layout.sleep), share_for(req, tp))
-                 for tp in valid_tps(req.arch, req.gpus_per_node) if tp < top
-                 for link in links[first_offload:first_offload + 2]
-                 if link.layout.zero == 3 and not link.layout.offload_params]
+    offloads = [link.layout for link in links if link.layout.offload_optimizer
+                and not link.layout.offload_params and link.layout.zero == 3]
+    if offloads and req.tensor_parallel_size is None:
         known = {link.layout for link in links}
-        links[first_offload:first_offload] = [x for x in extra if x.layout not in known]
+        extra = [Link(layout, share_for(req, tp)) for tp in valid_tps(req.arch, req.gpus_per_node)
+                 for top in offloads if tp < top.tp
+                 if (layout := replace(top, tp=tp)) not in known]
+        first = next(i for i, link in enumerate(links) if link.layout.offload_optimizer)
+        links[first:first] = list(dict.fromkeys(extra))
     return tuple(estimate(req, link.layout, link.share) for link in links)

@@ -192,12 +192,14 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
 
 @dataclass(frozen=True)
 class Ready:
-    """What the first step needs: the trainer, its stop callback, its arguments, the resume."""
+    """What the first step needs: the trainer, its stop callback, its arguments, the resume
+    and its step (0 from scratch)."""
 
     trainer: Any
     stop: Any
     args: Any
     resume: Path | None
+    resume_step: int
 
 
 class SetupFailed(Exception):
@@ -261,7 +263,7 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
         print(f"[train] {stale_weights.NOTE}", flush=True)
     for note in tracking.install(trainer, trackers, resume_step, logged):
         print(f"[train] {note}", flush=True)
-    return Ready(trainer, stop, args, resume)
+    return Ready(trainer, stop, args, resume, resume_step)
 
 
 def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
@@ -296,8 +298,7 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
     trainer, stop, args, resume = ready.trainer, ready.stop, ready.args, ready.resume
     clock.mark()
     if lead:
-        startup.install(trainer, clock, run_dir, attempt,
-                        checkpoints.checkpoint_step(resume) if resume else None)
+        startup.install(trainer, clock, run_dir, attempt, ready.resume_step if resume else None)
         rundir.update_state(run_dir, phase="training", max_steps=args.max_steps)
     print(f"[train] training from {resume or 'scratch'} to step {args.max_steps}", flush=True)
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
