@@ -5,10 +5,10 @@ Two kinds of saved measurement (docs/results):
 * Each page once (``CLEAN``): what the node lost over the run (MemTotal - MemAvailable, nothing
   else running) or the process tree's PSS. 1.5B and 7B with ZeRO-3 + optimizer offload, 2 ranks
   on one 2 x H200 node (2026-11-26; the model's per-rank constant is fitted to these two), and
-  1.5B on 1 rank of a 2 x H100 node (2026-11-26, measured after the fit: a check). Held within
-  10 %.
-* The 7B one-rank run on the H100 node whose sampler was cut off (``RANK_PEAK``): only the
-  rank's own peak RSS (VmHWM) is known, a lower bound of the node's count; the plan must lie
+  1.5B and 7B on 1 rank of a 2 x H100 node (2026-11-26, measured after the fit: checks; the 7B
+  one in session 32, 122.55 GiB against the plan's 126.43). Held within 10 %.
+* The first 7B one-rank run on the H100 node, whose sampler was cut off (``RANK_PEAK``): only
+  the rank's own peak RSS (VmHWM) is known, a lower bound of the node's count; the plan must lie
   between it and 10 % above it.
 * The RSS summed over the process tree (``RSS_SUMS``: every run saved before 2026-11-26). That
   sum counts the image of each forked inductor compile worker (about one per core and rank)
@@ -45,6 +45,7 @@ CLEAN = [
     ("2026-11-26-memory-offload-1.5b-2ranks-split-h200x2.json", NODE, "qwen2-1.5b", 2, 3, True),
     ("2026-11-26-memory-offload-7b-2ranks-h200x2.json", NODE, "qwen2-7b", 2, 3, True),
     ("2026-11-26-memory-offload-1.5b-1rank-h100x2.json", NODE, "qwen2-1.5b", 1, 3, True),
+    ("2026-11-26-memory-offload-7b-1rank-h100x2.json", NODE, "qwen2-7b", 1, 3, True),
 ]
 RANK_PEAK = ("2026-11-26-memory-offload-7b-1rank-partial-h100x2.json",
              ("measured_rank_vmhwm_gib",), "qwen2-7b", 1, 3, True)
