@@ -38,6 +38,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from statistics import mean, median
@@ -307,9 +308,11 @@ def pair_ratio(results: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def part_two(out: Path, runs: list[str], steps: int, saved: dict[str, Any]) -> dict[str, Any]:
+def part_two(out: Path, runs: list[str], steps: int, saved: dict[str, Any],
+             on_run: Callable[[dict[str, Any]], Any] = lambda done: None) -> dict[str, Any]:
     """The runs in the order given, so a second round can reverse it (server,plan after
-    plan,server): a warm compile cache or a drifting machine then favours neither side."""
+    plan,server): a warm compile cache or a drifting machine then favours neither side.
+    ``on_run`` gets the runs done so far after each one (main saves them)."""
     _, memory, count = gpu_info()
     assert count >= 2, "part two needs 2 GPUs"
     site = site_file(out, 2, memory)
@@ -351,6 +354,7 @@ def part_two(out: Path, runs: list[str], steps: int, saved: dict[str, Any]) -> d
         raise SystemExit(f"unknown runs {unknown}; known: {', '.join(known)}")
     for name in runs:  # a repeated name (or one already saved in DIR) is kept as name_2, ...
         results[free_key({**saved, **results}, name)] = attempt(known[name])
+        on_run(results)
     return results
 
 
@@ -460,14 +464,22 @@ def main() -> None:
         sh([sys.executable, "-m", "hpc_grpo.runtime.models.shapes", SHAPE, str(model)])
     saved = out / f"bench-{part}{'' if SHAPE == DEFAULT_SHAPE else '-' + SHAPE}.json"
     results = json.loads(saved.read_text()) if saved.exists() else {}
-    results.update(part_one(out, runs, steps, results) if part == "one"
-                   else part_two(out, runs, steps, results))
-    ratios(results)
     name, _, count = gpu_info()
-    results.update(versions=versions(), steps=steps, shape=SHAPE, date=time.strftime("%Y-%m-%d"), gpu=name,
-                   gpu_count=count)
-    saved.write_text(json.dumps(results, indent=1, default=str))
-    print(table(results), flush=True)
+
+    def write(new: dict[str, Any]) -> dict[str, Any]:
+        """DIR's JSON with the runs done so far. Written after every run of part two, since the
+        device call's own time limit may end this script between runs: session 32's first call
+        lost a finished plan/server pair that way (rebuilt from the run directories)."""
+        merged = {**results, **new}
+        ratios(merged)
+        merged.update(versions=versions(), steps=steps, shape=SHAPE,
+                      date=time.strftime("%Y-%m-%d"), gpu=name, gpu_count=count)
+        saved.write_text(json.dumps(merged, indent=1, default=str))
+        return merged
+
+    new = (part_one(out, runs, steps, results) if part == "one"
+           else part_two(out, runs, steps, results, on_run=write))
+    print(table(write(new)), flush=True)
 
 
 if __name__ == "__main__":

@@ -41,3 +41,26 @@ def test_ratios_pool_the_rounds_and_skip_failed_runs(bench: ModuleType) -> None:
     assert "ratio_default_plan_over_server" not in results  # its only run failed
     assert "step_ratio_default_plan_over_bare_dp2" not in results
     assert bench.mean_step(results, "plan") == pytest.approx(1.678)
+
+
+def test_each_finished_run_is_handed_on_before_the_next_starts(
+        bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 32: the call's time limit ended bench_gpu.py after a plan and a server run had
+    both finished, and neither reached the JSON. part_two now hands every finished run to
+    ``on_run`` (main writes DIR's JSON there); a failing run is handed on too."""
+    started: list[str] = []
+
+    def fake_run(site: Path, steps: int, *extra: str, **kwargs: object) -> dict[str, object]:
+        mode = "server" if "server" in extra else "plan"
+        started.append(mode)
+        if len(started) == 3:
+            raise RuntimeError("killed")
+        return {"step_s": {"plan": 1.6, "server": 2.4}[mode]}
+
+    monkeypatch.setattr(bench, "gpu_info", lambda: ("H100", 79.0, 2))
+    monkeypatch.setattr(bench, "hpc_grpo", fake_run)
+    seen: list[tuple[list[str], int]] = []
+    done = bench.part_two(tmp_path, ["plan", "server", "plan"], 10, {},
+                          on_run=lambda runs: seen.append((list(runs), len(started))))
+    assert seen == [(["plan"], 1), (["plan", "server"], 2), (["plan", "server", "plan_2"], 3)]
+    assert "error" in done["plan_2"] and done["server"]["step_s"] == 2.4
