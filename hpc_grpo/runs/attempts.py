@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hpc_grpo.rundir import finite_number
+from hpc_grpo.rundir.startup import PART_NAMES
 
 SACCT_CAUSES = {"PREEMPTED": "preempted", "NODE_FAIL": "node failure", "TIMEOUT": "time limit"}
 # Causes that sacct's own record may correct; a precise one (user signal, preempted) stays.
@@ -44,11 +45,6 @@ def with_accounting(restarts: Sequence[Mapping[str, Any]], job_id: str,
     return out
 
 
-_PART_NAMES = {"trainer": "trainer and engine", "prepare_and_load": "prepare and load",
-               "torch_and_group": "torch and process group", "first_step": "first step",
-               "imports": "imports"}
-
-
 def startup_line(last: Mapping[str, Any], attempt: str = "") -> str:
     """The last attempt's time to its first step, largest part first (startup.jsonl's last line,
     written by rank 0: runtime/rank/startup.py); "" before any attempt reached a step, when the
@@ -57,7 +53,7 @@ def startup_line(last: Mapping[str, Any], attempt: str = "") -> str:
     parts, total = last.get("parts_s"), finite_number(last.get("total_s"))
     if not isinstance(parts, Mapping) or total is None or (attempt and last.get("attempt") != attempt):
         return ""
-    known = sorted(((v, _PART_NAMES.get(str(k), str(k))) for k, raw in parts.items()
+    known = sorted(((v, PART_NAMES.get(str(k), str(k))) for k, raw in parts.items()
                     if (v := finite_number(raw)) is not None), reverse=True)
     resumed = last.get("resumed_from_step")
     start = f"resumed from step {resumed}" if isinstance(resumed, int) and not isinstance(

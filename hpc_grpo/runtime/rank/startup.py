@@ -27,8 +27,9 @@ from typing import Any
 
 from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
+from hpc_grpo.rundir.startup import PART_NAMES
 
-PARTS = ("imports", "torch_and_group", "trainer", "prepare_and_load", "first_step")
+PARTS = tuple(PART_NAMES)  # the order the marks are taken in
 
 
 def process_start_time(fallback: float) -> float:

@@ -1,0 +1,14 @@
+"""The parts of startup.jsonl's ``parts_s``: the rank writes them (runtime/rank/startup.py) and
+``status`` names them (runs/attempts.py). One table, so a part the rank adds is named on the
+launcher side too."""
+
+from __future__ import annotations
+
+# key in parts_s, in the order the rank marks them -> the name ``status`` shows
+PART_NAMES: dict[str, str] = {
+    "imports": "imports",
+    "torch_and_group": "torch and process group",
+    "trainer": "trainer and engine",
+    "prepare_and_load": "prepare and load",
+    "first_step": "first step",
+}
