@@ -25,8 +25,9 @@
 
 Model: --shape names built-in layer shapes with random weights, built offline (default qwen2-0.5b;
 qwen2-1.5b, qwen2-7b: hpc_grpo/rundir/shapes.py). Runs of one part merge into DIR/bench-PART.json
-(bench-PART-SHAPE.json for another shape), so a part may be split over several calls. s/step is the
-mean wall time of steps 2..N (step 1 includes compilation and warm-up).
+(bench-PART-SHAPE.json for another shape), so a part may be split over several calls; part two
+writes it after every run. s/step is the mean wall time of steps 2..N (step 1 includes compilation
+and warm-up).
 """
 
 from __future__ import annotations
@@ -395,17 +396,17 @@ def ratios(results: dict[str, Any]) -> None:
 
 
 def versions() -> dict[str, str]:
-    import torch
-    import transformers
-    import trl
+    """The stack's versions from the installed packages' metadata: importing vllm in this
+    parent process would set variables in os.environ (vllm/env_override.py) that every later
+    run inherits, and the runs must all start from the same environment."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    out = {"torch": torch.__version__, "trl": trl.__version__, "transformers": transformers.__version__}
-    try:
-        import vllm
-
-        out["vllm"] = vllm.__version__
-    except ImportError:
-        out["vllm"] = "absent"
+    out = {}
+    for package in ("torch", "trl", "transformers", "vllm"):
+        try:
+            out[package] = version(package)
+        except PackageNotFoundError:
+            out[package] = "absent"
     return out
 
 
@@ -465,21 +466,32 @@ def main() -> None:
     saved = out / f"bench-{part}{'' if SHAPE == DEFAULT_SHAPE else '-' + SHAPE}.json"
     results = json.loads(saved.read_text()) if saved.exists() else {}
     name, _, count = gpu_info()
+    meta = dict(versions=versions(), steps=steps, shape=SHAPE, date=time.strftime("%Y-%m-%d"),
+                gpu=name, gpu_count=count)
 
     def write(new: dict[str, Any]) -> dict[str, Any]:
-        """DIR's JSON with the runs done so far. Written after every run of part two, since the
-        device call's own time limit may end this script between runs: session 32's first call
-        lost a finished plan/server pair that way (rebuilt from the run directories)."""
-        merged = {**results, **new}
+        """DIR's JSON with the runs returned so far, written after every run of part two: the
+        device call's time limit may end this script before the last run (session 32's first
+        call lost a finished pair that way; a run cut off before it returns is still lost)."""
+        merged = {**results, **new, **meta}
         ratios(merged)
-        merged.update(versions=versions(), steps=steps, shape=SHAPE,
-                      date=time.strftime("%Y-%m-%d"), gpu=name, gpu_count=count)
-        saved.write_text(json.dumps(merged, indent=1, default=str))
+        save_json(saved, merged)
         return merged
 
     new = (part_one(out, runs, steps, results) if part == "one"
            else part_two(out, runs, steps, results, on_run=write))
     print(table(write(new)), flush=True)
+
+
+def save_json(path: Path, data: dict[str, Any]) -> None:
+    """Whole or not at all (a kill mid-write would leave a file the next call cannot read);
+    a full disk is printed, not raised, so the runs still to come are not cancelled by it."""
+    part = path.with_name(path.name + ".part")
+    try:
+        part.write_text(json.dumps(data, indent=1, default=str))
+        os.replace(part, path)
+    except OSError as err:
+        print(f"could not save {path}: {err}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,10 @@ ones: trainable / world under ZeRO-2/3, all of them otherwise):
   (2026-11-26): 1.5B, the tree's PSS 29.89 GiB, the node 30.7, the model 30.5; 7B, the rank's own
   peak RSS 120.8 GiB (a lower bound of the node, which showed 122 GiB used while saving; the
   run's sampler was cut off), the model 126.4 (128.4 before subgroups.py counted the pinned
-  sub-groups: 42.0 GiB of them held, as it says). Not measured per page: any run without offload.
+  sub-groups, matched to the 42.0 GiB that run's pinned allocator held). The whole 7B run again
+  (session 32, ...-7b-1rank-h100x2.json): the node lost 122.55 GiB at its peak, the tree's PSS
+  121.88, the model 126.43 (+3.2 %; the sub-group count was set on the first run's pinned
+  figure, the node total was not). Not measured per page: any run without offload.
 * Optimizer offload, per rank, from DeepSpeed 0.19's code (runtime/zero/stage3.py,
   stage_1_and_2.py, with the pin_memory the runtime sets, runtime/rank/grpo_args.py): the fp32
   master partition (4 B/p) and Adam's m and v (8 B/p); under ZeRO-3 a pinned fp32 gradient

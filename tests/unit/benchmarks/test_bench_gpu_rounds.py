@@ -4,6 +4,7 @@ pool them (session 31: plan 1.465 then 1.891 s/step, server 2.266 then 2.071, on
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 from pathlib import Path
 from types import ModuleType
@@ -45,9 +46,10 @@ def test_ratios_pool_the_rounds_and_skip_failed_runs(bench: ModuleType) -> None:
 
 def test_each_finished_run_is_handed_on_before_the_next_starts(
         bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Session 32: the call's time limit ended bench_gpu.py after a plan and a server run had
-    both finished, and neither reached the JSON. part_two now hands every finished run to
-    ``on_run`` (main writes DIR's JSON there); a failing run is handed on too."""
+    """Session 32: a time limit ended bench_gpu.py after its plan run had returned, while the
+    server run shut down, and neither reached the JSON. part_two now hands every run that
+    returns to ``on_run`` (main writes DIR's JSON there), a failed one too; a run cut off
+    before it returns is still lost."""
     started: list[str] = []
 
     def fake_run(site: Path, steps: int, *extra: str, **kwargs: object) -> dict[str, object]:
@@ -64,3 +66,24 @@ def test_each_finished_run_is_handed_on_before_the_next_starts(
                           on_run=lambda runs: seen.append((list(runs), len(started))))
     assert seen == [(["plan"], 1), (["plan", "server"], 2), (["plan", "server", "plan_2"], 3)]
     assert "error" in done["plan_2"] and done["server"]["step_s"] == 2.4
+
+
+def test_the_saved_json_is_whole_and_a_failed_save_does_not_stop_the_runs(
+        bench: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "bench-two.json"
+    bench.save_json(path, {"plan": {"step_s": 1.6}})
+    bench.save_json(path, {"plan": {"step_s": 1.6}, "server": {"step_s": 2.4}})
+    assert json.loads(path.read_text())["server"]["step_s"] == 2.4
+    assert [p.name for p in tmp_path.iterdir()] == ["bench-two.json"]  # no .part left behind
+    bench.save_json(tmp_path / "gone" / "bench-two.json", {"plan": {}})  # no folder: printed
+    assert "could not save" in capsys.readouterr().err
+
+
+def test_versions_come_from_package_metadata_without_importing_the_stack(bench: ModuleType) -> None:
+    """Importing vllm in the parent would set os.environ values every later run inherits."""
+    import sys
+
+    before = set(sys.modules)
+    found = bench.versions()
+    assert set(found) == {"torch", "trl", "transformers", "vllm"}
+    assert not {"vllm", "trl", "transformers"} & (set(sys.modules) - before)

@@ -5,8 +5,9 @@ Two kinds of saved measurement (docs/results):
 * Each page once (``CLEAN``): what the node lost over the run (MemTotal - MemAvailable, nothing
   else running) or the process tree's PSS. 1.5B and 7B with ZeRO-3 + optimizer offload, 2 ranks
   on one 2 x H200 node (2026-11-26; the model's per-rank constant is fitted to these two), and
-  1.5B and 7B on 1 rank of a 2 x H100 node (2026-11-26, measured after the fit: checks; the 7B
-  one in session 32, 122.55 GiB against the plan's 126.43). Held within 10 %.
+  1.5B and 7B on 1 rank of a 2 x H100 node (2026-11-26, measured after that fit; the 7B one in
+  session 32, 122.55 GiB against the plan's 126.43, whose pinned sub-group count was matched to
+  the first 7B one-rank run's pinned allocator, not to this node total). Held within 10 %.
 * The first 7B one-rank run on the H100 node, whose sampler was cut off (``RANK_PEAK``): only
   the rank's own peak RSS (VmHWM) is known, a lower bound of the node's count; the plan must lie
   between it and 10 % above it.
