@@ -80,8 +80,8 @@ def faster_mode(colocate: PlanRequest, trainers: PlanRequest, server_gpus: int, 
     ours = f"{theirs.step.seconds:.2f} s/step, {theirs.step.tokens_per_s:,.0f} tokens/s"
     if theirs.fits and (speed is None or theirs.step.tokens_per_s > speed.step.tokens_per_s):
         return "server", f"vllm_mode auto: server ({ours} against colocate's {mine})"
-    server_s = ours if theirs.fits else theirs.problem
-    return "colocate", f"vllm_mode auto: colocate ({mine} against server mode's {server_s})"
+    other = f"server mode's {ours}" if theirs.fits else f"server mode, which does not fit: {theirs.problem}"
+    return "colocate", f"vllm_mode auto: colocate ({mine} against {other})"
 
 
 def resolve_mode(site: SiteProfile, spec: JobSpec, model: ModelRef,

@@ -100,6 +100,19 @@ def test_with_an_infiniband_class_link_the_plan_colocates() -> None:
     assert mode == "colocate" and colocate_s < server_s
 
 
+def test_auto_says_plainly_when_server_mode_does_not_fit() -> None:
+    """7B on 2 x 79 GiB: one server-mode trainer cannot hold 7B's training state; the line once
+    read "against server mode's the trainer peaks at ..."."""
+    colocate = request("qwen2-7b", gpus_per_node=2, gpu_memory_gib=79.0,
+                       per_device_train_batch_size=32)
+    trainers = replace(colocate, gpus_per_node=1)
+    assert not plan_server(trainers, 1, 0.9, 0).fits
+    mode, why = faster_mode(colocate, trainers, 1, 0.9, 0)
+    assert mode == "colocate"
+    assert "against server mode, which does not fit: the trainer peaks at" in why, why
+    assert "server mode's the" not in why
+
+
 def test_the_slow_link_measurement_itself_prefers_server_mode() -> None:
     """The measured pair (1.5B, 2 nodes x 1 GPU colocated ZeRO-2 3.47 s against server mode on
     one node 2.28 s): the model predicts server mode faster too."""
