@@ -76,7 +76,8 @@ def predict(req: PlanRequest, layout: Layout, util: float) -> StepTime:
     return _total(req, items, req.world_size)
 
 
-def predict_server(req: PlanRequest, server_gpus: int, zero: int) -> StepTime:
+def predict_server(req: PlanRequest, server_gpus: int, zero: int,
+                   offload_optimizer: bool = False) -> StepTime:
     """Server mode: ``req`` describes the trainers (gpus_per_node = trainer GPUs per node);
     ``server_gpus`` engines of `vllm serve` on the last node generate for all of them."""
     gpu, arch, rounds = card(req), req.arch, _rounds(req)
@@ -88,5 +89,5 @@ def predict_server(req: PlanRequest, server_gpus: int, zero: int) -> StepTime:
     push_link = link.inter_gbs if req.nodes > 1 else link.intra_gbs
     items = [("generation", rounds * decode),
              ("weight push to the server", rounds * terms.server_push_s(arch.num_params, push_link))]
-    items += _training_terms(req, zero, (False, False), req.world_size)
+    items += _training_terms(req, zero, (offload_optimizer, False), req.world_size)
     return _total(req, items, req.world_size)

@@ -20,8 +20,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hpc_grpo.planner.memory.estimate import (
+    CPU_USABLE_FRACTION,
     RESERVE_FRACTION,
     Layout,
+    _host_gib,
     _training_bytes,
     _training_items,
     overhead_gib,
@@ -65,24 +67,37 @@ class ServerPlan:
 
 
 def plan_server(req: PlanRequest, server_gpus: int, util: float, zero: int) -> ServerPlan:
-    """``req``: the trainers (gpus_per_node = trainer GPUs a node); ``util``: the server's share."""
+    """``req``: the trainers (gpus_per_node = trainer GPUs a node); ``util``: the server's share.
+    The optimizer offload the spec asks for (``req.offload_optimizer``, with ZeRO 1-3, as the
+    runtime's DeepSpeed block gives it) moves Adam's states to the trainers' nodes' CPU memory,
+    which is then checked too."""
     gpu = req.gpu_memory_gib
-    items = _training_items(req, _training_bytes(req, Layout(1, zero)), zero)
+    layout = Layout(1, zero, offload_optimizer=bool(req.offload_optimizer) and zero > 0)
+    training = _training_bytes(req, layout)
+    items = _training_items(req, training, zero)
     overhead, reserve = overhead_gib(req, 1), RESERVE_FRACTION * gpu
     total = sum(value for _, value in items) + overhead + reserve
+    host = _host_gib(req, layout, training)
     trainer = (*items, ("CUDA/NCCL overhead", overhead), ("fragmentation reserve", reserve),
-               ("total during training", total))
+               ("total during training", total),
+               *((("CPU memory per node", host),) if host else ()))
     weights, kv = vllm_need(_server_side(req, server_gpus), 1)
     server = (("vLLM weights", weights), ("KV cache", kv), ("vLLM share", util * gpu))
+    usable = CPU_USABLE_FRACTION * req.cpu_memory_gib_per_node
     problem = ""
     if total > gpu:
         problem = f"the trainer peaks at {total:.1f} GiB per GPU, above {gpu:g} GiB"
+    elif host > usable:
+        problem = (f"the trainers' offloaded state needs {host:.0f} GiB of CPU memory per node, "
+                   f"above {usable:.0f} GiB usable ({CPU_USABLE_FRACTION:.0%} of "
+                   f"{req.cpu_memory_gib_per_node:g})")
     elif weights + kv > util * gpu:
         problem = (f"the server's weights + KV cache need {weights + kv:.1f} GiB, above its "
                    f"{util * gpu:.1f} GiB share")
     return ServerPlan(tuple((n, round(v, 2)) for n, v in trainer),
                       tuple((n, round(v, 2)) for n, v in server), problem,
-                      predict_server(req, server_gpus, zero), hardware_note(req))
+                      predict_server(req, server_gpus, zero, layout.offload_optimizer),
+                      hardware_note(req))
 
 
 def _server_side(req: PlanRequest, server_gpus: int) -> PlanRequest:

@@ -110,6 +110,19 @@ def test_server_mode_has_a_trainer_memory_plan_and_what_the_server_gets() -> Non
     assert colocated["memory_plan"] is not None and colocated["no_memory_plan"] is None
 
 
+def test_server_mode_with_optimizer_offload_shows_the_trainer_node_s_cpu_memory() -> None:
+    args = ["--site", "h100-pyxis", "--model", "builtin:qwen2-7b", "--vllm-mode", "server",
+            "--zero-stage", "3", "--set", "offload_optimizer=true"]
+    code, out, _ = invoke(*args, "--json")
+    assert code == 0
+    server = json.loads(out)["server_plan"]
+    assert server["problem"] == "" and server["trainer_gpu_gib"]["optimizer states"] == 0
+    assert server["trainer_gpu_gib"]["CPU memory per node"] > 0
+    code, text, _ = invoke(*args)
+    assert code == 0 and "trainer node: CPU memory per node" in text
+    assert "does not fit" not in text.split("server mode: predicted")[1].splitlines()[0]
+
+
 def test_list_models() -> None:
     code, out, _ = invoke("--list-models")
     assert code == 0 and out.splitlines() == list(catalogue_names())

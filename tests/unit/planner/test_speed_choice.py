@@ -113,6 +113,26 @@ def test_auto_says_plainly_when_server_mode_does_not_fit() -> None:
     assert "server mode's the" not in why
 
 
+def test_server_mode_plans_the_optimizer_offload_it_is_given() -> None:
+    """7B, one server-mode trainer on a 79 GiB card: Adam's states on the GPU do not fit; with
+    ZeRO-3 and optimizer offload (as the runtime's DeepSpeed block then runs it) they move to
+    the node's CPU memory, which is checked in turn; the offload costs step time. The plan once
+    ignored the offload and called every such layout too big for the card."""
+    trainers = request("qwen2-7b", gpu_memory_gib=79.0, per_device_train_batch_size=64)
+    on_gpu = plan_server(replace(trainers, zero_stage=3), 1, 0.9, 3)
+    offloaded = plan_server(replace(trainers, zero_stage=3, offload_optimizer=True), 1, 0.9, 3)
+    assert "the trainer peaks at" in on_gpu.problem
+    assert offloaded.fits, offloaded.problem
+    memory = dict(offloaded.trainer)
+    assert memory["optimizer states"] == 0 and memory["CPU memory per node"] > 100
+    assert offloaded.step.seconds > on_gpu.step.seconds  # CPU Adam's per-step cost
+    small_host = replace(trainers, zero_stage=3, offload_optimizer=True,
+                         cpu_memory_gib_per_node=64.0)
+    assert "CPU memory per node, above 51 GiB usable" in plan_server(small_host, 1, 0.9, 3).problem
+    plain = plan_server(replace(trainers, offload_optimizer=True), 1, 0.9, 0)  # no ZeRO: no offload
+    assert "CPU memory per node" not in dict(plain.trainer)
+
+
 def test_the_slow_link_measurement_itself_prefers_server_mode() -> None:
     """The measured pair (1.5B, 2 nodes x 1 GPU colocated ZeRO-2 3.47 s against server mode on
     one node 2.28 s): the model predicts server mode faster too."""
