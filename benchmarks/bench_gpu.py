@@ -18,6 +18,9 @@
       choice before 2026-11-23), no_grad_ckpt (the default plan with gradient_checkpointing off),
       no_grad_ckpt_plan (the plan's ZeRO stage without recomputation), server_expandable (server
       mode with the trainer on torch's expandable segments: its reserve grew less, not flat).
+      7B (--shape qwen2-7b, 2 x 80 GB): tp1_offload (TP 1, ZeRO-3, optimizer offload: the plan's
+      runner-up) and server_offload (server mode, its one trainer with ZeRO-3 and optimizer
+      offload, the only way it fits): --runs plan,tp1_offload,server_offload.
       Runs go in the order given; a name given twice, or already saved in DIR, is kept as
       name_2, name_3... and the ratios pool every run of a name: --runs plan,server,server,plan
       is two rounds in one call, each side first once.
@@ -79,8 +82,18 @@ def site_file(out: Path, gpus: int, memory_gib: float) -> Path:
     path = out / f"gpu{gpus}.yaml"
     path.write_text(
         f"scheduler: local\ngpus_per_node: {gpus}\ngpu_memory_gib: {memory_gib:.0f}\n"
-        f"cpu_memory_gib: 100\nmax_time: '04:00:00'\noutput_root: {out / 'runs'}\n")
+        f"cpu_memory_gib: {host_gib():.0f}\nmax_time: '04:00:00'\noutput_root: {out / 'runs'}\n")
     return path
+
+
+def host_gib() -> float:
+    """This machine's host memory as the ranks' hardware check reads it (MemTotal or a smaller
+    job limit): 7B layouts with optimizer offload need more than the 100 GiB once written here
+    (126 GiB on one rank), and only offload layouts read it."""
+    from hpc_grpo.runtime.rank.hardware_check import host_memory
+
+    total, limit, _ = host_memory({})
+    return min(total, limit or total) if total else 100.0
 
 
 def step_stats(times: list[float]) -> dict[str, Any]:
@@ -335,6 +348,7 @@ def part_two(out: Path, runs: list[str], steps: int, saved: dict[str, Any],
 
     expandable = Launch(extra_env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
     no_ckpt = {"gradient_checkpointing": "false"}
+    offload = ["--zero-stage", "3", "--set=offload_optimizer=true"]
     known: dict[str, Any] = {
         "plan": lambda: hpc_grpo(site, steps),  # the plan's own choice of everything
         "default_plan": lambda: hpc_grpo(site, steps, *zero),
@@ -349,6 +363,11 @@ def part_two(out: Path, runs: list[str], steps: int, saved: dict[str, Any],
         "split_threads": split_threads,
         "no_grad_ckpt": lambda: hpc_grpo(site, steps, *zero, batch=no_ckpt),
         "tp2": lambda: hpc_grpo(site, steps, *zero, "--tp", "2"),
+        # 7B (--shape qwen2-7b) beside the plan's TP 2 ZeRO-3: the layouts it rejected that fit
+        # two 80 GB cards, and server mode, whose one trainer needs the optimizer offloaded
+        "tp1_offload": lambda: hpc_grpo(site, steps, "--tp", "1", *offload),
+        "server_offload": lambda: hpc_grpo(site, steps, *offload, "--vllm-mode", "server",
+                                           batch=server_batch),
     }
     unknown = [name for name in runs if name not in known]
     if unknown:
@@ -384,10 +403,13 @@ def mean_step(results: dict[str, Any], name: str) -> float | None:
 def ratios(results: dict[str, Any]) -> None:
     """Same completions per step on the same GPUs, so step-time ratios are throughput ratios."""
     server = mean_step(results, "server")  # over every run of each (rounds in one folder)
-    for key in ("plan", "default_plan", "no_grad_ckpt", "no_grad_ckpt_plan", "tp2"):
+    for key in ("plan", "default_plan", "no_grad_ckpt", "no_grad_ckpt_plan", "tp2", "tp1_offload"):
         mine = mean_step(results, key)
         if server and mine:
             results[f"ratio_{key}_over_server"] = server / mine
+    server_offload, plan = mean_step(results, "server_offload"), mean_step(results, "plan")
+    if server_offload and plan:  # 7B: server mode's one trainer only fits with offload
+        results["ratio_plan_over_server_offload"] = server_offload / plan
     plan = mean_step(results, "default_plan")
     for key in ("bare_dp2", "bare_trl_defaults", "split_threads", "no_grad_ckpt", "server_expandable"):
         other = mean_step(results, key)

@@ -87,3 +87,24 @@ def test_versions_come_from_package_metadata_without_importing_the_stack(bench: 
     found = bench.versions()
     assert set(found) == {"torch", "trl", "transformers", "vllm"}
     assert not {"vllm", "trl", "transformers"} & (set(sys.modules) - before)
+
+
+def test_the_7b_side_by_side_runs_force_their_layouts_and_pool_a_ratio(
+        bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--shape qwen2-7b --runs plan,tp1_offload,server_offload: the plan's own choice, its TP 1
+    offload runner-up, and server mode with its one trainer offloaded (it fits no other way)."""
+    calls: list[tuple[str, ...]] = []
+
+    def fake_run(site: Path, steps: int, *extra: str, **kwargs: object) -> dict[str, object]:
+        calls.append(extra)
+        return {"step_s": 13.4 if "server" in extra else 8.3}
+
+    monkeypatch.setattr(bench, "gpu_info", lambda: ("H100", 79.0, 2))
+    monkeypatch.setattr(bench, "hpc_grpo", fake_run)
+    done = bench.part_two(tmp_path, ["plan", "tp1_offload", "server_offload"], 6, {})
+    offload = ("--zero-stage", "3", "--set=offload_optimizer=true")
+    assert calls == [(), ("--tp", "1", *offload), (*offload, "--vllm-mode", "server")]
+    bench.ratios(done)
+    assert done["ratio_plan_over_server_offload"] == pytest.approx(13.4 / 8.3)
+    site = (tmp_path / "gpu2.yaml").read_text()  # host memory read from this machine, not 100
+    assert f"cpu_memory_gib: {bench.host_gib():.0f}\n" in site
