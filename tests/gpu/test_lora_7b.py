@@ -7,6 +7,10 @@ One test per device call where the 10-minute limit needs it, in this order, with
 
 - ``-k lora_reference``: ``hpc-grpo submit`` of ``builtin:qwen2-7b`` with ``use_peft``, STEPS
   steps, a checkpoint every step, uninterrupted (the model is built first: about 85 s).
+- ``-k lora_second`` (session 32, not run yet): the reference's run record again, uninterrupted,
+  through the node task with the caches the reference filled: the control of this loan. On the
+  7B full-parameter series (test_resume_7b.py) such a second run equalled the stopped-and-resumed
+  one at every step while the cold reference did not.
 - ``-k lora_stop_and_resume``: the reference's run record in a new directory through the node
   task (as Slurm's ``--signal B:USR2`` reaches it): SIGUSR2 after step 1 (caches warm); resume
   with empty vLLM/inductor/triton caches and SIGUSR2 again after one more step; resume with the
@@ -21,7 +25,9 @@ steps is not a property of this stack. The resume is held to what it changes: ev
 and including the first step after the last resume has the reference's rewards exactly and its
 loss within LOSS_RTOL (the two uninterrupted runs were 4.3e-5 apart at step 1; the resume,
 before runtime/rank/lora_sync.py stopped TRL's bf16 merge/unmerge from moving the base, 3.5e-2
-at its first step; after it 3.3e-6). Later steps and the final adapter are reported, not held.
+at its first step; after it 3.3e-6). Later steps and the final adapter are reported, not held
+against the reference; where ``-k lora_second`` ran on the same loan, every step and the final
+adapter must equal that second run's bit for bit.
 The reference's final checkpoint is what ``tests/gpu/test_export_gpu.py -k lora`` exports.
 """
 
@@ -89,6 +95,21 @@ def test_lora_reference() -> None:
 
 
 @needs_gpu
+def test_lora_second_uninterrupted_run() -> None:
+    ref = _saved("7b-lora-resume-reference")
+    assert ref, "run -k lora_reference first (same HPC_GRPO_RESULTS)"
+    run_dir = Path(ref["run_dir"]).parent / "lora7-second"
+    _copy_record(ref, run_dir)
+    attempt = _attempt(run_dir, _node_env(), stop_after=None)
+    rows = _metrics(run_dir)
+    _save("7b-lora-resume-second", {"run_dir": str(run_dir), "attempt": attempt, "rows": rows,
+                                    "steps": [{k: r.get(k) for k in KEYS} for r in rows],
+                                    "checkpoint": _checkpoint(run_dir)})
+    assert attempt["phase"] == "done", attempt
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
+
+
+@needs_gpu
 def test_lora_stop_and_resume_equal_the_uninterrupted_run() -> None:
     ref = _saved("7b-lora-resume-reference")
     assert ref, "run -k lora_reference first (same HPC_GRPO_RESULTS)"
@@ -116,6 +137,11 @@ def test_lora_stop_and_resume_equal_the_uninterrupted_run() -> None:
               "checkpoint": _checkpoint(run_dir),
               "restarts": [json.loads(x) for x in (run_dir / "restarts.jsonl").read_text().splitlines()]
               if (run_dir / "restarts.jsonl").exists() else []}
+    second = _saved("7b-lora-resume-second")  # this loan's own uninterrupted run, if it ran
+    if second:
+        result["second"] = second["steps"]
+        result["adapter_against_second"] = adapter_difference(
+            _final_adapter(Path(second["run_dir"])), _final_adapter(run_dir))
     _save("7b-lora-resume-resumed", result)
     assert [a["phase"] for a in attempts] == ["interrupted", "interrupted", "done"], attempts
     assert attempts[2]["first_new_step_s"] > 0, attempts  # the warm resume had steps left
@@ -126,3 +152,6 @@ def test_lora_stop_and_resume_equal_the_uninterrupted_run() -> None:
             ours, theirs)
         assert abs(ours["loss"] - theirs["loss"]) <= LOSS_RTOL * abs(theirs["loss"]) + 1e-7, (
             ours, theirs)
+    if second:  # same loan, same caches: nothing but the resume differs
+        assert steps == result["second"], (steps, result["second"])
+        assert result["adapter_against_second"]["unequal"] == 0, result["adapter_against_second"]
