@@ -372,7 +372,8 @@ def doctor(site_name: str, nodes: int | None, partition: str, output_root: str,
         if plan.checkpoint is not None:
             capacity = Capacity(profile.cpu_memory_gib, plan.checkpoint.one,
                                 plan.checkpoint.at_once,
-                                resident_host_gib(plan.memory) + plan.checkpoint.host_bytes / 2**30)
+                                resident_host_gib(plan.memory, plan.server_plan)
+                                + plan.checkpoint.host_bytes / 2**30)
     return checks.run(profile, nodes=count, partition=partition, output_root=output_root,
                       timeout_s=timeout_s, capacity=capacity, bandwidth=bandwidth)
 

@@ -18,9 +18,10 @@ def speed_tables(console: Any, data: dict[str, Any]) -> None:
         memory.add_column("server mode")
         memory.add_column("GiB", justify="right")
         for side in ("trainer_gpu_gib", "server_gpu_gib"):
-            for item, gib in server[side].items():  # offload's host memory is the node's
-                where = "trainer node" if item == "CPU memory per node" else f"{side.split('_')[0]} GPU"
-                memory.add_row(f"{where}: {item}", f"{gib:.1f}")
+            for item, gib in server[side].items():
+                memory.add_row(f"{side.split('_')[0]} GPU: {item}", f"{gib:.1f}")
+        if server.get("trainer_node_cpu_gib"):  # the offloaded optimizer, per trainer node
+            memory.add_row("trainer node: CPU memory", f"{server['trainer_node_cpu_gib']:.1f}")
         console.print(memory)
     if not speed:
         return

@@ -22,6 +22,7 @@ from hpc_grpo.planner.checkpoint_size import (
     size_checkpoint,
     size_limit,
 )
+from hpc_grpo.planner.speed.server import ServerPlan
 from hpc_grpo.planner.types import MemoryPlan
 from hpc_grpo.rundir.contract import DEFAULT_SAVE_TOTAL_LIMIT, DeepSpeedBlock
 from hpc_grpo.rundir.precision import load_dtype
@@ -45,17 +46,19 @@ def checkpoint_request(spec: JobSpec, arch: ModelArch, device: str,
         tied_params=arch.embedding_params if arch.tie_word_embeddings else 0)
 
 
-def resident_host_gib(memory: MemoryPlan | None) -> float:
-    """What training already holds in a node's memory per the memory plan (offloaded state)."""
-    if memory is None:
-        return 0.0
-    return dict(memory.breakdown).get("CPU memory per node", 0.0)
+def resident_host_gib(memory: MemoryPlan | None, served: ServerPlan | None = None) -> float:
+    """What training already holds in a node's memory (offloaded state): the colocated memory
+    plan's, or in server mode the trainers' (server.py)."""
+    if memory is not None:
+        return dict(memory.breakdown).get("CPU memory per node", 0.0)
+    return served.host_gib if served is not None else 0.0
 
 
 def check_checkpoints(site: SiteProfile, spec: JobSpec, arch: ModelArch | None,
                       deepspeed: DeepSpeedBlock | None, memory: MemoryPlan | None,
-                      world_size: int, free_bytes: int | None,
-                      where: str) -> tuple[CheckpointSize | None, str, list[str], tuple[int, str] | None]:
+                      world_size: int, free_bytes: int | None, where: str,
+                      served: ServerPlan | None = None,
+                      ) -> tuple[CheckpointSize | None, str, list[str], tuple[int, str] | None]:
     """The checkpoint size_checkpoint, why no checkpoint can fit ("" when one can), warnings, and
     (save_total_limit, why) where the plan sized it: the recipe left it unset (size_limit)."""
     if arch is None:
@@ -79,7 +82,7 @@ def check_checkpoints(site: SiteProfile, spec: JobSpec, arch: ModelArch | None,
     if problem:
         problem = f"checkpoints do not fit: {problem}"
         warnings.append(f"{problem} (submit refuses this)")
-    host = host_verdict(size, resident_host_gib(memory), site.cpu_memory_gib)
+    host = host_verdict(size, resident_host_gib(memory, served), site.cpu_memory_gib)
     if host:
         warnings.append(f"checkpoints: {host}")
     return size, problem, warnings, sized

@@ -231,7 +231,8 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
     requested = spec
     spec, changes = _checkpointing(spec, memory, changes)
     checkpoint, no_fit, more, kept = check_checkpoints(site, spec, model.arch, deepspeed, memory,
-                                                       world_size(spec.nodes, procs), *free)
+                                                       world_size(spec.nodes, procs), *free,
+                                                       served=served)
     warnings += [*more, *pure]
     changes += (kept[1],) if kept and kept[1] else ()
     return JobPlan(

@@ -54,11 +54,26 @@ def plan_request(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int,
     )
 
 
+def check_server_zero(spec: JobSpec) -> None:
+    """Server mode's trainers run the ZeRO stage the spec gives (0, bare TRL's DDP, when unset),
+    with no search: refuse what the colocated plan refuses (memory/plan.py), rather than plan
+    an offload the runtime would not run (no DeepSpeed block without ZeRO: engines.py)."""
+    zero = spec.zero_stage
+    if zero is not None and zero not in (0, 2, 3):
+        raise UserError(f"zero_stage {zero!r} is not supported", field="zero_stage",
+                        hint="use 2 (ZeRO-1 saves nothing over it here) or 3, or leave it unset")
+    if spec.offload_optimizer and not zero:
+        raise UserError("offload_optimizer needs DeepSpeed ZeRO, but server mode's trainers run "
+                        f"zero_stage 0{' (unset)' if zero is None else ''}",
+                        field="offload_optimizer", hint="add --zero-stage 3 (or 2)")
+
+
 def server_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int,
                 links: LinkFigures | None = None) -> ServerPlan | None:
     """Server mode's memory and step plan; None on CPU sites and for an unknown architecture."""
     if site.device != "cuda" or model.arch is None:
         return None
+    check_server_zero(spec)
     req = plan_request(site, spec, model, procs, links)
     util = spec.vllm_gpu_memory_utilization or SERVER_GPU_MEMORY_UTILIZATION
     return plan_server(req, spec.vllm_server_gpus, util, spec.zero_stage or 0)

@@ -43,6 +43,7 @@ class ServerPlan:
     problem: str
     step: StepTime
     hardware: str
+    host_gib: float = 0.0  # a trainer node's CPU memory for the offloaded optimizer (0 without)
 
     @property
     def fits(self) -> bool:
@@ -63,14 +64,18 @@ class ServerPlan:
 
     def to_dict(self) -> dict[str, Any]:
         return {"trainer_gpu_gib": dict(self.trainer), "server_gpu_gib": dict(self.server),
+                "trainer_node_cpu_gib": round(self.host_gib, 2),
                 "problem": self.problem, **self.step.to_dict(), "hardware": self.hardware}
 
 
 def plan_server(req: PlanRequest, server_gpus: int, util: float, zero: int) -> ServerPlan:
     """``req``: the trainers (gpus_per_node = trainer GPUs a node); ``util``: the server's share.
-    The optimizer offload the spec asks for (``req.offload_optimizer``, with ZeRO 1-3, as the
-    runtime's DeepSpeed block gives it) moves Adam's states to the trainers' nodes' CPU memory,
-    which is then checked too."""
+    The optimizer offload the spec asks for (``req.offload_optimizer`` with ZeRO 2 or 3, as the
+    runtime's DeepSpeed block gives it; modes.check_server_zero refuses it without ZeRO) moves
+    Adam's states to the trainers' nodes' CPU memory, which is then checked too. The host model
+    (host.py) was fitted on colocated ranks, whose process holds an engine; a server-mode
+    trainer holds none, and the `vllm serve` process on the last node is not counted: neither is
+    measured."""
     gpu = req.gpu_memory_gib
     layout = Layout(1, zero, offload_optimizer=bool(req.offload_optimizer) and zero > 0)
     training = _training_bytes(req, layout)
@@ -79,8 +84,7 @@ def plan_server(req: PlanRequest, server_gpus: int, util: float, zero: int) -> S
     total = sum(value for _, value in items) + overhead + reserve
     host = _host_gib(req, layout, training)
     trainer = (*items, ("CUDA/NCCL overhead", overhead), ("fragmentation reserve", reserve),
-               ("total during training", total),
-               *((("CPU memory per node", host),) if host else ()))
+               ("total during training", total))
     weights, kv = vllm_need(_server_side(req, server_gpus), 1)
     server = (("vLLM weights", weights), ("KV cache", kv), ("vLLM share", util * gpu))
     usable = CPU_USABLE_FRACTION * req.cpu_memory_gib_per_node
@@ -97,7 +101,7 @@ def plan_server(req: PlanRequest, server_gpus: int, util: float, zero: int) -> S
     return ServerPlan(tuple((n, round(v, 2)) for n, v in trainer),
                       tuple((n, round(v, 2)) for n, v in server), problem,
                       predict_server(req, server_gpus, zero, layout.offload_optimizer),
-                      hardware_note(req))
+                      hardware_note(req), host)
 
 
 def _server_side(req: PlanRequest, server_gpus: int) -> PlanRequest:

@@ -117,10 +117,25 @@ def test_server_mode_with_optimizer_offload_shows_the_trainer_node_s_cpu_memory(
     assert code == 0
     server = json.loads(out)["server_plan"]
     assert server["problem"] == "" and server["trainer_gpu_gib"]["optimizer states"] == 0
-    assert server["trainer_gpu_gib"]["CPU memory per node"] > 0
+    assert server["trainer_node_cpu_gib"] > 0
     code, text, _ = invoke(*args)
-    assert code == 0 and "trainer node: CPU memory per node" in text
+    assert code == 0 and "trainer node: CPU memory" in text
     assert "does not fit" not in text.split("server mode: predicted")[1].splitlines()[0]
+
+
+@pytest.mark.parametrize(("extra", "words"), [
+    (["--set", "offload_optimizer=true"], "offload_optimizer needs DeepSpeed ZeRO"),
+    (["--zero-stage", "0", "--set", "offload_optimizer=true"], "offload_optimizer needs DeepSpeed ZeRO"),
+    (["--zero-stage", "1"], "zero_stage 1 is not supported"),
+])
+def test_server_mode_refuses_what_its_trainers_would_not_run(extra: list[str], words: str) -> None:
+    """Offload without ZeRO (the runtime writes no DeepSpeed block, so nothing would move) and
+    ZeRO-1, refused in one line as the colocated plan refuses them."""
+    code, out, err = invoke("--site", "h100-pyxis", "--model", "builtin:qwen2-7b",
+                            "--vllm-mode", "server", *extra)
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1, err
+    assert words in lines[0] and "(hint: " in lines[0]
 
 
 def test_list_models() -> None:

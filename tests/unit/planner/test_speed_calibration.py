@@ -69,7 +69,7 @@ class Case:
 
     def predicted(self) -> StepTime:
         if self.server:
-            return predict_server(self.request(), 1, self.layout.zero)
+            return predict_server(self.request(), 1, self.layout.zero, self.layout.offload_optimizer)
         return predict(self.request(), self.layout, self.util)
 
 

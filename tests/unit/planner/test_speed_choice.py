@@ -123,14 +123,22 @@ def test_server_mode_plans_the_optimizer_offload_it_is_given() -> None:
     offloaded = plan_server(replace(trainers, zero_stage=3, offload_optimizer=True), 1, 0.9, 3)
     assert "the trainer peaks at" in on_gpu.problem
     assert offloaded.fits, offloaded.problem
-    memory = dict(offloaded.trainer)
-    assert memory["optimizer states"] == 0 and memory["CPU memory per node"] > 100
+    assert dict(offloaded.trainer)["optimizer states"] == 0 and offloaded.host_gib > 100
+    assert on_gpu.host_gib == 0
     assert offloaded.step.seconds > on_gpu.step.seconds  # CPU Adam's per-step cost
     small_host = replace(trainers, zero_stage=3, offload_optimizer=True,
                          cpu_memory_gib_per_node=64.0)
     assert "CPU memory per node, above 51 GiB usable" in plan_server(small_host, 1, 0.9, 3).problem
-    plain = plan_server(replace(trainers, offload_optimizer=True), 1, 0.9, 0)  # no ZeRO: no offload
-    assert "CPU memory per node" not in dict(plain.trainer)
+
+
+def test_the_save_s_host_check_counts_what_server_mode_s_trainers_offload() -> None:
+    from hpc_grpo.planner.checkpoint_fit import resident_host_gib
+
+    trainers = request("qwen2-7b", gpu_memory_gib=79.0, per_device_train_batch_size=64,
+                       zero_stage=3, offload_optimizer=True)
+    served = plan_server(trainers, 1, 0.9, 3)
+    assert resident_host_gib(None, served) == served.host_gib > 100
+    assert resident_host_gib(None, None) == 0.0
 
 
 def test_the_slow_link_measurement_itself_prefers_server_mode() -> None:
