@@ -241,16 +241,19 @@ def _node(run_dir: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], fl
 
 
 def _attempt(run_dir: Path, env: dict[str, str], stop_after: int | None) -> dict[str, Any]:
-    """Start the node task; SIGUSR2 it once `stop_after` new steps were logged (None: run on)."""
-    before = len(_metrics(run_dir))
+    """Start the node task; SIGUSR2 it once `stop_after` new steps were logged (None: run on).
+    New steps are the rows logged after the start: a resume first truncates metrics.jsonl to
+    its checkpoint's step (runtime/rank/train.py), so counting rows would miss the first ones
+    after an attempt whose last save was skipped. The signal lands after the step being run
+    when the row appears, so the attempt stops one step later (stop_after=1: two new steps)."""
     proc, t0 = _node(run_dir, env)
     peak = HostPeak(proc.pid)
     first_new = None
     while proc.poll() is None:
-        rows = _metrics(run_dir)
-        if first_new is None and len(rows) > before:
-            first_new = rows[before]["time"] - t0
-        if stop_after is not None and len(rows) >= before + stop_after:
+        new = [row for row in _metrics(run_dir) if row["time"] > t0]
+        if first_new is None and new:
+            first_new = new[0]["time"] - t0
+        if stop_after is not None and len(new) >= stop_after:
             proc.send_signal(signal.SIGUSR2)  # the node task alone, as Slurm's --signal B:USR2
             stop_after = None
         time.sleep(0.2)

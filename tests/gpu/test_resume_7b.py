@@ -16,14 +16,16 @@ One test per device call (each stays under the 10-minute limit), in this order, 
   step 1 on, while this run and the stopped-and-resumed one were equal at every step
   (docs/benchmarks.md): comparing with the cold run would blame the resume for that.
 - ``-k stop``: the same run record in a new directory through the node task; SIGUSR2 to the
-  node task alone (as Slurm's ``--signal B:USR2``) after step 1: checkpoint and stop.
+  node task alone (as Slurm's ``--signal B:USR2``) once step 1 is logged: the rank finishes
+  step 2, saves checkpoint-2 and stops (2026-11-25: stopped at 2).
 - ``-k cold_cache``: the node task resumes that checkpoint with empty compile caches (vLLM,
-  inductor, triton) and is stopped again after its first new step. A second checkpoint does not
-  fit the 128 GiB disk beside the first, so that stop's save is skipped and checkpoint-1 kept.
-  Its first new step is compared with the second run's and recorded, not asserted: at TP 2 a
-  cold cache is suspected of changing the sampled completions (the 2026-11-25 reference).
+  inductor, triton) and is signalled again once its first new step (3) is logged, stopping at
+  4. A second checkpoint does not fit the 128 GiB disk beside the first, so that save is
+  skipped and checkpoint-2 stays the resume point. Its first new step is compared with the
+  second run's and recorded, not asserted: at TP 2 a cold cache is suspected of changing the
+  sampled completions (the 2026-11-25 reference).
 - ``-k resume_equals`` (``-k resume`` would select the whole file by its name): the node task
-  again, warm caches; it resumes from the checkpoint and runs to the end; every step equals the
+  again, warm caches; it resumes from checkpoint-2 and runs steps 3-5; every step equals the
   second uninterrupted run's. Then the checkpoints and the model are deleted.
 - ``-k warm_restart``: no GPU work: the warm resume's time to its first new step against the cold
   one's, from the two saved results (issue #29's goal: at most half).
@@ -47,7 +49,7 @@ from tests.gpu.test_multinode import _save, _saved
 
 pytestmark = pytest.mark.gpu
 
-STEPS = 3
+STEPS = 5  # stop at 2, cold resume stopped at 4 (save skipped), warm resume 3-5
 SETS = {"max_steps": STEPS, "learning_rate": 1e-5, "per_device_train_batch_size": 8,
         "num_generations": 8, "max_completion_length": 64, "save_steps": 1000,
         "save_total_limit": 1}
@@ -142,7 +144,9 @@ def test_7b_usr2_stop_writes_a_checkpoint() -> None:
     record = json.loads((run_dir / "run.json").read_text())
     env = _node_env()
     attempt = _attempt(run_dir, env, stop_after=1)  # compile caches warm (the reference's)
+    state = json.loads((run_dir / "state.json").read_text())
     result = {"attempt": attempt, "checkpoint": _checkpoint(run_dir),
+              "checkpoint_step": state.get("last_checkpoint_step"),
               "checkpoint_bytes_planned": record["checkpoint_bytes"],
               "free_gib_after": round(shutil.disk_usage(_work()).free / GIB, 1)}
     _save("7b-resume-stop", result)
@@ -151,7 +155,7 @@ def test_7b_usr2_stop_writes_a_checkpoint() -> None:
 
 
 @needs_two
-def test_7b_cold_cache_restart_then_stop() -> None:
+def test_7b_cold_cache_restart() -> None:
     ref, run_dir = _interrupted()
     stop, second = _saved("7b-resume-stop"), _saved("7b-resume-second")
     assert stop and stop["attempt"]["phase"] == "interrupted", "run -k stop first"
@@ -171,6 +175,8 @@ def test_7b_cold_cache_restart_then_stop() -> None:
     shutil.rmtree(cold, ignore_errors=True)
     assert attempt["phase"] == "interrupted", attempt
     assert new and attempt["first_new_step_s"] > 0, result
+    # the disk held no second checkpoint: the stop's save was skipped, checkpoint-2 stays
+    assert result["state"].get("last_checkpoint_step") == stop["checkpoint_step"], result["state"]
 
 
 @needs_two
