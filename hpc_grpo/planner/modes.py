@@ -107,6 +107,10 @@ def resolve_mode(site: SiteProfile, spec: JobSpec, model: ModelRef,
     colocate = replace(spec, vllm_mode="colocate")
     if site.device != "cuda" or model.arch is None or site.gpus_per_node < 2:
         return colocate, "vllm_mode auto: colocate (server mode needs 2+ GPUs and a known model)"
+    try:
+        check_server_zero(spec)
+    except UserError as refused:  # what server mode refuses is not a candidate
+        return colocate, f"vllm_mode auto: colocate (server mode: {refused.message})"
     procs = spec.procs_per_node or site.default_procs_per_node
     split = server_split(spec.nodes, site.gpus_per_node, spec.vllm_server_gpus)
     util = spec.vllm_gpu_memory_utilization or SERVER_GPU_MEMORY_UTILIZATION

@@ -227,3 +227,15 @@ def test_a_builtin_shape_is_planned_before_its_files_are_written(
             num_key_value_heads=shape.num_key_value_heads,
             max_position_embeddings=shape.max_position_embeddings, tie_word_embeddings=True)
         assert builtin_arch(name) == arch_from_config(written.to_dict(), name), name
+
+
+def test_auto_does_not_pick_a_server_layout_server_mode_would_refuse() -> None:
+    """Offload with the ZeRO stage left to the plan: the colocated plan picks a stage that
+    offloads; server mode's trainers would run ZeRO 0 and refuse it, so auto colocates."""
+    code, out, err = invoke("--site", "h100-pyxis", "--model", "builtin:qwen2-1.5b", "--vllm-mode",
+                            "auto", "--set", "offload_optimizer=true", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    note = next(w for w in data["warnings"] if w.startswith("vllm_mode auto"))
+    assert data["vllm"]["mode"] == "colocate" and data["memory_plan"]["offload_optimizer"]
+    assert "server mode: offload_optimizer needs DeepSpeed ZeRO" in note, note
