@@ -17,7 +17,7 @@ from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner.bounds import grpo_value
 from hpc_grpo.planner.engines import SERVER_GPU_MEMORY_UTILIZATION
-from hpc_grpo.planner.memory.plan import plan_memory
+from hpc_grpo.planner.memory.plan import check_zero_stage, plan_memory
 from hpc_grpo.planner.speed.server import ServerPlan, plan_server
 from hpc_grpo.planner.topology import server_split
 from hpc_grpo.planner.types import LinkFigures, ModelRef, PlanRequest
@@ -59,9 +59,7 @@ def check_server_zero(spec: JobSpec) -> None:
     with no search: refuse what the colocated plan refuses (memory/plan.py), rather than plan
     an offload the runtime would not run (no DeepSpeed block without ZeRO: engines.py)."""
     zero = spec.zero_stage
-    if zero is not None and zero not in (0, 2, 3):
-        raise UserError(f"zero_stage {zero!r} is not supported", field="zero_stage",
-                        hint="use 2 (ZeRO-1 saves nothing over it here) or 3, or leave it unset")
+    check_zero_stage(zero)
     if spec.offload_optimizer and not zero:
         raise UserError("offload_optimizer needs DeepSpeed ZeRO, but server mode's trainers run "
                         f"zero_stage 0{' (unset)' if zero is None else ''}",

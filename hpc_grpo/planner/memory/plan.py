@@ -50,6 +50,13 @@ def _validate(req: PlanRequest) -> None:
         )
 
 
+def check_zero_stage(zero: int | None) -> None:
+    """The ZeRO stages offered, for the colocated plan and server mode's trainers alike."""
+    if zero is not None and zero not in (0, 2, 3):
+        raise UserError(f"zero_stage {zero!r} is not supported", field="zero_stage",
+                        hint="use 2 (ZeRO-1 saves nothing over it here) or 3, or leave it unset")
+
+
 def _validate_overrides(req: PlanRequest) -> None:
     tp = req.tensor_parallel_size
     if tp is not None:
@@ -64,9 +71,7 @@ def _validate_overrides(req: PlanRequest) -> None:
                 field="tensor_parallel_size",
                 hint=f"valid here: {valid} (a TP group is whole heads on GPUs of one node)",
             )
-    if req.zero_stage is not None and req.zero_stage not in (0, 2, 3):
-        raise UserError(f"zero_stage {req.zero_stage!r} is not supported", field="zero_stage",
-                        hint="use 2 (ZeRO-1 saves nothing over it here) or 3, or leave it unset")
+    check_zero_stage(req.zero_stage)
     if req.offload_optimizer and req.zero_stage == 0:
         raise UserError("offload_optimizer needs DeepSpeed ZeRO, but zero_stage is 0",
                         field="offload_optimizer", hint="use zero_stage 2 or 3")
