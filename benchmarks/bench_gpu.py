@@ -90,10 +90,9 @@ def host_gib() -> float:
     """This machine's host memory as the ranks' hardware check reads it (MemTotal or a smaller
     job limit): 7B layouts with optimizer offload need more than the 100 GiB once written here
     (126 GiB on one rank), and only offload layouts read it."""
-    from hpc_grpo.runtime.rank.hardware_check import host_memory
+    from hpc_grpo.runtime.rank.hardware_check import usable_host_gib
 
-    total, limit, _ = host_memory({})
-    return min(total, limit or total) if total else 100.0
+    return usable_host_gib({}) or 100.0
 
 
 def step_stats(times: list[float]) -> dict[str, Any]:

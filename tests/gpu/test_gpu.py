@@ -39,12 +39,12 @@ def machine() -> tuple[float, float]:
     them plans for the machine the test runs on, so the same test passes on H100 and H200."""
     import torch
 
-    from hpc_grpo.runtime.rank.hardware_check import host_memory
+    from hpc_grpo.runtime.rank.hardware_check import usable_host_gib
 
     gpu = torch.cuda.mem_get_info(0)[1] / 2**30
-    total, limit, _ = host_memory({})
-    assert total is not None, "no /proc/meminfo"
-    return gpu, min(total, limit or total)
+    host = usable_host_gib({})
+    assert host is not None, "no /proc/meminfo"
+    return gpu, host
 
 
 def _site(tmp_path: Path, gpus: int) -> Path:

@@ -27,6 +27,7 @@ from hpc_grpo.rundir.hardware import (
     gpus_needed,
     shortfall_line,
     slurm_memory_gib,
+    usable_memory,
 )
 
 __all__ = ["HardwareShortfall", "check", "host_memory", "probe", "slurm_memory_gib"]
@@ -56,6 +57,14 @@ def host_memory(env: Mapping[str, str]) -> tuple[float | None, float | None, str
         return total, None, ""
     limit, source = min(limits)
     return total, limit, source
+
+
+def usable_host_gib(env: Mapping[str, str]) -> float | None:
+    """The host memory a job may use here (rundir/hardware.usable_memory's rule over
+    host_memory's figures): what a profile written from this machine should say."""
+    total, limit, source = host_memory(env)
+    return usable_memory(NodeFacts(cpu_memory_gib=total, job_memory_gib=limit,
+                                   job_memory_source=source))[0]
 
 
 def probe(run: RunRecord, device: Any, env: Mapping[str, str]) -> NodeFacts:

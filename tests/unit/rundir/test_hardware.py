@@ -145,3 +145,14 @@ def test_server_mode_ranks_see_only_the_trainer_gpus() -> None:
     assert gpus_needed(served) == 3
     assert gpus_needed(RunRecord.from_dict(base)) == 4
     assert compare(served.hardware, NodeFacts(gpus=3), gpus_needed(served)).ok
+
+
+@pytest.mark.parametrize(("seen", "usable"), [
+    ((251.0, None, ""), 251.0), ((251.0, 200.0, "cgroup memory.max"), 200.0),
+    ((251.0, 300.0, "SLURM_MEM_PER_NODE"), 251.0), ((None, None, ""), None)])
+def test_usable_host_memory_is_the_smaller_of_memtotal_and_the_job_limit(
+        monkeypatch: pytest.MonkeyPatch, seen: tuple[float | None, float | None, str],
+        usable: float | None) -> None:
+    """What the GPU tests and bench_gpu.py write into the profiles they make from a machine."""
+    monkeypatch.setattr(hardware_check, "host_memory", lambda env: seen)
+    assert hardware_check.usable_host_gib({}) == usable
