@@ -240,6 +240,33 @@ def _node(run_dir: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], fl
     return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True), time.time()
 
 
+def _copy_record(ref: dict[str, Any], run_dir: Path) -> None:
+    """The reference's run.json in a new run directory (the same plan, seed and model)."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir()
+    record = json.loads((Path(ref["run_dir"]) / "run.json").read_text())
+    record.update(run_id=run_dir.name, run_dir=str(run_dir))
+    (run_dir / "run.json").write_text(json.dumps(record, indent=2))
+
+
+def _copy_of(result: str, folder: str, first: str) -> tuple[dict[str, Any], Path]:
+    """The saved result ``result`` (written by ``-k first``) and a new run directory ``folder``
+    beside its run, holding a copy of its run record."""
+    ref = _saved(result)
+    assert ref, f"run -k {first} first (same HPC_GRPO_RESULTS)"
+    run_dir = Path(ref["run_dir"]).parent / folder
+    _copy_record(ref, run_dir)
+    return ref, run_dir
+
+
+def _cold_caches(env: dict[str, str]) -> tuple[dict[str, str], Path]:
+    """``env`` with empty vLLM, inductor and triton caches (a node that never compiled this
+    model), and their folder, to delete afterwards."""
+    cold = _work() / f"cold-{int(time.time())}"
+    return {**env, "VLLM_CACHE_ROOT": str(cold / "vllm"), "TORCHINDUCTOR_CACHE_DIR":
+            str(cold / "inductor"), "TRITON_CACHE_DIR": str(cold / "triton")}, cold
+
+
 def _attempt(run_dir: Path, env: dict[str, str], stop_after: int | None) -> dict[str, Any]:
     """Start the node task; SIGUSR2 it once `stop_after` new steps were logged (None: run on).
     New steps are the rows logged after the start: a resume first truncates metrics.jsonl to
@@ -258,7 +285,7 @@ def _attempt(run_dir: Path, env: dict[str, str], stop_after: int | None) -> dict
             stop_after = None
         time.sleep(0.2)
     state = json.loads((run_dir / "state.json").read_text())
-    return {"exit": proc.returncode, "first_new_step_s": round(first_new or -1, 1),
+    return {"started": t0, "exit": proc.returncode, "first_new_step_s": round(first_new or -1, 1),
             "wall_s": round(time.time() - t0, 1), "host_rss_peak_gib": peak.stop(),
             "host_pss_peak_gib": peak.pss_gib(),
             "phase": state.get("phase"), "step": state.get("step"),
@@ -267,20 +294,10 @@ def _attempt(run_dir: Path, env: dict[str, str], stop_after: int | None) -> dict
 
 @needs_gpu
 def test_usr2_then_resume_is_exact() -> None:
-    ref = _saved("ckpt-reference")
-    assert ref, "run -k reference first (same HPC_GRPO_RESULTS)"
-    source = Path(ref["run_dir"])
-    run_dir = source.parent / "interrupted"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir()
-    record = json.loads((source / "run.json").read_text())
-    record.update(run_id="interrupted", run_dir=str(run_dir))
-    (run_dir / "run.json").write_text(json.dumps(record, indent=2))
+    ref, run_dir = _copy_of("ckpt-reference", "interrupted", "reference")
     env = _node_env()
     attempts = [_attempt(run_dir, env, stop_after=1)]  # warm cache (the reference filled it)
-    cold = _work() / f"cold-{int(time.time())}"
-    cold_env = {**env, "VLLM_CACHE_ROOT": str(cold / "vllm"),
-                "TORCHINDUCTOR_CACHE_DIR": str(cold / "inductor"), "TRITON_CACHE_DIR": str(cold / "triton")}
+    cold_env, cold = _cold_caches(env)
     attempts.append({"cache": "cold", **_attempt(run_dir, cold_env, stop_after=1)})
     attempts.append({"cache": "warm", **_attempt(run_dir, env, stop_after=None)})
     rows, ref_rows = _metrics(run_dir), ref["steps"]

@@ -42,10 +42,18 @@ from typing import Any
 
 import pytest
 
-from tests.gpu.test_checkpoint_resume import _attempt, _cli, _metrics, _node_env, _work
+from tests.gpu.test_checkpoint_resume import (
+    _attempt,
+    _cli,
+    _cold_caches,
+    _copy_of,
+    _metrics,
+    _node_env,
+    _work,
+)
 from tests.gpu.test_gpu import _site, machine, needs_gpu
 from tests.gpu.test_multinode import _save, _saved
-from tests.gpu.test_resume_7b import _checkpoint, _copy_record
+from tests.gpu.test_resume_7b import _checkpoint
 
 pytestmark = pytest.mark.gpu
 
@@ -97,10 +105,7 @@ def test_lora_reference() -> None:
 
 @needs_gpu
 def test_lora_second_uninterrupted_run() -> None:
-    ref = _saved("7b-lora-resume-reference")
-    assert ref, "run -k lora_reference first (same HPC_GRPO_RESULTS)"
-    run_dir = Path(ref["run_dir"]).parent / "lora7-second"
-    _copy_record(ref, run_dir)
+    _, run_dir = _copy_of("7b-lora-resume-reference", "lora7-second", "lora_reference")
     attempt = _attempt(run_dir, _node_env(), stop_after=None)
     rows = _metrics(run_dir)
     _save("7b-lora-resume-second", {"run_dir": str(run_dir), "attempt": attempt, "rows": rows,
@@ -112,15 +117,10 @@ def test_lora_second_uninterrupted_run() -> None:
 
 @needs_gpu
 def test_lora_stop_and_resume_equal_the_uninterrupted_run() -> None:
-    ref = _saved("7b-lora-resume-reference")
-    assert ref, "run -k lora_reference first (same HPC_GRPO_RESULTS)"
-    run_dir = Path(ref["run_dir"]).parent / "lora7-interrupted"
-    _copy_record(ref, run_dir)
+    ref, run_dir = _copy_of("7b-lora-resume-reference", "lora7-interrupted", "lora_reference")
     env = _node_env()
     attempts = [{"cache": "warm", **_attempt(run_dir, env, stop_after=1)}]
-    cold = _work() / f"cold-{int(time.time())}"
-    cold_env = {**env, "VLLM_CACHE_ROOT": str(cold / "vllm"),
-                "TORCHINDUCTOR_CACHE_DIR": str(cold / "inductor"), "TRITON_CACHE_DIR": str(cold / "triton")}
+    cold_env, cold = _cold_caches(env)
     attempts.append({"cache": "cold", **_attempt(run_dir, cold_env, stop_after=1)})
     attempts.append({"cache": "warm", **_attempt(run_dir, env, stop_after=None)})
     shutil.rmtree(cold, ignore_errors=True)
@@ -139,10 +139,10 @@ def test_lora_stop_and_resume_equal_the_uninterrupted_run() -> None:
               "restarts": [json.loads(x) for x in (run_dir / "restarts.jsonl").read_text().splitlines()]
               if (run_dir / "restarts.jsonl").exists() else []}
     second = _saved("7b-lora-resume-second")  # this loan's own uninterrupted run, if it ran
+    against: dict[str, Any] = {}
     if second:
-        result["second"] = second["steps"]
-        result["adapter_against_second"] = adapter_difference(
-            _final_adapter(Path(second["run_dir"])), _final_adapter(run_dir))
+        against = adapter_difference(_final_adapter(Path(second["run_dir"])), _final_adapter(run_dir))
+        result.update(second=second["steps"], adapter_against_second=against)
     _save("7b-lora-resume-resumed", result)
     assert [a["phase"] for a in attempts] == ["interrupted", "interrupted", "done"], attempts
     assert attempts[2]["first_new_step_s"] > 0, attempts  # the warm resume had steps left
@@ -154,5 +154,5 @@ def test_lora_stop_and_resume_equal_the_uninterrupted_run() -> None:
         assert abs(ours["loss"] - theirs["loss"]) <= LOSS_RTOL * abs(theirs["loss"]) + 1e-7, (
             ours, theirs)
     if second:  # same loan: only the stops and the resumes (one on cold caches) differ
-        assert steps == result["second"], (steps, result["second"])
-        assert result["adapter_against_second"]["unequal"] == 0, result["adapter_against_second"]
+        assert steps == second["steps"], (steps, second["steps"])
+        assert against["unequal"] == 0, against

@@ -43,7 +43,17 @@ from typing import Any
 
 import pytest
 
-from tests.gpu.test_checkpoint_resume import GIB, _attempt, _cli, _folder_bytes, _metrics, _node_env, _work
+from tests.gpu.test_checkpoint_resume import (
+    GIB,
+    _attempt,
+    _cli,
+    _cold_caches,
+    _copy_of,
+    _folder_bytes,
+    _metrics,
+    _node_env,
+    _work,
+)
 from tests.gpu.test_gpu import _site, machine, needs_two
 from tests.gpu.test_multinode import _save, _saved
 
@@ -106,21 +116,9 @@ def test_7b_reference() -> None:
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
 
 
-def _copy_record(ref: dict[str, Any], run_dir: Path) -> None:
-    """The reference's run.json in a new run directory (the same plan, seed and model)."""
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir()
-    record = json.loads((Path(ref["run_dir"]) / "run.json").read_text())
-    record.update(run_id=run_dir.name, run_dir=str(run_dir))
-    (run_dir / "run.json").write_text(json.dumps(record, indent=2))
-
-
 @needs_two
 def test_7b_second_uninterrupted_run() -> None:
-    ref = _saved("7b-resume-reference")
-    assert ref, "run -k reference first (same HPC_GRPO_RESULTS)"
-    run_dir = Path(ref["run_dir"]).parent / "second7"
-    _copy_record(ref, run_dir)
+    _, run_dir = _copy_of("7b-resume-reference", "second7", "reference")
     env = _node_env()
     attempt = _attempt(run_dir, env, stop_after=None)
     rows = _metrics(run_dir)
@@ -137,10 +135,19 @@ def _interrupted() -> tuple[dict[str, Any], Path]:
     return ref, Path(ref["run_dir"]).parent / "interrupted7"
 
 
+def _stopped() -> tuple[dict[str, Any], Path, dict[str, Any], dict[str, Any]]:
+    """The reference, the stopped run's directory, and the saved results of -k stop and -k
+    second, which every later test of the series needs."""
+    ref, run_dir = _interrupted()
+    stop, second = _saved("7b-resume-stop"), _saved("7b-resume-second")
+    assert stop and stop["attempt"]["phase"] == "interrupted", "run -k stop first"
+    assert second, "run -k second first"
+    return ref, run_dir, stop, second
+
+
 @needs_two
 def test_7b_usr2_stop_writes_a_checkpoint() -> None:
-    ref, run_dir = _interrupted()
-    _copy_record(ref, run_dir)
+    _, run_dir = _copy_of("7b-resume-reference", "interrupted7", "reference")
     record = json.loads((run_dir / "run.json").read_text())
     env = _node_env()
     attempt = _attempt(run_dir, env, stop_after=1)  # compile caches warm (the reference's)
@@ -156,16 +163,10 @@ def test_7b_usr2_stop_writes_a_checkpoint() -> None:
 
 @needs_two
 def test_7b_cold_cache_restart() -> None:
-    ref, run_dir = _interrupted()
-    stop, second = _saved("7b-resume-stop"), _saved("7b-resume-second")
-    assert stop and stop["attempt"]["phase"] == "interrupted", "run -k stop first"
-    assert second, "run -k second first"
-    before = len(_metrics(run_dir))
-    cold = _work() / f"cold-{int(time.time())}"
-    env = {**_node_env(), "VLLM_CACHE_ROOT": str(cold / "vllm"),
-           "TORCHINDUCTOR_CACHE_DIR": str(cold / "inductor"), "TRITON_CACHE_DIR": str(cold / "triton")}
+    _, run_dir, stop, second = _stopped()
+    env, cold = _cold_caches(_node_env())
     attempt = _attempt(run_dir, env, stop_after=1)
-    new = [{k: r.get(k) for k in KEYS} for r in _metrics(run_dir)[before:]]
+    new = [{k: r.get(k) for k in KEYS} for r in _metrics(run_dir) if r["time"] > attempt["started"]]
     same_step = [{k: r.get(k) for k in KEYS} for r in second["steps"]
                  if new and r["step"] == new[0]["step"]]
     result = {"cache": "cold", "attempt": attempt, "new_steps": new, "second_run_same_step": same_step,
@@ -181,10 +182,7 @@ def test_7b_cold_cache_restart() -> None:
 
 @needs_two
 def test_7b_resume_equals_the_uninterrupted_run() -> None:
-    ref, run_dir = _interrupted()
-    stop, second = _saved("7b-resume-stop"), _saved("7b-resume-second")
-    assert stop and stop["attempt"]["phase"] == "interrupted", "run -k stop first"
-    assert second, "run -k second first"
+    ref, run_dir, _, second = _stopped()
     env = _node_env()
     attempt = _attempt(run_dir, env, stop_after=None)
     rows = _metrics(run_dir)
