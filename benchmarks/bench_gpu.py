@@ -52,8 +52,10 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SHAPE = "qwen2-0.5b"
 # the model's layer shapes (hpc_grpo/rundir/shapes.py), random weights: --shape qwen2-1.5b
 SHAPE = sys.argv[sys.argv.index("--shape") + 1] if "--shape" in sys.argv else DEFAULT_SHAPE
+# save_strategy "no": no checkpoint at all, not even the final one (a 7B save takes 60-130 s of
+# device time and is not what a benchmark measures); s/step is unchanged by it
 BATCH = dict(per_device_train_batch_size=32, num_generations=8, max_completion_length=256,
-             learning_rate=1e-5, save_steps=100000)
+             learning_rate=1e-5, save_strategy="no")
 
 
 def last_reward(metrics: list[dict[str, Any]]) -> float | None:

@@ -171,6 +171,8 @@ def _expected(kinds: tuple[str, ...]) -> str:
 
 def check_value(name: str, value: Any, field: FieldType) -> tuple[Any, str, str]:
     """(the value as TRL takes it, problem, hint); the problem is "" when the value is fine."""
+    if value is False and "no" in field.choices:  # YAML 1.1 reads `save_strategy: no` as false
+        value = "no"
     try:
         out = _coerce(value, field.kinds)
     except _Mismatch:

@@ -36,6 +36,13 @@ def _dist_ready() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
+def saves_at_end(args: TrainingArguments | None) -> bool:
+    """False only for ``save_strategy`` "no": the run writes no periodic and no final checkpoint;
+    a stop still saves (a requeue must resume, whatever the schedule)."""
+    strategy = getattr(args, "save_strategy", "steps")
+    return str(getattr(strategy, "value", strategy)) != "no"
+
+
 class GracefulStopCallback(TrainerCallback):
     """At every step end all ranks all_reduce(MAX) their stop flag, so they stop on ONE step.
 
@@ -67,7 +74,9 @@ class GracefulStopCallback(TrainerCallback):
         if _dist_ready():
             dist.all_reduce(local, op=dist.ReduceOp.MAX)
         if state.global_step >= state.max_steps:
-            control.should_save = True  # a final checkpoint makes a restart of a done run a no-op
+            # A final checkpoint makes a restart of a done run a no-op, unless the user asked for
+            # no checkpoints (save_strategy "no", e.g. a benchmark: a 7B save is 60-130 s)
+            control.should_save = control.should_save or saves_at_end(args)
             control.should_log = True
         if int(local.item()):
             control.should_save = True

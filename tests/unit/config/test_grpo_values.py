@@ -28,6 +28,8 @@ def one(name: str, value: Any) -> tuple[Any, str, str]:
     ("run_name", 2024, "2024"),
     ("scale_rewards", False, False),  # TRL maps True/False to group/none
     ("scale_rewards", "batch", "batch"),
+    ("save_strategy", False, "no"),  # YAML 1.1 reads `save_strategy: no` (and --set ...=no) as false
+    ("eval_strategy", "no", "no"),
     ("pad_to_multiple_of", "auto", "auto"),
     ("pad_to_multiple_of", 64, 64),
     ("save_total_limit", None, None),
@@ -128,3 +130,8 @@ def test_a_single_problem_stays_one_user_error() -> None:
         build_spec({"model": "m"}, parse_set(["max_steps=abc"]), {})
     assert not isinstance(info.value, UserErrors)
     assert info.value.lines() == ["error: --set: max_steps: expected int, got str 'abc'"]
+
+
+def test_true_is_not_a_strategy_and_false_stays_false_where_no_is_no_choice() -> None:
+    assert "got bool True" in one("save_strategy", True)[1]
+    assert "got bool False" in one("lr_scheduler_type", False)[1]

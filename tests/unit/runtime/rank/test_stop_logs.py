@@ -16,10 +16,10 @@ from hpc_grpo.runtime.rank.callbacks import GracefulStopCallback  # noqa: E402
 from hpc_grpo.runtime.rank.stop import StopFlag  # noqa: E402
 
 
-def step_end(run_dir: Path, step: int, max_steps: int = 10) -> TrainerControl:
+def step_end(run_dir: Path, step: int, max_steps: int = 10, args: object = None) -> TrainerControl:
     callback = GracefulStopCallback(run_dir, StopFlag(), "cpu")  # type: ignore[arg-type]
     state = TrainerState(global_step=step, max_steps=max_steps)
-    return callback.on_step_end(None, state, TrainerControl())  # type: ignore[arg-type]
+    return callback.on_step_end(args, state, TrainerControl())  # type: ignore[arg-type]
 
 
 def test_an_ordinary_step_leaves_logging_to_logging_steps(tmp_path: Path) -> None:
@@ -36,3 +36,19 @@ def test_a_stop_logs_before_it_saves(tmp_path: Path) -> None:
 def test_the_last_step_logs(tmp_path: Path) -> None:
     control = step_end(tmp_path, 10)
     assert control.should_log and control.should_save
+
+
+def test_no_checkpoints_asked_skips_the_final_save_but_not_a_stop(tmp_path: Path) -> None:
+    """save_strategy "no" (TrainingArguments turns it into an enum): the last step logs and
+    saves nothing; a stop still saves, or a requeue would start over."""
+    from transformers import TrainingArguments
+
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), save_strategy="no", use_cpu=True,
+                             report_to="none")
+    last = step_end(tmp_path, 10, args=args)
+    assert last.should_log and not last.should_save
+    steps = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none")
+    assert step_end(tmp_path, 10, args=steps).should_save
+    rundir.request_stop(tmp_path, "asked by a person")
+    stopped = step_end(tmp_path, 4, args=args)
+    assert stopped.should_save and stopped.should_training_stop
