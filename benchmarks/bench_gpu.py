@@ -55,7 +55,7 @@ SHAPE = sys.argv[sys.argv.index("--shape") + 1] if "--shape" in sys.argv else DE
 # save_strategy "no": no checkpoint at all, not even the final one (a 7B save takes 60-130 s of
 # device time and is not what a benchmark measures); s/step is unchanged by it
 BATCH = dict(per_device_train_batch_size=32, num_generations=8, max_completion_length=256,
-             learning_rate=1e-5, save_strategy="no")
+             learning_rate=1e-5, save_strategy="no", save_total_limit=1)
 
 
 def last_reward(metrics: list[dict[str, Any]]) -> float | None:

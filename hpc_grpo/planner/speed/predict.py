@@ -48,7 +48,7 @@ def _training_terms(req: PlanRequest, zero: int, offload: tuple[bool, bool],
     link = links(req).data_parallel(req.nodes)
     micro = req.gradient_accumulation_steps
     exchange = terms.exchange_s(zero, params, trainable, world, link, micro, ceil(_rounds(req)),
-                                checkpointing=req.gradient_checkpointing)
+                                checkpointing=req.gradient_checkpointing, layers=arch.num_layers)
     shard = trainable / (world if zero >= 2 else 1)
     optimizer = (terms.offload_s(shard, offload[1], params, micro) if offload[0]
                  else terms.adam_gpu_s(gpu, shard))

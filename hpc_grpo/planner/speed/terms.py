@@ -3,26 +3,27 @@
 Assumptions (each constant's source; "fitted" means chosen so that the calibration table of
 tests/unit/planner/test_speed_calibration.py, built from docs/results/*.json and the
 measurements that exist only in markdown, is met within 20 % except for the cases that test
-lists as misses, with their reasons; the fit is by hand, round numbers):
+lists as misses, with their reasons; the fit is by hand, round numbers, over a small grid
+of the constants named below in session 34):
 
-* Generation decodes ``completion_length`` tokens for the engine's whole batch at once. One
-  decode step costs a fixed DECODE_STEP_S (scheduler, sampling, kernel launches: CPU work, so a
-  figure of the host as much as of the card), DECODE_SEQ_S per sequence of the batch, the bf16
-  weights of its TP shard read at DECODE_BW_FRACTION of the card's memory bandwidth, and
-  2·params/TP FLOPs per sequence at DECODE_FLOP_FRACTION of the bf16 peak. Fitted (2026-11-26
-  refit) to TRL's generate_s on H200: 0.5B 0.79 s at 32 sequences and 1.04 at 64
-  (docs/results/2026-11-23-bench-two-16-steps.json), 1.5B 0.79-1.05 s at 32 and 0.93-1.01 at 64
-  (2026-11-26-bench-two-1.5b-layouts-h200x2-call1.json, -call2.json, -server-trainer-memory-45-
-  steps-h200x2.json): a sequence more costs little, so DECODE_SEQ_S went from 5e-5 to 2e-5 and
-  the H200 step from 1.1 to 2.2 ms. H100 3.5 ms (3.9, then 5.2 on 2026-11-26, then 3.5 in
-  session 31): two loans of 2 x H100 disagree. The one-host table of
-  ../shared/design/gpu-facts-2026-11-25.md says 1.26 s at 32 sequences and 2.07 at 64 (1.5B);
-  the loan of 2026-11-26 generated the same 32 in 0.885-1.125 s and 64 in 1.11-1.29 s
-  (docs/results/2026-11-26-bench-two-1.5b-plan-server-h100x2-round*.json), close to the H200.
-  A decode step is CPU work as much as GPU work, so the host decides; 3.5 ms sits between the
-  loans and the calibration test lists the rows of either loan it misses (MISSES there).
-  TP > 1 adds two all-reduces per layer per token at TP_COLLECTIVE_S each (fitted: TP 2 was
-  1.45x slower than TP 1 x DP 2 at 0.5B, docs/benchmarks.md 2026-11-22 first session).
+* Generation decodes ``completion_length`` tokens for the engine's whole batch at once. A
+  decode step takes the longer of its host work and its GPU work, which overlap (session 34
+  refit; the sum before): host work is a fixed DECODE_STEP_S (scheduler, sampling, kernel
+  launches) plus DECODE_SEQ_S per sequence of the batch; GPU work is the bf16 weights of the TP
+  shard read at DECODE_BW_FRACTION of the card's memory bandwidth, 2·params/TP FLOPs per
+  sequence at DECODE_FLOP_FRACTION of the bf16 peak, and the TP all-reduces. What made the
+  change: at 7B on 2 x H100 (session 33) TP 1 generated 32 sequences at 6.5 ms a token, close
+  to the weights' read alone (15.2 GB at 0.70 of 3.35 TB/s), so the host's 4 ms cannot be added
+  to it; at 1.5B the host's share dominates (1.5B, 32 sequences: 3.5-4.4 ms a token on
+  2 x H100, 3.1-4.1 on 2 x H200, TRL's generate_s in the 2026-11-26 bench files), which sets
+  DECODE_STEP_S: H100 4.1 ms, H200 2.8 ms. Two loans of 2 x H100 disagree (the 2026-11-25
+  loan generated 32 sequences in 1.26 s, ../shared/design/gpu-facts-2026-11-25.md); the
+  calibration test lists the rows of either loan it misses (MISSES there).
+  TP > 1 adds two all-reduces per layer per token at TP_COLLECTIVE_S each, times log2(TP)
+  (fitted at TP 2 only: 7B TP 2 generated 64 sequences at 7.3 ms a token against TP 1's 6.5
+  ms for 32, session 33; 3e-4 s before, fitted to a 0.5B step-time ratio, which made 7B's TP 2
+  generation 6.4 s against 1.9 measured. The log2 growth with the group's size is an
+  assumption: no TP 4 or 8 run has been measured here).
 * Training: 6·params·tokens FLOPs (4·params·tokens with LoRA: no weight gradients of the
   frozen base), plus one forward of 2·params·tokens for the old log-probabilities TRL computes
   while preparing inputs, at TRAIN_FLOP_FRACTION of the bf16 peak, halved at TRAIN_HIDDEN_HALF
@@ -54,12 +55,21 @@ lists as misses, with their reasons; the fit is by hand, round numbers):
   (docs/results/2026-11-23-multinode-reference.json, H200; 5.38 s/step on H100, gpu-facts)
   and without it over 2.152 GB/s, the link doctor measured on that loan
   (2026-11-26-multinode-reference-h100x2-second-loan.json, 4.119 s/step).
+  Inside a node the link is not what limits ZeRO-3: each gather pass (a forward, a backward)
+  takes at least ZERO3_FETCH_S_PER_LAYER per layer, DeepSpeed's fetch and release of every
+  parameter through its hooks (fitted, 8 ms: 7B TP 2 on 2 x H100, 8 sequences of 96 tokens,
+  spent 0.35 s in the loss's forward, a pass whose compute is about 0.02 s; session 33's
+  three 7B layouts, docs/benchmarks.md). Across the sandbox's socket link the bandwidth term
+  is the larger and the floor changes nothing.
 * Optimizer: GPU Adam streams 28 bytes per trainable parameter of the rank's shard (read
   weights, gradients, m, v; write weights, m, v) at half the memory bandwidth. CPU Adam
   (optimizer offload) moves bf16 gradients down and bf16 weights up over PCIe and updates at
   CPU_ADAM_S_PER_PARAM, plus OFFLOAD_STEP_S of DeepSpeed's per-step offload work (both fitted:
   1.5B ZeRO-3 + offload 3.03 s against 0.50 s without, docs/results/2026-11-24-memory-offload-
-  1.5b-h200.json and -memory-phases-1.5b-h200.json; 7B 10.16 against 3.23 s, issue #30).
+  1.5b-h200.json and -memory-phases-1.5b-h200.json; 7B 10.16 against 3.23 s, issue #30; 7B
+  on 2 x H100 with one trainer rank and with two, session 33: 1.4 s and 0.7 ns before, which
+  put both of session 33's offload layouts 26-30 % over). The host's CPUs set these figures and
+  the model does not know them: the one-H200 machine and the 2 x H100 machine differ.
   Parameter offload fetches the bf16 weights over PCIe for each forward and backward.
 * Weight sync to the colocated engine: SYNC_STEP_S plus the bf16 weights of the TP shard at
   SYNC_GBS (fitted: 0.04 s at 0.5B, 0.06 s at 1.5B, 0.13 s at 7B, the phases_s above).
@@ -77,41 +87,46 @@ lists as misses, with their reasons; the fit is by hand, round numbers):
   2.06 s, -10 % of the first and +12..+17 % of the others. Not held: the 2026-11-26
   'server_expandable' runs (1.986, 2.413 s: PYTORCH_CUDA_ALLOC_CONF=expandable_segments,
   which the runtime no longer sets, each the first run of its call with cold compile caches).
-* Every step also pays STEP_S of rewards, logging and Python (fitted).
+* Every step also pays STEP_S of rewards, logging and Python (fitted: 0.15 s before the
+  session 34 refit, 0.25 s after).
 """
 
 from __future__ import annotations
 
+from math import log2
+
 from hpc_grpo.planner.speed.hardware import PCIE_GBS, Card
 
 GB = 1e9
-DECODE_STEP_S = {"H100": 3.5e-3, "H200": 2.2e-3}
+DECODE_STEP_S = {"H100": 4.1e-3, "H200": 2.8e-3}
 DECODE_SEQ_S = 2.0e-5
 DECODE_BW_FRACTION = 0.8
 DECODE_FLOP_FRACTION = 0.5
-TP_COLLECTIVE_S = 3.0e-4
+TP_COLLECTIVE_S = 6.0e-5
 TRAIN_FLOP_FRACTION = 0.65
 TRAIN_HIDDEN_HALF = 450
 RECOMPUTE_COST = 2.0
 ZERO3_LINK_FRACTION = 1.0
-CPU_ADAM_S_PER_PARAM = 0.7e-9
-OFFLOAD_STEP_S = 1.4
+ZERO3_FETCH_S_PER_LAYER = 0.008
+CPU_ADAM_S_PER_PARAM = 0.6e-9
+OFFLOAD_STEP_S = 0.9
 SYNC_STEP_S = 0.03
 SYNC_GBS = 140.0
 SERVER_PUSH_S = 0.0
 SERVER_PUSH_GBS = 21.0
 SLEEP_STEP_S = 0.05
 SLEEP_S_PER_GIB = 0.002
-STEP_S = 0.15
+STEP_S = 0.25
 
 
 def decode_s(card: Card, params: int, layers: int, seqs: int, tokens: int, tp: int) -> float:
-    """One engine decoding ``tokens`` tokens for ``seqs`` sequences at once."""
+    """One engine decoding ``tokens`` tokens for ``seqs`` sequences at once: a decode step
+    takes the longer of its host work and its GPU work, which overlap."""
     weights = 2 * params / tp / (card.memory_tbs * 1e12 * DECODE_BW_FRACTION)
     flops = seqs * 2 * params / tp / (card.bf16_tflops * 1e12 * DECODE_FLOP_FRACTION)
-    collectives = 2 * layers * TP_COLLECTIVE_S if tp > 1 else 0.0
-    step = DECODE_STEP_S[card.kind] + seqs * DECODE_SEQ_S
-    return tokens * (step + weights + flops + collectives)
+    collectives = 2 * layers * TP_COLLECTIVE_S * log2(tp)
+    host = DECODE_STEP_S[card.kind] + seqs * DECODE_SEQ_S
+    return tokens * max(host, weights + flops + collectives)
 
 
 def train_flops(params: int, tokens: int, checkpointing: bool, lora: bool) -> float:
@@ -128,7 +143,8 @@ def compute_s(card: Card, flops: float, hidden: int) -> float:
 
 
 def exchange_s(zero: int, params: int, trainable: int, world: int, link_gbs: float,
-               micro_steps: int, generations: int, *, checkpointing: bool) -> float:
+               micro_steps: int, generations: int, *, checkpointing: bool,
+               layers: int = 0) -> float:
     """The data-parallel collectives of one optimizer step (0 at world size 1); ZeRO-3 gathers
     each layer's weights again for the recomputed forward of gradient checkpointing."""
     if world == 1:
@@ -141,7 +157,8 @@ def exchange_s(zero: int, params: int, trainable: int, world: int, link_gbs: flo
         return scatter + share * 2 * trainable / (link_gbs * GB)
     per_micro = 3 if checkpointing else 2  # forward, (recomputed forward,) backward
     gathers = per_micro * micro_steps + 2 * generations  # old logps' forward + weight sync
-    return scatter + gathers * share * 2 * params / (link_gbs * GB * ZERO3_LINK_FRACTION)
+    gather = share * 2 * params / (link_gbs * GB * ZERO3_LINK_FRACTION)
+    return scatter + gathers * max(gather, layers * ZERO3_FETCH_S_PER_LAYER)
 
 
 def adam_gpu_s(card: Card, shard_params: float) -> float:

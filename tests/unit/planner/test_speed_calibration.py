@@ -30,6 +30,7 @@ RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 TOLERANCE = 0.20
 H200, H100 = 139.0, 79.0
 FACTS = "../shared/design/gpu-facts-2026-11-25.md"
+SESSION_33 = "docs/benchmarks.md, 2026-11-26 (session 33), 7B layouts table"
 
 
 def _json(name: str) -> Any:
@@ -101,6 +102,11 @@ MARKDOWN = {
     "h100-1.5b-colocate": (FACTS + ", one host table, 1.5B colocate", 2.253),
     "h100-1.5b-server": (FACTS + ", one host table, 1.5B server", 3.230),
     "h100-2nodes-1.5b-zero3": (FACTS + ", two Slurm nodes, 1.5B ZeRO-3", 5.38),
+    # session 33's 7B layouts (2 x H100): the raw JSON went back with that session's device
+    # folder before it was copied; its table is in docs/benchmarks.md
+    "h100-7b-plan-s33": (SESSION_33 + ", plan (TP 2 ZeRO-3 sleep)", 4.297),
+    "h100-7b-tp1-offload-s33": (SESSION_33 + ", tp1_offload", 6.789),
+    "h100-7b-server-offload-s33": (SESSION_33 + ", server_offload", 9.664),
 }
 
 
@@ -203,6 +209,17 @@ CASES = (
     Case("h100 7B TP2 ZeRO-3 + sleep",
          lambda: _steps_after_first("2026-11-25-7b-resume-reference-warm-h100x2.json"),
          "qwen2-7b", H100, 8, 64, gpus=2, layout=Layout(2, 3, sleep=True), util=0.15),
+    # 2 x H100, 7B, 64 completions of 256 tokens, 6 steps (session 33): the plan's layout, its
+    # runner-up and server mode, whose one trainer fits only with ZeRO-3 and optimizer offload
+    Case("h100 7B TP2 ZeRO-3 + sleep, 64 completions (session 33)",
+         _markdown("h100-7b-plan-s33"), "qwen2-7b", H100, 32, 256, gpus=2,
+         layout=Layout(2, 3, sleep=True), util=0.15),
+    Case("h100 7B TP1xDP2 ZeRO-3 + optimizer offload (session 33)",
+         _markdown("h100-7b-tp1-offload-s33"), "qwen2-7b", H100, 32, 256, gpus=2,
+         layout=Layout(1, 3, offload_optimizer=True), util=0.15),
+    Case("h100 7B server, trainer ZeRO-3 + optimizer offload (session 33)",
+         _markdown("h100-7b-server-offload-s33"), "qwen2-7b", H100, 64, 256, server=True,
+         layout=Layout(1, 3, offload_optimizer=True)),
 )
 
 # Saved runs of the 2026-11-26 files the model is not held to, and why (every other entry of
@@ -352,3 +369,13 @@ def test_calibration_table(capsys: pytest.CaptureFixture[str]) -> None:
             print(f"{case.name:48} measured {case.measured():6.3f} predicted "
                   f"{case.predicted().seconds:6.3f} {_error(case):+6.1%}"
                   + (" (listed miss)" if case.name in MISSES else ""))
+
+
+def test_the_7b_layouts_rank_as_measured() -> None:
+    """Session 33 ran the plan's 7B layout beside the two others that fit 2 x H100: the model
+    must order them as the measurement did (the plan picks the fastest measured)."""
+    runs = [case for case in CASES if "7B" in case.name and "(session 33)" in case.name]
+    assert len(runs) == 3
+    by_measured = sorted(runs, key=lambda case: case.measured())
+    by_predicted = sorted(runs, key=lambda case: case.predicted().seconds)
+    assert [c.name for c in by_predicted] == [c.name for c in by_measured]
