@@ -45,14 +45,16 @@ def _training_terms(req: PlanRequest, zero: int, offload: tuple[bool, bool],
     gpu, arch = card(req), req.arch
     params, trainable = arch.num_params, req.trainable_params
     flops = terms.train_flops(params, _tokens(req), req.gradient_checkpointing, req.lora)
+    compute = terms.compute_s(gpu, flops, arch.hidden_size)
     link = links(req).data_parallel(req.nodes)
     micro = req.gradient_accumulation_steps
     exchange = terms.exchange_s(zero, params, trainable, world, link, micro, ceil(_rounds(req)),
-                                checkpointing=req.gradient_checkpointing, layers=arch.num_layers)
+                                checkpointing=req.gradient_checkpointing, layers=arch.num_layers,
+                                overlap_s=compute)
     shard = trainable / (world if zero >= 2 else 1)
     optimizer = (terms.offload_s(shard, offload[1], params, micro) if offload[0]
                  else terms.adam_gpu_s(gpu, shard))
-    return [("training compute", terms.compute_s(gpu, flops, arch.hidden_size)),
+    return [("training compute", compute),
             ("data-parallel exchange", exchange), ("optimizer step", optimizer)]
 
 

@@ -28,9 +28,10 @@ of the constants named below in session 34):
   frozen base), plus one forward of 2·params·tokens for the old log-probabilities TRL computes
   while preparing inputs, at TRAIN_FLOP_FRACTION of the bf16 peak, halved at TRAIN_HIDDEN_HALF
   (fitted on 1.5B and 7B one-GPU runs, docs/results/2026-11-24-memory-phases-*.json, and the
-  2026-11-26 1.5B layouts: 0.45 before the 2026-11-26 refit, 0.65 after, with STEP_S 0.20 ->
-  0.15: the server-mode trainer trains 64 sequences in about 0.73 s of its step against 0.48
-  for 32 colocated, so less of the step is per token than 0.45 said).
+  2026-11-26 1.5B layouts: 0.45 before the 2026-11-26 refit, 0.65 after, 0.75 since session
+  34's, whose gathers hide behind it; STEP_S 0.20 -> 0.15 -> 0.25: the server-mode trainer
+  trains 64 sequences in about 0.73 s of its step against 0.48 for 32 colocated, so less of
+  the step is per token than 0.45 said).
   Gradient checkpointing recomputes each layer's forward in the backward: 2·params·tokens
   FLOPs counted RECOMPUTE_COST times (RECOMPUTE_COST = 2, fitted; 1, the bare FLOPs, before the
   refit). Measured at 1.5B on 2 x H200 (2026-11-26, one pair per ZeRO stage, same machine):
@@ -57,10 +58,13 @@ of the constants named below in session 34):
   (2026-11-26-multinode-reference-h100x2-second-loan.json, 4.119 s/step).
   Inside a node the link is not what limits ZeRO-3: each gather pass (a forward, a backward)
   takes at least ZERO3_FETCH_S_PER_LAYER per layer, DeepSpeed's fetch and release of every
-  parameter through its hooks (fitted, 8 ms: 7B TP 2 on 2 x H100, 8 sequences of 96 tokens,
-  spent 0.35 s in the loss's forward, a pass whose compute is about 0.02 s; session 33's
-  three 7B layouts, docs/benchmarks.md). Across the sandbox's socket link the bandwidth term
-  is the larger and the floor changes nothing.
+  parameter through its hooks (fitted, 10 ms: 7B TP 2 on 2 x H100, 8 sequences of 96 tokens,
+  spent 0.35 s in the loss's forward, a pass whose compute is about 0.02 s). The gathers run
+  ahead of the layers (DeepSpeed's prefetch), so they hide behind the training compute and
+  only what exceeds it is added: at 64 completions of 256 tokens the 7B loss forward took
+  0.29-0.39 s, its compute alone about 0.25 (sessions 33 and 34, docs/benchmarks.md;
+  2026-11-26-bench-two-7b-layouts-h100x2-session34.json). Across the sandbox's socket link the
+  bandwidth term is the larger and the floor changes nothing.
 * Optimizer: GPU Adam streams 28 bytes per trainable parameter of the rank's shard (read
   weights, gradients, m, v; write weights, m, v) at half the memory bandwidth. CPU Adam
   (optimizer offload) moves bf16 gradients down and bf16 weights up over PCIe and updates at
@@ -103,11 +107,11 @@ DECODE_SEQ_S = 2.0e-5
 DECODE_BW_FRACTION = 0.8
 DECODE_FLOP_FRACTION = 0.5
 TP_COLLECTIVE_S = 6.0e-5
-TRAIN_FLOP_FRACTION = 0.65
+TRAIN_FLOP_FRACTION = 0.75
 TRAIN_HIDDEN_HALF = 450
 RECOMPUTE_COST = 2.0
 ZERO3_LINK_FRACTION = 1.0
-ZERO3_FETCH_S_PER_LAYER = 0.008
+ZERO3_FETCH_S_PER_LAYER = 0.010
 CPU_ADAM_S_PER_PARAM = 0.6e-9
 OFFLOAD_STEP_S = 0.9
 SYNC_STEP_S = 0.03
@@ -144,9 +148,11 @@ def compute_s(card: Card, flops: float, hidden: int) -> float:
 
 def exchange_s(zero: int, params: int, trainable: int, world: int, link_gbs: float,
                micro_steps: int, generations: int, *, checkpointing: bool,
-               layers: int = 0) -> float:
+               layers: int = 0, overlap_s: float = 0.0) -> float:
     """The data-parallel collectives of one optimizer step (0 at world size 1); ZeRO-3 gathers
-    each layer's weights again for the recomputed forward of gradient checkpointing."""
+    each layer's weights again for the recomputed forward of gradient checkpointing. ZeRO-3's
+    gathers run ahead of the layers that need them (DeepSpeed's prefetch), so only what
+    exceeds ``overlap_s``, the training compute they hide behind, is added to the step."""
     if world == 1:
         return 0.0
     share = (world - 1) / world
@@ -158,7 +164,7 @@ def exchange_s(zero: int, params: int, trainable: int, world: int, link_gbs: flo
     per_micro = 3 if checkpointing else 2  # forward, (recomputed forward,) backward
     gathers = per_micro * micro_steps + 2 * generations  # old logps' forward + weight sync
     gather = share * 2 * params / (link_gbs * GB * ZERO3_LINK_FRACTION)
-    return scatter + gathers * max(gather, layers * ZERO3_FETCH_S_PER_LAYER)
+    return scatter + max(0.0, gathers * max(gather, layers * ZERO3_FETCH_S_PER_LAYER) - overlap_s)
 
 
 def adam_gpu_s(card: Card, shard_params: float) -> float:

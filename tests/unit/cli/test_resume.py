@@ -217,10 +217,9 @@ max_time: "2-00:00:00"
 def test_a_link_measured_after_submit_does_not_move_the_resumed_layout(
         fake: FakeSlurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The plan picks the fastest layout from the link figures; doctor may measure them after a
-    run started. Without the saved layout pinned, this 14B run, planned on the assumed links,
-    moved to another TP size and ZeRO stage on a measured link inside the node (1 GB/s under the
-    step-time model of session 32, 50 GB/s under session 34's: the measured figure is the one
-    that moves it), and resume refused its own run ("cannot change
+    run started. Without the saved layout pinned, this 14B run planned TP 1 / ZeRO-3 on the
+    assumed links and TP 2 / ZeRO-2 on a measured 10 GB/s inside the node (1 GB/s in the
+    original report), and resume refused its own run ("cannot change
     vllm.tensor_parallel_size from 1 to 2")."""
     from hpc_grpo.preflight import inputs, links
 
@@ -236,7 +235,7 @@ def test_a_link_measured_after_submit_does_not_move_the_resumed_layout(
     before = json.loads((run_dir / "run.json").read_text())
     links.write_measurement("h200x4", {
         "kind": "links", "backend": "nccl", "nodes": 1, "procs_per_node": 4, "inter": None,
-        "intra": {"gbs": 50.0, "mib": 256}, "measured_at": "2026-11-27T00:00:00+00:00"})
+        "intra": {"gbs": 10.0, "mib": 256}, "measured_at": "2026-11-27T00:00:00+00:00"})
     moved = api.prepare(request).plan
     assert (moved.tensor_parallel_size, moved.deepspeed and moved.deepspeed.zero_stage) != (
         before["vllm"]["tensor_parallel_size"], before["deepspeed"]["zero_stage"])  # a new run moves

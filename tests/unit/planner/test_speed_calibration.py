@@ -95,6 +95,8 @@ S32_RUNS = {H100_S32_A: ("plan", "server"),
 # doctor measured (docs/results/2026-11-26-doctor-bandwidth-sandbox-h100x2.json)
 SANDBOX_H100_AGAIN = "2026-11-26-multinode-reference-h100x2-second-loan.json"
 SANDBOX_H100_LINK = 2.152
+# 2 x H100, 7B, the plan's layout, its runner-up and server mode (session 34)
+SEVEN_B_S34 = "2026-11-26-bench-two-7b-layouts-h100x2-session34.json"
 # Figures only in markdown: (file and table, s/step).
 MARKDOWN = {
     "h100-0.5b-colocate": (FACTS + ", one host table, 0.5B colocate", 1.744),
@@ -219,6 +221,16 @@ CASES = (
          layout=Layout(1, 3, offload_optimizer=True), util=0.15),
     Case("h100 7B server, trainer ZeRO-3 + optimizer offload (session 33)",
          _markdown("h100-7b-server-offload-s33"), "qwen2-7b", H100, 64, 256, server=True,
+         layout=Layout(1, 3, offload_optimizer=True)),
+    # the same three on the next loan (session 34), with their raw JSON
+    Case("h100 7B TP2 ZeRO-3 + sleep, 64 completions (session 34)",
+         _bench(SEVEN_B_S34, "plan"), "qwen2-7b", H100, 32, 256, gpus=2,
+         layout=Layout(2, 3, sleep=True), util=0.15),
+    Case("h100 7B TP1xDP2 ZeRO-3 + optimizer offload (session 34)",
+         _bench(SEVEN_B_S34, "tp1_offload"), "qwen2-7b", H100, 32, 256, gpus=2,
+         layout=Layout(1, 3, offload_optimizer=True), util=0.15),
+    Case("h100 7B server, trainer ZeRO-3 + optimizer offload (session 34)",
+         _bench(SEVEN_B_S34, "server_offload"), "qwen2-7b", H100, 64, 256, server=True,
          layout=Layout(1, 3, offload_optimizer=True)),
 )
 
@@ -371,10 +383,11 @@ def test_calibration_table(capsys: pytest.CaptureFixture[str]) -> None:
                   + (" (listed miss)" if case.name in MISSES else ""))
 
 
-def test_the_7b_layouts_rank_as_measured() -> None:
-    """Session 33 ran the plan's 7B layout beside the two others that fit 2 x H100: the model
-    must order them as the measurement did (the plan picks the fastest measured)."""
-    runs = [case for case in CASES if "7B" in case.name and "(session 33)" in case.name]
+@pytest.mark.parametrize("session", ["session 33", "session 34"])
+def test_the_7b_layouts_rank_as_measured(session: str) -> None:
+    """Sessions 33 and 34 (two loans) ran the plan's 7B layout beside the two others that fit
+    2 x H100: the model must order them as each measurement did (the plan's is the fastest)."""
+    runs = [case for case in CASES if "7B" in case.name and f"({session})" in case.name]
     assert len(runs) == 3
     by_measured = sorted(runs, key=lambda case: case.measured())
     by_predicted = sorted(runs, key=lambda case: case.predicted().seconds)
