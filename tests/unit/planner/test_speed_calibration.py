@@ -97,6 +97,8 @@ SANDBOX_H100_AGAIN = "2026-11-26-multinode-reference-h100x2-second-loan.json"
 SANDBOX_H100_LINK = 2.152
 # 2 x H100, 7B, the plan's layout, its runner-up and server mode (session 34)
 SEVEN_B_S34 = "2026-11-26-bench-two-7b-layouts-h100x2-session34.json"
+# 2 x H100, 1.5B, the plan against server mode, 8 steps, after the 7B runs' loan (session 34)
+PAIR_S34 = "2026-11-27-bench-two-1.5b-plan-server-h100x2-session34.json"
 # Figures only in markdown: (file and table, s/step).
 MARKDOWN = {
     "h100-0.5b-colocate": (FACTS + ", one host table, 0.5B colocate", 1.744),
@@ -203,6 +205,11 @@ CASES = (
     *(Case(f"h100 1.5B server (2026-11-26 session 32, {S32_CALL[file]}, {key})",
            _bench(file, key), "qwen2-1.5b", H100, 64, 256, server=True)
       for file, keys in S32_RUNS.items() for key in keys if key.startswith("server")),
+    # session 34's loan: one more pair, 8 steps, the plan first with cold caches
+    Case("h100 1.5B colocate ZeRO-2 TP1xDP2 (session 34, 8 steps)", _bench(PAIR_S34, "plan"),
+         "qwen2-1.5b", H100, 32, 256, gpus=2, layout=Layout(1, 2)),
+    Case("h100 1.5B server (session 34, 8 steps)", _bench(PAIR_S34, "server"),
+         "qwen2-1.5b", H100, 64, 256, server=True),
     # the GPU sandbox, 2 nodes x 1 H100, ZeRO-3 without recomputation (the plan's choice)
     Case("h100 2 nodes 1.5B ZeRO-3, no recomputation (2026-11-26)",
          lambda: _steps_after_first(SANDBOX_H100_AGAIN, "metrics"), "qwen2-1.5b", H100, 8, 128,
