@@ -148,7 +148,7 @@ def compute_s(card: Card, flops: float, hidden: int) -> float:
 
 def exchange_s(zero: int, params: int, trainable: int, world: int, link_gbs: float,
                micro_steps: int, generations: int, *, checkpointing: bool,
-               layers: int = 0, overlap_s: float = 0.0) -> float:
+               layers: int, overlap_s: float) -> float:
     """The data-parallel collectives of one optimizer step (0 at world size 1); ZeRO-3 gathers
     each layer's weights again for the recomputed forward of gradient checkpointing. ZeRO-3's
     gathers run ahead of the layers that need them (DeepSpeed's prefetch), so only what

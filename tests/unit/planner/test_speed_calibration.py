@@ -372,6 +372,7 @@ def test_recomputation_costs_time_at_1_5b_as_measured() -> None:
 @pytest.mark.parametrize(("constant", "factor"), [
     ("TRAIN_FLOP_FRACTION", 0.5), ("DECODE_SEQ_S", 3.0), ("ZERO3_LINK_FRACTION", 5.0),
     ("CPU_ADAM_S_PER_PARAM", 3.0), ("RECOMPUTE_COST", 3.0), ("STEP_S", 3.0),
+    ("ZERO3_FETCH_S_PER_LAYER", 3.0), ("TP_COLLECTIVE_S", 3.0),
 ])
 def test_a_perturbed_model_fails_the_check(monkeypatch: pytest.MonkeyPatch, constant: str,
                                            factor: float) -> None:
