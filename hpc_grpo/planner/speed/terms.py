@@ -14,16 +14,21 @@ of the constants named below in session 34):
   sequence at DECODE_FLOP_FRACTION of the bf16 peak, and the TP all-reduces. What made the
   change: at 7B on 2 x H100 (session 33) TP 1 generated 32 sequences at 6.5 ms a token, close
   to the weights' read alone (15.2 GB at 0.70 of 3.35 TB/s), so the host's 4 ms cannot be added
-  to it; at 1.5B the host's share dominates (1.5B, 32 sequences: 3.5-4.4 ms a token on
-  2 x H100, 3.1-4.1 on 2 x H200, TRL's generate_s in the 2026-11-26 bench files), which sets
-  DECODE_STEP_S: H100 4.1 ms, H200 2.8 ms. Two loans of 2 x H100 disagree (the 2026-11-25
+  to it (the model reads at DECODE_BW_FRACTION 0.8 and reaches 6.65 ms with the FLOP term);
+  at 1.5B the host's share dominates (1.5B, 32 sequences: 3.5-4.4 ms a token on 2 x H100,
+  3.1-4.1 on 2 x H200, TRL's generate_s in the 2026-11-26 bench files), which sets
+  DECODE_STEP_S: H100 4.1 ms, H200 2.8 ms. With DECODE_SEQ_S the model's host cost for 32
+  sequences on an H100 is 4.74 ms a token, above that range: 4.1 ms is what the 2026-11-25
+  row 'h100 1.5B colocate TP1xDP2' needs (at 3.5 ms it misses by 25 %), so the later H100
+  loans' 1.5B generation is predicted high. Two loans of 2 x H100 disagree (the 2026-11-25
   loan generated 32 sequences in 1.26 s, ../shared/design/gpu-facts-2026-11-25.md); the
   calibration test lists the rows of either loan it misses (MISSES there).
   TP > 1 adds two all-reduces per layer per token at TP_COLLECTIVE_S each, times log2(TP)
   (fitted at TP 2 only: 7B TP 2 generated 64 sequences at 7.3 ms a token against TP 1's 6.5
-  ms for 32, session 33; 3e-4 s before, fitted to a 0.5B step-time ratio, which made 7B's TP 2
-  generation 6.4 s against 1.9 measured. The log2 growth with the group's size is an
-  assumption: no TP 4 or 8 run has been measured here).
+  ms for 32, session 33; session 34's loan ran the same at 5.1 ms a token, and the model's
+  1.715 s is 30 % over that run's 1.318 s of generation; 3e-4 s before, fitted to a 0.5B
+  step-time ratio, which made 7B's TP 2 generation 6.4 s against 1.9 measured. The
+  log2 growth with the group's size is an assumption: no TP 4 or 8 run has been measured here).
 * Training: 6·params·tokens FLOPs (4·params·tokens with LoRA: no weight gradients of the
   frozen base), plus one forward of 2·params·tokens for the old log-probabilities TRL computes
   while preparing inputs, at TRAIN_FLOP_FRACTION of the bf16 peak, halved at TRAIN_HIDDEN_HALF
@@ -64,7 +69,10 @@ of the constants named below in session 34):
   only what exceeds it is added: at 64 completions of 256 tokens the 7B loss forward took
   0.29-0.39 s, its compute alone about 0.25 (sessions 33 and 34, docs/benchmarks.md;
   2026-11-26-bench-two-7b-layouts-h100x2-session34.json). Across the sandbox's socket link the
-  bandwidth term is the larger and the floor changes nothing.
+  bandwidth term is the larger, so the floor changes nothing there; the overlap still does: the
+  training compute comes off the gathers' time across nodes too (with the training fraction's
+  move to 0.75, the 2-node 1.5B ZeRO-3 prediction on H200 went from 4.282 s/step at 69d180a to
+  4.240 at 4b2cff1, measured 4.622).
 * Optimizer: GPU Adam streams 28 bytes per trainable parameter of the rank's shard (read
   weights, gradients, m, v; write weights, m, v) at half the memory bandwidth. CPU Adam
   (optimizer offload) moves bf16 gradients down and bf16 weights up over PCIe and updates at
