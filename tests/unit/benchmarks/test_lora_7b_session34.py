@@ -1,6 +1,6 @@
 """What docs/benchmarks.md and tests/gpu/test_lora_7b.py say about session 34's 7B LoRA runs,
 held to the raw JSON (2 x H100): the warm runs are bit-equal, the cold-compiled reference is
-not, and a cold-cache resume moves the loss of its first step by less than LOSS_RTOL; and the
+not, and a cold-cache resume moved the loss of its first step by less than 1e-4; and the
 figures docs/benchmarks.md quotes are the JSON's."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.gpu.test_lora_7b import KEYS, LOSS_RTOL
+from tests.gpu.test_lora_7b import KEYS
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
 RESULTS = DOCS / "results"
@@ -30,7 +30,7 @@ def test_the_warm_runs_are_bit_equal_until_the_cold_resume() -> None:
     assert resumed[:2] == second[:2]  # the first attempt, warm caches, GPU 1 against GPU 0
     ours, theirs = resumed[2], second[2]  # step 3, the first after the cold-cache resume
     assert ours["reward_mean"] == theirs["reward_mean"] and ours["loss"] != theirs["loss"]
-    assert abs(ours["loss"] - theirs["loss"]) <= LOSS_RTOL * abs(theirs["loss"]) + 1e-7
+    assert abs(ours["loss"] - theirs["loss"]) <= 1e-4 * abs(theirs["loss"])  # 8e-5 relative
     assert resumed[3]["reward_mean"] != second[3]["reward_mean"]  # apart one step later
     assert _load("resumed")["adapter_against_second"]["unequal"] == 112
 
