@@ -160,7 +160,10 @@ def exchange_s(zero: int, params: int, trainable: int, world: int, link_gbs: flo
     """The data-parallel collectives of one optimizer step (0 at world size 1); ZeRO-3 gathers
     each layer's weights again for the recomputed forward of gradient checkpointing. ZeRO-3's
     gathers run ahead of the layers that need them (DeepSpeed's prefetch), so only what
-    exceeds ``overlap_s``, the training compute they hide behind, is added to the step."""
+    exceeds ``overlap_s``, the training compute they hide behind, is added to the step; the
+    weight sync's gather runs between generation and training, with no compute to hide behind,
+    and counts whole. (Hiding it too, as session 34's refit did, changed no calibration case:
+    in all of them the training gathers alone exceed the compute.)"""
     if world == 1:
         return 0.0
     share = (world - 1) / world
@@ -170,9 +173,11 @@ def exchange_s(zero: int, params: int, trainable: int, world: int, link_gbs: flo
     if zero < 3 or trainable < params:  # ZeRO-2 (LoRA keeps the base whole)
         return scatter + share * 2 * trainable / (link_gbs * GB)
     per_micro = 3 if checkpointing else 2  # forward, (recomputed forward,) backward
-    gathers = per_micro * micro_steps + 2 * generations  # old logps' forward + weight sync
-    gather = share * 2 * params / (link_gbs * GB * ZERO3_LINK_FRACTION)
-    return scatter + max(0.0, gathers * max(gather, layers * ZERO3_FETCH_S_PER_LAYER) - overlap_s)
+    training_gathers = per_micro * micro_steps + generations  # and the old logps' forward
+    gather = max(share * 2 * params / (link_gbs * GB * ZERO3_LINK_FRACTION),
+                 layers * ZERO3_FETCH_S_PER_LAYER)
+    sync_gathers = generations  # the weight sync's, before each generation round
+    return scatter + max(0.0, training_gathers * gather - overlap_s) + sync_gathers * gather
 
 
 def adam_gpu_s(card: Card, shard_params: float) -> float:
