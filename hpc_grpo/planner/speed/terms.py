@@ -13,8 +13,9 @@ of the constants named below in session 34):
   shard read at DECODE_BW_FRACTION of the card's memory bandwidth, 2·params/TP FLOPs per
   sequence at DECODE_FLOP_FRACTION of the bf16 peak, and the TP all-reduces. What made the
   change: at 7B on 2 x H100 (session 33) TP 1 generated 32 sequences at 6.5 ms a token, close
-  to the weights' read alone (15.2 GB at 0.70 of 3.35 TB/s), so the host's 4 ms cannot be added
-  to it (the model reads at DECODE_BW_FRACTION 0.8 and reaches 6.65 ms with the FLOP term);
+  to the weights' read alone (the built-in 6.64B shape's 13.3 GB in 6.5 ms: 0.61 of 3.35
+  TB/s), so the host's 4 ms cannot be added to it (the model reads at DECODE_BW_FRACTION 0.8
+  and reaches 5.82 ms with the FLOP term, 10 % under that measurement);
   at 1.5B the host's share dominates (1.5B, 32 sequences: 3.5-4.4 ms a token on 2 x H100,
   3.1-4.1 on 2 x H200, TRL's generate_s in the 2026-11-26 bench files), which sets
   DECODE_STEP_S: H100 4.1 ms, H200 2.8 ms. With DECODE_SEQ_S the model's host cost for 32
@@ -65,14 +66,16 @@ of the constants named below in session 34):
   takes at least ZERO3_FETCH_S_PER_LAYER per layer, DeepSpeed's fetch and release of every
   parameter through its hooks (fitted, 10 ms: 7B TP 2 on 2 x H100, 8 sequences of 96 tokens,
   spent 0.35 s in the loss's forward, a pass whose compute is about 0.02 s). The gathers run
-  ahead of the layers (DeepSpeed's prefetch), so they hide behind the training compute and
-  only what exceeds it is added: at 64 completions of 256 tokens the 7B loss forward took
-  0.29-0.39 s, its compute alone about 0.25 (sessions 33 and 34, docs/benchmarks.md;
+  ahead of the layers (DeepSpeed's prefetch), so the training passes' gathers hide behind the
+  training compute and only what exceeds it is added (the weight sync's gather runs between
+  training and the next generation, with nothing to hide behind, and counts whole): at 64
+  completions of 256 tokens the 7B loss forward took 0.29-0.39 s, its compute alone about
+  0.25 (sessions 33 and 34, docs/benchmarks.md;
   2026-11-26-bench-two-7b-layouts-h100x2-session34.json). Across the sandbox's socket link the
-  bandwidth term is the larger, so the floor changes nothing there; the overlap still does: the
-  training compute comes off the gathers' time across nodes too (with the training fraction's
-  move to 0.75, the 2-node 1.5B ZeRO-3 prediction on H200 went from 4.282 s/step at 69d180a to
-  4.240 at 4b2cff1, measured 4.622).
+  bandwidth term is the larger, so the floor changes nothing there; the overlap still does:
+  the gathers there outlast the whole training compute, which disappears under them (the 2-node
+  1.5B ZeRO-3 prediction on H200 went from 4.282 s/step at 69d180a to 4.240 at 4b2cff1,
+  measured 4.622: the compute's 0.042 s gone, whatever TRAIN_FLOP_FRACTION is).
 * Optimizer: GPU Adam streams 28 bytes per trainable parameter of the rank's shard (read
   weights, gradients, m, v; write weights, m, v) at half the memory bandwidth. CPU Adam
   (optimizer offload) moves bf16 gradients down and bf16 weights up over PCIe and updates at
@@ -161,9 +164,10 @@ def exchange_s(zero: int, params: int, trainable: int, world: int, link_gbs: flo
     each layer's weights again for the recomputed forward of gradient checkpointing. ZeRO-3's
     gathers run ahead of the layers that need them (DeepSpeed's prefetch), so only what
     exceeds ``overlap_s``, the training compute they hide behind, is added to the step; the
-    weight sync's gather runs between generation and training, with no compute to hide behind,
-    and counts whole. (Hiding it too, as session 34's refit did, changed no calibration case:
-    in all of them the training gathers alone exceed the compute.)"""
+    weight sync's gather runs between training and the next generation, with no compute to
+    hide behind, and counts whole. (Hiding it too, as session 34's refit did, changed no calibration case:
+    in all of them the training gathers alone exceed the compute; in the 7B cases of 64
+    completions by 5 ms, 1.120 s against 1.115.)"""
     if world == 1:
         return 0.0
     share = (world - 1) / world
@@ -176,7 +180,7 @@ def exchange_s(zero: int, params: int, trainable: int, world: int, link_gbs: flo
     training_gathers = per_micro * micro_steps + generations  # and the old logps' forward
     gather = max(share * 2 * params / (link_gbs * GB * ZERO3_LINK_FRACTION),
                  layers * ZERO3_FETCH_S_PER_LAYER)
-    sync_gathers = generations  # the weight sync's, before each generation round
+    sync_gathers = generations  # the weight sync's, after training, before each generation round
     return scatter + max(0.0, training_gathers * gather - overlap_s) + sync_gathers * gather
 
 

@@ -72,7 +72,17 @@ def _section() -> str:
 def test_the_docs_quote_the_json() -> None:
     times = _load("cold")["restart_first_new_step_s"]
     cold3, second3 = _load("cold")["steps"][2]["loss"], _load("second")["steps"][2]["loss"]
+    reference = _load("resumed")["adapter_against_reference"]
+    files = _load("resumed")["checkpoint"]["files"]
     quoted = [f"warm **{times['warm']:.1f} s**, cold **{times['cold']:.1f} s: "
-              f"{_load('cold')['warm_over_cold']}**", f"{cold3:.6f} against {second3:.6f}"]
+              f"{_load('cold')['warm_over_cold']}**", f"{cold3:.6f} against {second3:.6f}",
+              f"{reference['unequal']}/{reference['tensors']} tensors differ from second's "
+              f"(max {reference['max_abs_diff']:.1e})".replace("e-0", "e-"),
+              f"({sum(files.values()) / 1e6:.1f} MB: adapter "
+              f"{files['adapter_model.safetensors'] / 1e6:.1f} MB, optimizer "
+              f"{files['optimizer.pt'] / 1e6:.1f} MB)",
+              f"first step came {_load('second')['attempt']['first_new_step_s']:.1f} s after"]
+    second_steps = _load("second")["steps"]
+    quoted += [f"| {r['reward_mean']:g}, {r['loss']:.6f} |" for r in second_steps[1:4]]
     missing = [q for q in quoted if q not in _section()]
     assert not missing, missing
