@@ -17,10 +17,9 @@ One test per device call where the 10-minute limit needs it, in this order, with
   (about 215 s; session 35: passed, all 6 steps and 112 adapter tensors equal).
 - ``-k lora_cold_cache``: the same record again: stopped after step 2, resumed with empty
   vLLM/inductor/triton caches and stopped after step 4 (the signal lands after the step being
-  run); restart to first new step, cold
-  against the warm restarts above (#29's goal, warm at most half of cold, is reported: one
-  round; about 210 s). Steps 1-2 must equal the second run's; step 3's rewards too, its loss
-  within LOSS_RTOL.
+  run); restart to first new step, cold against the warm restarts above (#29's goal, warm at
+  most half of cold, is reported: one round; about 210 s). Steps 1-2 must equal the second
+  run's; step 3's rewards too, its loss within LOSS_RTOL.
 
 Why the control is this loan's warm second run and not the reference (measured, 2 x H100,
 session 34, docs/benchmarks.md): the second run and the stopped run's first attempt (two GPUs,
