@@ -99,6 +99,15 @@ SANDBOX_H100_LINK = 2.152
 SEVEN_B_S34 = "2026-11-26-bench-two-7b-layouts-h100x2-session34.json"
 # 2 x H100, 1.5B, the plan against server mode, 8 steps, after the 7B runs' loan (session 34)
 PAIR_S34 = "2026-11-27-bench-two-1.5b-plan-server-h100x2-session34.json"
+# 2 x H100, 1.5B, session 36 (a seventh loan): three calls into one folder, the plan with ZeRO
+# off (no recomputation, the plan's choice) three times, server mode twice, bare TRL between
+S36 = "2026-11-27-bench-two-1.5b-hpc-bare-server-h100x2-session36.json"
+S36_RUNS = ("default_plan", "bare_dp2", "bare_dp2_2", "default_plan_2", "server", "server_2",
+            "default_plan_3", "bare_dp2_3")  # in the order run
+# the GPU sandbox's reference run of that loan, and the link doctor measured on it
+# (docs/results/2026-11-27-doctor-bandwidth-sandbox-h100x2-session36.json)
+SANDBOX_S36 = "2026-11-27-multinode-reference-h100x2-session36.json"
+SANDBOX_S36_LINK = 2.553
 # Figures only in markdown: (file and table, s/step).
 MARKDOWN = {
     "h100-0.5b-colocate": (FACTS + ", one host table, 0.5B colocate", 1.744),
@@ -214,6 +223,15 @@ CASES = (
     Case("h100 2 nodes 1.5B ZeRO-3, no recomputation (2026-11-26)",
          lambda: _steps_after_first(SANDBOX_H100_AGAIN, "metrics"), "qwen2-1.5b", H100, 8, 128,
          nodes=2, layout=Layout(1, 3), inter_gbs=SANDBOX_H100_LINK, checkpointing=False),
+    # session 36's loan: the plan with ZeRO off and server mode, then the sandbox at its link
+    *(Case(f"h100 1.5B colocate ZeRO off, no recomputation (session 36, {key})",
+           _bench(S36, key), "qwen2-1.5b", H100, 32, 256, gpus=2, checkpointing=False)
+      for key in S36_RUNS if key.startswith("default_plan")),
+    *(Case(f"h100 1.5B server (session 36, {key})", _bench(S36, key), "qwen2-1.5b", H100, 64,
+           256, server=True) for key in S36_RUNS if key.startswith("server")),
+    Case("h100 2 nodes 1.5B ZeRO-3, no recomputation (session 36)",
+         lambda: _steps_after_first(SANDBOX_S36, "metrics"), "qwen2-1.5b", H100, 8, 128,
+         nodes=2, layout=Layout(1, 3), inter_gbs=SANDBOX_S36_LINK, checkpointing=False),
     # 2 x H100, 7B TP 2 ZeRO-3 (docs/benchmarks.md 2026-11-25)
     Case("h100 7B TP2 ZeRO-3 + sleep",
          lambda: _steps_after_first("2026-11-25-7b-resume-reference-warm-h100x2.json"),
@@ -249,6 +267,7 @@ NOT_HELD = {
     (LAYOUTS_AGAIN, "server_expandable"): "same, call 2's first run, cold caches: 2.413 s/step",
     (H100_BARE, "bare_dp2"): "bare TRL under torchrun (the comparison with hpc-grpo, not a "
     "layout the plan makes)",
+    **{(S36, key): "bare TRL under torchrun, as above" for key in S36_RUNS if key.startswith("bare")},
 }
 
 # Issue #30 (markdown only, no raw JSON): 7B on one H200, ZeRO-3 + optimizer offload
@@ -272,6 +291,8 @@ MISSES = {
         "the fast one of two runs of this layout on one loan (1.465 against 1.891 s/step)",
     "h100 1.5B colocate ZeRO off TP1xDP2 (2026-11-26)":
         "the same loan's fast runs (1.520 s/step, ZeRO-2's round 1 was 1.465)",
+    "h100 1.5B colocate ZeRO off, no recomputation (session 36, default_plan_2)":
+        "the fast one of three runs of this layout on one loan (1.398 against 1.618 and 1.753)",
 }
 MISS_BOUND = 0.40
 # Saved runs not held at all: the model's input is unknown.
@@ -332,7 +353,7 @@ def test_the_calibration_covers_the_required_layouts() -> None:
         assert needed in names, needed
 
 
-def test_every_2026_11_26_run_is_held_or_listed() -> None:
+def test_every_saved_bench_run_is_held_or_listed() -> None:
     """No saved run is dropped silently: each is a case or in NOT_HELD with its reason."""
     held = {"plan", "no_grad_ckpt_plan", "default_plan", "no_grad_ckpt", "server"}
     for name in (LAYOUTS, LAYOUTS_AGAIN, SERVER_45, H100_ROUND1, H100_ROUND2, H100_BARE):
@@ -347,6 +368,11 @@ def test_every_2026_11_26_run_is_held_or_listed() -> None:
         assert runs == set(keys), name
         names = {case.name for case in CASES}
         assert all(any(f"{S32_CALL[name]}, {key})" in n for n in names) for key in keys), name
+    runs = {key for key, value in _json(S36).items() if isinstance(value, dict) and "step_s" in value}
+    assert runs == set(S36_RUNS)  # session 36: every run is a case or bare TRL's, listed
+    names = {case.name for case in CASES}
+    for key in S36_RUNS:
+        assert (S36, key) in NOT_HELD or any(f"(session 36, {key})" in n for n in names), key
 
 
 def test_the_repeated_2026_11_26_runs_agree_with_call_1() -> None:
