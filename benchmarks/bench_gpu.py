@@ -184,7 +184,7 @@ def bare(out: Path, name: str, steps: int, *flags: str, procs: int = 1,
     """Bare TRL under torchrun, like hpc-grpo's ranks (one process is a world of one), with
     the OpenMP threads hpc-grpo's node task would give a GPU rank; ``torchrun_threads`` leaves
     them to torchrun (1 per rank with several, all CPUs with one), as a user's script gets."""
-    from hpc_grpo.runtime.node.task import threads_per_rank, usable_cpus
+    from hpc_grpo.runtime.node.environment import threads_per_rank, usable_cpus
 
     target = out / f"{name}.json"
     model = Path(os.environ["HPC_GRPO_HOME"]) / "models" / SHAPE
@@ -342,7 +342,7 @@ def part_two(out: Path, runs: list[str], steps: int, saved: dict[str, Any],
         return bare(out, "bare_dp2", steps, *flags, procs=2)
 
     def split_threads() -> dict[str, Any]:  # the default plan, the node's CPUs split over 2 ranks
-        from hpc_grpo.runtime.node.task import threads_per_rank, usable_cpus
+        from hpc_grpo.runtime.node.environment import threads_per_rank, usable_cpus
 
         split = Launch(threads=threads_per_rank(os.environ, usable_cpus(), 2))
         return hpc_grpo(site, steps, *zero, launch=split)

@@ -7,7 +7,11 @@ itself, and submits every run with ``hpc-grpo submit --wait``:
   colocate: 2 nodes x 1 GPU (HPC_GRPO_SANDBOX_GPUS_PER_NODE=1), the default plan, one rank and
             its embedded vLLM engine per node, NCCL between the nodes over sockets;
   server:   1 node x 2 GPUs (HPC_GRPO_SANDBOX_GPUS_PER_NODE=2), ``--vllm-mode server``: GPU 0
-            runs ``vllm serve``, GPU 1 trains the whole batch.
+            runs ``vllm serve``, GPU 1 trains the whole batch;
+  server_node: 2 nodes x 1 GPU, ``--vllm-mode server``: the second node runs ``vllm serve`` and
+            nothing else, the first trains the whole batch, the weights go to the server over
+            the link between the nodes (the fair server-mode layout on one-GPU nodes:
+            ``--runs colocate,server_node``).
 Both make the same 64 completions a step (8 generations of 8 prompts; 256 new tokens at most).
 The sandbox is restarted between layouts (seconds); rounds alternate the order so drift cancels.
 s/step is the mean wall time of steps 2..N (step 1 includes compilation). Anchor: TRL's
@@ -100,6 +104,15 @@ def run_server(out: Path, steps: int) -> dict[str, Any]:
     return submit(site(out, 2), 1, steps, COMPLETIONS, "--vllm-mode", "server")
 
 
+def run_server_node(out: Path, steps: int) -> dict[str, Any]:
+    sandbox(1)
+    return submit(site(out, 1), 2, steps, COMPLETIONS, "--vllm-mode", "server")
+
+
+LABELS = {"colocate": "colocate, 2 nodes x 1 GPU", "server": "server, 1 node: serve + train",
+          "server_node": "server, 2 nodes: train | serve"}
+
+
 def table(result: dict[str, Any]) -> str:
     lines = [f"bench-multinode {result['date']}  {result['gpu']}  qwen2-1.5b shape, "
              f"{COMPLETIONS} completions/step, steps 2..{result['steps']}",
@@ -109,11 +122,14 @@ def table(result: dict[str, Any]) -> str:
             if "error" in r:
                 lines.append(f"{name:<34}  failed: {r['error'].splitlines()[-1][:80] if r['error'] else ''}")
                 continue
-            label = {"colocate": "colocate, 2 nodes x 1 GPU", "server": "server, 1 node: serve + train"}[name]
+            label = LABELS[name]
             lines.append(f"{label:<34}{r['step_s']:>8.2f}{r['tokens_per_s']:>9.0f}"
                          f"{r['startup_s']:>9.0f}{r['peak_gpu_gib']:>10.1f}")
     if result.get("ratio"):
         lines.append(f"colocate is {result['ratio']:.2f}x server mode (s/step of server / colocate)")
+    if result.get("ratio_server_node"):
+        lines.append(f"colocate is {result['ratio_server_node']:.2f}x server mode on a node of its "
+                     "own (s/step of server_node / colocate)")
     return "\n".join(lines)
 
 
@@ -129,15 +145,17 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     names = args.runs.split(",")
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
-    fns = {"colocate": run_colocate, "server": run_server}
+    fns = {"colocate": run_colocate, "server": run_server, "server_node": run_server_node}
     for i in range(args.rounds):
         for name in (names if i % 2 == 0 else names[::-1]):
             runs[name].append(fns[name](args.out, args.steps))
     ok = {n: [r["step_s"] for r in rs if "error" not in r] for n, rs in runs.items()}
-    ratio = (mean(ok["server"]) / mean(ok["colocate"])
-             if ok.get("server") and ok.get("colocate") else None)
+    ratio, ratio_node = ((mean(ok[name]) / mean(ok["colocate"])
+                          if ok.get(name) and ok.get("colocate") else None)
+                         for name in ("server", "server_node"))
     result = {"date": time.strftime("%Y-%m-%d"), "gpu": f"{torch.cuda.device_count()} x "
-              f"{torch.cuda.get_device_name(0)}", "steps": args.steps, "runs": runs, "ratio": ratio}
+              f"{torch.cuda.get_device_name(0)}", "steps": args.steps, "runs": runs, "ratio": ratio,
+              "ratio_server_node": ratio_node}
     (args.out / "bench-multinode.json").write_text(json.dumps(result, indent=1))
     subprocess.run(["bash", str(SANDBOX), "stop"], capture_output=True)
     print(table(result))

@@ -179,10 +179,13 @@ def split_keys(values: Mapping[str, Any], source: str, problems: list[UserError]
 
 
 def _world_size(site: SiteProfile, merged: Mapping[str, Any]) -> int:
-    """Training processes the plan will run (planner/job.py _processes), for num_processes."""
+    """Training processes the plan will run (planner/topology.py processes), for num_processes."""
     nodes = merged.get("nodes", 1)
     if site.device == "cuda" and merged.get("vllm_mode") == "server":
-        return world_size(int(nodes), site.gpus_per_node - int(merged.get("vllm_server_gpus", 1)))
+        gpus, server = site.gpus_per_node, int(merged.get("vllm_server_gpus", 1))
+        if server == gpus and int(nodes) >= 2:  # the server's node of its own trains nothing
+            return world_size(int(nodes) - 1, gpus)
+        return world_size(int(nodes), gpus - server)
     return world_size(int(nodes), int(merged.get("procs_per_node") or site.default_procs_per_node))
 
 

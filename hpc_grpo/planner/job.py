@@ -30,7 +30,7 @@ from hpc_grpo.planner.precision import context_check, precision
 from hpc_grpo.planner.speed.server import ServerPlan
 from hpc_grpo.planner.timeouts import collective_timeout
 from hpc_grpo.planner.timing import Timings, signal_lead
-from hpc_grpo.planner.topology import ServerSplit, layout_notes, rank_table, server_split
+from hpc_grpo.planner.topology import ServerSplit, layout_notes, processes, rank_table
 from hpc_grpo.planner.types import LinkFigures, ModelRef
 from hpc_grpo.rundir.contract import (
     DeepSpeedBlock,
@@ -76,12 +76,16 @@ class JobPlan:
     requested: JobSpec | None = None
 
     @property
-    def nodes(self) -> int:
+    def nodes(self) -> int:  # the allocation's (sbatch --nodes), a dedicated server node included
         return self.spec.nodes
 
     @property
+    def training_nodes(self) -> int:  # those that run torchrun: all but a dedicated server node
+        return self.server.trainer_nodes if self.server is not None else self.spec.nodes
+
+    @property
     def world_size(self) -> int:
-        return world_size(self.spec.nodes, self.procs_per_node)
+        return world_size(self.training_nodes, self.procs_per_node)
 
     @property
     def tensor_parallel_size(self) -> int:
@@ -101,7 +105,7 @@ class JobPlan:
             reward_weights=tuple(self.spec.reward_weights),
             reward_kwargs=dict(self.spec.reward_kwargs),
             model_load=model_block(self.spec, self.model, self.site),
-            peft=peft_block(self.spec), seed=self.spec.seed, nodes=self.nodes,
+            peft=peft_block(self.spec), seed=self.spec.seed, nodes=self.training_nodes,
             procs_per_node=self.procs_per_node, device=self.device,
             dist_backend=dist_backend(self.device),
             grpo_config={**self.spec.grpo, **({"save_total_limit": self.save_total_limit}
@@ -147,21 +151,6 @@ def _check_limits(site: SiteProfile, spec: JobSpec, time_min: int, lead: int,
             " the job will be asked to checkpoint right away"
         )
     return warnings
-
-
-def _processes(site: SiteProfile, spec: JobSpec) -> tuple[int, ServerSplit | None]:
-    """Training processes per node, and the server split in server mode."""
-    procs = spec.procs_per_node or site.default_procs_per_node
-    if site.device == "cuda" and spec.vllm_mode == "server":
-        server = server_split(spec.nodes, site.gpus_per_node, spec.vllm_server_gpus)
-        return len(server.trainer_gpus), server
-    if site.device == "cuda" and procs > site.gpus_per_node:
-        raise UserError(
-            f"{procs} processes per node but the site has {site.gpus_per_node} GPUs per node",
-            field="procs_per_node",
-            hint="one process per GPU: leave --procs-per-node unset",
-        )
-    return procs, None
 
 
 def _check_batches(spec: JobSpec, world_size: int) -> None:
@@ -215,10 +204,11 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
     warnings = [*spec.notes, *_check_limits(site, spec, time_min, lead, timings),
                 *context_check(spec, model.arch.max_position_embeddings if model.arch
                                else model.context)]
-    procs, server = _processes(site, spec)
-    _check_batches(spec, world_size(spec.nodes, procs))
+    procs, server = processes(site, spec)
+    nodes = server.trainer_nodes if server else spec.nodes  # those that run torchrun
+    _check_batches(spec, world_size(nodes, procs))
     memory = None if server is not None else _memory_plan(site, spec, model, procs, links)
-    served = server_plan(site, spec, model, procs, links) if server is not None else None
+    served = server_plan(site, spec, model, server, links) if server is not None else None
     warnings += [mode_note] * bool(mode_note) + (
         [served.growth_warning()] if served else [])
     warnings += layout_notes(site.device, site.name, spec, memory or server)
@@ -231,13 +221,13 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
     requested = spec
     spec, changes = _checkpointing(spec, memory, changes)
     checkpoint, no_fit, more, kept = check_checkpoints(site, spec, model.arch, deepspeed, memory,
-                                                       world_size(spec.nodes, procs), *free,
+                                                       world_size(nodes, procs), *free,
                                                        served=served)
     warnings += [*more, *pure]
     changes += (kept[1],) if kept and kept[1] else ()
     return JobPlan(
         site=site, spec=spec, model=model, device=site.device, procs_per_node=procs,
-        ranks=rank_table(spec.nodes, procs, vllm.tensor_parallel_size), vllm=vllm,
+        ranks=rank_table(nodes, procs, vllm.tensor_parallel_size), vllm=vllm,
         deepspeed=deepspeed, memory=memory, server=server, checkpoint=checkpoint,
         checkpoint_problem=no_fit, time_min=time_min, job_name=spec.name or default_name(model.source),
         warnings=(*warnings, *notes), signal_lead_s=lead, signal_lead_reason=lead_reason,

@@ -19,18 +19,19 @@ from hpc_grpo.planner.bounds import grpo_value
 from hpc_grpo.planner.engines import SERVER_GPU_MEMORY_UTILIZATION
 from hpc_grpo.planner.memory.plan import check_zero_stage, plan_memory
 from hpc_grpo.planner.speed.server import ServerPlan, plan_server
-from hpc_grpo.planner.topology import server_split
+from hpc_grpo.planner.topology import ServerSplit, server_split
 from hpc_grpo.planner.types import LinkFigures, ModelRef, PlanRequest
 
 
 def plan_request(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int,
-                 links: LinkFigures | None = None) -> PlanRequest:
+                 links: LinkFigures | None = None, nodes: int | None = None) -> PlanRequest:
     """The planner's view of the job; ``links``: the figures the launcher found (declared or
-    measured by doctor), the rest assumed."""
+    measured by doctor), the rest assumed; ``nodes``: the nodes that train, where not all of
+    the job's do (a dedicated server node)."""
     assert model.arch is not None
     links = links or LinkFigures()
     return PlanRequest(
-        arch=model.arch, nodes=spec.nodes, gpus_per_node=procs,
+        arch=model.arch, nodes=spec.nodes if nodes is None else nodes, gpus_per_node=procs,
         gpu_memory_gib=site.gpu_memory_gib, cpu_memory_gib_per_node=site.cpu_memory_gib,
         prompt_length=grpo_value(spec, "max_prompt_length"),
         completion_length=grpo_value(spec, "max_completion_length"),
@@ -66,26 +67,27 @@ def check_server_zero(spec: JobSpec) -> None:
                         field="offload_optimizer", hint="add --zero-stage 3 (or 2)")
 
 
-def server_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int,
+def server_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, split: ServerSplit,
                 links: LinkFigures | None = None) -> ServerPlan | None:
     """Server mode's memory and step plan; None on CPU sites and for an unknown architecture."""
     if site.device != "cuda" or model.arch is None:
         return None
     check_server_zero(spec)
-    req = plan_request(site, spec, model, procs, links)
+    req = plan_request(site, spec, model, len(split.trainer_gpus), links, split.trainer_nodes)
     util = spec.vllm_gpu_memory_utilization or SERVER_GPU_MEMORY_UTILIZATION
-    return plan_server(req, spec.vllm_server_gpus, util, spec.zero_stage or 0)
+    return plan_server(req, spec.vllm_server_gpus, util, spec.zero_stage or 0,
+                       across_nodes=split.server_node > 0)
 
 
 def faster_mode(colocate: PlanRequest, trainers: PlanRequest, server_gpus: int, util: float,
-                zero: int) -> tuple[Literal["colocate", "server"], str]:
+                zero: int, across_nodes: bool = False) -> tuple[Literal["colocate", "server"], str]:
     """("colocate" or "server", why): server mode wherever it fits and is predicted faster, so a
     slow link never leaves the plan on a colocated layout predicted slower than server mode."""
     try:
         speed = plan_memory(colocate).speed
     except UserError:
         speed = None
-    theirs = plan_server(trainers, server_gpus, util, zero)
+    theirs = plan_server(trainers, server_gpus, util, zero, across_nodes=across_nodes)
     # tokens/s, not s/step: with the recipe's per-device batch the server's trainers train
     # fewer completions a step than the colocated ranks (1 trainer x 32 against 2 ranks x 32)
     mine = (f"{speed.step.seconds:.2f} s/step, {speed.step.tokens_per_s:,.0f} tokens/s" if speed
@@ -103,16 +105,21 @@ def resolve_mode(site: SiteProfile, spec: JobSpec, model: ModelRef,
     if spec.vllm_mode != "auto":
         return spec, ""
     colocate = replace(spec, vllm_mode="colocate")
-    if site.device != "cuda" or model.arch is None or site.gpus_per_node < 2:
+    if site.device != "cuda" or model.arch is None or site.gpus_per_node * spec.nodes < 2:
         return colocate, "vllm_mode auto: colocate (server mode needs 2+ GPUs and a known model)"
     try:
         check_server_zero(spec)
     except UserError as refused:  # what server mode refuses is not a candidate
         return colocate, f"vllm_mode auto: colocate (server mode: {refused.message})"
     procs = spec.procs_per_node or site.default_procs_per_node
-    split = server_split(spec.nodes, site.gpus_per_node, spec.vllm_server_gpus)
+    try:
+        split = server_split(spec.nodes, site.gpus_per_node, spec.vllm_server_gpus)
+    except UserError as refused:
+        return colocate, f"vllm_mode auto: colocate (server mode: {refused.message})"
     util = spec.vllm_gpu_memory_utilization or SERVER_GPU_MEMORY_UTILIZATION
     mode, why = faster_mode(plan_request(site, colocate, model, procs, links),
-                            plan_request(site, spec, model, len(split.trainer_gpus), links),
-                            spec.vllm_server_gpus, util, spec.zero_stage or 0)
+                            plan_request(site, spec, model, len(split.trainer_gpus), links,
+                                         split.trainer_nodes),
+                            spec.vllm_server_gpus, util, spec.zero_stage or 0,
+                            across_nodes=split.server_node > 0)
     return replace(spec, vllm_mode=mode), why

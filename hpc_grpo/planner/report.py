@@ -26,7 +26,8 @@ def plan_report(plan: JobPlan) -> dict[str, Any]:
                         "not in the catalogue: --list-models), so TP 1 and TRL's vLLM defaults")
     return {
         "site": plan.site.name, "model": plan.model.source, "device": plan.device,
-        "nodes": plan.nodes, "procs_per_node": plan.procs_per_node, "world_size": plan.world_size,
+        "nodes": plan.nodes, "training_nodes": plan.training_nodes,
+        "procs_per_node": plan.procs_per_node, "world_size": plan.world_size,
         "tensor_parallel_size": plan.tensor_parallel_size, "vllm": block_dict(plan.vllm),
         "deepspeed": block_dict(plan.deepspeed), "memory_plan": memory.to_dict() if memory else None,
         "no_memory_plan": why_none, "warnings": list(plan.warnings),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hpc_grpo.config.site import SiteProfile
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 from hpc_grpo.rundir.contract import RankRow, rank_row, tp_layout_problem, world_size
@@ -40,12 +41,18 @@ def rank_table(nodes: int, procs_per_node: int, tp: int) -> tuple[RankRow, ...]:
 
 @dataclass(frozen=True)
 class ServerSplit:
-    """Server mode: which GPUs of each node train and which serve generation."""
+    """Server mode: which GPUs of each node train and which serve generation.
+
+    ``trainer_nodes``: the nodes that run torchrun. A dedicated server node (``dedicated``) is
+    the allocation's last node and trains nothing, so trainer_nodes is one less than the job's.
+    """
 
     trainer_gpus: tuple[int, ...]
     server_gpus: tuple[int, ...]
     server_node: int
     idle_gpus_per_node: int
+    trainer_nodes: int = 1
+    dedicated: bool = False
 
 
 def server_split(nodes: int, gpus_per_node: int, server_gpus: int) -> ServerSplit:
@@ -53,24 +60,54 @@ def server_split(nodes: int, gpus_per_node: int, server_gpus: int) -> ServerSpli
 
     torchrun needs the same process count on every node, so every node trains on the GPUs the
     server node has left; on other nodes the reserved slots stay idle (shown in the plan).
+    A server given all of a node's GPUs (always so with one GPU a node) takes a node of its own:
+    the other nodes train on all of theirs, nothing idles, and the weights reach the server over
+    the link between the nodes.
     """
+    if server_gpus == gpus_per_node and nodes >= 2:
+        return ServerSplit(trainer_gpus=tuple(range(gpus_per_node)),
+                           server_gpus=tuple(range(server_gpus)), server_node=nodes - 1,
+                           idle_gpus_per_node=0, trainer_nodes=nodes - 1, dedicated=True)
     if gpus_per_node < 2:
         raise UserError(
-            "server mode needs at least 2 GPUs per node (one generating, one training)",
+            "server mode needs 2 GPUs: one generating, one training; this job has "
+            f"{nodes} node(s) of {gpus_per_node} GPU",
             field="vllm_mode",
-            hint="use the default colocate mode",
+            hint="use --nodes 2 (the last node serves) or the default colocate mode",
         )
-    if not 1 <= server_gpus < gpus_per_node:
+    if not 1 <= server_gpus <= gpus_per_node:
         raise UserError(
-            f"server GPUs must be between 1 and {gpus_per_node - 1}, got {server_gpus}",
+            f"server GPUs must be between 1 and {gpus_per_node}, got {server_gpus}",
             field="vllm_server_gpus",
+        )
+    if server_gpus == gpus_per_node:
+        raise UserError(
+            f"server GPUs {server_gpus} leave no GPU to train on this job's only node",
+            field="vllm_server_gpus",
+            hint=f"use at most {gpus_per_node - 1}, or --nodes 2 for a server node of its own",
         )
     return ServerSplit(
         trainer_gpus=tuple(range(server_gpus, gpus_per_node)),
         server_gpus=tuple(range(server_gpus)),
         server_node=nodes - 1,
         idle_gpus_per_node=server_gpus if nodes > 1 else 0,
+        trainer_nodes=nodes,
     )
+
+
+def processes(site: SiteProfile, spec: JobSpec) -> tuple[int, ServerSplit | None]:
+    """Training processes per node, and the server split in server mode (planner/job.py)."""
+    procs = spec.procs_per_node or site.default_procs_per_node
+    if site.device == "cuda" and spec.vllm_mode == "server":
+        split = server_split(spec.nodes, site.gpus_per_node, spec.vllm_server_gpus)
+        return len(split.trainer_gpus), split
+    if site.device == "cuda" and procs > site.gpus_per_node:
+        raise UserError(
+            f"{procs} processes per node but the site has {site.gpus_per_node} GPUs per node",
+            field="procs_per_node",
+            hint="one process per GPU: leave --procs-per-node unset",
+        )
+    return procs, None
 
 
 def layout_notes(device: str, site_name: str, spec: JobSpec, planned: object) -> list[str]:

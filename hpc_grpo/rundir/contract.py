@@ -38,6 +38,7 @@ STARTUP_JSONL = "startup.jsonl"  # one line per attempt: its time to the first s
 # The rank-0 node task's cause of a signalled stop, written the moment the signal arrives (the
 # task may be killed before it can put it in state.json): {"attempt", "cause", "signal", "facts"}.
 STOP_CAUSE_JSON = "stop-cause.json"
+TRAINERS_ENDED_JSON = "trainers-ended.json"  # node 0 to a server node past `nodes`: attempt over
 SETUP_ERRORS = "setup-errors"  # rank-<N>.json: what each rank raised before the first step
 HEARTBEATS = "heartbeats"  # rank-<N>.json: each rank's last progress (runtime/rank/heartbeat.py)
 LOGS = "logs"

@@ -152,7 +152,10 @@ def summary_text(plan: JobPlan) -> str:
     vllm = plan.vllm
     lines = [
         f"# rendezvous: MASTER_ADDR = {rdzv.master_addr}; MASTER_PORT = {rdzv.master_port}",
-        f"# layout: {plan.nodes} node(s) x {plan.procs_per_node} process(es) = world size "
+        f"# layout: {plan.nodes} node(s)"
+        + (f", the last serving only: {plan.training_nodes}" if plan.training_nodes != plan.nodes
+           else "")
+        + f" x {plan.procs_per_node} process(es) = world size "
         f"{plan.world_size}; device {plan.device}; TP {plan.tensor_parallel_size}",
         "# vLLM: " + (
             f"{vllm.mode}, gpu_memory_utilization {vllm.gpu_memory_utilization}, "
@@ -167,7 +170,14 @@ def summary_text(plan: JobPlan) -> str:
         f"# requeue signal: {plan.site.requeue_signal} {plan.signal_lead_reason}",
         f"# collective timeout: {plan.collective_timeout_reason}",
     ]
-    if plan.server is not None:
+    if plan.server is not None and plan.server.dedicated:
+        lines.append(
+            f"# server mode: node {plan.server.server_node} GPUs {list(plan.server.server_gpus)}"
+            f" run vllm serve and no trainer; "
+            + (f"nodes 0-{plan.training_nodes - 1}" if plan.training_nodes > 1 else "node 0")
+            + f" train on GPUs {list(plan.server.trainer_gpus)}"
+        )
+    elif plan.server is not None:
         lines.append(
             f"# server mode: node {plan.server.server_node} GPUs {list(plan.server.server_gpus)}"
             f" run vllm serve; GPUs {list(plan.server.trainer_gpus)} train on every node"

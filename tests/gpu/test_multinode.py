@@ -1,7 +1,7 @@
 """Two Slurm nodes with one GPU each on one lent host: NCCL between the nodes' network
 namespaces (sockets on eth0), an embedded vLLM engine per rank, ZeRO-3 across the nodes, and a
 USR2 requeue by Slurm that resumes with every step's reward and loss equal to an uninterrupted
-run's.
+run's; and server mode with the second node serving only (``-k server_node``).
 
 Marked ``multi_gpu``: needs root and 2 GPUs, skipped elsewhere. It starts the sandbox cluster
 with ``HPC_GRPO_SANDBOX_GPUS_PER_NODE=1`` (Debian packages from ``HPC_GRPO_SANDBOX_DEBS`` on a
@@ -164,3 +164,44 @@ def test_usr2_requeue_on_gpus_resumes_the_same_run(reference: dict[str, Any],
     ref = reference["metrics"]
     assert [(m["step"], m["reward_mean"]) for m in metrics] == [(m["step"], m["reward_mean"]) for m in ref]
     assert [m["loss"] for m in metrics] == [m["loss"] for m in ref]
+
+
+SERVER_STEPS = 4
+SERVER_ARGS = ("--site", "sandbox-gpu", "--nodes", "2", "--model", "builtin:qwen2-1.5b",
+               "--vllm-mode", "server", "--time", "00:30:00",
+               "--set", f"max_steps={SERVER_STEPS}", "--set", "save_steps=2",
+               "--set", "per_device_train_batch_size=16", "--set", "num_generations=8",
+               "--set", "max_completion_length=128")
+
+
+def test_a_server_node_of_its_own_trains_and_requeues(gpu_cluster: None, tmp_path: Path) -> None:
+    """Server mode on nodes of one GPU: node2 runs `vllm serve` and no rank, node1 trains the
+    whole batch and pushes the weights to node2 over NCCL between the nodes; USR2 after step 2
+    requeues both and the run resumes with no step lost and each step logged once."""
+    root = tmp_path / "runs"
+    run_id, job, run_dir = submit(root, *SERVER_ARGS, "--run-id", "gpu-server-node-0001")
+    at = wait_step(run_id, 2, timeout=900)["step"]
+    signalled = time.time()
+    subprocess.run(["scancel", "--signal=USR2", job], check=True)
+    row = wait_for(run_id, finished, timeout=900)
+    restarts = [json.loads(x) for x in (run_dir / "restarts.jsonl").read_text().splitlines()] \
+        if (run_dir / "restarts.jsonl").exists() else []
+    metrics = _metrics(run_dir) if (run_dir / "metrics.jsonl").exists() else []
+    ranks = json.loads((run_dir / "ranks.json").read_text())["ranks"]
+    resumed_from = int(restarts[0]["resumed_from_step"]) if restarts else 0
+    new = [m for m in metrics if m["step"] == resumed_from + 1]
+    _save("multinode-server-node", {
+        "run_id": run_id, "job": job, "state": row["state"], "signalled_at_step": at,
+        "signalled": signalled, "restarts": restarts, "metrics": metrics, "ranks": ranks,
+        "first_new_step_after_s": new[0]["time"] - signalled if new else None,
+        "trainers_ended": json.loads((run_dir / "trainers-ended.json").read_text()),
+        "run": json.loads((run_dir / "run.json").read_text())})
+    assert row["state"] == "COMPLETED", (row, _tail(run_dir))
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["nodes"] == 1 and run["vllm"]["server"]["node"] == 1
+    assert [r["hostname"] for r in ranks] == ["node1"]  # node2 serves only
+    server_log = (run_dir / "logs" / "vllm-server.log").read_text(errors="replace")
+    # uvicorn's access lines: the trainer generated there, in both attempts (one step each)
+    assert server_log.count('"POST /v1/completions HTTP') >= SERVER_STEPS, server_log[-2000:]
+    assert restarts and restarts[0]["cause"] == "user signal" and restarts[0]["steps_lost"] == 0
+    assert [m["step"] for m in metrics] == list(range(1, SERVER_STEPS + 1))

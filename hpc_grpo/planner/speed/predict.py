@@ -79,16 +79,19 @@ def predict(req: PlanRequest, layout: Layout, util: float) -> StepTime:
 
 
 def predict_server(req: PlanRequest, server_gpus: int, zero: int,
-                   offload_optimizer: bool = False) -> StepTime:
-    """Server mode: ``req`` describes the trainers (gpus_per_node = trainer GPUs per node);
-    ``server_gpus`` engines of `vllm serve` on the last node generate for all of them."""
+                   offload_optimizer: bool = False, *, across_nodes: bool | None = None) -> StepTime:
+    """Server mode: ``req`` describes the trainers (nodes and gpus_per_node: those that train);
+    ``server_gpus`` engines of `vllm serve` on the last node generate for all of them.
+    ``across_nodes``: whether the weight push crosses the link between nodes (the server on
+    another node than trainer rank 0); unset, it does when the trainers span several nodes."""
     gpu, arch, rounds = card(req), req.arch, _rounds(req)
     seqs = ceil(req.per_device_train_batch_size * req.generation_steps * req.world_size
                 / server_gpus)
     decode = terms.decode_s(gpu, arch.num_params, arch.num_layers, seqs,
                             sequence_length(req) - req.prompt_length, 1)
     link = links(req)
-    push_link = link.inter_gbs if req.nodes > 1 else link.intra_gbs
+    crosses = req.nodes > 1 if across_nodes is None else across_nodes
+    push_link = link.inter_gbs if crosses else link.intra_gbs
     items = [("generation", rounds * decode),
              ("weight push to the server", rounds * terms.server_push_s(arch.num_params, push_link))]
     items += _training_terms(req, zero, (offload_optimizer, False), req.world_size)

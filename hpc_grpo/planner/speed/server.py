@@ -68,8 +68,11 @@ class ServerPlan:
                 "problem": self.problem, **self.step.to_dict(), "hardware": self.hardware}
 
 
-def plan_server(req: PlanRequest, server_gpus: int, util: float, zero: int) -> ServerPlan:
-    """``req``: the trainers (gpus_per_node = trainer GPUs a node); ``util``: the server's share.
+def plan_server(req: PlanRequest, server_gpus: int, util: float, zero: int, *,
+                across_nodes: bool = False) -> ServerPlan:
+    """``req``: the trainers (nodes and gpus_per_node: those that train); ``util``: the server's
+    share; ``across_nodes``: the server is on another node than trainer rank 0 (the weights go
+    over the link between nodes).
     The optimizer offload the spec asks for (``req.offload_optimizer`` with ZeRO 2 or 3, as the
     runtime's DeepSpeed block gives it; modes.check_server_zero refuses it without ZeRO) moves
     Adam's states to the trainers' nodes' CPU memory, which is then checked too. The host model
@@ -100,7 +103,8 @@ def plan_server(req: PlanRequest, server_gpus: int, util: float, zero: int) -> S
                    f"{util * gpu:.1f} GiB share")
     return ServerPlan(tuple((n, round(v, 2)) for n, v in trainer),
                       tuple((n, round(v, 2)) for n, v in server), problem,
-                      predict_server(req, server_gpus, zero, layout.offload_optimizer),
+                      predict_server(req, server_gpus, zero, layout.offload_optimizer,
+                                     across_nodes=across_nodes),
                       hardware_note(req), host)
 
 

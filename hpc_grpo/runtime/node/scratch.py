@@ -12,7 +12,7 @@ from hpc_grpo.rundir.contract import RunRecord
 
 SCRATCH = "tmp"  # in the run directory: one folder per attempt and node, removed at its end
 CACHE = "cache"  # in the run directory: what W&B, datasets and matplotlib would put in ~/.cache
-# In the output root, beside the runs and their compile cache (task.py COMPILE_CACHE): a hub
+# In the output root, beside the runs and their compile cache (environment.py COMPILE_CACHE): a hub
 # dataset's arrow files, shared by the runs of one root instead of downloaded again by each.
 DATASETS_CACHE = ".datasets-cache"
 UNIX_SOCKET_ROOM = 60  # AF_UNIX paths end at 107 bytes; vLLM puts ZMQ IPC sockets in TMPDIR

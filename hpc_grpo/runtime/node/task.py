@@ -25,8 +25,8 @@ from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.contract import CLEAN_END, STALLED, RunRecord
 from hpc_grpo.rundir.state import RunState
 from hpc_grpo.runtime.node import causes, hub_push, oom, retry, slurm_facts, vllm_server, watchdog
+from hpc_grpo.runtime.node.environment import child_env, usable_cpus
 from hpc_grpo.runtime.node.ports import free_port, with_master_port
-from hpc_grpo.runtime.node.scratch import scratch_env
 from hpc_grpo.runtime.rank import setup_failure
 
 PAYLOAD_MODULES = {"train": "hpc_grpo.runtime.rank.train", "check": "hpc_grpo.runtime.rank.smoke"}
@@ -75,90 +75,6 @@ def attempt_id(env: Mapping[str, str]) -> str:
     if job:
         return f"slurm-{job}.{env.get('SLURM_RESTART_COUNT', '0')}"
     return f"local-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-
-def trainer_visible_devices(run: RunRecord, env: Mapping[str, str]) -> str | None:
-    """Server mode: hide the vLLM server's GPUs from the trainers, so LOCAL_RANK 0 never lands
-    on a GPU the server uses ("Duplicate GPU detected"). None when nothing is to be hidden."""
-    if not vllm_server.server_mode(run) or run.vllm.server is None:
-        return None
-    trainer = list(run.vllm.server.trainer_gpus)
-    visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    if not visible:
-        return ",".join(str(i) for i in trainer)
-    if max(trainer, default=-1) >= len(visible):
-        raise ValueError(f"trainer GPUs {trainer} but CUDA_VISIBLE_DEVICES={','.join(visible)}")
-    return ",".join(visible[i] for i in trainer)
-
-
-COMPILE_CACHE = ".compile-cache"  # in the output root, next to the run directories
-
-
-def host_compute(run: RunRecord) -> bool:
-    """Whether the ranks compute on the CPU: CPU training, or DeepSpeed's CPU Adam when the
-    optimizer is offloaded. Only then do OpenMP threads beyond one earn their cores."""
-    offload = run.deepspeed is not None and run.deepspeed.offload_optimizer
-    return run.device != "cuda" or offload
-
-
-def threads_per_rank(env: Mapping[str, str], usable_cpus: int, procs_per_node: int,
-                     computes_on_host: bool = True) -> int:
-    """OpenMP threads for one rank. Host compute gets the node's CPUs split over its ranks: the
-    fewer of Slurm's count and the CPUs this task may run on (a cgroup or a shared login machine
-    may allow fewer), at least one. A GPU rank's host work is one Python thread launching
-    kernels (vLLM's decode loop included), and idle OpenMP workers spinning between parallel
-    regions take cores from it: one thread, as torchrun and accelerate give multi-GPU ranks."""
-    if not computes_on_host:
-        return 1
-    cpus = usable_cpus
-    if env.get("SLURM_CPUS_ON_NODE", "").isdigit():
-        cpus = min(cpus, int(env["SLURM_CPUS_ON_NODE"]))
-    return max(1, cpus // max(1, procs_per_node))
-
-
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def child_env(env: Mapping[str, str], attempt: str, run: RunRecord, cpus: int = 1) -> dict[str, str]:
-    """torchrun's environment: OpenMP threads per rank as threads_per_rank says (torchrun alone
-    would give each rank one thread, or all of them with one rank), this package importable."""
-    out = dict(env)
-    devices = trainer_visible_devices(run, env)
-    if devices is not None:
-        out["CUDA_VISIBLE_DEVICES"] = devices
-    threads = threads_per_rank(env, cpus, run.procs_per_node, host_compute(run))
-    out.setdefault("OMP_NUM_THREADS", str(threads))
-    out.setdefault("PYTHONUNBUFFERED", "1")
-    out.setdefault("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGINT,SIGHUP,SIGQUIT")
-    out["HPC_GRPO_ATTEMPT"] = attempt
-    if run.run_dir:  # compile caches shared by the runs of one output root: a requeue and the
-        # next run of a model start warm (about 50 s less for a 0.5B model)
-        cache = Path(run.run_dir).parent / COMPILE_CACHE
-        out.setdefault("VLLM_CACHE_ROOT", str(cache / "vllm"))
-        out.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
-        out.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
-    out.update(hub_env(run))
-    out.update(scratch_env(run, attempt, env))
-    root = str(Path(__file__).resolve().parents[3])
-    out["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    return out
-
-
-def hub_env(run: RunRecord) -> dict[str, str]:
-    """The shared Hugging Face cache and offline mode run.json asks for (`hpc-grpo stage`): set,
-    not defaulted, since the ranks must read the cache the launcher checked; HF_HUB_CACHE too,
-    so that a site's own HF_HUB_CACHE cannot point them elsewhere."""
-    load = run.model_load
-    env: dict[str, str] = {}
-    if load.hf_home:
-        env.update(HF_HOME=load.hf_home, HF_HUB_CACHE=str(Path(load.hf_home) / "hub"))
-    if load.offline:  # no hub requests at all: no timeouts, no silent download of another commit
-        env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    return env
 
 
 def seconds_left(env: Mapping[str, str], run: RunRecord, started_at: float,
@@ -248,9 +164,11 @@ class NodeTask:
         run = rundir.load_run(self.run_dir).with_run_dir(self.run_dir)
         node_env = with_master_port(os.environ, run.nodes, free_port)
         attempt = attempt_id(node_env)
-        argv = torchrun_argv(run, node_env)
+        serves_only = vllm_server.serves_only(run, node_env)  # a server node of its own
+        argv = [] if serves_only else torchrun_argv(run, node_env)
         (Path(self.run_dir) / contract.LOGS).mkdir(parents=True, exist_ok=True)
-        print(f"[node] {socket.gethostname()} attempt {attempt}: {' '.join(argv)}", flush=True)
+        print(f"[node] {socket.gethostname()} attempt {attempt}: "
+              f"{'vllm serve only, no trainer' if serves_only else ' '.join(argv)}", flush=True)
         self._received = []
         self._facts = None
         self._started_at = time.time()
@@ -263,6 +181,7 @@ class NodeTask:
         started = time.time()
         server = None
         scratch = None
+        rc: int | None = None  # torchrun's exit code (a dedicated server node: the server's end)
         try:
             env = child_env(node_env, attempt, run, usable_cpus())
             if run.run_dir:  # the attempt's temporaries (scratch_env), removed below
@@ -274,18 +193,14 @@ class NodeTask:
                 port = vllm_server.address(node_env).port
                 print(f"[node] vllm serve starting on port {port} (log {log})", flush=True)
                 vllm_server.wait_healthy(server, port)
-            kills_before, kills_file = oom.read_kills()
-            proc = subprocess.Popen(argv, env=env, preexec_fn=_agent_ignores(signals))
-            dog = watchdog.start_for(run, self.run_dir, attempt, self._started_at, proc,
-                                     records=os.environ.get("SLURM_NODEID", "0") == "0")
-            rc = proc.wait()  # signal handlers run while waiting (PEP 475 restarts the wait)
-            if dog is not None:
-                dog.stop()
-                self._stalled = dog.fired is not None
-            if rc != 0 and not self._stalled:  # an OOM-killed rank leaves no record of its own
-                self._record_oom(oom.killed_line(kills_before, oom.read_kills()[0], kills_file,
-                                                 socket.gethostname()))
+            if serves_only:
+                assert server is not None
+                rc = vllm_server.serve_until_trainers_end(server, self.run_dir, attempt)
+            else:
+                rc = self._run_torchrun(run, argv, env, signals, attempt)
         finally:
+            if vllm_server.dedicated(run) and os.environ.get("SLURM_NODEID", "0") == "0":
+                vllm_server.trainers_ended(self.run_dir, attempt, rc)
             if scratch is not None:  # nothing of the attempt's outlives it
                 shutil.rmtree(scratch, ignore_errors=True)
             if server is not None:
@@ -312,6 +227,22 @@ class NodeTask:
         if failed:
             raise RunFailed(failed)
         return code
+
+    def _run_torchrun(self, run: RunRecord, argv: list[str], env: dict[str, str],
+                      signals: tuple[signal.Signals, ...], attempt: str) -> int:
+        """This node's torchrun to its end, under the hang watchdog; its exit code."""
+        kills_before, kills_file = oom.read_kills()
+        proc = subprocess.Popen(argv, env=env, preexec_fn=_agent_ignores(signals))
+        dog = watchdog.start_for(run, self.run_dir, attempt, self._started_at, proc,
+                                 records=os.environ.get("SLURM_NODEID", "0") == "0")
+        rc = proc.wait()  # signal handlers run while waiting (PEP 475 restarts the wait)
+        if dog is not None:
+            dog.stop()
+            self._stalled = dog.fired is not None
+        if rc != 0 and not self._stalled:  # an OOM-killed rank leaves no record of its own
+            self._record_oom(oom.killed_line(kills_before, oom.read_kills()[0], kills_file,
+                                             socket.gethostname()))
+        return rc
 
     def _record_oom(self, line: str) -> None:
         if line:

@@ -15,9 +15,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from hpc_grpo.rundir import write_json_atomic
 from hpc_grpo.rundir.contract import (
+    TRAINERS_ENDED_JSON,
     VLLM_SERVER_PORT_OFFSET,
     WEIGHT_SYNC_PORT_OFFSET,
     RunRecord,
@@ -61,6 +64,17 @@ def is_server_node(run: RunRecord, env: Mapping[str, str]) -> bool:
     return int(env.get("SLURM_NODEID", "0")) == _server(run).node
 
 
+def dedicated(run: RunRecord) -> bool:
+    """The server has a node of its own, which trains nothing: the allocation's last, one past
+    the ``nodes`` that run torchrun (planner/topology.py server_split)."""
+    return server_mode(run) and _server(run).node >= run.nodes
+
+
+def serves_only(run: RunRecord, env: Mapping[str, str]) -> bool:
+    """This node is a dedicated server node: `vllm serve` and no torchrun."""
+    return dedicated(run) and is_server_node(run, env)
+
+
 def server_argv(run: RunRecord, port: int) -> list[str]:
     """The server's share of its GPUs is the plan's (run.json vllm.gpu_memory_utilization)."""
     vllm = run.vllm
@@ -100,7 +114,14 @@ def start(run: RunRecord, env: Mapping[str, str], log_path: str) -> subprocess.P
                             stderr=subprocess.STDOUT)
 
 
-def wait_healthy(proc: subprocess.Popen[bytes], port: int, timeout_s: float = 600) -> None:
+# How long the server may take to answer: the node task's wait, and the trainers' (TRL's own
+# default, 240 s, is shorter than a cold 7B server start on a node of its own, where the trainers
+# start beside it rather than after it)
+START_TIMEOUT_S = 600.0
+
+
+def wait_healthy(proc: subprocess.Popen[bytes], port: int,
+                 timeout_s: float = START_TIMEOUT_S) -> None:
     """Block until /health answers 200; raise if the server dies or never comes up."""
     deadline = time.monotonic() + timeout_s
     url = f"http://127.0.0.1:{port}/health"
@@ -127,9 +148,38 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
-def grpo_server_fields(env: Mapping[str, str]) -> dict[str, Any]:
-    """What the trainers' GRPOConfig needs to find this job's server."""
+def grpo_server_fields(env: Mapping[str, str], timeout_s: float | None = None) -> dict[str, Any]:
+    """What the trainers' GRPOConfig needs to find this job's server, and how long to wait for
+    it (``timeout_s``: the recipe's own, else the node task's)."""
     where = address(env)
     return {"vllm_server_host": where.host, "vllm_server_port": where.port,
-            "vllm_group_port": where.group_port}
+            "vllm_group_port": where.group_port,
+            "vllm_server_timeout": START_TIMEOUT_S if timeout_s is None else timeout_s}
 
+
+TRAINERS_POLL_S = 2.0  # a dedicated server node's look at trainers-ended.json
+
+
+def trainers_ended(run_dir: str, attempt: str, rc: int | None) -> None:
+    """Node 0, its torchrun over: tell a dedicated server node that this attempt needs no
+    server any more (whatever ended it)."""
+    write_json_atomic(Path(run_dir) / TRAINERS_ENDED_JSON,
+                      {"attempt": attempt, "rc": rc, "time": time.time()})
+
+
+def serve_until_trainers_end(server: subprocess.Popen[bytes], run_dir: str, attempt: str) -> int:
+    """A dedicated server node: keep `vllm serve` up until node 0's torchrun has ended this
+    attempt (a stop signal here changes nothing: the trainers still need the server for the
+    step in flight). 0 then; 1 if the server died first (the trainers then fail on their own,
+    after TRL's server timeout)."""
+    ended = Path(run_dir) / TRAINERS_ENDED_JSON
+    while server.poll() is None:
+        try:
+            if json.loads(ended.read_text()).get("attempt") == attempt:
+                print("[node] the trainers ended this attempt: stopping vllm serve", flush=True)
+                return 0
+        except (OSError, ValueError):
+            pass
+        time.sleep(TRAINERS_POLL_S)
+    print(f"[node] vllm serve exited with {server.returncode} while the trainers ran", flush=True)
+    return 1

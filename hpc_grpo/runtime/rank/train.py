@@ -90,7 +90,8 @@ def _grpo_args(run: RunRecord, run_dir: Path, rank: int) -> tuple[Any, list[str]
     known = [f.name for f in dataclasses.fields(GRPOConfig)]
     kwargs, notes = grpo_args.grpo_kwargs(run, run_dir, known)
     if vllm_server.server_mode(run):
-        kwargs.update(vllm_server.grpo_server_fields(os.environ))
+        kwargs.update(vllm_server.grpo_server_fields(os.environ,  # a recipe's own timeout stays
+                                                     kwargs.get("vllm_server_timeout")))
     args = GRPOConfig(**kwargs)
     if rank == 0:  # to reproduce or compare a run without hpc-grpo
         rundir.write_json_atomic(run_dir / contract.GRPO_CONFIG_JSON, kwargs)

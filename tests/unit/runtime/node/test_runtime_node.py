@@ -11,14 +11,13 @@ import pytest
 
 from hpc_grpo.rundir.contract import RunRecord
 from hpc_grpo.rundir.state import RunState
+from hpc_grpo.runtime.node.environment import child_env, trainer_visible_devices
 from hpc_grpo.runtime.node.task import (
     NodeTask,
     attempt_id,
-    child_env,
     exit_code,
     handled_signals,
     torchrun_argv,
-    trainer_visible_devices,
 )
 
 
@@ -346,3 +345,105 @@ def test_torchs_allocator_is_left_to_the_user() -> None:
     assert "PYTORCH_CUDA_ALLOC_CONF" not in child_env({}, "a", cuda)
     assert child_env({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, "a", cuda)[
         "PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+
+
+NODE_DRIVER = """
+import json, sys
+from hpc_grpo.runtime.node import task as node
+from hpc_grpo.runtime.node import vllm_server
+run_dir, server_script, rank_script = sys.argv[1:4]
+vllm_server.server_argv = lambda _run, port: [sys.executable, "-c", server_script, str(port)]
+real = node.torchrun_argv
+def torchrun(run_, env):  # the ranks' MASTER_PORT as torchrun would set it; who asked, kept
+    argv = real(run_, env)
+    with open(run_dir + "/torchrun-on-node-" + env["SLURM_NODEID"], "w") as out:
+        json.dump(argv, out)
+    port = argv[argv.index("--master-port") + 1]
+    return ["env", f"MASTER_PORT={port}", sys.executable, "-c", rank_script, run_dir]
+node.torchrun_argv = torchrun
+sys.exit(node.NodeTask(run_dir, chain_signals=False)())
+"""
+WAITING_RANK = FAKE_RANK.replace(
+    "status = urllib.request.urlopen(url, timeout=5).status",
+    "import time\nfor _ in range(100):\n    try:\n        status = urllib.request.urlopen(url, "
+    "timeout=5).status\n        break\n    except OSError:\n        time.sleep(0.2)")
+
+
+def test_a_server_node_of_its_own_serves_until_the_trainers_end(tmp_path: Path) -> None:
+    """Two node tasks of one Slurm attempt as separate processes (GPUs aside, vllm serve and the
+    ranks replaced): node 1 of a 2-node job with one GPU a node runs the server and no
+    torchrun; node 0 trains (run.json's nodes: 1) against that server at the job's host and
+    port, then tells node 1, whose task stops the server and ends cleanly."""
+    import json
+    import os
+    import subprocess
+    from dataclasses import replace
+
+    from hpc_grpo.config.site import find_site
+    from hpc_grpo.config.spec import build_spec
+    from hpc_grpo.planner.job import build_plan
+    from hpc_grpo.planner.types import ModelRef
+
+    site = replace(find_site("sandbox-gpu"), name="onegpu", partition="gpu-a")
+    spec = build_spec({"model_name_or_path": "m", "nodes": 2, "vllm_mode": "server"}, {}, {}, site)
+    plan = build_plan(site, spec, ModelRef("m", local=False, arch=None))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    record = plan.run_record("r1", str(run_dir)).to_dict()
+    (run_dir / "run.json").write_text(json.dumps(record))
+    assert record["nodes"] == 1 and record["vllm"]["server"]["node"] == 1
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_"))}
+    env.update(SLURM_JOB_ID="77", SLURM_RESTART_COUNT="0", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(free_port_pair()), HPC_GRPO_VLLM_SERVER_HOST="127.0.0.1",
+               PYTHONPATH=str(Path(__file__).resolve().parents[4]))
+    tasks = [subprocess.Popen([sys.executable, "-c", NODE_DRIVER, str(run_dir), FAKE_SERVER,
+                               WAITING_RANK], env={**env, "SLURM_NODEID": str(node)})
+             for node in (1, 0)]
+    assert [task.wait(timeout=120) for task in tasks] == [0, 0]
+    assert not (run_dir / "torchrun-on-node-1").exists()  # the server node trains nothing
+    argv = json.loads((run_dir / "torchrun-on-node-0").read_text())
+    assert argv[argv.index("--nnodes") + 1] == "1"
+    port, status = json.loads((run_dir / "rank-saw").read_text())
+    assert (port, status) == (int(env["MASTER_PORT"]) + 1, 200)
+    ended = json.loads((run_dir / "trainers-ended.json").read_text())
+    assert ended["attempt"] == "slurm-77.0" and ended["rc"] == 0
+
+
+def free_port_pair() -> int:
+    """A free port whose next one is free too (the server's is rendezvous + 1)."""
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return port
+    raise RuntimeError("no two free ports in a row")
+
+
+def test_the_server_node_gives_up_when_its_server_dies(tmp_path: Path) -> None:
+    """No trainers-ended for this attempt (only an older one's) and the server gone: 1, at once."""
+    import json
+    import subprocess
+
+    from hpc_grpo.runtime.node import vllm_server
+
+    (tmp_path / "trainers-ended.json").write_text(json.dumps({"attempt": "slurm-1.0", "rc": 0}))
+    server = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
+    assert vllm_server.serve_until_trainers_end(server, str(tmp_path), "slurm-1.1") == 1
+
+
+def test_trainers_wait_for_the_server_as_long_as_the_node_task_does() -> None:
+    """On a node of its own the server starts beside the trainers, not before them: TRL's 240 s
+    default is shorter than a cold start; a recipe's own vllm_server_timeout is kept."""
+    from hpc_grpo.runtime.node import vllm_server
+
+    env = {"MASTER_PORT": "40100"}
+    assert vllm_server.grpo_server_fields(env)["vllm_server_timeout"] == vllm_server.START_TIMEOUT_S
+    assert vllm_server.START_TIMEOUT_S > 240
+    assert vllm_server.grpo_server_fields(env, 900.0)["vllm_server_timeout"] == 900.0
