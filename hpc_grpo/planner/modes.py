@@ -80,7 +80,8 @@ def server_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, split: Server
 
 
 def faster_mode(colocate: PlanRequest, trainers: PlanRequest, server_gpus: int, util: float,
-                zero: int, across_nodes: bool = False) -> tuple[Literal["colocate", "server"], str]:
+                zero: int, across_nodes: bool | None = None
+                ) -> tuple[Literal["colocate", "server"], str]:
     """("colocate" or "server", why): server mode wherever it fits and is predicted faster, so a
     slow link never leaves the plan on a colocated layout predicted slower than server mode."""
     try:

@@ -64,6 +64,11 @@ def server_split(nodes: int, gpus_per_node: int, server_gpus: int) -> ServerSpli
     the other nodes train on all of theirs, nothing idles, and the weights reach the server over
     the link between the nodes.
     """
+    if not 1 <= server_gpus <= gpus_per_node:
+        raise UserError(
+            f"server GPUs must be between 1 and {gpus_per_node}, got {server_gpus}",
+            field="vllm_server_gpus",
+        )
     if server_gpus == gpus_per_node and nodes >= 2:
         return ServerSplit(trainer_gpus=tuple(range(gpus_per_node)),
                            server_gpus=tuple(range(server_gpus)), server_node=nodes - 1,
@@ -74,11 +79,6 @@ def server_split(nodes: int, gpus_per_node: int, server_gpus: int) -> ServerSpli
             f"{nodes} node(s) of {gpus_per_node} GPU",
             field="vllm_mode",
             hint="use --nodes 2 (the last node serves) or the default colocate mode",
-        )
-    if not 1 <= server_gpus <= gpus_per_node:
-        raise UserError(
-            f"server GPUs must be between 1 and {gpus_per_node}, got {server_gpus}",
-            field="vllm_server_gpus",
         )
     if server_gpus == gpus_per_node:
         raise UserError(

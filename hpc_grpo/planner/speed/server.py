@@ -69,10 +69,10 @@ class ServerPlan:
 
 
 def plan_server(req: PlanRequest, server_gpus: int, util: float, zero: int, *,
-                across_nodes: bool = False) -> ServerPlan:
+                across_nodes: bool | None = None) -> ServerPlan:
     """``req``: the trainers (nodes and gpus_per_node: those that train); ``util``: the server's
     share; ``across_nodes``: the server is on another node than trainer rank 0 (the weights go
-    over the link between nodes).
+    over the link between nodes; unset: when the trainers span nodes, predict_server).
     The optimizer offload the spec asks for (``req.offload_optimizer`` with ZeRO 2 or 3, as the
     runtime's DeepSpeed block gives it; modes.check_server_zero refuses it without ZeRO) moves
     Adam's states to the trainers' nodes' CPU memory, which is then checked too. The host model

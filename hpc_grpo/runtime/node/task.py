@@ -98,6 +98,11 @@ def _agent_ignores(signals: tuple[signal.Signals, ...]) -> Callable[[], None]:
     return ignore
 
 
+def _server_ignores(signals: tuple[signal.Signals, ...]) -> Callable[[], None]:
+    """`vllm serve` ignores the stop signals but TERM, which is how the node task ends it."""
+    return _agent_ignores(tuple(sig for sig in signals if sig != signal.SIGTERM))
+
+
 def exit_code(torchrun_rc: int, state: RunState, attempt: str) -> int:
     """0 when this attempt's rank 0 recorded a clean end; torchrun's own code otherwise."""
     if state.is_attempt(attempt) and state.phase in CLEAN_END:
@@ -189,13 +194,15 @@ class NodeTask:
                 scratch.mkdir(parents=True, exist_ok=True)
             if vllm_server.server_mode(run) and vllm_server.is_server_node(run, node_env):
                 log = str(Path(self.run_dir) / contract.LOGS / contract.VLLM_SERVER_LOG)
-                server = vllm_server.start(run, node_env, log)
+                server = vllm_server.start(run, node_env, log, _server_ignores(signals))
                 port = vllm_server.address(node_env).port
                 print(f"[node] vllm serve starting on port {port} (log {log})", flush=True)
-                vllm_server.wait_healthy(server, port)
+                if not serves_only:  # a server node of its own watches it below instead
+                    vllm_server.wait_healthy(server, port)
             if serves_only:
                 assert server is not None
-                rc = vllm_server.serve_until_trainers_end(server, self.run_dir, attempt)
+                rc = vllm_server.serve_until_trainers_end(server, self.run_dir, attempt,
+                                                          run.watchdog.startup_s)
             else:
                 rc = self._run_torchrun(run, argv, env, signals, attempt)
         finally:
@@ -214,10 +221,8 @@ class NodeTask:
             failed = self._after_exit(run, code, state, attempt)
             hub_push.at_end(run, state, attempt,  # push_to_hub where the nodes reach the hub
                             left=seconds_left(os.environ, run, self._started_at))
-        print(
-            f"[node] torchrun exited {rc} after {time.time() - started:.1f} s; node task returns {code}",
-            flush=True,
-        )
+        print(f"[node] {'vllm serve' if serves_only else 'torchrun'} ended {rc} after "
+              f"{time.time() - started:.1f} s; node task returns {code}", flush=True)
         finished = state.is_attempt(attempt) and state.phase == "done"
         if self.chain_signals and not finished:  # a signal after the last step: nothing to requeue
             for signum in dict.fromkeys(self._received):  # each signal once, in arrival order

@@ -13,12 +13,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.rundir import write_json_atomic
+from hpc_grpo.rundir import load_state, write_json_atomic
 from hpc_grpo.rundir.contract import (
     TRAINERS_ENDED_JSON,
     VLLM_SERVER_PORT_OFFSET,
@@ -107,11 +107,16 @@ def server_env(run: RunRecord, env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def start(run: RunRecord, env: Mapping[str, str], log_path: str) -> subprocess.Popen[bytes]:
+def start(run: RunRecord, env: Mapping[str, str], log_path: str,
+          preexec_fn: Callable[[], None] | None = None) -> subprocess.Popen[bytes]:
+    """``preexec_fn``: the node task's, which ignores the stop signals but TERM (Slurm sends them
+    to every process of the step): the server must outlive the trainers' last step, and vLLM
+    handles only INT and TERM (a USR2 would kill it). TERM is how stop() ends it; one from
+    Slurm ends it too (vLLM installs its own handler), a limit noted in docs/troubleshooting.md."""
     port = address(env).port
     log = open(log_path, "ab")  # noqa: SIM115 - the server outlives this function
     return subprocess.Popen(server_argv(run, port), env=server_env(run, env), stdout=log,
-                            stderr=subprocess.STDOUT)
+                            stderr=subprocess.STDOUT, preexec_fn=preexec_fn)
 
 
 # How long the server may take to answer: the node task's wait, and the trainers' (TRL's own
@@ -162,24 +167,46 @@ TRAINERS_POLL_S = 2.0  # a dedicated server node's look at trainers-ended.json
 
 def trainers_ended(run_dir: str, attempt: str, rc: int | None) -> None:
     """Node 0, its torchrun over: tell a dedicated server node that this attempt needs no
-    server any more (whatever ended it)."""
-    write_json_atomic(Path(run_dir) / TRAINERS_ENDED_JSON,
-                      {"attempt": attempt, "rc": rc, "time": time.time()})
+    server any more (whatever ended it). Never raises: a full disk must not cost node 0 the
+    rest of its cleanup (the server node then stops on state.json or its own bound)."""
+    try:
+        write_json_atomic(Path(run_dir) / TRAINERS_ENDED_JSON,
+                          {"attempt": attempt, "rc": rc, "time": time.time()})
+    except OSError as err:
+        print(f"[node] {TRAINERS_ENDED_JSON} not written ({err})", flush=True)
 
 
-def serve_until_trainers_end(server: subprocess.Popen[bytes], run_dir: str, attempt: str) -> int:
-    """A dedicated server node: keep `vllm serve` up until node 0's torchrun has ended this
-    attempt (a stop signal here changes nothing: the trainers still need the server for the
-    step in flight). 0 then; 1 if the server died first (the trainers then fail on their own,
-    after TRL's server timeout)."""
-    ended = Path(run_dir) / TRAINERS_ENDED_JSON
+def _attempt_over(run_dir: str, attempt: str) -> str:
+    """Why this attempt's trainers need no server any more; "" while they may."""
+    try:
+        if json.loads((Path(run_dir) / TRAINERS_ENDED_JSON).read_text()).get("attempt") == attempt:
+            return "node 0's torchrun ended"
+    except (OSError, ValueError):
+        pass
+    state = load_state(run_dir)
+    if state.is_attempt(attempt) and state.phase in ("done", "interrupted", "failed"):
+        return f"rank 0 recorded {state.phase}"
+    return ""
+
+
+def serve_until_trainers_end(server: subprocess.Popen[bytes], run_dir: str, attempt: str,
+                             give_up_s: float) -> int:
+    """A dedicated server node: keep `vllm serve` up until this attempt's trainers are over
+    (a stop signal here changes nothing: they still need the server for the step in flight).
+    0 then. 1 if the server died first (the trainers fail on their own, after TRL's server
+    timeout, and node 0 decides the job's fate), or if no rank recorded this attempt within
+    ``give_up_s`` (the watchdog's start-up allowance: node 0 never started its ranks), so that
+    the server node never holds the allocation to the time limit on its own."""
+    started = time.monotonic()
     while server.poll() is None:
-        try:
-            if json.loads(ended.read_text()).get("attempt") == attempt:
-                print("[node] the trainers ended this attempt: stopping vllm serve", flush=True)
-                return 0
-        except (OSError, ValueError):
-            pass
+        why = _attempt_over(run_dir, attempt)
+        if why:
+            print(f"[node] {why}: stopping vllm serve", flush=True)
+            return 0
+        if time.monotonic() - started > give_up_s and not load_state(run_dir).is_attempt(attempt):
+            print(f"[node] no rank recorded attempt {attempt} in {give_up_s:.0f} s: stopping "
+                  "vllm serve", flush=True)
+            return 1
         time.sleep(TRAINERS_POLL_S)
     print(f"[node] vllm serve exited with {server.returncode} while the trainers ran", flush=True)
     return 1

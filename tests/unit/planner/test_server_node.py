@@ -35,14 +35,16 @@ def test_one_gpu_nodes_give_the_server_the_last_node() -> None:
     assert (shared.dedicated, shared.trainer_nodes, shared.idle_gpus_per_node) == (False, 3, 1)
 
 
-@pytest.mark.parametrize(("nodes", "gpus", "server", "hint"), [
-    (1, 1, 1, "--nodes 2"), (1, 4, 4, "--nodes 2 for a server node of its own"),
-    (2, 4, 5, ""), (2, 4, 0, "")])
+@pytest.mark.parametrize(("nodes", "gpus", "server", "says"), [
+    (1, 1, 1, "use --nodes 2 (the last node serves)"),
+    (1, 4, 4, "or --nodes 2 for a server node of its own"),
+    (2, 4, 5, "between 1 and 4, got 5"), (2, 4, 0, "between 1 and 4, got 0"),
+    (2, 1, 2, "between 1 and 1, got 2")])  # not "use --nodes 2" to a job that has 2
 def test_what_leaves_no_trainer_is_refused_with_the_way_out(nodes: int, gpus: int, server: int,
-                                                             hint: str) -> None:
+                                                             says: str) -> None:
     with pytest.raises(UserError) as refused:
         server_split(nodes, gpus, server)
-    assert hint in (refused.value.hint or "")
+    assert says in f"{refused.value.message} (hint: {refused.value.hint})"
 
 
 def test_the_weights_cross_the_link_to_a_server_node() -> None:

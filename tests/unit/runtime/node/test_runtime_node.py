@@ -435,7 +435,80 @@ def test_the_server_node_gives_up_when_its_server_dies(tmp_path: Path) -> None:
 
     (tmp_path / "trainers-ended.json").write_text(json.dumps({"attempt": "slurm-1.0", "rc": 0}))
     server = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
-    assert vllm_server.serve_until_trainers_end(server, str(tmp_path), "slurm-1.1") == 1
+    assert vllm_server.serve_until_trainers_end(server, str(tmp_path), "slurm-1.1", 600) == 1
+
+
+def _sleeping_server() -> Any:
+    import subprocess
+
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+
+def test_the_server_node_stops_on_rank_0_s_final_state_without_the_file(tmp_path: Path) -> None:
+    """Node 0 could not write trainers-ended.json (a full disk): rank 0's own record of the
+    attempt's end still lets the server node go, rather than hold the allocation."""
+    from hpc_grpo import rundir
+    from hpc_grpo.runtime.node import vllm_server
+
+    rundir.update_state(tmp_path, phase="training", attempt="slurm-5.0", step=2)
+    rundir.update_state(tmp_path, phase="interrupted", attempt="slurm-5.1", step=3)
+    server = _sleeping_server()
+    try:
+        assert vllm_server.serve_until_trainers_end(server, str(tmp_path), "slurm-5.1", 600) == 0
+    finally:
+        server.kill()
+    assert vllm_server._attempt_over(str(tmp_path), "slurm-5.2") == ""  # the next attempt's not
+
+
+def test_the_server_node_gives_up_when_no_rank_ever_starts(tmp_path: Path) -> None:
+    from hpc_grpo import rundir
+    from hpc_grpo.runtime.node import vllm_server
+
+    rundir.update_state(tmp_path, phase="interrupted", attempt="slurm-5.0", step=3)  # an older one
+    server = _sleeping_server()
+    try:
+        assert vllm_server.serve_until_trainers_end(server, str(tmp_path), "slurm-5.1", 0.5) == 1
+        assert server.poll() is None  # the caller stops it (NodeTask's finally)
+    finally:
+        server.kill()
+
+
+def test_node_0_s_notice_never_breaks_its_cleanup(tmp_path: Path) -> None:
+    from hpc_grpo.runtime.node import vllm_server
+
+    vllm_server.trainers_ended(str(tmp_path / "missing" / "dir"), "slurm-1.0", 0)  # no raise
+    vllm_server.trainers_ended(str(tmp_path), "slurm-1.0", 0)
+    assert (tmp_path / "trainers-ended.json").exists()
+
+
+def test_the_server_outlives_the_stop_signal_slurm_sends_every_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`scancel --signal=USR2` reaches `vllm serve` too; vLLM handles only INT and TERM, so a
+    USR2 left at its default killed the server the trainers still needed for their last step."""
+    import os
+    import signal
+    import time
+
+    from hpc_grpo.runtime.node import task as node
+    from hpc_grpo.runtime.node import vllm_server
+
+    monkeypatch.setattr(vllm_server, "server_argv",
+                        lambda _run, _port: [sys.executable, "-c", "import time; time.sleep(60)"])
+    record = rec({"device": "cuda", "vllm": {"enabled": True, "mode": "server", "server": {
+        "node": 1, "gpus": [0], "trainer_gpus": [0]}}})
+    server = vllm_server.start(record, {"MASTER_PORT": "40100"}, str(tmp_path / "log"),
+                               node._server_ignores(node.handled_signals(record)))
+    try:
+        time.sleep(0.5)
+        os.kill(server.pid, signal.SIGUSR2)
+        time.sleep(0.5)
+        assert server.poll() is None
+        started = time.monotonic()
+        vllm_server.stop(server)  # TERM still ends it, without stop()'s 30 s wait and kill
+        assert server.returncode == -signal.SIGTERM and time.monotonic() - started < 10
+    finally:
+        server.kill()
+        server.wait()
 
 
 def test_trainers_wait_for_the_server_as_long_as_the_node_task_does() -> None:
