@@ -279,11 +279,7 @@ def _plan_table(data: dict[str, Any]) -> None:
     from hpc_grpo.cli_speed import plan_tail
 
     console = Console(width=None if sys.stdout.isatty() else 200, highlight=False, markup=False)
-    nodes = f"{data['nodes']} node(s) x"
-    if data["training_nodes"] != data["nodes"]:  # a server node of its own
-        nodes = f"{data['nodes']} node(s), the last serving only: {data['training_nodes']} x"
-    console.print(f"plan: {data['model']} on site {data['site']}: {nodes} "
-                  f"{data['procs_per_node']} process(es) = world size {data['world_size']}; "
+    console.print(f"plan: {data['model']} on site {data['site']}: {data['layout']}; "
                   f"device {data['device']}; precision {data['precision']}")
     memory = data["memory_plan"]
     if memory is None:

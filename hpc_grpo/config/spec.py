@@ -178,14 +178,22 @@ def split_keys(values: Mapping[str, Any], source: str, problems: list[UserError]
     return spec, grpo
 
 
+def server_trainers(nodes: int, gpus_per_node: int, server_gpus: int) -> tuple[int, int]:
+    """Server mode's (training nodes, trainer GPUs per node): a server given all of a node's
+    GPUs in a job of 2+ nodes takes the last node for itself and the others train on all
+    theirs; otherwise every node trains on what the server leaves (planner/topology.py
+    server_split, which also refuses what leaves no trainer)."""
+    if server_gpus == gpus_per_node and nodes >= 2:
+        return nodes - 1, gpus_per_node
+    return nodes, gpus_per_node - server_gpus
+
+
 def _world_size(site: SiteProfile, merged: Mapping[str, Any]) -> int:
     """Training processes the plan will run (planner/topology.py processes), for num_processes."""
     nodes = merged.get("nodes", 1)
     if site.device == "cuda" and merged.get("vllm_mode") == "server":
-        gpus, server = site.gpus_per_node, int(merged.get("vllm_server_gpus", 1))
-        if server == gpus and int(nodes) >= 2:  # the server's node of its own trains nothing
-            return world_size(int(nodes) - 1, gpus)
-        return world_size(int(nodes), gpus - server)
+        return world_size(*server_trainers(int(nodes), site.gpus_per_node,
+                                           int(merged.get("vllm_server_gpus", 1))))
     return world_size(int(nodes), int(merged.get("procs_per_node") or site.default_procs_per_node))
 
 

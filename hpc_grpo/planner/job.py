@@ -30,7 +30,13 @@ from hpc_grpo.planner.precision import context_check, precision
 from hpc_grpo.planner.speed.server import ServerPlan
 from hpc_grpo.planner.timeouts import collective_timeout
 from hpc_grpo.planner.timing import Timings, signal_lead
-from hpc_grpo.planner.topology import ServerSplit, layout_notes, processes, rank_table
+from hpc_grpo.planner.topology import (
+    ServerSplit,
+    layout_notes,
+    processes,
+    rank_table,
+    training_nodes,
+)
 from hpc_grpo.planner.types import LinkFigures, ModelRef
 from hpc_grpo.rundir.contract import (
     DeepSpeedBlock,
@@ -81,7 +87,7 @@ class JobPlan:
 
     @property
     def training_nodes(self) -> int:  # those that run torchrun: all but a dedicated server node
-        return self.server.trainer_nodes if self.server is not None else self.spec.nodes
+        return training_nodes(self.spec.nodes, self.server)
 
     @property
     def world_size(self) -> int:
@@ -205,7 +211,7 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
                 *context_check(spec, model.arch.max_position_embeddings if model.arch
                                else model.context)]
     procs, server = processes(site, spec)
-    nodes = server.trainer_nodes if server else spec.nodes  # those that run torchrun
+    nodes = training_nodes(spec.nodes, server)
     _check_batches(spec, world_size(nodes, procs))
     memory = None if server is not None else _memory_plan(site, spec, model, procs, links)
     served = server_plan(site, spec, model, server, links) if server is not None else None

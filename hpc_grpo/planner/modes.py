@@ -73,10 +73,15 @@ def server_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, split: Server
     if site.device != "cuda" or model.arch is None:
         return None
     check_server_zero(spec)
-    req = plan_request(site, spec, model, len(split.trainer_gpus), links, split.trainer_nodes)
     util = spec.vllm_gpu_memory_utilization or SERVER_GPU_MEMORY_UTILIZATION
-    return plan_server(req, spec.vllm_server_gpus, util, spec.zero_stage or 0,
-                       across_nodes=split.server_node > 0)
+    return plan_server(_trainers(site, spec, model, split, links), spec.vllm_server_gpus, util,
+                       spec.zero_stage or 0, across_nodes=split.push_across_nodes)
+
+
+def _trainers(site: SiteProfile, spec: JobSpec, model: ModelRef, split: ServerSplit,
+              links: LinkFigures | None) -> PlanRequest:
+    """The planner's view of server mode's trainers: the split's nodes and GPUs that train."""
+    return plan_request(site, spec, model, len(split.trainer_gpus), links, split.trainer_nodes)
 
 
 def faster_mode(colocate: PlanRequest, trainers: PlanRequest, server_gpus: int, util: float,
@@ -110,17 +115,13 @@ def resolve_mode(site: SiteProfile, spec: JobSpec, model: ModelRef,
         return colocate, "vllm_mode auto: colocate (server mode needs 2+ GPUs and a known model)"
     try:
         check_server_zero(spec)
+        split = server_split(spec.nodes, site.gpus_per_node, spec.vllm_server_gpus)
     except UserError as refused:  # what server mode refuses is not a candidate
         return colocate, f"vllm_mode auto: colocate (server mode: {refused.message})"
     procs = spec.procs_per_node or site.default_procs_per_node
-    try:
-        split = server_split(spec.nodes, site.gpus_per_node, spec.vllm_server_gpus)
-    except UserError as refused:
-        return colocate, f"vllm_mode auto: colocate (server mode: {refused.message})"
     util = spec.vllm_gpu_memory_utilization or SERVER_GPU_MEMORY_UTILIZATION
     mode, why = faster_mode(plan_request(site, colocate, model, procs, links),
-                            plan_request(site, spec, model, len(split.trainer_gpus), links,
-                                         split.trainer_nodes),
+                            _trainers(site, spec, model, split, links),
                             spec.vllm_server_gpus, util, spec.zero_stage or 0,
-                            across_nodes=split.server_node > 0)
+                            across_nodes=split.push_across_nodes)
     return replace(spec, vllm_mode=mode), why

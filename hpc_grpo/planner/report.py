@@ -7,6 +7,7 @@ from typing import Any
 
 from hpc_grpo.planner.checkpoint_fit import checkpoint_report
 from hpc_grpo.planner.job import JobPlan
+from hpc_grpo.planner.topology import layout_line
 from hpc_grpo.rundir.contract import block_dict
 
 
@@ -28,6 +29,8 @@ def plan_report(plan: JobPlan) -> dict[str, Any]:
         "site": plan.site.name, "model": plan.model.source, "device": plan.device,
         "nodes": plan.nodes, "training_nodes": plan.training_nodes,
         "procs_per_node": plan.procs_per_node, "world_size": plan.world_size,
+        "layout": layout_line(plan.nodes, plan.training_nodes, plan.procs_per_node,
+                              plan.world_size),
         "tensor_parallel_size": plan.tensor_parallel_size, "vllm": block_dict(plan.vllm),
         "deepspeed": block_dict(plan.deepspeed), "memory_plan": memory.to_dict() if memory else None,
         "no_memory_plan": why_none, "warnings": list(plan.warnings),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpc_grpo.config.site import SiteProfile
-from hpc_grpo.config.spec import JobSpec
+from hpc_grpo.config.spec import JobSpec, server_trainers
 from hpc_grpo.errors import UserError
 from hpc_grpo.rundir.contract import RankRow, rank_row, tp_layout_problem, world_size
 
@@ -43,8 +43,8 @@ def rank_table(nodes: int, procs_per_node: int, tp: int) -> tuple[RankRow, ...]:
 class ServerSplit:
     """Server mode: which GPUs of each node train and which serve generation.
 
-    ``trainer_nodes``: the nodes that run torchrun. A dedicated server node (``dedicated``) is
-    the allocation's last node and trains nothing, so trainer_nodes is one less than the job's.
+    ``trainer_nodes``: the nodes that run torchrun. A dedicated server node is the allocation's
+    last node and trains nothing, so trainer_nodes is one less than the job's.
     """
 
     trainer_gpus: tuple[int, ...]
@@ -52,7 +52,29 @@ class ServerSplit:
     server_node: int
     idle_gpus_per_node: int
     trainer_nodes: int = 1
-    dedicated: bool = False
+
+    @property
+    def dedicated(self) -> bool:
+        """The server node trains nothing: it is past the training nodes (the runtime reads
+        the same from run.json: runtime/node/vllm_server.py dedicated)."""
+        return self.server_node >= self.trainer_nodes
+
+    @property
+    def push_across_nodes(self) -> bool:
+        """The weights go from trainer rank 0 (node 0) to the server over the link between
+        nodes: the server is on another node."""
+        return self.server_node > 0
+
+
+def training_nodes(nodes: int, split: ServerSplit | None) -> int:
+    """The nodes that run torchrun: the job's, less a dedicated server node."""
+    return split.trainer_nodes if split is not None else nodes
+
+
+def layout_line(nodes: int, trainers: int, procs_per_node: int, world: int) -> str:
+    """'N node(s) x P process(es) = world size W', saying so where the last node only serves."""
+    serving = f", the last serving only: {trainers}" if trainers != nodes else ""
+    return f"{nodes} node(s){serving} x {procs_per_node} process(es) = world size {world}"
 
 
 def server_split(nodes: int, gpus_per_node: int, server_gpus: int) -> ServerSplit:
@@ -69,10 +91,11 @@ def server_split(nodes: int, gpus_per_node: int, server_gpus: int) -> ServerSpli
             f"server GPUs must be between 1 and {gpus_per_node}, got {server_gpus}",
             field="vllm_server_gpus",
         )
-    if server_gpus == gpus_per_node and nodes >= 2:
+    trainer_nodes, _ = server_trainers(nodes, gpus_per_node, server_gpus)
+    if trainer_nodes < nodes:
         return ServerSplit(trainer_gpus=tuple(range(gpus_per_node)),
                            server_gpus=tuple(range(server_gpus)), server_node=nodes - 1,
-                           idle_gpus_per_node=0, trainer_nodes=nodes - 1, dedicated=True)
+                           idle_gpus_per_node=0, trainer_nodes=trainer_nodes)
     if gpus_per_node < 2:
         raise UserError(
             "server mode needs 2 GPUs: one generating, one training; this job has "

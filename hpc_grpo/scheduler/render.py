@@ -16,6 +16,7 @@ import jinja2
 from hpc_grpo import __version__
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner.job import JobPlan
+from hpc_grpo.planner.topology import layout_line
 from hpc_grpo.preflight.nodecmd import pyxis_options
 from hpc_grpo.rundir.contract import (
     PORTS_PER_JOB,
@@ -152,11 +153,8 @@ def summary_text(plan: JobPlan) -> str:
     vllm = plan.vllm
     lines = [
         f"# rendezvous: MASTER_ADDR = {rdzv.master_addr}; MASTER_PORT = {rdzv.master_port}",
-        f"# layout: {plan.nodes} node(s)"
-        + (f", the last serving only: {plan.training_nodes}" if plan.training_nodes != plan.nodes
-           else "")
-        + f" x {plan.procs_per_node} process(es) = world size "
-        f"{plan.world_size}; device {plan.device}; TP {plan.tensor_parallel_size}",
+        f"# layout: {layout_line(plan.nodes, plan.training_nodes, plan.procs_per_node, plan.world_size)}"
+        f"; device {plan.device}; TP {plan.tensor_parallel_size}",
         "# vLLM: " + (
             f"{vllm.mode}, gpu_memory_utilization {vllm.gpu_memory_utilization}, "
             f"sleep mode {'on' if vllm.enable_sleep_mode else 'off'}"

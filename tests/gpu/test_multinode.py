@@ -26,12 +26,18 @@ from tests.cluster.clusterlib import cli, finished, submit, wait_for, wait_step
 REPO = Path(__file__).resolve().parents[2]
 SANDBOX = REPO / "tests" / "cluster" / "sandbox.sh"
 CHECKED = ("node", "rank", "local_rank", "tp_group", "tp_rank", "vllm_seed", "dp_shard")
+
+
+def _args(steps: int, save_steps: int, per_device: int, *layout: str) -> tuple[str, ...]:
+    """submit's arguments for a 1.5B run over both nodes, 8 generations of 128 tokens."""
+    return ("--site", "sandbox-gpu", "--nodes", "2", "--model", "builtin:qwen2-1.5b", *layout,
+            "--time", "00:30:00", "--set", f"max_steps={steps}", "--set", f"save_steps={save_steps}",
+            "--set", f"per_device_train_batch_size={per_device}", "--set", "num_generations=8",
+            "--set", "max_completion_length=128")
+
+
 STEPS = 6
-ARGS = ("--site", "sandbox-gpu", "--nodes", "2", "--model", "builtin:qwen2-1.5b",
-        "--zero-stage", "3", "--time", "00:30:00",
-        "--set", f"max_steps={STEPS}", "--set", "save_steps=3",
-        "--set", "per_device_train_batch_size=8", "--set", "num_generations=8",
-        "--set", "max_completion_length=128")
+ARGS = _args(STEPS, 3, 8, "--zero-stage", "3")
 
 
 def _gpus() -> int:
@@ -167,11 +173,7 @@ def test_usr2_requeue_on_gpus_resumes_the_same_run(reference: dict[str, Any],
 
 
 SERVER_STEPS = 4
-SERVER_ARGS = ("--site", "sandbox-gpu", "--nodes", "2", "--model", "builtin:qwen2-1.5b",
-               "--vllm-mode", "server", "--time", "00:30:00",
-               "--set", f"max_steps={SERVER_STEPS}", "--set", "save_steps=2",
-               "--set", "per_device_train_batch_size=16", "--set", "num_generations=8",
-               "--set", "max_completion_length=128")
+SERVER_ARGS = _args(SERVER_STEPS, 2, 16, "--vllm-mode", "server")
 
 
 def test_a_server_node_of_its_own_trains_and_requeues(gpu_cluster: None, tmp_path: Path) -> None:

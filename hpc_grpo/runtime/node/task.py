@@ -90,6 +90,11 @@ def seconds_left(env: Mapping[str, str], run: RunRecord, started_at: float,
     return None
 
 
+def _first_node() -> bool:
+    """This task is node 0's: the one that records, requeues and tells a server node."""
+    return os.environ.get("SLURM_NODEID", "0") == "0"
+
+
 def _agent_ignores(signals: tuple[signal.Signals, ...]) -> Callable[[], None]:
     def ignore() -> None:  # runs in the child before exec; SIG_IGN survives exec
         for sig in signals:
@@ -140,7 +145,7 @@ class NodeTask:
         rundir.request_stop(self.run_dir, f"{name} to node task on {socket.gethostname()}",
                             signal=name)
         print(f"[node] {name}: stop requested; waiting for torchrun", flush=True)
-        if len(self._received) == 1 and os.environ.get("SLURM_NODEID", "0") == "0":
+        if len(self._received) == 1 and _first_node():
             self._record_cause(name)
 
     def _record_cause(self, name: str) -> None:
@@ -206,7 +211,7 @@ class NodeTask:
             else:
                 rc = self._run_torchrun(run, argv, env, signals, attempt)
         finally:
-            if vllm_server.dedicated(run) and os.environ.get("SLURM_NODEID", "0") == "0":
+            if vllm_server.dedicated(run) and _first_node():
                 vllm_server.trainers_ended(self.run_dir, attempt, rc)
             if scratch is not None:  # nothing of the attempt's outlives it
                 shutil.rmtree(scratch, ignore_errors=True)
@@ -217,7 +222,7 @@ class NodeTask:
         state = rundir.load_state(self.run_dir)
         code = exit_code(rc, state, attempt)
         failed = ""
-        if os.environ.get("SLURM_NODEID", "0") == "0":
+        if _first_node():
             failed = self._after_exit(run, code, state, attempt)
             hub_push.at_end(run, state, attempt,  # push_to_hub where the nodes reach the hub
                             left=seconds_left(os.environ, run, self._started_at))
@@ -239,7 +244,7 @@ class NodeTask:
         kills_before, kills_file = oom.read_kills()
         proc = subprocess.Popen(argv, env=env, preexec_fn=_agent_ignores(signals))
         dog = watchdog.start_for(run, self.run_dir, attempt, self._started_at, proc,
-                                 records=os.environ.get("SLURM_NODEID", "0") == "0")
+                                 records=_first_node())
         rc = proc.wait()  # signal handlers run while waiting (PEP 475 restarts the wait)
         if dog is not None:
             dog.stop()

@@ -20,6 +20,7 @@ from typing import Any
 
 from hpc_grpo.rundir import load_state, write_json_atomic
 from hpc_grpo.rundir.contract import (
+    CLEAN_END,
     TRAINERS_ENDED_JSON,
     VLLM_SERVER_PORT_OFFSET,
     WEIGHT_SYNC_PORT_OFFSET,
@@ -184,7 +185,7 @@ def _attempt_over(run_dir: str, attempt: str) -> str:
     except (OSError, ValueError):
         pass
     state = load_state(run_dir)
-    if state.is_attempt(attempt) and state.phase in ("done", "interrupted", "failed"):
+    if state.is_attempt(attempt) and state.phase in (*CLEAN_END, "failed"):
         return f"rank 0 recorded {state.phase}"
     return ""
 
