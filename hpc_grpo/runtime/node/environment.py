@@ -78,6 +78,7 @@ def child_env(env: Mapping[str, str], attempt: str, run: RunRecord, cpus: int = 
         out.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
         out.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
     out.update(hub_env(run))
+    out.update(vllm_server.trainer_host_env(run, env))
     out.update(scratch_env(run, attempt, env))
     root = str(Path(__file__).resolve().parents[3])
     out["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)

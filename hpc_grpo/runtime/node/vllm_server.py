@@ -8,6 +8,7 @@ next to the rendezvous port), never from a hard-coded default, so two jobs on a 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -59,6 +60,34 @@ def address(env: Mapping[str, str]) -> ServerAddress:
     master = int(env["MASTER_PORT"])
     return ServerAddress(env.get(HOST_ENV, "127.0.0.1"), master + VLLM_SERVER_PORT_OFFSET,
                          master + WEIGHT_SYNC_PORT_OFFSET)
+
+
+def address_towards(host: str, port: int) -> str:
+    """This node's address on the route to ``host`` ("" when there is none): a UDP connect
+    sends nothing, it only picks the interface the kernel would use."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, port))
+            return str(probe.getsockname()[0])
+    except OSError:
+        return ""
+
+
+def trainer_host_env(run: RunRecord, env: Mapping[str, str],
+                     towards: Callable[[str, int], str] = address_towards) -> dict[str, str]:
+    """Server mode: ``VLLM_HOST_IP`` for the trainers, the address at which the server reaches
+    them. TRL hands the server vLLM's ``get_ip()`` as the weight-transfer group's master
+    address, and vLLM guesses it from the default route (a UDP connect to 8.8.8.8), falling
+    back to 0.0.0.0 on a node without one (the GPU sandbox's namespaces, air-gapped clusters):
+    a server on another node then dials itself and the first weight push hangs. The interface
+    that routes to the server is one the server can answer on, also on nodes of several
+    networks. A VLLM_HOST_IP the site or user set is kept."""
+    if not server_mode(run) or env.get("VLLM_HOST_IP"):
+        return {}
+    host = env.get(HOST_ENV, "127.0.0.1")
+    port = address(env).port if env.get("MASTER_PORT", "").isdigit() else 9  # routing ignores it
+    ip = towards(host, port)
+    return {"VLLM_HOST_IP": ip} if ip else {}
 
 
 def is_server_node(run: RunRecord, env: Mapping[str, str]) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from hpc_grpo.rundir.contract import RunRecord
 from hpc_grpo.rundir.state import RunState
+from hpc_grpo.runtime.node import vllm_server
 from hpc_grpo.runtime.node.environment import child_env, trainer_visible_devices
 from hpc_grpo.runtime.node.task import (
     NodeTask,
@@ -520,3 +522,59 @@ def test_trainers_wait_for_the_server_as_long_as_the_node_task_does() -> None:
     assert vllm_server.grpo_server_fields(env)["vllm_server_timeout"] == vllm_server.START_TIMEOUT_S
     assert vllm_server.START_TIMEOUT_S > 240
     assert vllm_server.grpo_server_fields(env, 900.0)["vllm_server_timeout"] == 900.0
+
+
+def test_trainers_give_the_server_the_address_it_reaches_them_at() -> None:
+    """TRL sends the server vLLM's get_ip() as the weight-transfer master address; where that
+    guess fails the server dials 0.0.0.0 (itself). The trainers get the route's own address."""
+    server = {"node": 1, "gpus": [0], "trainer_gpus": [0]}
+    cuda = rec({"device": "cuda", "nodes": 1,
+                "vllm": {"enabled": True, "mode": "server", "server": server}})
+    env = {"MASTER_PORT": "40100", "HPC_GRPO_VLLM_SERVER_HOST": "127.0.0.1"}
+    asked: list[tuple[str, int]] = []
+
+    def towards(host: str, port: int) -> str:
+        asked.append((host, port))
+        return "10.9.0.1"
+
+    assert vllm_server.trainer_host_env(cuda, env, towards) == {"VLLM_HOST_IP": "10.9.0.1"}
+    assert asked == [("127.0.0.1", 40101)]  # the server's own host and port
+    assert child_env(env, "a", cuda)["VLLM_HOST_IP"] == "127.0.0.1"  # the real route, loopback
+    assert vllm_server.trainer_host_env(cuda, {**env, "VLLM_HOST_IP": "10.1.1.1"}, towards) == {}
+    assert vllm_server.trainer_host_env(cuda, env, lambda _h, _p: "") == {}  # no route: vLLM's own
+    colocate = rec({"device": "cuda", "vllm": {"enabled": True, "mode": "colocate", "server": None}})
+    assert "VLLM_HOST_IP" not in child_env(env, "a", colocate)
+
+
+PROBE_WITHOUT_DEFAULT_ROUTE = """
+import json, socket, sys
+from hpc_grpo.runtime.node import vllm_server
+try:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:  # vLLM get_ip()'s first guess
+        s.connect(("8.8.8.8", 80))
+        guess = s.getsockname()[0]
+except OSError:
+    guess = None
+print(json.dumps([guess, vllm_server.address_towards("10.9.0.2", 8001)]))
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="network namespaces are Linux's")
+def test_a_node_without_a_default_route_still_names_its_address(tmp_path: Path) -> None:
+    """The GPU sandbox's nodes (and air-gapped clusters) have no default route: vLLM's guess
+    fails there, while the route to the server's network names this node's address."""
+    import os
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("ip")):
+        pytest.skip("needs root, unshare and ip")
+    setup = ("ip link add ha type veth peer name hb && ip addr add 10.9.0.1/24 dev ha && "
+             "ip link set ha up && ip link set hb up && exec \"$0\" -c \"$1\"")
+    proc = subprocess.run(["unshare", "-n", "sh", "-c", setup, sys.executable,
+                           PROBE_WITHOUT_DEFAULT_ROUTE], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[4])})
+    if proc.returncode != 0 and "Operation not permitted" in proc.stderr:
+        pytest.skip("no network namespaces here")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [None, "10.9.0.1"]
