@@ -90,6 +90,18 @@ def _tail(run_dir: Path) -> str:
     return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-2500:]}" for p in logs)
 
 
+def _timeline(run_dir: Path, job: str) -> dict[str, Any]:
+    """Slurm's own timeline of the job's attempts (-D: each requeue is a row) and each attempt's
+    start-up record, so that a restart's parts (requeue hold, allocation, start of the ranks,
+    engine or server) are read from Slurm and the run, not guessed."""
+    slurm_rows = subprocess.run(["sacct", "-D", "-X", "-P", "-n", "-j", job, "-o",
+                                 "JobID,State,Submit,Eligible,Start,End"],
+                                capture_output=True, text=True).stdout.splitlines()
+    startup = run_dir / "startup.jsonl"
+    return {"sacct": slurm_rows, "startup": [json.loads(x) for x in
+                                             startup.read_text().splitlines()] if startup.exists() else []}
+
+
 def _saved(name: str) -> dict[str, Any] | None:
     out = os.environ.get("HPC_GRPO_RESULTS")
     path = Path(out) / f"{name}.json" if out else None
@@ -154,16 +166,9 @@ def test_usr2_requeue_on_gpus_resumes_the_same_run(reference: dict[str, Any],
     resumed_from = int(restarts[0]["resumed_from_step"]) if restarts else 0
     new = [m for m in metrics if m["step"] == resumed_from + 1]
     first_new = new[0]["time"] - signalled if new else None
-    # Slurm's own timeline of the job's attempts (-D: each requeue is a row), so the restart's
-    # parts (requeue hold, allocation, start of the ranks) are read from Slurm, not guessed.
-    slurm_rows = subprocess.run(["sacct", "-D", "-X", "-P", "-n", "-j", job, "-o",
-                                 "JobID,State,Submit,Eligible,Start,End"],
-                                capture_output=True, text=True).stdout.splitlines()
     _save("multinode-requeue", {"run_id": run_id, "job": job, "signalled_at_step": at,
                                 "signalled": signalled, "restarts": restarts, "metrics": metrics,
-                                "first_new_step_after_s": first_new, "sacct": slurm_rows,
-                                "startup": [json.loads(x) for x in
-                                            (run_dir / "startup.jsonl").read_text().splitlines()]})
+                                "first_new_step_after_s": first_new, **_timeline(run_dir, job)})
     assert len(restarts) >= 1, restarts
     assert restarts[0]["cause"] == "user signal", restarts  # a user's scancel, not a preemption
     assert [m["step"] for m in metrics] == list(range(1, STEPS + 1))  # each step logged once
@@ -197,7 +202,7 @@ def test_a_server_node_of_its_own_trains_and_requeues(gpu_cluster: None, tmp_pat
         "signalled": signalled, "restarts": restarts, "metrics": metrics, "ranks": ranks,
         "first_new_step_after_s": new[0]["time"] - signalled if new else None,
         "trainers_ended": json.loads((run_dir / "trainers-ended.json").read_text()),
-        "run": json.loads((run_dir / "run.json").read_text())})
+        "run": json.loads((run_dir / "run.json").read_text()), **_timeline(run_dir, job)})
     assert row["state"] == "COMPLETED", (row, _tail(run_dir))
     run = json.loads((run_dir / "run.json").read_text())
     assert run["nodes"] == 1 and run["vllm"]["server"]["node"] == 1

@@ -58,6 +58,7 @@ class Case:
     util: float = 0.10
     inter_gbs: float | None = None
     checkpointing: bool = True
+    push_across: bool = False  # server mode on a node of its own: the push crosses the link
 
     def request(self) -> PlanRequest:
         arch = builtin_arch(self.shape)
@@ -70,7 +71,8 @@ class Case:
 
     def predicted(self) -> StepTime:
         if self.server:
-            return predict_server(self.request(), 1, self.layout.zero, self.layout.offload_optimizer)
+            return predict_server(self.request(), 1, self.layout.zero, self.layout.offload_optimizer,
+                                  across_nodes=True if self.push_across else None)
         return predict(self.request(), self.layout, self.util)
 
 
@@ -108,6 +110,12 @@ S36_RUNS = ("default_plan", "bare_dp2", "bare_dp2_2", "default_plan_2", "server"
 # (docs/results/2026-11-27-doctor-bandwidth-sandbox-h100x2-session36.json)
 SANDBOX_S36 = "2026-11-27-multinode-reference-h100x2-session36.json"
 SANDBOX_S36_LINK = 2.553
+# the GPU sandbox, session 37 (an eighth loan): bench_multinode.py colocate (the plan's ZeRO-2,
+# recomputation on) against server mode on a node of its own, in both orders, and the link
+# doctor measured after them (docs/results/2026-11-27-doctor-bandwidth-sandbox-h100x2-session37.json)
+S37_ROUNDS = ("2026-11-27-bench-multinode-colocate-server-node-h100x2-session37-round1.json",
+              "2026-11-27-bench-multinode-colocate-server-node-h100x2-session37-round2.json")
+SANDBOX_S37_LINK = 1.90
 # Figures only in markdown: (file and table, s/step).
 MARKDOWN = {
     "h100-0.5b-colocate": (FACTS + ", one host table, 0.5B colocate", 1.744),
@@ -129,6 +137,11 @@ def _markdown(key: str) -> Callable[[], float]:
 
 def _bench(file: str, key: str) -> Callable[[], float]:
     return lambda: float(_json(file)[key]["step_s"])
+
+
+def _multinode(file: str, key: str) -> Callable[[], float]:
+    """bench_multinode.py's files keep a list of runs per layout (one per round)."""
+    return lambda: float(_json(file)["runs"][key][0]["step_s"])
 
 
 CASES = (
@@ -233,6 +246,12 @@ CASES = (
          lambda: _steps_after_first(SANDBOX_S36, "metrics"), "qwen2-1.5b", H100, 8, 128,
          nodes=2, layout=Layout(1, 3), inter_gbs=SANDBOX_S36_LINK, checkpointing=False),
     # 2 x H100, 7B TP 2 ZeRO-3 (docs/benchmarks.md 2026-11-25)
+    *(Case(f"h100 2 nodes 1.5B colocate ZeRO-2 (session 37, round {i})",
+           _multinode(file, "colocate"), "qwen2-1.5b", H100, 32, 256, nodes=2,
+           layout=Layout(1, 2), inter_gbs=SANDBOX_S37_LINK) for i, file in enumerate(S37_ROUNDS, 1)),
+    *(Case(f"h100 1.5B server on a node of its own (session 37, round {i})",
+           _multinode(file, "server_node"), "qwen2-1.5b", H100, 64, 256, server=True,
+           inter_gbs=SANDBOX_S37_LINK, push_across=True) for i, file in enumerate(S37_ROUNDS, 1)),
     Case("h100 7B TP2 ZeRO-3 + sleep",
          lambda: _steps_after_first("2026-11-25-7b-resume-reference-warm-h100x2.json"),
          "qwen2-7b", H100, 8, 64, gpus=2, layout=Layout(2, 3, sleep=True), util=0.15),
