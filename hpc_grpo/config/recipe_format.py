@@ -281,14 +281,16 @@ def _fix(key: str, value: Any, source: str, also: str = "") -> str:
     return f"{fix} (or remove {key}: from the recipe)" + (f"; {also}" if also else "")
 
 
-def check_claims(claims: Mapping[str, Any], *, device: str, vllm_mode: str, world_size: int,
+def check_claims(claims: Mapping[str, Any], *, device: str, vllm_mode: str,
+                 world_sizes: Mapping[str, int],
                  sources: Mapping[str, str]) -> tuple[list[UserError], list[str]]:
     """Plan-owned keys: silent when they agree with the plan, refused when not, with the
     ``--set`` that fixes each (a recipe is never edited to run elsewhere: ``--set`` wins over it,
     README "Precedence"). ``claims`` are the recipe's merged with ``--set``'s, ``sources`` says
     where each value came from. Returns the problems and lines for keys the plan dropped as moot
     (``vllm_device`` where no vLLM runs). A null value is no claim: ``--set vllm_device=null``
-    takes a recipe's key back."""
+    takes a recipe's key back. ``world_sizes``: the training processes of each vLLM mode the plan
+    may still choose (both under ``auto``); ``num_processes`` must be one of them."""
     gpu = device == "cuda"
     wanted = {"bf16": gpu, "fp16": False, "use_vllm": gpu}
     why = {"bf16": "the plan trains bf16 on GPU sites and fp32 on CPU sites",
@@ -325,10 +327,13 @@ def check_claims(claims: Mapping[str, Any], *, device: str, vllm_mode: str, worl
                 "colocates vLLM in every rank", field=where,
                 hint="--vllm-mode server (vllm_server_gpus) for vLLM on dedicated GPUs, or "
                      "--set vllm_device=null to colocate"))
-        elif key == "num_processes" and value != world_size:
+        elif key == "num_processes" and world_sizes and value not in world_sizes.values():
+            runs = " or ".join(f"{n} ({mode})" if len(world_sizes) > 1 else str(n)
+                               for mode, n in world_sizes.items())
+            first = next(iter(world_sizes.values()))
             problems.append(UserError(
-                f"{value!r}, but the plan runs {world_size} training processes "
+                f"{value!r}, but the plan runs {runs} training processes "
                 "(nodes x processes per node)", field=where,
-                hint=_fix(key, world_size, source, "or choose the layout with --nodes and "
+                hint=_fix(key, first, source, "or choose the layout with --nodes and "
                           "--procs-per-node")))
     return problems, dropped

@@ -188,13 +188,18 @@ def server_trainers(nodes: int, gpus_per_node: int, server_gpus: int) -> tuple[i
     return nodes, gpus_per_node - server_gpus
 
 
-def _world_size(site: SiteProfile, merged: Mapping[str, Any]) -> int:
-    """Training processes the plan will run (planner/topology.py processes), for num_processes."""
-    nodes = merged.get("nodes", 1)
-    if site.device == "cuda" and merged.get("vllm_mode") == "server":
-        return world_size(*server_trainers(int(nodes), site.gpus_per_node,
-                                           int(merged.get("vllm_server_gpus", 1))))
-    return world_size(int(nodes), int(merged.get("procs_per_node") or site.default_procs_per_node))
+def _world_sizes(site: SiteProfile, merged: Mapping[str, Any]) -> dict[str, int]:
+    """Training processes the plan may run (planner/topology.py processes), by vLLM mode, for a
+    recipe's num_processes: ``auto`` may run either mode, so a count that fits either is no
+    contradiction (an open-r1 recipe's 7 of 8 GPUs is server mode's)."""
+    nodes = int(merged.get("nodes", 1))
+    colocate = world_size(nodes, int(merged.get("procs_per_node") or site.default_procs_per_node))
+    mode = merged.get("vllm_mode", "colocate")
+    if site.device != "cuda" or mode == "colocate":
+        return {"colocate": colocate}
+    trainers = server_trainers(nodes, site.gpus_per_node, int(merged.get("vllm_server_gpus", 1)))
+    server = {"server mode": world_size(*trainers)} if min(trainers) > 0 else {}
+    return server if mode == "server" else {"colocate": colocate, **server}
 
 
 def model_load_problems(site: SiteProfile, spec: JobSpec) -> list[UserError]:
@@ -293,7 +298,7 @@ def build_spec(
         sources = {key: "--set" if key in found["--set"].claims else "recipe" for key in claims}
         wrong, dropped = check_claims(claims, device=site.device,
                                       vllm_mode=merged.get("vllm_mode", "colocate"),
-                                      world_size=_world_size(site, merged), sources=sources)
+                                      world_sizes=_world_sizes(site, merged), sources=sources)
         problems += wrong
         changes += dropped
     sources = {**dict.fromkeys(recipe_grpo, "recipe"), **dict.fromkeys(set_grpo, "--set")}

@@ -103,3 +103,20 @@ def test_auto_weighs_a_server_node_on_one_gpu_nodes() -> None:
     plan = _sandbox_like(2, "auto", per_device_train_batch_size=32)
     line = next(w for w in plan.warnings if w.startswith("vllm_mode auto"))
     assert "needs 2+ GPUs" not in line and "server mode's" in line, line
+
+
+def test_under_auto_a_num_processes_of_either_mode_is_no_contradiction() -> None:
+    """auto picks the mode later, from the step-time model: a recipe written for server mode
+    (open-r1's 7 of 8 GPUs) or for colocate is consistent with it; a count neither mode runs is
+    still refused, naming both."""
+    site = replace(find_site("sandbox-gpu"), partition="gpu-a")  # 1 GPU a node
+    for processes in (1, 2):  # a server node of its own: 1 trainer; colocate: 2
+        spec = build_spec({"model_name_or_path": "m", "nodes": 2, "vllm_mode": "auto",
+                           "num_processes": processes}, {}, {}, site)
+        assert spec.vllm_mode == "auto"
+    with pytest.raises(UserError, match=r"3, but the plan runs 2 \(colocate\) or 1 \(server "
+                                        r"mode\) training processes"):
+        build_spec({"model_name_or_path": "m", "nodes": 2, "vllm_mode": "auto",
+                    "num_processes": 3}, {}, {}, site)
+    with pytest.raises(UserError, match="but the plan runs 2 training processes"):
+        build_spec({"model_name_or_path": "m", "nodes": 2, "num_processes": 1}, {}, {}, site)
