@@ -71,17 +71,27 @@ def child_env(env: Mapping[str, str], attempt: str, run: RunRecord, cpus: int = 
     out.setdefault("PYTHONUNBUFFERED", "1")
     out.setdefault("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGINT,SIGHUP,SIGQUIT")
     out["HPC_GRPO_ATTEMPT"] = attempt
-    if run.run_dir:  # compile caches shared by the runs of one output root: a requeue and the
-        # next run of a model start warm (about 50 s less for a 0.5B model)
-        cache = Path(run.run_dir).parent / COMPILE_CACHE
-        out.setdefault("VLLM_CACHE_ROOT", str(cache / "vllm"))
-        out.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
-        out.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
-    out.update(hub_env(run))
+    out.update(library_env(env, attempt, run))
     out.update(vllm_server.trainer_host_env(run, env))
-    out.update(scratch_env(run, attempt, env))
     root = str(Path(__file__).resolve().parents[3])
     out["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return out
+
+
+def library_env(env: Mapping[str, str], attempt: str, run: RunRecord) -> dict[str, str]:
+    """Where the libraries of the ranks and of a `vllm serve` write: compile caches shared by
+    the runs of one output root (a requeue and the next run of a model start warm, about 50 s
+    less for a 0.5B model; a cache the user set is kept), the hub cache run.json asks for, and
+    the attempt's scratch (scratch.py). Nothing under ~/.cache or /tmp (issue #27), and a
+    server requeued onto another node starts as warm as the ranks do."""
+    out: dict[str, str] = {}
+    if run.run_dir:
+        cache = Path(run.run_dir).parent / COMPILE_CACHE
+        for key, folder in (("VLLM_CACHE_ROOT", "vllm"), ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+                            ("TRITON_CACHE_DIR", "triton")):
+            out[key] = env.get(key) or str(cache / folder)
+    out.update(hub_env(run))
+    out.update(scratch_env(run, attempt, env))
     return out
 
 

@@ -25,7 +25,7 @@ from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.contract import CLEAN_END, STALLED, RunRecord
 from hpc_grpo.rundir.state import RunState
 from hpc_grpo.runtime.node import causes, hub_push, oom, retry, slurm_facts, vllm_server, watchdog
-from hpc_grpo.runtime.node.environment import child_env, usable_cpus
+from hpc_grpo.runtime.node.environment import child_env, library_env, usable_cpus
 from hpc_grpo.runtime.node.ports import free_port, with_master_port
 from hpc_grpo.runtime.rank import setup_failure
 
@@ -199,7 +199,8 @@ class NodeTask:
                 scratch.mkdir(parents=True, exist_ok=True)
             if vllm_server.server_mode(run) and vllm_server.is_server_node(run, node_env):
                 log = str(Path(self.run_dir) / contract.LOGS / contract.VLLM_SERVER_LOG)
-                server = vllm_server.start(run, node_env, log, _server_ignores(signals))
+                server = vllm_server.start(run, {**node_env, **library_env(node_env, attempt, run)},
+                                           log, _server_ignores(signals))
                 port = vllm_server.address(node_env).port
                 print(f"[node] vllm serve starting on port {port} (log {log})", flush=True)
                 if not serves_only:  # a server node of its own watches it below instead
@@ -213,10 +214,10 @@ class NodeTask:
         finally:
             if vllm_server.dedicated(run) and _first_node():
                 vllm_server.trainers_ended(self.run_dir, attempt, rc)
+            if server is not None:  # before its scratch (vLLM's sockets) goes
+                vllm_server.stop(server)
             if scratch is not None:  # nothing of the attempt's outlives it
                 shutil.rmtree(scratch, ignore_errors=True)
-            if server is not None:
-                vllm_server.stop(server)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         state = rundir.load_state(self.run_dir)

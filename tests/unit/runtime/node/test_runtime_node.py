@@ -278,7 +278,10 @@ def test_seconds_left_prefers_slurm_end_time() -> None:
 
 
 FAKE_SERVER = """
-import http.server, sys
+import http.server, json, os, sys
+if len(sys.argv) > 2:  # where to write the environment it was started with
+    with open(sys.argv[2], "w") as out:
+        json.dump({k: os.environ.get(k) for k in ("VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "TMPDIR")}, out)
 class Health(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         self.send_response(200 if self.path == "/health" else 404); self.end_headers()
@@ -320,7 +323,7 @@ def test_node_task_ranks_reach_the_server_it_started(
 
     def fake_server_argv(_run: Any, port: int) -> list[str]:
         started.append(port)
-        return [sys.executable, "-c", FAKE_SERVER, str(port)]
+        return [sys.executable, "-c", FAKE_SERVER, str(port), str(run_dir / "server-env")]
 
     monkeypatch.setattr(vllm_server, "server_argv", fake_server_argv)
     real = node.torchrun_argv
@@ -331,9 +334,20 @@ def test_node_task_ranks_reach_the_server_it_started(
         return ["env", f"MASTER_PORT={port}", sys.executable, "-c", FAKE_RANK, str(run_dir)]
 
     monkeypatch.setattr(node, "torchrun_argv", fake_torchrun)
+    for name in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TMPDIR"):
+        monkeypatch.delenv(name, raising=False)
     assert node.NodeTask(str(run_dir))() == 0
     port, status = json.loads((run_dir / "rank-saw").read_text())
     assert (port, status) == (started[0], 200)
+    # the server's libraries write where the ranks' do (issue #27), not under ~/.cache or /tmp
+    seen = json.loads((run_dir / "server-env").read_text())
+    assert seen["VLLM_CACHE_ROOT"] == str(tmp_path / ".compile-cache" / "vllm")
+    assert seen["TRITON_CACHE_DIR"] == str(tmp_path / ".compile-cache" / "triton")
+    # the attempt's scratch (scratch.py: in the run directory, or named after it where a socket
+    # path under it would be too long, as here), removed once the server has stopped
+    scratch = Path(seen["TMPDIR"])
+    assert scratch.parent == run_dir / "tmp" or scratch.name.startswith("hpc-grpo-run-"), scratch
+    assert not scratch.exists()
 
 
 
