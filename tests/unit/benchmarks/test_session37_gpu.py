@@ -102,3 +102,20 @@ def test_the_link_is_the_one_the_calibration_uses() -> None:
     assert doctor["links"]["inter"]["gbs"] == links[256] == calibration.SANDBOX_S37_LINK
     assert f"**{links[256]:.3f} GB/s at 256 MiB** ({links[4]:.3f} at 4 MiB, {links[16]:.3f} at " \
         f"16, {links[64]:.3f} at 64)" in docs_section(HEADING)
+
+
+def test_the_server_wrote_its_caches_in_the_output_root() -> None:
+    run = _json("2026-11-27-server-mode-caches-h100x2-session37.json")
+    server = run["server"]
+    assert len(server["step_times"]) == server["server_requests"] == 6
+    where = run["where_the_server_wrote"]
+    missing = "ls: cannot access '/root/.cache/vllm': No such file or directory"
+    assert where["before"] == [missing] and missing in where["after"]
+    assert "ls: cannot access '/tmp/hpc-grpo-*': No such file or directory" in where["after"]
+    cache_line = next(line for line in where["after"] if "Using cache directory" in line)
+    assert "/tmp/b10/runs/.compile-cache/vllm/" in cache_line
+    assert any('127.0.0.1:' in line and "init_weight_transfer_engine HTTP" in line
+               for line in where["after"])
+    section = docs_section(HEADING)
+    assert f"{server['step_s']:.3f} s/step with cold caches" in section
+    assert "/tmp/b10/runs/.compile-cache/vllm/torch_compile_cache/" in section
