@@ -328,12 +328,15 @@ def check_claims(claims: Mapping[str, Any], *, device: str, vllm_mode: str,
                 hint="--vllm-mode server (vllm_server_gpus) for vLLM on dedicated GPUs, or "
                      "--set vllm_device=null to colocate"))
         elif key == "num_processes" and world_sizes and value not in world_sizes.values():
-            runs = " or ".join(f"{n} ({mode})" if len(world_sizes) > 1 else str(n)
-                               for mode, n in world_sizes.items())
+            counts = set(world_sizes.values())
+            runs = " or ".join(f"{n} ({'server mode' if mode == 'server' else mode})"
+                               for mode, n in world_sizes.items()) if len(counts) > 1 \
+                else str(next(iter(counts)))
             first = next(iter(world_sizes.values()))
+            how = "nodes x processes per node" if "server" not in world_sizes else \
+                "the trainers: vllm serve's GPUs, or its node, train nothing"
             problems.append(UserError(
-                f"{value!r}, but the plan runs {runs} training processes "
-                "(nodes x processes per node)", field=where,
+                f"{value!r}, but the plan runs {runs} training processes ({how})", field=where,
                 hint=_fix(key, first, source, "or choose the layout with --nodes and "
                           "--procs-per-node")))
     return problems, dropped

@@ -188,18 +188,39 @@ def server_trainers(nodes: int, gpus_per_node: int, server_gpus: int) -> tuple[i
     return nodes, gpus_per_node - server_gpus
 
 
+def _count(value: Any, default: int) -> int:
+    """An integer setting for the world-size check; a value of the wrong type is left to
+    from_mapping, which reports it as a UserError with the others."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
 def _world_sizes(site: SiteProfile, merged: Mapping[str, Any]) -> dict[str, int]:
     """Training processes the plan may run (planner/topology.py processes), by vLLM mode, for a
-    recipe's num_processes: ``auto`` may run either mode, so a count that fits either is no
-    contradiction (an open-r1 recipe's 7 of 8 GPUs is server mode's)."""
-    nodes = int(merged.get("nodes", 1))
-    colocate = world_size(nodes, int(merged.get("procs_per_node") or site.default_procs_per_node))
+    recipe's num_processes: ``auto`` may run either mode (_mode_from_claim then lets the recipe's
+    count choose between them)."""
+    nodes = _count(merged.get("nodes"), 1)
+    colocate = world_size(nodes, _count(merged.get("procs_per_node"), 0)
+                          or site.default_procs_per_node)
     mode = merged.get("vllm_mode", "colocate")
     if site.device != "cuda" or mode == "colocate":
         return {"colocate": colocate}
-    trainers = server_trainers(nodes, site.gpus_per_node, int(merged.get("vllm_server_gpus", 1)))
-    server = {"server mode": world_size(*trainers)} if min(trainers) > 0 else {}
+    trainers = server_trainers(nodes, site.gpus_per_node,
+                               _count(merged.get("vllm_server_gpus"), 1))
+    server = {"server": world_size(*trainers)} if min(trainers) > 0 else {}
     return server if mode == "server" else {"colocate": colocate, **server}
+
+
+def _mode_from_claim(sizes: Mapping[str, int], claims: Mapping[str, Any]) -> tuple[str, str]:
+    """Under ``auto``, a recipe's num_processes that only one mode runs chooses that mode (an
+    open-r1 recipe's 7 of 8 GPUs is written for server mode): its count would otherwise pass the
+    check and then be ignored when auto picked the other. ("", "") when it chooses nothing."""
+    claim = claims.get("num_processes")
+    matching = [mode for mode, n in sizes.items() if n == claim]
+    if len(sizes) < 2 or len(matching) != 1:
+        return "", ""
+    (mode,), (other,) = matching, [m for m in sizes if m != matching[0]]
+    return mode, (f"vllm_mode: auto -> {mode} (num_processes {claim} is {mode} mode's training "
+                  f"processes; {other} runs {sizes[other]})")
 
 
 def model_load_problems(site: SiteProfile, spec: JobSpec) -> list[UserError]:
@@ -296,6 +317,10 @@ def build_spec(
                         {**only_default[1], **set_spec, **set_grpo, **found["--set"].claims}, given)
     if site is not None:
         sources = {key: "--set" if key in found["--set"].claims else "recipe" for key in claims}
+        chosen, line = _mode_from_claim(_world_sizes(site, merged), claims)
+        if chosen:
+            merged["vllm_mode"] = chosen
+            changes.append(line)
         wrong, dropped = check_claims(claims, device=site.device,
                                       vllm_mode=merged.get("vllm_mode", "colocate"),
                                       world_sizes=_world_sizes(site, merged), sources=sources)

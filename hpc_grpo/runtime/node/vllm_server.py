@@ -73,16 +73,31 @@ def address_towards(host: str, port: int) -> str:
         return ""
 
 
+def is_own_address(ip: str) -> bool:
+    """Whether ``ip`` belongs to this node: only an own address can be bound."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.bind((ip, 0))
+            return True
+    except (OSError, ValueError):
+        return False
+
+
 def trainer_host_env(run: RunRecord, env: Mapping[str, str],
-                     towards: Callable[[str, int], str] = address_towards) -> dict[str, str]:
+                     towards: Callable[[str, int], str] = address_towards,
+                     own: Callable[[str], bool] = is_own_address) -> dict[str, str]:
     """Server mode: ``VLLM_HOST_IP`` for the trainers, the address at which the server reaches
     them. TRL hands the server vLLM's ``get_ip()`` as the weight-transfer group's master
     address, and vLLM guesses it from the default route (a UDP connect to 8.8.8.8), falling
     back to 0.0.0.0 on a node without one (the GPU sandbox's namespaces, air-gapped clusters):
     a server on another node then dials itself and the first weight push hangs. The interface
     that routes to the server is one the server can answer on, also on nodes of several
-    networks. A VLLM_HOST_IP the site or user set is kept."""
-    if not server_mode(run) or env.get("VLLM_HOST_IP"):
+    networks. A VLLM_HOST_IP the site or user set is kept where it is this node's own: one
+    exported from the login shell (sbatch passes the submitting environment on) names another
+    host and is replaced."""
+    if not server_mode(run):
+        return {}
+    if env.get("VLLM_HOST_IP") and own(env["VLLM_HOST_IP"]):
         return {}
     host = env.get(HOST_ENV, "127.0.0.1")
     port = address(env).port if env.get("MASTER_PORT", "").isdigit() else 9  # routing ignores it

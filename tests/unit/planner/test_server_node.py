@@ -105,18 +105,33 @@ def test_auto_weighs_a_server_node_on_one_gpu_nodes() -> None:
     assert "needs 2+ GPUs" not in line and "server mode's" in line, line
 
 
-def test_under_auto_a_num_processes_of_either_mode_is_no_contradiction() -> None:
-    """auto picks the mode later, from the step-time model: a recipe written for server mode
-    (open-r1's 7 of 8 GPUs) or for colocate is consistent with it; a count neither mode runs is
-    still refused, naming both."""
+def test_under_auto_a_num_processes_only_one_mode_runs_chooses_it() -> None:
+    """auto picks the mode later, from the step-time model; a recipe's count that only one mode
+    runs (open-r1's 7 of 8 GPUs is server mode's) chooses that mode, said among the changes,
+    rather than passing the check and being ignored; a count both run leaves auto to choose; a
+    count neither runs is refused, naming both."""
     site = replace(find_site("sandbox-gpu"), partition="gpu-a")  # 1 GPU a node
-    for processes in (1, 2):  # a server node of its own: 1 trainer; colocate: 2
+    for processes, mode in ((1, "server"), (2, "colocate")):
         spec = build_spec({"model_name_or_path": "m", "nodes": 2, "vllm_mode": "auto",
                            "num_processes": processes}, {}, {}, site)
-        assert spec.vllm_mode == "auto"
+        assert spec.vllm_mode == mode
+        assert any(line.startswith(f"vllm_mode: auto -> {mode} (num_processes {processes} is")
+                   for line in spec.changes), spec.changes
+    both = build_spec({"model_name_or_path": "m", "nodes": 2, "vllm_mode": "auto",
+                       "procs_per_node": 1, "num_processes": 2}, {}, {},
+                      replace(site, gpus_per_node=2))  # colocate 2 x 1, server 2 x (2 - 1)
+    assert both.vllm_mode == "auto" and not any("vllm_mode" in c for c in both.changes)
     with pytest.raises(UserError, match=r"3, but the plan runs 2 \(colocate\) or 1 \(server "
                                         r"mode\) training processes"):
         build_spec({"model_name_or_path": "m", "nodes": 2, "vllm_mode": "auto",
                     "num_processes": 3}, {}, {}, site)
     with pytest.raises(UserError, match="but the plan runs 2 training processes"):
         build_spec({"model_name_or_path": "m", "nodes": 2, "num_processes": 1}, {}, {}, site)
+
+
+def test_a_mistyped_server_share_under_auto_is_a_user_error() -> None:
+    site = replace(find_site("sandbox-gpu"), partition="gpu-a")
+    for bad in (None, "two"):
+        with pytest.raises(UserError):
+            build_spec({"model_name_or_path": "m", "nodes": 2, "vllm_mode": "auto",
+                        "vllm_server_gpus": bad, "num_processes": 2}, {}, {}, site)

@@ -245,13 +245,14 @@ CASES = (
     Case("h100 2 nodes 1.5B ZeRO-3, no recomputation (session 36)",
          lambda: _steps_after_first(SANDBOX_S36, "metrics"), "qwen2-1.5b", H100, 8, 128,
          nodes=2, layout=Layout(1, 3), inter_gbs=SANDBOX_S36_LINK, checkpointing=False),
-    # 2 x H100, 7B TP 2 ZeRO-3 (docs/benchmarks.md 2026-11-25)
+    # the GPU sandbox, session 37: colocate against server mode on a node of its own
     *(Case(f"h100 2 nodes 1.5B colocate ZeRO-2 (session 37, round {i})",
            _multinode(file, "colocate"), "qwen2-1.5b", H100, 32, 256, nodes=2,
            layout=Layout(1, 2), inter_gbs=SANDBOX_S37_LINK) for i, file in enumerate(S37_ROUNDS, 1)),
     *(Case(f"h100 1.5B server on a node of its own (session 37, round {i})",
            _multinode(file, "server_node"), "qwen2-1.5b", H100, 64, 256, server=True,
            inter_gbs=SANDBOX_S37_LINK, push_across=True) for i, file in enumerate(S37_ROUNDS, 1)),
+    # 2 x H100, 7B TP 2 ZeRO-3 (docs/benchmarks.md 2026-11-25)
     Case("h100 7B TP2 ZeRO-3 + sleep",
          lambda: _steps_after_first("2026-11-25-7b-resume-reference-warm-h100x2.json"),
          "qwen2-7b", H100, 8, 64, gpus=2, layout=Layout(2, 3, sleep=True), util=0.15),

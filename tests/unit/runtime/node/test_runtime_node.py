@@ -554,7 +554,12 @@ def test_trainers_give_the_server_the_address_it_reaches_them_at() -> None:
     assert vllm_server.trainer_host_env(cuda, env, towards) == {"VLLM_HOST_IP": "10.9.0.1"}
     assert asked == [("127.0.0.1", 40101)]  # the server's own host and port
     assert child_env(env, "a", cuda)["VLLM_HOST_IP"] == "127.0.0.1"  # the real route, loopback
-    assert vllm_server.trainer_host_env(cuda, {**env, "VLLM_HOST_IP": "10.1.1.1"}, towards) == {}
+    mine = {**env, "VLLM_HOST_IP": "10.1.1.1"}
+    assert vllm_server.trainer_host_env(cuda, mine, towards, own=lambda ip: True) == {}  # kept
+    # one from the login shell names another host: replaced by this node's own
+    assert vllm_server.trainer_host_env(cuda, mine, towards, own=lambda ip: False) == {
+        "VLLM_HOST_IP": "10.9.0.1"}
+    assert vllm_server.is_own_address("127.0.0.1") and not vllm_server.is_own_address("192.0.2.1")
     assert vllm_server.trainer_host_env(cuda, env, lambda _h, _p: "") == {}  # no route: vLLM's own
     colocate = rec({"device": "cuda", "vllm": {"enabled": True, "mode": "colocate", "server": None}})
     assert "VLLM_HOST_IP" not in child_env(env, "a", colocate)
