@@ -211,16 +211,29 @@ def _world_sizes(site: SiteProfile, merged: Mapping[str, Any]) -> dict[str, int]
 
 
 def _mode_from_claim(sizes: Mapping[str, int], claims: Mapping[str, Any]) -> tuple[str, str]:
-    """Under ``auto``, a recipe's num_processes that only one mode runs chooses that mode (an
-    open-r1 recipe's 7 of 8 GPUs is written for server mode): its count would otherwise pass the
-    check and then be ignored when auto picked the other. ("", "") when it chooses nothing."""
-    claim = claims.get("num_processes")
-    matching = [mode for mode, n in sizes.items() if n == claim]
-    if len(sizes) < 2 or len(matching) != 1:
+    """Under ``auto``, the recipe's layout keys choose a mode when only one mode agrees with all
+    of them: its ``num_processes`` (an open-r1 recipe's 7 of 8 GPUs is server mode's count) and
+    a ``vllm_device`` (vLLM on a GPU of its own, which only server mode is). Otherwise they
+    would pass the check and then be ignored, or be refused, when auto picked the other mode.
+    ("", "") when they choose nothing; check_claims then judges them against both."""
+    if len(sizes) < 2:
         return "", ""
-    (mode,), (other,) = matching, [m for m in sizes if m != matching[0]]
-    return mode, (f"vllm_mode: auto -> {mode} (num_processes {claim} is {mode} mode's training "
-                  f"processes; {other} runs {sizes[other]})")
+    modes, why = set(sizes), []
+    claim = claims.get("num_processes")
+    if claim is not None:
+        counted = {mode for mode, n in sizes.items() if n == claim}
+        modes &= counted
+        if len(counted) == 1:
+            why.append(f"num_processes {claim} is {min(counted)} mode's training processes")
+    if claims.get("vllm_device") is not None and claims.get("use_vllm") is not False:
+        modes &= {"server"}
+        why.append(f"vllm_device {claims['vllm_device']!r} puts vLLM on a GPU of its own")
+    if len(modes) != 1 or not why:
+        return "", ""
+    (mode,) = modes
+    other = next(m for m in sizes if m != mode)
+    return mode, (f"vllm_mode: auto -> {mode} ({'; '.join(why)}; {other} runs {sizes[other]} "
+                  "training processes)")
 
 
 def model_load_problems(site: SiteProfile, spec: JobSpec) -> list[UserError]:

@@ -170,6 +170,23 @@ def test_real_open_r1_recipes_plan_in_their_own_layout(path: Path, world: int) -
     assert "vllm_device" not in warnings and "bf16" not in warnings  # agreed: silent
 
 
+@pytest.mark.usefixtures("math_rewards")
+@pytest.mark.parametrize("path", [DEMO, EARLY_DEMO, SIMPLE_RL])
+def test_under_auto_their_num_processes_chooses_server_mode(path: Path) -> None:
+    """The same recipes unchanged under --vllm-mode auto: their vllm_device (and the early
+    demo's 7 of 8 GPUs) is server mode's layout, so server mode is planned and the changes say
+    why, rather than the keys being refused or passing and then ignored."""
+    code, out, err = cli("plan", "--json", "--site", "h100-pyxis", "--recipe", str(path),
+                         "--vllm-mode", "auto")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["world_size"] == 7 and plan["vllm"]["mode"] == "server"
+    (line,) = [c for c in plan["changed_from_recipe"] if c.startswith("vllm_mode")]
+    counted = "num_processes 7 is server mode's training processes; " if path == EARLY_DEMO else ""
+    assert line == (f"vllm_mode: auto -> server ({counted}vllm_device 'auto' puts vLLM on a GPU "
+                    "of its own; colocate runs 8 training processes)"), line
+
+
 def test_the_trl_cli_example_renders() -> None:
     code, out, err = cli("render", "--site", "sandbox", "--recipe",
                          str(FIXTURES / "trl-cli-example-config.yaml"))

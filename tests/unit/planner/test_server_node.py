@@ -111,11 +111,12 @@ def test_under_auto_a_num_processes_only_one_mode_runs_chooses_it() -> None:
     rather than passing the check and being ignored; a count both run leaves auto to choose; a
     count neither runs is refused, naming both."""
     site = replace(find_site("sandbox-gpu"), partition="gpu-a")  # 1 GPU a node
-    for processes, mode in ((1, "server"), (2, "colocate")):
+    for processes, mode, other in ((1, "server", "colocate"), (2, "colocate", "server")):
         spec = build_spec({"model_name_or_path": "m", "nodes": 2, "vllm_mode": "auto",
                            "num_processes": processes}, {}, {}, site)
         assert spec.vllm_mode == mode
-        assert any(line.startswith(f"vllm_mode: auto -> {mode} (num_processes {processes} is")
+        assert any(line == f"vllm_mode: auto -> {mode} (num_processes {processes} is {mode} "
+                   f"mode's training processes; {other} runs {3 - processes} training processes)"
                    for line in spec.changes), spec.changes
     both = build_spec({"model_name_or_path": "m", "nodes": 2, "vllm_mode": "auto",
                        "procs_per_node": 1, "num_processes": 2}, {}, {},
