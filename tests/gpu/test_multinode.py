@@ -177,6 +177,12 @@ def test_usr2_requeue_on_gpus_resumes_the_same_run(reference: dict[str, Any],
     assert [m["loss"] for m in metrics] == [m["loss"] for m in ref]
 
 
+# the lines of vllm serve's log that time its start-up and count its requests, kept with the
+# run's JSON so a restart's server part is read from them (docs/benchmarks.md, session 37)
+SERVER_MARKS = ("non-default args", "Initializing a V1 LLM engine", "Loading weights took",
+                "torch.compile took", "Graph capturing finished", "init engine (profile",
+                "Application startup complete", "init_weight_transfer_engine HTTP",
+                "/v1/completions HTTP")
 SERVER_STEPS = 4
 SERVER_ARGS = _args(SERVER_STEPS, 2, 16, "--vllm-mode", "server")
 
@@ -197,7 +203,10 @@ def test_a_server_node_of_its_own_trains_and_requeues(gpu_cluster: None, tmp_pat
     ranks = json.loads((run_dir / "ranks.json").read_text())["ranks"]
     resumed_from = int(restarts[0]["resumed_from_step"]) if restarts else 0
     new = [m for m in metrics if m["step"] == resumed_from + 1]
+    server_log = (run_dir / "logs" / "vllm-server.log").read_text(errors="replace")
     _save("multinode-server-node", {
+        "server_log_lines": [line[:200] for line in server_log.splitlines()
+                             if any(mark in line for mark in SERVER_MARKS)],
         "run_id": run_id, "job": job, "state": row["state"], "signalled_at_step": at,
         "signalled": signalled, "restarts": restarts, "metrics": metrics, "ranks": ranks,
         "first_new_step_after_s": new[0]["time"] - signalled if new else None,
@@ -207,7 +216,6 @@ def test_a_server_node_of_its_own_trains_and_requeues(gpu_cluster: None, tmp_pat
     run = json.loads((run_dir / "run.json").read_text())
     assert run["nodes"] == 1 and run["vllm"]["server"]["node"] == 1
     assert [r["hostname"] for r in ranks] == ["node1"]  # node2 serves only
-    server_log = (run_dir / "logs" / "vllm-server.log").read_text(errors="replace")
     # uvicorn's access lines: the trainer generated there, in both attempts (one step each)
     assert server_log.count('"POST /v1/completions HTTP') >= SERVER_STEPS, server_log[-2000:]
     assert restarts and restarts[0]["cause"] == "user signal" and restarts[0]["steps_lost"] == 0
