@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -31,7 +32,7 @@ def test_a_repeated_run_gets_the_next_free_name(bench: ModuleType) -> None:
 
 
 def test_ratios_pool_the_rounds_and_skip_failed_runs(bench: ModuleType) -> None:
-    results = {"plan": {"step_s": 1.465}, "server": {"step_s": 2.266},
+    results: dict[str, Any] = {"plan": {"step_s": 1.465}, "server": {"step_s": 2.266},
                "server_2": {"step_s": 2.071}, "plan_2": {"step_s": 1.891},
                "server_expandable": {"step_s": 9.0},  # another layout, not a server round
                "default_plan": {"step_s": float("nan"), "error": "failed"},
