@@ -330,13 +330,15 @@ def build_spec(
                         {**only_default[1], **set_spec, **set_grpo, **found["--set"].claims}, given)
     if site is not None:
         sources = {key: "--set" if key in found["--set"].claims else "recipe" for key in claims}
-        chosen, line = _mode_from_claim(_world_sizes(site, merged), claims)
+        sizes = _world_sizes(site, merged)
+        chosen, line = _mode_from_claim(sizes, claims)
         if chosen:
             merged["vllm_mode"] = chosen
+            sizes = {chosen: sizes[chosen]}
             changes.append(line)
         wrong, dropped = check_claims(claims, device=site.device,
                                       vllm_mode=merged.get("vllm_mode", "colocate"),
-                                      world_sizes=_world_sizes(site, merged), sources=sources)
+                                      world_sizes=sizes, sources=sources)
         problems += wrong
         changes += dropped
     sources = {**dict.fromkeys(recipe_grpo, "recipe"), **dict.fromkeys(set_grpo, "--set")}

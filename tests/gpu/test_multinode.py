@@ -149,26 +149,40 @@ def test_two_gpu_nodes_train_with_zero3_as_rendered(reference: dict[str, Any]) -
     assert gens["rank-0"][0]["sha256"] != gens["rank-1"][0]["sha256"]  # seeds 0 and 1
 
 
-def test_usr2_requeue_on_gpus_resumes_the_same_run(reference: dict[str, Any],
-                                                    tmp_path: Path) -> None:
-    root = tmp_path / "runs"
-    run_id, job, run_dir = submit(root, *ARGS, "--run-id", "gpu-requeue-0001")
-    at = wait_step(run_id, 2, timeout=600)["step"]
+def _requeued_by_usr2(root: Path, args: tuple[str, ...], run_id: str,
+                      step_timeout: int) -> dict[str, Any]:
+    """Submit, `scancel --signal=USR2` once step 2 is logged, wait for the job's end: what the
+    run recorded about it. The first new step is the one after the step resumed from: steps
+    written by the signalled attempt between the signal and its stop are not new (the
+    2026-11-23 record took step 3, 3.0 s after the signal, for it; step 4 came 91.7 s after)."""
+    run_id, job, run_dir = submit(root, *args, "--run-id", run_id)
+    at = wait_step(run_id, 2, timeout=step_timeout)["step"]
     signalled = time.time()
     subprocess.run(["scancel", "--signal=USR2", job], check=True)
     row = wait_for(run_id, finished, timeout=900)
-    assert row["state"] == "COMPLETED", (row, _tail(run_dir))
-    restarts = [json.loads(x) for x in (run_dir / "restarts.jsonl").read_text().splitlines()]
-    metrics = _metrics(run_dir)
-    # The first new step is the one after the step resumed from: steps written by the signalled
-    # attempt between the signal and its stop are not new (the 2026-11-23 record took step 3,
-    # 3.0 s after the signal, for it; step 4 came 91.7 s after the signal).
+    restarts = [json.loads(x) for x in (run_dir / "restarts.jsonl").read_text().splitlines()] \
+        if (run_dir / "restarts.jsonl").exists() else []
+    metrics = _metrics(run_dir) if (run_dir / "metrics.jsonl").exists() else []
     resumed_from = int(restarts[0]["resumed_from_step"]) if restarts else 0
     new = [m for m in metrics if m["step"] == resumed_from + 1]
-    first_new = new[0]["time"] - signalled if new else None
-    _save("multinode-requeue", {"run_id": run_id, "job": job, "signalled_at_step": at,
-                                "signalled": signalled, "restarts": restarts, "metrics": metrics,
-                                "first_new_step_after_s": first_new, **_timeline(run_dir, job)})
+    return {"run_id": run_id, "job": job, "run_dir": run_dir, "row": row,
+            "signalled_at_step": at, "signalled": signalled, "restarts": restarts,
+            "metrics": metrics, "first_new_step_after_s": new[0]["time"] - signalled if new else None}
+
+
+def _saved_fields(requeued: dict[str, Any]) -> dict[str, Any]:
+    """The requeue's record for HPC_GRPO_RESULTS: its fields, Slurm's timeline and start-ups."""
+    fields = ("run_id", "job", "signalled_at_step", "signalled", "restarts", "metrics",
+              "first_new_step_after_s")
+    return {**{k: requeued[k] for k in fields}, **_timeline(requeued["run_dir"], requeued["job"])}
+
+
+def test_usr2_requeue_on_gpus_resumes_the_same_run(reference: dict[str, Any],
+                                                    tmp_path: Path) -> None:
+    requeued = _requeued_by_usr2(tmp_path / "runs", ARGS, "gpu-requeue-0001", 600)
+    assert requeued["row"]["state"] == "COMPLETED", (requeued["row"], _tail(requeued["run_dir"]))
+    restarts, metrics = requeued["restarts"], requeued["metrics"]
+    _save("multinode-requeue", _saved_fields(requeued))
     assert len(restarts) >= 1, restarts
     assert restarts[0]["cause"] == "user signal", restarts  # a user's scancel, not a preemption
     assert [m["step"] for m in metrics] == list(range(1, STEPS + 1))  # each step logged once
@@ -191,29 +205,18 @@ def test_a_server_node_of_its_own_trains_and_requeues(gpu_cluster: None, tmp_pat
     """Server mode on nodes of one GPU: node2 runs `vllm serve` and no rank, node1 trains the
     whole batch and pushes the weights to node2 over NCCL between the nodes; USR2 after step 2
     requeues both and the run resumes with no step lost and each step logged once."""
-    root = tmp_path / "runs"
-    run_id, job, run_dir = submit(root, *SERVER_ARGS, "--run-id", "gpu-server-node-0001")
-    at = wait_step(run_id, 2, timeout=900)["step"]
-    signalled = time.time()
-    subprocess.run(["scancel", "--signal=USR2", job], check=True)
-    row = wait_for(run_id, finished, timeout=900)
-    restarts = [json.loads(x) for x in (run_dir / "restarts.jsonl").read_text().splitlines()] \
-        if (run_dir / "restarts.jsonl").exists() else []
-    metrics = _metrics(run_dir) if (run_dir / "metrics.jsonl").exists() else []
+    requeued = _requeued_by_usr2(tmp_path / "runs", SERVER_ARGS, "gpu-server-node-0001", 900)
+    run_dir, row = requeued["run_dir"], requeued["row"]
+    restarts, metrics = requeued["restarts"], requeued["metrics"]
     ranks = json.loads((run_dir / "ranks.json").read_text())["ranks"]
-    resumed_from = int(restarts[0]["resumed_from_step"]) if restarts else 0
-    new = [m for m in metrics if m["step"] == resumed_from + 1]
+    run = json.loads((run_dir / "run.json").read_text())
     server_log = (run_dir / "logs" / "vllm-server.log").read_text(errors="replace")
     _save("multinode-server-node", {
+        **_saved_fields(requeued), "state": row["state"], "ranks": ranks, "run": run,
         "server_log_lines": [line[:200] for line in server_log.splitlines()
                              if any(mark in line for mark in SERVER_MARKS)],
-        "run_id": run_id, "job": job, "state": row["state"], "signalled_at_step": at,
-        "signalled": signalled, "restarts": restarts, "metrics": metrics, "ranks": ranks,
-        "first_new_step_after_s": new[0]["time"] - signalled if new else None,
-        "trainers_ended": json.loads((run_dir / "trainers-ended.json").read_text()),
-        "run": json.loads((run_dir / "run.json").read_text()), **_timeline(run_dir, job)})
+        "trainers_ended": json.loads((run_dir / "trainers-ended.json").read_text())})
     assert row["state"] == "COMPLETED", (row, _tail(run_dir))
-    run = json.loads((run_dir / "run.json").read_text())
     assert run["nodes"] == 1 and run["vllm"]["server"]["node"] == 1
     assert [r["hostname"] for r in ranks] == ["node1"]  # node2 serves only
     # uvicorn's access lines: the trainer generated there, in both attempts (one step each)
