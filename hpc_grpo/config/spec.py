@@ -236,6 +236,23 @@ def _mode_from_claim(sizes: Mapping[str, int], claims: Mapping[str, Any]) -> tup
                   "training processes)")
 
 
+def _site_claims(site: SiteProfile, merged: dict[str, Any], claims: Mapping[str, Any],
+                 from_set: set[str]) -> tuple[list[UserError], list[str]]:
+    """The recipe's plan-owned keys against the site (check_claims), after they chose the mode
+    where ``auto`` left it open (_mode_from_claim: ``merged``'s vllm_mode is then set). The
+    problems, and the lines for what changed (the mode chosen, keys dropped as moot)."""
+    sources = {key: "--set" if key in from_set else "recipe" for key in claims}
+    sizes = _world_sizes(site, merged)
+    chosen, line = _mode_from_claim(sizes, claims)
+    if chosen:
+        merged["vllm_mode"] = chosen
+        sizes = {chosen: sizes[chosen]}
+    wrong, dropped = check_claims(claims, device=site.device,
+                                  vllm_mode=merged.get("vllm_mode", "colocate"),
+                                  world_sizes=sizes, sources=sources)
+    return wrong, [line] * bool(chosen) + dropped
+
+
 def model_load_problems(site: SiteProfile, spec: JobSpec) -> list[UserError]:
     """How the model loads, against the site's device: what every rank would otherwise raise
     alike after the queue wait (flash-attention on a CPU site, a dtype TRL refuses)."""
@@ -329,18 +346,9 @@ def build_spec(
     changes += _changes({**only_default[0], **before.values, **before.claims},
                         {**only_default[1], **set_spec, **set_grpo, **found["--set"].claims}, given)
     if site is not None:
-        sources = {key: "--set" if key in found["--set"].claims else "recipe" for key in claims}
-        sizes = _world_sizes(site, merged)
-        chosen, line = _mode_from_claim(sizes, claims)
-        if chosen:
-            merged["vllm_mode"] = chosen
-            sizes = {chosen: sizes[chosen]}
-            changes.append(line)
-        wrong, dropped = check_claims(claims, device=site.device,
-                                      vllm_mode=merged.get("vllm_mode", "colocate"),
-                                      world_sizes=sizes, sources=sources)
+        wrong, lines = _site_claims(site, merged, claims, set(found["--set"].claims))
         problems += wrong
-        changes += dropped
+        changes += lines
     sources = {**dict.fromkeys(recipe_grpo, "recipe"), **dict.fromkeys(set_grpo, "--set")}
     merged["grpo"], bad_values = check_values({**recipe_grpo, **set_grpo}, sources)
     problems += bad_values
