@@ -277,6 +277,12 @@ CASES = (
     Case("h100 7B server, trainer ZeRO-3 + optimizer offload (session 34)",
          _bench(SEVEN_B_S34, "server_offload"), "qwen2-7b", H100, 64, 256, server=True,
          layout=Layout(1, 3, offload_optimizer=True)),
+    # 2 x H200, 7B, the plan's layout on that card: TP 1 x DP 2, ZeRO-2, no recomputation, 5
+    # steps of 8 prompts x 8 completions of 64 tokens (session 38, docs/benchmarks.md)
+    *(Case(f"h200 7B TP1xDP2 ZeRO-2, no recomputation (session 38, {run})",
+           lambda run=run: _steps_after_first(f"2026-11-27-7b-resume-{run}-h200x2-session38.json"),
+           "qwen2-7b", H200, 8, 64, gpus=2, layout=Layout(1, 2), util=0.15, checkpointing=False)
+      for run in ("reference", "second")),
 )
 
 # Saved runs of the 2026-11-26 files the model is not held to, and why (every other entry of
@@ -313,6 +319,9 @@ MISSES = {
         "the same loan's fast runs (1.520 s/step, ZeRO-2's round 1 was 1.465)",
     "h100 1.5B colocate ZeRO off, no recomputation (session 36, default_plan_2)":
         "the fast one of three runs of this layout on one loan (1.398 against 1.618 and 1.753)",
+    "h200 7B TP1xDP2 ZeRO-2, no recomputation (session 38, reference)":
+        "a 0.67 s step, a third of it the model's fixed 0.25 s for rewards and logging; the same "
+        "layout's second run on the loan (0.756 s/step) is held",
 }
 MISS_BOUND = 0.40
 # Saved runs not held at all: the model's input is unknown.
