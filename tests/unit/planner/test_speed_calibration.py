@@ -76,6 +76,11 @@ class Case:
         return predict(self.request(), self.layout, self.util)
 
 
+def _resume_7b_s38(run: str) -> Callable[[], float]:
+    """Steps 2..5 of one of session 38's 7B runs (tests/gpu/test_resume_7b.py on 2 x H200)."""
+    return lambda: _steps_after_first(f"2026-11-27-7b-resume-{run}-h200x2-session38.json")
+
+
 BENCH_TWO = "2026-11-23-bench-two-16-steps.json"
 MULTINODE = "2026-11-23-bench-multinode.json"
 LAYOUTS = "2026-11-26-bench-two-1.5b-layouts-h200x2-call1.json"
@@ -280,7 +285,7 @@ CASES = (
     # 2 x H200, 7B, the plan's layout on that card: TP 1 x DP 2, ZeRO-2, no recomputation, 5
     # steps of 8 prompts x 8 completions of 64 tokens (session 38, docs/benchmarks.md)
     *(Case(f"h200 7B TP1xDP2 ZeRO-2, no recomputation (session 38, {run})",
-           lambda run=run: _steps_after_first(f"2026-11-27-7b-resume-{run}-h200x2-session38.json"),
+           _resume_7b_s38(run),
            "qwen2-7b", H200, 8, 64, gpus=2, layout=Layout(1, 2), util=0.15, checkpointing=False)
       for run in ("reference", "second")),
 )
