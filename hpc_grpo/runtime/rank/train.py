@@ -217,6 +217,7 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     """Arguments, rank checks, inputs, resume and the trainer; None when the newest checkpoint
     is already at max_steps (rank 0 has recorded the run as done)."""
     from hpc_grpo.runtime.rank import (
+        checkpoint_read,
         epoch_order,
         generation_buffer,
         generation_record,
@@ -260,6 +261,8 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     generation_record.install(trainer, run_dir, rank, seed=seed)
     if push := lora_sync.install(trainer):  # before the fault, which wraps whatever walk is set
         print(f"[train] {push}", flush=True)
+    if read := checkpoint_read.install(trainer, run, resume, os.environ):
+        print(f"[train] {read}", flush=True)
     if stale_weights.install(trainer, os.environ):
         print(f"[train] {stale_weights.NOTE}", flush=True)
     for note in tracking.install(trainer, trackers, resume_step, logged):

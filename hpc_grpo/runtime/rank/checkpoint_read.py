@@ -1,0 +1,133 @@
+"""Reading a DeepSpeed checkpoint back with one copy instead of two (issue #29's restart).
+
+Why: a 7B ZeRO-2 resume on 2 x H200 spent about 50 s reading its checkpoint back (rank 0's
+start-up record: 62.9 s from the trainer built to train begin, against 13.0 s without a
+checkpoint; docs/benchmarks.md, session 38), 49.5 GiB a rank, and that 50 s is what kept the
+warm restart above half the cold one. DeepSpeed's checkpoint engine calls ``torch.load``, which
+copies every tensor into newly allocated host memory (about 2 GB/s a process, measured on this
+project's CPU machine: ``benchmarks/bench_checkpoint_read.py``) before the optimizer copies it
+again to the GPU. With ``mmap=True`` torch.load maps the file and the one copy left, to the GPU,
+reads the page cache directly.
+
+Where: only where every large loaded tensor is copied elsewhere: a run on GPUs under DeepSpeed
+ZeRO 1-3 without optimizer offload (the module states go into the GPU parameters, the fp32
+partitions and Adam's states into GPU tensors). With offload, or on CPUs, the optimizer keeps
+host tensors as loaded (``.to`` a CPU tensor to the CPU is the same tensor), so the file would
+stay mapped for the whole run and a checkpoint rotated away later would keep its disk space.
+For the same reason tensors under SMALL_BYTES (step counters, scalars: kept as loaded on the
+host even on GPUs) are copied out of the mapping at once. At train begin ``still_mapped``
+lists what the process still maps of the checkpoint; the rank prints it (expected: nothing).
+``HPC_GRPO_CHECKPOINT_MMAP=0`` turns it off (the benchmark's other half, and a way out).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+import zipfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from hpc_grpo.rundir.contract import RunRecord
+
+SMALL_BYTES = 1 << 20
+ENV = "HPC_GRPO_CHECKPOINT_MMAP"
+
+
+def wanted(run: RunRecord, env: Mapping[str, str]) -> bool:
+    """Whether this run's checkpoint is read through mappings (see the module's docstring)."""
+    ds = run.deepspeed
+    return (env.get(ENV, "1") != "0" and run.device == "cuda" and ds is not None
+            and ds.zero_stage > 0 and not ds.offload_optimizer)
+
+
+def copy_small(obj: Any, small: int = SMALL_BYTES) -> Any:
+    """``obj`` with every tensor under ``small`` bytes inside its dicts, lists and tuples
+    replaced by a copy in ordinary memory (dicts and lists changed in place)."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.clone() if obj.numel() * obj.element_size() < small else obj
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            obj[key] = copy_small(value, small)
+    elif isinstance(obj, list):
+        obj[:] = [copy_small(value, small) for value in obj]
+    elif type(obj) is tuple:
+        return tuple(copy_small(value, small) for value in obj)
+    return obj
+
+
+class MappedReads:
+    """What the patched load read, for the rank's one line after it."""
+
+    def __init__(self) -> None:
+        self.mapped: list[int] = []  # bytes of each file read through a mapping
+        self.copied: list[int] = []  # bytes of each file torch.load read the usual way
+        self.seconds = 0.0
+
+    def line(self) -> str:
+        return (f"checkpoint read: {len(self.mapped)} file(s) mapped "
+                f"({sum(self.mapped) / 2**30:.1f} GiB), {len(self.copied)} read whole "
+                f"({sum(self.copied) / 2**30:.1f} GiB), {self.seconds:.1f} s in torch.load")
+
+
+def mapped_load(reads: MappedReads) -> Callable[..., Any]:
+    """A ``TorchCheckpointEngine.load`` that maps zip-format files (torch.save's default, and
+    DeepSpeed's ``checkpoint_serialization`` default); the legacy format is read as before."""
+    import torch
+
+    def load(self: Any, path: str, map_location: Any = None) -> Any:
+        started = time.monotonic()
+        size = os.path.getsize(path)
+        if zipfile.is_zipfile(path):
+            loaded = torch.load(path, map_location=map_location, weights_only=False, mmap=True)
+            loaded = copy_small(loaded)
+            reads.mapped.append(size)
+        else:
+            loaded = torch.load(path, map_location=map_location, weights_only=False)
+            reads.copied.append(size)
+        reads.seconds += time.monotonic() - started
+        return loaded
+
+    return load
+
+
+def still_mapped(folder: Path, maps: Path = Path("/proc/self/maps")) -> list[str]:
+    """Files under ``folder`` this process maps (after a garbage collection: the loaded dicts
+    are gone by train begin unless something kept a tensor of them)."""
+    gc.collect()
+    prefix = str(folder.resolve())
+    try:
+        lines = maps.read_text().splitlines()
+    except OSError:
+        return []
+    paths = {line.split(None, 5)[5] for line in lines if len(line.split(None, 5)) == 6}
+    return sorted(p for p in paths if p.startswith(prefix + os.sep))
+
+
+def install(trainer: Any, run: RunRecord, resume: Path | None, env: Mapping[str, str]) -> str | None:
+    """On a resume this run reads through mappings: patch DeepSpeed's checkpoint engine for the
+    read, and at train begin put it back and say what was read and what is still mapped."""
+    if resume is None or not wanted(run, env):
+        return None
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
+    from transformers import TrainerCallback
+
+    reads, folder = MappedReads(), resume
+    original = TorchCheckpointEngine.load
+    TorchCheckpointEngine.load = mapped_load(reads)  # type: ignore[method-assign]
+
+    class MappedReadCallback(TrainerCallback):  # type: ignore[misc]
+        def on_train_begin(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
+            TorchCheckpointEngine.load = original  # type: ignore[method-assign]
+            print(f"[checkpoint] {reads.line()}", flush=True)
+            if left := still_mapped(folder):
+                print(f"[checkpoint] still mapped after the read (their disk space stays in use "
+                      f"until this attempt ends): {', '.join(left)}", flush=True)
+            return control
+
+    trainer.add_callback(MappedReadCallback())
+    return f"the checkpoint is read through mappings ({ENV}=0 turns it off)"
