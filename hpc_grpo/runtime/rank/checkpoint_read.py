@@ -4,10 +4,11 @@ Why: a 7B ZeRO-2 resume on 2 x H200 spent about 50 s reading its checkpoint back
 start-up record: 62.9 s from the trainer built to train begin, against 13.0 s without a
 checkpoint; docs/benchmarks.md, session 38), 49.5 GiB a rank, and that 50 s is what kept the
 warm restart above half the cold one. DeepSpeed's checkpoint engine calls ``torch.load``, which
-copies every tensor into newly allocated host memory (about 2 GB/s a process, measured on this
-project's CPU machine: ``benchmarks/bench_checkpoint_read.py``) before the optimizer copies it
-again to the GPU. With ``mmap=True`` torch.load maps the file and the one copy left, to the GPU,
-reads the page cache directly.
+copies every tensor into newly allocated host memory before the optimizer copies it again to the
+GPU. With ``mmap=True`` torch.load maps the file and the one copy left, to the GPU, reads the
+page cache directly. Measured (``benchmarks/bench_checkpoint_read.py``, 2 x H200, session 38):
+a 16 GiB partition to the GPU in 2.22 s against 11.55 s; a 1.5B ZeRO-2 resume's trainer built
+to train begin 5.58 s against 16.53 s (12.7 GiB a rank), nothing left mapped after it.
 
 Where: only where every large loaded tensor is copied elsewhere: a run on GPUs under DeepSpeed
 ZeRO 1-3 without optimizer offload (the module states go into the GPU parameters, the fp32

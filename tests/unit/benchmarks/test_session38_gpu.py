@@ -95,3 +95,36 @@ def test_the_step_time_rows_are_calibration_cases(run: str) -> None:
     assert f"{measured:.3f}" in section and f"predicted {predicted:.3f}" in section
     assert f"{predicted / measured - 1:+.0%}".replace("%", " %") in section
     assert (name in calibration.MISSES) == (abs(predicted / measured - 1) > calibration.TOLERANCE)
+
+
+def _read(name: str) -> Any:
+    return json.loads((RESULTS / f"2026-11-27-checkpoint-read-{name}-session38.json").read_text())
+
+
+def test_the_mapped_read_against_the_whole_one_is_the_json() -> None:
+    section = docs_section(HEADING)
+    gpu, cpu = _read("micro-16gib-h200x2"), _read("micro-4gib-cpu")
+    assert gpu["device"] == "cuda" and round(gpu["bytes"] / 2**30, 1) == 16.0
+    whole, mapped = gpu["seconds"]["whole"], gpu["seconds"]["mapped"]
+    assert max(mapped) < min(whole)  # every round, both orders
+    assert f"{whole[0]:.2f} and {whole[1]:.2f} s; mapped, {mapped[0]:.2f} and {mapped[1]:.2f} s; " \
+        f"**{gpu['whole_over_mapped']:.2f}x**" in section
+    assert f"4 GiB into host tensors: {cpu['whole_over_mapped']:.2f}x" in section
+    assert f"first round, {cpu['seconds']['whole'][0]:.2f} s" in section
+
+
+def test_the_mapped_resume_read_faster_and_left_nothing_mapped() -> None:
+    run = _read("1.5b-resume-h200x2")
+    whole, mapped = run["runs"]
+    assert (whole["how"], mapped["how"]) == ("whole", "mapped")
+    assert run["deepspeed"]["zero_stage"] == 2 and not run["deepspeed"]["offload_optimizer"]
+    read = {r["how"]: r["startup"]["parts_s"]["prepare_and_load"] for r in run["runs"]}
+    assert read["mapped"] < 0.5 * read["whole"]
+    assert all(r["phase"] == "interrupted" and r["exit"] == 0 for r in run["runs"])
+    lines = " ".join(mapped["checkpoint_lines"])
+    assert "3 file(s) mapped (12.7 GiB)" in lines and "still mapped" not in lines
+    assert not any("checkpoint read" in x for x in whole["checkpoint_lines"])  # switched off
+    section = docs_section(HEADING)
+    assert f"**{read['whole']:.2f} s read whole, {read['mapped']:.2f} s mapped**" in section
+    assert f"first new step {whole['first_new_step_s']} against {mapped['first_new_step_s']} s" \
+        in section
