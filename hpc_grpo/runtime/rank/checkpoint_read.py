@@ -67,12 +67,14 @@ class MappedReads:
     def __init__(self) -> None:
         self.mapped: list[int] = []  # bytes of each file read through a mapping
         self.copied: list[int] = []  # bytes of each file torch.load read the usual way
+        self.failed: list[str] = []  # files whose mapping failed (then read whole)
         self.seconds = 0.0
 
     def line(self) -> str:
+        failed = f"; not mapped: {'; '.join(self.failed)}" if self.failed else ""
         return (f"checkpoint read: {len(self.mapped)} file(s) mapped "
                 f"({sum(self.mapped) / 2**30:.1f} GiB), {len(self.copied)} read whole "
-                f"({sum(self.copied) / 2**30:.1f} GiB), {self.seconds:.1f} s in torch.load")
+                f"({sum(self.copied) / 2**30:.1f} GiB), {self.seconds:.1f} s in torch.load{failed}")
 
 
 def mapped_load(reads: MappedReads) -> Callable[..., Any]:
@@ -83,11 +85,15 @@ def mapped_load(reads: MappedReads) -> Callable[..., Any]:
     def load(self: Any, path: str, map_location: Any = None) -> Any:
         started = time.monotonic()
         size = os.path.getsize(path)
+        loaded = None
         if zipfile.is_zipfile(path):
-            loaded = torch.load(path, map_location=map_location, weights_only=False, mmap=True)
-            loaded = copy_small(loaded)
-            reads.mapped.append(size)
-        else:
+            try:
+                loaded = copy_small(torch.load(path, map_location=map_location,
+                                               weights_only=False, mmap=True))
+                reads.mapped.append(size)
+            except (OSError, RuntimeError) as exc:  # a file system that cannot map it
+                reads.failed.append(f"{Path(path).name}: {exc}")
+        if loaded is None:
             loaded = torch.load(path, map_location=map_location, weights_only=False)
             reads.copied.append(size)
         reads.seconds += time.monotonic() - started

@@ -155,3 +155,21 @@ def test_deepspeeds_engine_is_patched_for_the_read_only(tmp_path: Path,
         assert still_mapped(tmp_path) == []
     finally:
         TorchCheckpointEngine.load = original  # type: ignore[method-assign]
+
+
+def test_a_file_that_cannot_be_mapped_is_read_whole(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "states.pt"
+    expected = _saved(path)
+    real_load = torch.load
+
+    def no_mmap(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("mmap"):
+            raise RuntimeError("mmap not supported on this file system")
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", no_mmap)
+    reads = MappedReads()
+    assert _equal(mapped_load(reads)(None, str(path)), expected)
+    assert reads.mapped == [] and reads.copied == [path.stat().st_size]
+    assert "not mapped: states.pt: mmap not supported" in reads.line()
