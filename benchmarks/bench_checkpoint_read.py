@@ -15,7 +15,7 @@ saves checkpoint-2; then the node task resumes it once per entry of ``--order``
 (``HPC_GRPO_CHECKPOINT_MMAP`` 0 for whole, 1 for mapped), is sent SIGUSR2 once its first new
 step is logged (the rank saves the next step and stops: each resume reads a checkpoint of the
 same size), and rank 0's start-up record gives the time from the trainer built to train begin
-(DeepSpeed's wrapping plus the read). Writes ``DIR/bench-checkpoint-read.json``.
+(DeepSpeed's wrapping plus the read). Each part writes ``DIR/bench-checkpoint-read-PART.json``.
 """
 
 from __future__ import annotations

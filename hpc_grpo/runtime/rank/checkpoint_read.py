@@ -6,9 +6,13 @@ checkpoint; docs/benchmarks.md, session 38), 49.5 GiB a rank, and that 50 s is w
 warm restart above half the cold one. DeepSpeed's checkpoint engine calls ``torch.load``, which
 copies every tensor into newly allocated host memory before the optimizer copies it again to the
 GPU. With ``mmap=True`` torch.load maps the file and the one copy left, to the GPU, reads the
-page cache directly. Measured (``benchmarks/bench_checkpoint_read.py``, 2 x H200, session 38):
+page cache directly (DeepSpeed reads the module-states file twice: the second read is nearly free
+mapped). Measured (``benchmarks/bench_checkpoint_read.py``, 2 x H200, session 38):
 a 16 GiB partition to the GPU in 2.22 s against 11.55 s; a 1.5B ZeRO-2 resume's trainer built
-to train begin 5.58 s against 16.53 s (12.7 GiB a rank), nothing left mapped after it.
+to train begin 5.58 s against 16.53 s (12.7 GiB a rank), nothing left mapped after it; both from
+the page cache. A cold page cache on a parallel file system (a requeue onto another node) is not
+measured: there page faults may read slower than one whole read, and an I/O error during the
+copy is a SIGBUS (the rank dies, and the attempt is retried as a crash) instead of an exception.
 
 Where: only where every large loaded tensor is copied elsewhere: a run on GPUs under DeepSpeed
 ZeRO 1-3 without optimizer offload (the module states go into the GPU parameters, the fp32
@@ -68,13 +72,17 @@ class MappedReads:
         self.mapped: list[int] = []  # bytes of each file read through a mapping
         self.copied: list[int] = []  # bytes of each file torch.load read the usual way
         self.failed: list[str] = []  # files whose mapping failed (then read whole)
-        self.seconds = 0.0
+        self.first: float | None = None  # when the first file's read began (time.monotonic)
 
-    def line(self) -> str:
+    def line(self, now: float) -> str:
+        """What was read; the seconds run from the first file's read to ``now`` (train begin):
+        a mapped torch.load returns at once, the copies that read the file come after it."""
         failed = f"; not mapped: {'; '.join(self.failed)}" if self.failed else ""
+        took = f", {now - self.first:.1f} s from the first file's read to train begin" \
+            if self.first is not None else ""
         return (f"checkpoint read: {len(self.mapped)} file(s) mapped "
                 f"({sum(self.mapped) / 2**30:.1f} GiB), {len(self.copied)} read whole "
-                f"({sum(self.copied) / 2**30:.1f} GiB), {self.seconds:.1f} s in torch.load{failed}")
+                f"({sum(self.copied) / 2**30:.1f} GiB){took}{failed}")
 
 
 def mapped_load(reads: MappedReads) -> Callable[..., Any]:
@@ -83,7 +91,8 @@ def mapped_load(reads: MappedReads) -> Callable[..., Any]:
     import torch
 
     def load(self: Any, path: str, map_location: Any = None) -> Any:
-        started = time.monotonic()
+        if reads.first is None:
+            reads.first = time.monotonic()
         size = os.path.getsize(path)
         loaded = None
         if zipfile.is_zipfile(path):
@@ -96,7 +105,6 @@ def mapped_load(reads: MappedReads) -> Callable[..., Any]:
         if loaded is None:
             loaded = torch.load(path, map_location=map_location, weights_only=False)
             reads.copied.append(size)
-        reads.seconds += time.monotonic() - started
         return loaded
 
     return load
@@ -130,7 +138,7 @@ def install(trainer: Any, run: RunRecord, resume: Path | None, env: Mapping[str,
     class MappedReadCallback(TrainerCallback):  # type: ignore[misc]
         def on_train_begin(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
             TorchCheckpointEngine.load = original  # type: ignore[method-assign]
-            print(f"[checkpoint] {reads.line()}", flush=True)
+            print(f"[checkpoint] {reads.line(time.monotonic())}", flush=True)
             if left := still_mapped(folder):
                 print(f"[checkpoint] still mapped after the read (their disk space stays in use "
                       f"until this attempt ends): {', '.join(left)}", flush=True)

@@ -33,7 +33,9 @@ def _run(device: str = "cuda", **deepspeed: Any) -> Any:
 @pytest.mark.parametrize(("device", "ds", "env", "expected"), [
     ("cuda", {"zero_stage": 2}, {}, True),
     ("cuda", {"zero_stage": 3}, {}, True),
+    ("cuda", {"zero_stage": 1}, {}, True),
     ("cuda", {"zero_stage": 3, "offload_optimizer": True}, {}, False),  # host tensors kept
+    ("cuda", {"zero_stage": 2, "offload_optimizer": True}, {}, False),
     ("cpu", {"zero_stage": 2}, {}, False),  # everything stays on the host
     ("cuda", {"zero_stage": 0}, {}, False),
     ("cuda", {"zero_stage": None}, {}, False),  # no DeepSpeed
@@ -100,7 +102,10 @@ def test_the_legacy_format_is_read_whole(tmp_path: Path) -> None:
     assert _equal(loaded, expected)
     assert reads.copied == [path.stat().st_size] and reads.mapped == []
     assert still_mapped(tmp_path) == []
-    assert "0 file(s) mapped (0.0 GiB), 1 read whole" in reads.line()
+    assert reads.first is not None
+    line = reads.line(reads.first + 2)
+    assert "0 file(s) mapped (0.0 GiB), 1 read whole (0.0 GiB), " in line
+    assert "2.0 s from the first file's read to train begin" in line
 
 
 def test_copy_small_leaves_large_tensors_and_other_values() -> None:
@@ -172,4 +177,4 @@ def test_a_file_that_cannot_be_mapped_is_read_whole(tmp_path: Path,
     reads = MappedReads()
     assert _equal(mapped_load(reads)(None, str(path)), expected)
     assert reads.mapped == [] and reads.copied == [path.stat().st_size]
-    assert "not mapped: states.pt: mmap not supported" in reads.line()
+    assert "not mapped: states.pt: mmap not supported" in reads.line(0.0)
