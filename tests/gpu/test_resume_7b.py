@@ -26,7 +26,9 @@ One test per device call (each stays under the 10-minute limit), in this order, 
   sampled completions (the 2026-11-25 reference).
 - ``-k resume_equals`` (``-k resume`` would select the whole file by its name): the node task
   again, warm caches; it resumes from checkpoint-2 and runs steps 3-5; every step equals the
-  second uninterrupted run's. Then the checkpoints and the model are deleted.
+  second uninterrupted run's; where the layout reads the checkpoint through mappings
+  (runtime/rank/checkpoint_read.py: GPUs, DeepSpeed, no offload) every rank's log says so and
+  none says a file stayed mapped. Then the checkpoints and the model are deleted.
 - ``-k warm_restart``: no GPU work: the warm resume's time to its first new step against the cold
   one's, from the two saved results (issue #29's goal: at most half).
 """
@@ -194,11 +196,31 @@ def test_7b_resume_equals_the_uninterrupted_run() -> None:
               "state": json.loads((run_dir / "state.json").read_text()),
               "restarts": [json.loads(x) for x in restarts.read_text().splitlines()]
               if restarts.exists() else []}
+    result["checkpoint_read"] = _read_lines(run_dir)
     _save("7b-resume-resumed", result)
     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # 87 GiB: leave the disk clean
     shutil.rmtree(_work() / "home" / "models", ignore_errors=True)
     assert attempt["phase"] == "done", attempt
     assert result["steps"] == result["reference"], result
+    _assert_mapped_read(run_dir, result["checkpoint_read"])
+
+
+def _read_lines(run_dir: Path) -> list[str]:
+    """Every rank's lines about the checkpoint read (runtime/rank/checkpoint_read.py)."""
+    return [line for log in sorted((run_dir / "logs").glob("rank-*.log"))
+            for line in log.read_text(errors="replace").splitlines()
+            if "checkpoint read:" in line or "still mapped" in line]
+
+
+def _assert_mapped_read(run_dir: Path, lines: list[str]) -> None:
+    """Where the layout reads through mappings, every rank did and nothing stayed mapped."""
+    from hpc_grpo.rundir.contract import RunRecord
+    from hpc_grpo.runtime.rank.checkpoint_read import wanted
+
+    record = RunRecord.from_dict(json.loads((run_dir / "run.json").read_text()))
+    if wanted(record, os.environ):
+        assert sum("file(s) mapped" in x for x in lines) >= record.world_size, lines
+        assert not any("still mapped" in x for x in lines), lines
 
 
 @needs_two
