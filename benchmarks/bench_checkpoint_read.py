@@ -1,14 +1,16 @@
 """Reading a checkpoint back: DeepSpeed's whole-file ``torch.load`` against the mapped read of
 ``runtime/rank/checkpoint_read.py``, side by side in one run, in alternating order.
 
-    python benchmarks/bench_checkpoint_read.py micro --gib 8 [--device cuda] [--rounds 2]
+    python benchmarks/bench_checkpoint_read.py micro --gib 8 [--device cuda] [--rounds 2] [--cold]
     python benchmarks/bench_checkpoint_read.py resume --shape qwen2-1.5b --out DIR \
         [--order whole,mapped,whole,mapped]
 
 ``micro``: one file shaped like a ZeRO optimizer partition (fp32 master weights, Adam's m and v)
 of about ``--gib`` GiB, read back both ways, each tensor then copied into a tensor allocated
 beforehand on ``--device`` (what the optimizer does with it); the file is in the page cache for
-every read (read once before the first). Prints each read's seconds and the ratio.
+every read (read once before the first), or with ``--cold`` dropped from it before every read
+(``posix_fadvise(DONTNEED)``: a node that did not write the checkpoint). Prints each read's
+seconds and the ratio.
 
 ``resume`` (a GPU machine, two GPUs): one run through ``hpc-grpo submit`` trains 2 steps and
 saves checkpoint-2; then the node task resumes it once per entry of ``--order``
@@ -72,7 +74,16 @@ def _read(path: Path, how: str, dest: list[Any]) -> float:
     return time.perf_counter() - started
 
 
-def micro(gib: float, device: str, rounds: int, folder: Path) -> dict[str, Any]:
+def _drop_from_page_cache(path: Path) -> None:
+    os.sync()  # dirty pages are not dropped
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def micro(gib: float, device: str, rounds: int, folder: Path, cold: bool = False) -> dict[str, Any]:
     import torch
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -87,14 +98,18 @@ def micro(gib: float, device: str, rounds: int, folder: Path) -> dict[str, Any]:
     times: dict[str, list[float]] = {"whole": [], "mapped": []}
     for i in range(rounds):
         for how in (("whole", "mapped") if i % 2 == 0 else ("mapped", "whole")):
+            if cold:
+                _drop_from_page_cache(path)
             times[how].append(round(_read(path, how, dest), 3))
             print(f"round {i + 1} {how}: {times[how][-1]:.2f} s", flush=True)
     size = path.stat().st_size
     path.unlink()
     ratio = mean(times["whole"]) / mean(times["mapped"])
-    print(f"{size / 2**30:.1f} GiB to {device}: whole {mean(times['whole']):.2f} s, mapped "
-          f"{mean(times['mapped']):.2f} s: the mapped read {ratio:.2f}x as fast", flush=True)
-    return {"bytes": size, "device": device, "seconds": times, "whole_over_mapped": round(ratio, 3)}
+    where = f"{size / 2**30:.1f} GiB to {device}" + (" (cold page cache)" if cold else "")
+    print(f"{where}: whole {mean(times['whole']):.2f} s, mapped {mean(times['mapped']):.2f} s: "
+          f"the mapped read {ratio:.2f}x as fast", flush=True)
+    return {"bytes": size, "device": device, "cold_page_cache": cold, "seconds": times,
+            "whole_over_mapped": round(ratio, 3)}
 
 
 def _node_env(home: Path, how: str) -> dict[str, str]:
@@ -173,16 +188,18 @@ def main() -> None:
     parser.add_argument("--gib", type=float, default=4.0)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--cold", action="store_true", help="drop the file from the page cache first")
     parser.add_argument("--shape", default="qwen2-1.5b")
     parser.add_argument("--order", default="whole,mapped,whole,mapped")
     parser.add_argument("--out", type=Path, default=Path("/tmp/bench-checkpoint-read"))
     args = parser.parse_args()
     if args.part == "micro":
-        result = micro(args.gib, args.device, args.rounds, args.out)
+        result = micro(args.gib, args.device, args.rounds, args.out, args.cold)
     else:
         result = resume(args.shape, args.out, args.order.split(","))
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"bench-checkpoint-read-{args.part}.json").write_text(json.dumps(result, indent=1))
+    name = f"bench-checkpoint-read-{args.part}{'-cold' if args.cold else ''}.json"
+    (args.out / name).write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

@@ -138,3 +138,13 @@ def test_the_mapped_resume_read_faster_and_left_nothing_mapped() -> None:
     assert f"**{read['whole']:.2f} s read whole, {read['mapped']:.2f} s mapped**" in section
     assert f"first new step {whole['first_new_step_s']} against {mapped['first_new_step_s']} s" \
         in section
+
+
+def test_the_cold_page_cache_read_on_the_cpu_machine_is_the_json() -> None:
+    cold = _read("micro-4gib-cold-cpu")
+    assert cold["cold_page_cache"] is True and cold["device"] == "cpu"
+    whole, mapped = cold["seconds"]["whole"], cold["seconds"]["mapped"]
+    assert max(mapped) < min(whole)
+    quoted = (f"whole {', '.join(f'{x:.2f}' for x in whole)} s, mapped "
+              f"{', '.join(f'{x:.2f}' for x in mapped)} s, **{cold['whole_over_mapped']:.2f}x**")
+    assert quoted in docs_section(HEADING)
