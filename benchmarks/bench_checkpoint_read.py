@@ -37,6 +37,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_gpu import gpu_info, sh, site_file  # noqa: E402
+from hpc_grpo import rundir  # noqa: E402
+from hpc_grpo.rundir import contract  # noqa: E402
 from hpc_grpo.runtime.rank.checkpoint_read import ENV, MappedReads, mapped_load  # noqa: E402
 
 SETS = {"max_steps": 2, "save_steps": 2, "save_total_limit": 1, "learning_rate": 1e-5,
@@ -117,11 +119,6 @@ def _node_env(home: Path, how: str) -> dict[str, str]:
     return env | {"HPC_GRPO_HOME": str(home), ENV: "1" if how == "mapped" else "0"}
 
 
-def _metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "metrics.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-
-
 def _resume(run_dir: Path, home: Path, how: str) -> dict[str, Any]:
     log = run_dir / "logs" / "rank-0.log"
     offset = log.stat().st_size if log.exists() else 0
@@ -131,19 +128,19 @@ def _resume(run_dir: Path, home: Path, how: str) -> dict[str, Any]:
                             stderr=subprocess.STDOUT, start_new_session=True)
     first_new = None
     while proc.poll() is None and time.time() - started < 400:
-        new = [m for m in _metrics(run_dir) if m["time"] > started]
+        new = [m for m in rundir.read_jsonl(run_dir / contract.METRICS_JSONL) if m["time"] > started]
         if new and first_new is None:
             first_new = new[0]["time"] - started
             proc.send_signal(signal.SIGUSR2)  # as Slurm's --signal B:USR2
         time.sleep(0.5)
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
-    startup = json.loads((run_dir / "startup.jsonl").read_text().splitlines()[-1])
+    startup = rundir.read_jsonl(run_dir / contract.STARTUP_JSONL)[-1]
     lines = log.read_bytes()[offset:].decode(errors="replace").splitlines()
-    state = json.loads((run_dir / "state.json").read_text())
     return {"how": how, "first_new_step_s": round(first_new or -1, 1), "exit": proc.returncode,
             "startup": startup, "resumed_from_step": startup.get("resumed_from_step"),
-            "phase": state.get("phase"), "checkpoint_lines": [x for x in lines if "[checkpoint]" in x]}
+            "phase": rundir.load_state(run_dir).phase,
+            "checkpoint_lines": [x for x in lines if "[checkpoint]" in x]}
 
 
 def resume(shape: str, out: Path, order: list[str]) -> dict[str, Any]:

@@ -120,7 +120,8 @@ def still_mapped(folder: Path, maps: Path = Path("/proc/self/maps")) -> list[str
         lines = maps.read_text().splitlines()
     except OSError:
         return []
-    paths = {line.split(None, 5)[5] for line in lines if len(line.split(None, 5)) == 6}
+    fields = (line.split(None, 5) for line in lines)  # the sixth field is the mapped path
+    paths = {f[5] for f in fields if len(f) == 6}
     return sorted(p for p in paths if p.startswith(prefix + os.sep))
 
 
