@@ -91,20 +91,24 @@ def test_the_restart_times_and_their_split_are_the_records() -> None:
     assert f"costs {compile_s:.1f} s of engine start" in section
 
 
+def _case(run: str) -> Any:
+    """Session 38's calibration case for one of its two 7B runs."""
+    name = f"h200 7B TP1xDP2 ZeRO-2, no recomputation (session 38, {run})"
+    return next(c for c in calibration.CASES if c.name == name)
+
+
 @pytest.mark.parametrize("run", ["reference", "second"])
 def test_the_step_time_rows_are_calibration_cases(run: str) -> None:
-    name = f"h200 7B TP1xDP2 ZeRO-2, no recomputation (session 38, {run})"
-    case = next(c for c in calibration.CASES if c.name == name)
+    case = _case(run)
     measured, predicted = case.measured(), case.predicted().seconds
     section = docs_section(HEADING)
-    reference, second = (calibration.CASES[[c.name for c in calibration.CASES].index(
-        f"h200 7B TP1xDP2 ZeRO-2, no recomputation (session 38, {r})")].measured()
-        for r in ("reference", "second"))
+    reference, second = (_case(r).measured() for r in ("reference", "second"))
     assert f"{reference:.3f} s/step (reference, steps 2-5) and {second:.3f} (second run); the " \
         f"plan predicted {predicted:.3f}" in section
     assert measured in (reference, second)
     assert f"{predicted / measured - 1:+.0%}".replace("%", " %") in section
-    assert (name in calibration.MISSES) == (abs(predicted / measured - 1) > calibration.TOLERANCE)
+    assert (case.name in calibration.MISSES) == \
+        (abs(predicted / measured - 1) > calibration.TOLERANCE)
 
 
 def _read(name: str) -> Any:
