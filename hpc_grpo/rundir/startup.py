@@ -1,6 +1,6 @@
-"""The parts of startup.jsonl's ``parts_s``: the rank writes them (runtime/rank/startup.py) and
-``status`` names them (runs/attempts.py). One table, so a part the rank adds is named on the
-launcher side too."""
+"""The parts of startup.jsonl's ``parts_s`` and ``trainer_parts_s``: the rank writes them
+(runtime/rank/startup.py) and ``status`` names them (runs/attempts.py). One table, so a part the
+rank adds is named on the launcher side too."""
 
 from __future__ import annotations
 
@@ -11,4 +11,10 @@ PART_NAMES: dict[str, str] = {
     "trainer": "trainer and engine",
     "prepare_and_load": "prepare and load",
     "first_step": "first step",
+}
+
+# key in trainer_parts_s (calls timed inside the "trainer" part) -> the name ``status`` shows
+TRAINER_PART_NAMES: dict[str, str] = {
+    "model_load": "model load",
+    "engine_start": "vLLM engine start",
 }

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hpc_grpo.rundir import finite_number
-from hpc_grpo.rundir.startup import PART_NAMES
+from hpc_grpo.rundir.startup import PART_NAMES, TRAINER_PART_NAMES
 
 SACCT_CAUSES = {"PREEMPTED": "preempted", "NODE_FAIL": "node failure", "TIMEOUT": "time limit"}
 # Causes that sacct's own record may correct; a precise one (user signal, preempted) stays.
@@ -58,5 +58,17 @@ def startup_line(last: Mapping[str, Any], attempt: str = "") -> str:
     resumed = last.get("resumed_from_step")
     start = f"resumed from step {resumed}" if isinstance(resumed, int) and not isinstance(
         resumed, bool) else "from scratch"
-    split = ", ".join(f"{name} {value:.1f}" for value, name in known)
+    inner = _trainer_split(last.get("trainer_parts_s"))
+    split = ", ".join(f"{name} {value:.1f}{inner if name == PART_NAMES['trainer'] else ''}"
+                      for value, name in known)
     return f"start-up ({start}): first step {total:.1f} s after the rank started ({split})"
+
+
+def _trainer_split(raw: Any) -> str:
+    """" (model load 12.1, vLLM engine start 25.3)" from trainer_parts_s, largest first; "" for
+    an older line without one or a damaged one."""
+    if not isinstance(raw, Mapping):
+        return ""
+    known = sorted(((v, TRAINER_PART_NAMES.get(str(k), str(k))) for k, x in raw.items()
+                    if (v := finite_number(x)) is not None), reverse=True)
+    return f" ({', '.join(f'{name} {value:.1f}' for value, name in known)})" if known else ""

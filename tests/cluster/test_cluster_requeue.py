@@ -160,6 +160,8 @@ def test_five_different_interruptions_in_a_row(
     assert [s["resumed_from_step"] for s in starts] == \
         [None, *(r["resumed_from_step"] for r in restarts(run_dir))]
     assert final["startup"].startswith(f"start-up (resumed from step {fifth['resumed_from_step']})")
+    assert all(s["trainer_parts_s"]["model_load"] > 0 for s in starts), starts  # TRL's load timed
+    assert "trainer and engine " in final["startup"] and " (model load " in final["startup"]
     # Slurm held each requeued attempt as long as doctor's "requeue hold" says (cred_expire + 1)
     expire = cred_expire_s(slurm.scontrol_show("config"))
     assert expire is not None

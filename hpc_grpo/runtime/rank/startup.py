@@ -11,6 +11,11 @@ that, in order:
 * ``torch_and_group``: to the process group: torch imported, the CUDA device set, DeepSpeed
   imported where the run uses it, then every rank of every node arrived;
 * ``trainer``: to the trainer built (model loaded, vLLM engine started, checks, resume record);
+  ``trainer_parts_s`` splits out the calls timed inside it: ``model_load`` (TRL's
+  ``create_model_from_path``: the policy, and the reference model where beta > 0) and
+  ``engine_start`` (TRL's ``VLLMGeneration._init_vllm``: the colocated engine, its compile and
+  CUDA graphs). Why: at 7B the warm restart is a fresh start plus the checkpoint read (session 39)
+  and this part is its largest; which of the two dominates decides what to shorten next;
 * ``prepare_and_load``: to the Trainer's ``on_train_begin`` (accelerate/DeepSpeed wrapping and,
   on a resume, the checkpoint read back: transformers calls it after both);
 * ``first_step``: to the end of the first optimizer step of this attempt.
@@ -20,8 +25,11 @@ Wall-clock seconds of rank 0 only; another rank's parts differ by its own waits.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +57,7 @@ class StartupClock:
 
     def __init__(self, main_started: float) -> None:
         self.marks: list[float] = [process_start_time(main_started), main_started]
+        self.within: dict[str, float] = {}  # trainer_parts_s, filled by timed_calls
 
     def mark(self) -> None:
         self.marks.append(time.time())
@@ -56,9 +65,53 @@ class StartupClock:
     def line(self, attempt: str, resumed_from_step: int | None) -> dict[str, Any]:
         parts = {name: round(b - a, 2) for name, a, b in
                  zip(PARTS, self.marks, self.marks[1:], strict=False)}
+        within = {key: round(value, 2) for key, value in self.within.items()}
         return {"attempt": attempt, "process_start": round(self.marks[0], 3),
                 "resumed_from_step": resumed_from_step, "parts_s": parts,
+                **({"trainer_parts_s": within} if within else {}),
                 "total_s": round(self.marks[-1] - self.marks[0], 2)}
+
+
+def trainer_targets() -> dict[str, tuple[Any, str]]:
+    """What ``timed_calls`` wraps while the trainer is built, by TRAINER_PART_NAMES key: TRL's
+    module-level model loader (as grpo_trainer.py looks it up) and its engine's start."""
+    import trl.trainer.grpo_trainer as grpo
+
+    from hpc_grpo.runtime.rank.phases import engine_class
+
+    return {"model_load": (grpo, "create_model_from_path"),
+            "engine_start": (engine_class(), "_init_vllm")}
+
+
+@contextlib.contextmanager
+def timed_calls(within: dict[str, float],
+                targets: Mapping[str, tuple[Any, str]]) -> Iterator[None]:
+    """Inside the block, each ``(owner, attribute)`` is wrapped so every call's wall time adds
+    to ``within[key]``; the originals are put back when it ends, also on an exception. Timing
+    only: arguments, results and exceptions pass through. A target this TRL lacks (renamed,
+    moved) is left alone: no split for it."""
+    originals: list[tuple[Any, str, Any]] = []
+    for key, (owner, attribute) in targets.items():
+        raw = vars(owner).get(attribute) if owner is not None else None
+        if callable(raw):
+            originals.append((owner, attribute, raw))
+            setattr(owner, attribute, _timed(raw, within, key))
+    try:
+        yield
+    finally:
+        for owner, attribute, raw in reversed(originals):
+            setattr(owner, attribute, raw)
+
+
+def _timed(call: Callable[..., Any], within: dict[str, float], key: str) -> Callable[..., Any]:
+    @functools.wraps(call)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            within[key] = within.get(key, 0.0) + time.perf_counter() - began
+    return wrapper
 
 
 def install(trainer: Any, clock: StartupClock, run_dir: Path, attempt: str,

@@ -156,8 +156,9 @@ def _finish(run_dir: Path, run: RunRecord, **state: Any) -> None:
 
 
 def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, Any],
-             flag: StopFlag, device: Any) -> tuple[Any, Any]:
-    """GRPOTrainer with the project's callbacks; returns it and the graceful-stop callback."""
+             flag: StopFlag, device: Any, within: dict[str, float]) -> tuple[Any, Any]:
+    """GRPOTrainer with the project's callbacks; returns it and the graceful-stop callback.
+    The model load and the engine start inside it are timed into ``within`` (rank/startup.py)."""
     from trl import GRPOTrainer
     from trl.extras import profiling
 
@@ -178,16 +179,17 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
     rewards, dataset, tokenizer = inputs
     stop = GracefulStopCallback(run_dir, flag, device)
     keep = checkpoints.retention_limit(run.grpo_config)  # applied after each marker, not by TRL
-    trainer = GRPOTrainer(
-        model=model_source(run),  # a staged commit's snapshot folder (rank/staged.py)
-        reward_funcs=rewards,
-        args=args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        callbacks=[stop, CheckpointMarkerCallback(run_dir, keep), MetricsCallback(run_dir),
-                   DiskSpaceCallback(run_dir, run.checkpoint_bytes, device)],  # last: sees every save
-        **model_load.trainer_kwargs(run),  # LoRA / QLoRA
-    )
+    with startup.timed_calls(within, startup.trainer_targets()):
+        trainer = GRPOTrainer(
+            model=model_source(run),  # a staged commit's snapshot folder (rank/staged.py)
+            reward_funcs=rewards,
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[stop, CheckpointMarkerCallback(run_dir, keep), MetricsCallback(run_dir),
+                       DiskSpaceCallback(run_dir, run.checkpoint_bytes, device)],  # last: every save
+            **model_load.trainer_kwargs(run),  # LoRA / QLoRA
+        )
     return trainer, stop
 
 
@@ -213,9 +215,9 @@ class SetupFailed(Exception):
 
 
 def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: int,
-             previous: RunState, attempt: str) -> Ready | None:
+             previous: RunState, attempt: str, within: dict[str, float]) -> Ready | None:
     """Arguments, rank checks, inputs, resume and the trainer; None when the newest checkpoint
-    is already at max_steps (rank 0 has recorded the run as done)."""
+    is already at max_steps (rank 0 has recorded it as done). ``within``: see ``_trainer``."""
     from hpc_grpo.runtime.rank import (
         checkpoint_read,
         epoch_order,
@@ -252,7 +254,7 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
             _finish(run_dir, run, step=resume_step, max_steps=args.max_steps)
         return None
 
-    trainer, stop = _trainer(run, run_dir, args, inputs, flag, device)
+    trainer, stop = _trainer(run, run_dir, args, inputs, flag, device, within)
     epoch_order.install(trainer)  # each epoch's data order as an uninterrupted run has it
     if line := generation_buffer.install(trainer, rank, run.world_size, resume):
         print(f"[train] {line}", flush=True)  # a block's completions, saved inside the block
@@ -289,7 +291,7 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
         rundir.update_state(run_dir, phase="starting", attempt=attempt, max_steps=run.max_steps,
                             started=started, message="", stop_reason=None, stop_cause=None)
     try:
-        ready = _prepare(run, run_dir, flag, device, rank, previous, attempt)
+        ready = _prepare(run, run_dir, flag, device, rank, previous, attempt, clock.within)
     except RuntimeCheckError:
         raise  # every rank saw the same gathered problems already
     except Exception as exc:  # no step yet: did every rank fail alike? (setup_failure.py)

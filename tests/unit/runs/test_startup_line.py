@@ -57,3 +57,11 @@ def test_shown_under_the_table_for_a_restarted_run_only(capsys: pytest.CaptureFi
                                                  startup="start-up (from scratch): never shown")])
     out = capsys.readouterr().out
     assert line in out and "never shown" not in out
+
+
+def test_the_trainer_part_shows_its_split_largest_first() -> None:
+    line = attempts.startup_line({**LINE, "trainer_parts_s": {
+        "model_load": 8.25, "engine_start": 19.5, "bad": float("nan")}})
+    assert "(trainer and engine 30.2 (vLLM engine start 19.5, model load 8.2), prepare and " \
+        "load 6.2," in line
+    assert attempts.startup_line({**LINE, "trainer_parts_s": "x"}) == attempts.startup_line(LINE)

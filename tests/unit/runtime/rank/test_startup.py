@@ -35,3 +35,61 @@ def test_a_line_before_every_mark_names_only_the_parts_taken() -> None:
     clock = startup.StartupClock(main_started=time.time())
     clock.mark()
     assert list(clock.line("a", None)["parts_s"]) == ["imports", "torch_and_group"]
+
+
+def test_the_trainer_split_is_in_the_line_only_when_timed() -> None:
+    clock = startup.StartupClock(main_started=100.0)
+    clock.marks = [90.0, 100.0, 103.0, 140.5]
+    assert "trainer_parts_s" not in clock.line("a", None)
+    clock.within.update(model_load=12.344, engine_start=20.0)
+    assert clock.line("a", None)["trainer_parts_s"] == {"model_load": 12.34, "engine_start": 20.0}
+
+
+class _Engine:
+    def __init__(self) -> None:
+        self.started = 0
+
+    def _init_vllm(self, sleep: float) -> str:
+        time.sleep(sleep)
+        self.started += 1
+        return "up"
+
+
+def test_timed_calls_adds_each_call_and_puts_the_originals_back() -> None:
+    """Two calls add up, arguments and results pass through, an exception still counts,
+    propagates and puts the original back: the very same function on the class."""
+    within: dict[str, float] = {}
+    original = vars(_Engine)["_init_vllm"]
+    engine = _Engine()
+    with startup.timed_calls(within, {"engine_start": (_Engine, "_init_vllm")}):
+        assert engine._init_vllm(0.05) == "up" and engine._init_vllm(0.05) == "up"
+        assert vars(_Engine)["_init_vllm"] is not original
+    assert engine.started == 2 and 0.1 <= within["engine_start"] < 1.0
+    assert vars(_Engine)["_init_vllm"] is original
+    before = within["engine_start"]
+    try:
+        with startup.timed_calls(within, {"engine_start": (_Engine, "_init_vllm")}):
+            engine._init_vllm("not a number")  # type: ignore[arg-type]
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("the wrapped call's exception was swallowed")
+    assert within["engine_start"] > before and vars(_Engine)["_init_vllm"] is original
+
+
+def test_a_target_this_trl_lacks_is_left_alone() -> None:
+    within: dict[str, float] = {}
+    with startup.timed_calls(within, {"engine_start": (None, "_init_vllm"),
+                                      "model_load": (_Engine, "renamed_in_a_later_trl")}):
+        pass
+    assert within == {} and not hasattr(_Engine, "renamed_in_a_later_trl")
+
+
+def test_the_targets_exist_in_the_installed_trl_and_are_named_for_status() -> None:
+    """A TRL that renames either call would silently lose the split: this names it."""
+    from hpc_grpo.rundir.startup import TRAINER_PART_NAMES
+
+    targets = startup.trainer_targets()
+    assert set(targets) == set(TRAINER_PART_NAMES)
+    for owner, attribute in targets.values():
+        assert owner is not None and callable(vars(owner).get(attribute)), (owner, attribute)
