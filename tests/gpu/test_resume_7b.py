@@ -45,6 +45,7 @@ from typing import Any
 
 import pytest
 
+from hpc_grpo.rundir import read_jsonl
 from tests.gpu.test_checkpoint_resume import (
     GIB,
     _attempt,
@@ -173,7 +174,8 @@ def test_7b_cold_cache_restart() -> None:
                  if new and r["step"] == new[0]["step"]]
     result = {"cache": "cold", "attempt": attempt, "new_steps": new, "second_run_same_step": same_step,
               "equal_to_second_run": bool(new) and new[:1] == same_step,
-              "state": json.loads((run_dir / "state.json").read_text())}
+              "state": json.loads((run_dir / "state.json").read_text()),
+              "startup": read_jsonl(run_dir / "startup.jsonl")[-1:]}  # this attempt's split
     _save("7b-resume-cold", result)
     shutil.rmtree(cold, ignore_errors=True)
     assert attempt["phase"] == "interrupted", attempt
@@ -188,14 +190,13 @@ def test_7b_resume_equals_the_uninterrupted_run() -> None:
     env = _node_env()
     attempt = _attempt(run_dir, env, stop_after=None)
     rows = _metrics(run_dir)
-    restarts = run_dir / "restarts.jsonl"
     result = {"attempt": attempt, "steps": [{k: r.get(k) for k in KEYS} for r in rows],
               "reference": [{k: r.get(k) for k in KEYS} for r in second["steps"]],
               "cold_reference": [{k: r.get(k) for k in KEYS} for r in ref["steps"]],
               "step_s": [r.get("step_time") for r in rows],
               "state": json.loads((run_dir / "state.json").read_text()),
-              "restarts": [json.loads(x) for x in restarts.read_text().splitlines()]
-              if restarts.exists() else []}
+              "restarts": read_jsonl(run_dir / "restarts.jsonl"),
+              "startup": read_jsonl(run_dir / "startup.jsonl")}  # every attempt's split
     result["checkpoint_read"] = _read_lines(run_dir)
     _save("7b-resume-resumed", result)
     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # 87 GiB: leave the disk clean
