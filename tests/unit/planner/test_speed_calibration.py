@@ -76,9 +76,10 @@ class Case:
         return predict(self.request(), self.layout, self.util)
 
 
-def _resume_7b_s38(run: str) -> Callable[[], float]:
-    """Steps 2..5 of one of session 38's 7B runs (tests/gpu/test_resume_7b.py on 2 x H200)."""
-    return lambda: _steps_after_first(f"2026-11-27-7b-resume-{run}-h200x2-session38.json")
+def _resume_7b(run: str, session: int) -> Callable[[], float]:
+    """Steps 2..5 of one of session 38's or 39's 7B runs (tests/gpu/test_resume_7b.py on
+    2 x H200, two loans)."""
+    return lambda: _steps_after_first(f"2026-11-27-7b-resume-{run}-h200x2-session{session}.json")
 
 
 BENCH_TWO = "2026-11-23-bench-two-16-steps.json"
@@ -283,11 +284,11 @@ CASES = (
          _bench(SEVEN_B_S34, "server_offload"), "qwen2-7b", H100, 64, 256, server=True,
          layout=Layout(1, 3, offload_optimizer=True)),
     # 2 x H200, 7B, the plan's layout on that card: TP 1 x DP 2, ZeRO-2, no recomputation, 5
-    # steps of 8 prompts x 8 completions of 64 tokens (session 38, docs/benchmarks.md)
-    *(Case(f"h200 7B TP1xDP2 ZeRO-2, no recomputation (session 38, {run})",
-           _resume_7b_s38(run),
+    # steps of 8 prompts x 8 completions of 64 tokens (sessions 38 and 39, docs/benchmarks.md)
+    *(Case(f"h200 7B TP1xDP2 ZeRO-2, no recomputation (session {session}, {run})",
+           _resume_7b(run, session),
            "qwen2-7b", H200, 8, 64, gpus=2, layout=Layout(1, 2), util=0.15, checkpointing=False)
-      for run in ("reference", "second")),
+      for session in (38, 39) for run in ("reference", "second")),
 )
 
 # Saved runs of the 2026-11-26 files the model is not held to, and why (every other entry of
