@@ -16,5 +16,6 @@ PART_NAMES: dict[str, str] = {
 # key in trainer_parts_s (calls timed inside the "trainer" part) -> the name ``status`` shows
 TRAINER_PART_NAMES: dict[str, str] = {
     "model_load": "model load",
-    "engine_start": "vLLM engine start",
+    "engine_start": "vLLM engine start",  # colocate
+    "server_connect": "vLLM server connect",  # server mode: rank 0's client
 }

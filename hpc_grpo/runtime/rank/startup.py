@@ -12,10 +12,11 @@ that, in order:
   imported where the run uses it, then every rank of every node arrived;
 * ``trainer``: to the trainer built (model loaded, vLLM engine started, checks, resume record);
   ``trainer_parts_s`` splits out the calls timed inside it: ``model_load`` (TRL's
-  ``create_model_from_path``: the policy, and the reference model where beta > 0) and
-  ``engine_start`` (TRL's ``VLLMGeneration._init_vllm``: the colocated engine, its compile and
-  CUDA graphs). Why: at 7B the warm restart is a fresh start plus the checkpoint read (session 39)
-  and this part is its largest; which of the two dominates decides what to shorten next;
+  ``create_model_from_path``: the policy, and the reference model where beta > 0) and TRL's
+  ``VLLMGeneration._init_vllm`` as ``engine_start`` (colocate: the engine, its compile and CUDA
+  graphs) or ``server_connect`` (server mode: rank 0's client and weight-sync group). Both end
+  in TRL's barrier, so rank 0's figure includes waiting for the slowest rank. Why: at 7B the
+  trainer part is the warm restart's largest (session 39); the split says what to shorten;
 * ``prepare_and_load``: to the Trainer's ``on_train_begin`` (accelerate/DeepSpeed wrapping and,
   on a resume, the checkpoint read back: transformers calls it after both);
 * ``first_step``: to the end of the first optimizer step of this attempt.
@@ -72,15 +73,16 @@ class StartupClock:
                 "total_s": round(self.marks[-1] - self.marks[0], 2)}
 
 
-def trainer_targets() -> dict[str, tuple[Any, str]]:
+def trainer_targets(vllm_mode: str) -> dict[str, tuple[Any, str]]:
     """What ``timed_calls`` wraps while the trainer is built, by TRAINER_PART_NAMES key: TRL's
-    module-level model loader (as grpo_trainer.py looks it up) and its engine's start."""
+    module-level model loader (as grpo_trainer.py looks it up) and its vLLM set-up, named for
+    what it does in ``vllm_mode``."""
     import trl.trainer.grpo_trainer as grpo
 
     from hpc_grpo.runtime.rank.phases import engine_class
 
-    return {"model_load": (grpo, "create_model_from_path"),
-            "engine_start": (engine_class(), "_init_vllm")}
+    vllm = "server_connect" if vllm_mode == "server" else "engine_start"
+    return {"model_load": (grpo, "create_model_from_path"), vllm: (engine_class(), "_init_vllm")}
 
 
 @contextlib.contextmanager
@@ -89,11 +91,12 @@ def timed_calls(within: dict[str, float],
     """Inside the block, each ``(owner, attribute)`` is wrapped so every call's wall time adds
     to ``within[key]``; the originals are put back when it ends, also on an exception. Timing
     only: arguments, results and exceptions pass through. A target this TRL lacks (renamed,
-    moved) is left alone: no split for it."""
+    moved), or one that is a static or class method (a plain wrapper would bind it wrongly), is
+    left alone: no split for it."""
     originals: list[tuple[Any, str, Any]] = []
     for key, (owner, attribute) in targets.items():
         raw = vars(owner).get(attribute) if owner is not None else None
-        if callable(raw):
+        if callable(raw) and not isinstance(raw, staticmethod | classmethod):
             originals.append((owner, attribute, raw))
             setattr(owner, attribute, _timed(raw, within, key))
     try:

@@ -179,7 +179,7 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
     rewards, dataset, tokenizer = inputs
     stop = GracefulStopCallback(run_dir, flag, device)
     keep = checkpoints.retention_limit(run.grpo_config)  # applied after each marker, not by TRL
-    with startup.timed_calls(within, startup.trainer_targets()):
+    with startup.timed_calls(within, startup.trainer_targets(run.vllm.mode)):
         trainer = GRPOTrainer(
             model=model_source(run),  # a staged commit's snapshot folder (rank/staged.py)
             reward_funcs=rewards,

@@ -89,7 +89,25 @@ def test_the_targets_exist_in_the_installed_trl_and_are_named_for_status() -> No
     """A TRL that renames either call would silently lose the split: this names it."""
     from hpc_grpo.rundir.startup import TRAINER_PART_NAMES
 
-    targets = startup.trainer_targets()
-    assert set(targets) == set(TRAINER_PART_NAMES)
-    for owner, attribute in targets.values():
+    colocate, server = startup.trainer_targets("colocate"), startup.trainer_targets("server")
+    assert set(colocate) | set(server) == set(TRAINER_PART_NAMES)
+    assert set(colocate) ^ set(server) == {"engine_start", "server_connect"}
+    for owner, attribute in [*colocate.values(), *server.values()]:
         assert owner is not None and callable(vars(owner).get(attribute)), (owner, attribute)
+
+
+class _Descriptors:
+    @staticmethod
+    def still() -> str:
+        return "static"
+
+    @classmethod
+    def kind(cls) -> str:
+        return cls.__name__
+
+
+def test_static_and_class_methods_are_left_alone() -> None:
+    within: dict[str, float] = {}
+    with startup.timed_calls(within, {"a": (_Descriptors, "still"), "b": (_Descriptors, "kind")}):
+        assert _Descriptors.still() == "static" and _Descriptors().kind() == "_Descriptors"
+    assert within == {}
