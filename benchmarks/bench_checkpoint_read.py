@@ -2,6 +2,7 @@
 ``runtime/rank/checkpoint_read.py``, side by side in one run, in alternating order.
 
     python benchmarks/bench_checkpoint_read.py micro --gib 8 [--device cuda] [--rounds 2] [--cold]
+    python benchmarks/bench_checkpoint_read.py prefetch --gib 4 --wait 8 [--device cuda] [--rounds 2]
     python benchmarks/bench_checkpoint_read.py resume --shape qwen2-1.5b --out DIR \
         [--order whole,mapped,whole,mapped]
 
@@ -11,6 +12,10 @@ beforehand on ``--device`` (what the optimizer does with it); the file is in the
 every read (read once before the first), or with ``--cold`` dropped from it before every read
 (``posix_fadvise(DONTNEED)``: a node that did not write the checkpoint). Prints each read's
 seconds and the ratio.
+
+``prefetch``: the same file, dropped from the page cache before every read, read mapped after
+``--wait`` seconds (the trainer's build, stood in for) without and with the prefetch thread of
+``runtime/rank/checkpoint_prefetch.py`` started when the wait began, in alternating order.
 
 ``resume`` (a GPU machine, two GPUs): one run through ``hpc-grpo submit`` trains 2 steps and
 saves checkpoint-2; then the node task resumes it once per entry of ``--order``
@@ -114,6 +119,42 @@ def micro(gib: float, device: str, rounds: int, folder: Path, cold: bool = False
             "whole_over_mapped": round(ratio, 3)}
 
 
+def prefetch(gib: float, device: str, rounds: int, folder: Path, wait: float) -> dict[str, Any]:
+    """The file dropped from the page cache before every read; ``wait`` seconds stand in for
+    the trainer's build; then the mapped read, without and with runtime/rank/
+    checkpoint_prefetch.py's thread started when the wait began."""
+    import torch
+
+    from hpc_grpo.runtime.rank.checkpoint_prefetch import Prefetch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "partition.pt"
+    _partition(path, gib)
+    first = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    dest = [torch.empty_like(t, device=device) for t in _tensors(first)]
+    del first
+    size = path.stat().st_size
+    times: dict[str, list[float]] = {"without": [], "with": []}
+    lines = []
+    for i in range(rounds):
+        for how in (("without", "with") if i % 2 == 0 else ("with", "without")):
+            _drop_from_page_cache(path)
+            ahead = Prefetch([path], size, 0).start() if how == "with" else None
+            time.sleep(wait)
+            times[how].append(round(_read(path, "mapped", dest), 3))
+            if ahead is not None:
+                lines.append(ahead.stop())
+            print(f"round {i + 1} {how} prefetch: read {times[how][-1]:.2f} s"
+                  f"{'; ' + lines[-1] if ahead is not None else ''}", flush=True)
+    path.unlink()
+    ratio = mean(times["without"]) / mean(times["with"])
+    print(f"{size / 2**30:.1f} GiB to {device}, cold page cache, {wait:.0f} s wait: the read "
+          f"{mean(times['without']):.2f} s without, {mean(times['with']):.2f} s with the prefetch "
+          f"({ratio:.2f}x)", flush=True)
+    return {"bytes": size, "device": device, "wait_s": wait, "seconds": times,
+            "prefetch_lines": lines, "without_over_with": round(ratio, 3)}
+
+
 def _node_env(home: Path, how: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     return env | {"HPC_GRPO_HOME": str(home), ENV: "1" if how == "mapped" else "0"}
@@ -181,7 +222,8 @@ def resume(shape: str, out: Path, order: list[str]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("part", choices=("micro", "resume"))
+    parser.add_argument("part", choices=("micro", "prefetch", "resume"))
+    parser.add_argument("--wait", type=float, default=8.0, help="prefetch: the build's stand-in")
     parser.add_argument("--gib", type=float, default=4.0)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rounds", type=int, default=2)
@@ -192,6 +234,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.part == "micro":
         result = micro(args.gib, args.device, args.rounds, args.out, args.cold)
+    elif args.part == "prefetch":
+        result = prefetch(args.gib, args.device, args.rounds, args.out, args.wait)
     else:
         result = resume(args.shape, args.out, args.order.split(","))
     args.out.mkdir(parents=True, exist_ok=True)

@@ -102,6 +102,14 @@ _TORCH_WRITE_FAILED = ("iostream error", "unexpected pos", "file write failed")
 LOW_SPACE = 2**30  # below this much free space a failed write is taken for a full disk
 
 
+def free_bytes_or_none(output_dir: Path) -> int | None:
+    """free_bytes, or None where even that fails (an error's report must not raise)."""
+    try:
+        return free_bytes(output_dir)
+    except OSError:
+        return None
+
+
 def disk_full_message(exc: BaseException, free: int | None) -> str:
     """"disk full: ..." when exc (or its cause) is a write that failed for lack of space: ENOSPC,
     or torch's writer error while the output file system is (nearly) full; else ""."""

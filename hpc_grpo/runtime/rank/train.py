@@ -219,6 +219,7 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     """Arguments, rank checks, inputs, resume and the trainer; None when the newest checkpoint
     is already at max_steps (rank 0 has recorded it as done). ``within``: see ``_trainer``."""
     from hpc_grpo.runtime.rank import (
+        checkpoint_prefetch,
         checkpoint_read,
         epoch_order,
         generation_buffer,
@@ -254,7 +255,9 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
             _finish(run_dir, run, step=resume_step, max_steps=args.max_steps)
         return None
 
+    prefetch = checkpoint_prefetch.start(run, resume, rank, os.environ)  # while it is built
     trainer, stop = _trainer(run, run_dir, args, inputs, flag, device, within)
+    checkpoint_prefetch.install(trainer, prefetch)  # stopped at train begin, with its line
     epoch_order.install(trainer)  # each epoch's data order as an uninterrupted run has it
     if line := generation_buffer.install(trainer, rank, run.world_size, resume):
         print(f"[train] {line}", flush=True)  # a block's completions, saved inside the block
@@ -323,13 +326,6 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
     return 0
 
 
-def _free_or_none(run_dir: Path) -> int | None:
-    try:
-        return checkpoints.free_bytes(run_dir / contract.CHECKPOINTS)
-    except OSError:
-        return None
-
-
 def _shutdown() -> None:
     """Barrier, then destroy the group: exiting with it alive intermittently aborts (SIGABRT)."""
     import torch.distributed as dist
@@ -370,7 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         traceback.print_exc()
         tracking.finish()
-        full = checkpoints.disk_full_message(exc, _free_or_none(run_dir))
+        full = checkpoints.disk_full_message(
+            exc, checkpoints.free_bytes_or_none(run_dir / contract.CHECKPOINTS))
         if full:
             print(f"[train] {full}", flush=True)
             if rank == 0:  # frees the space the record of why needs

@@ -132,3 +132,19 @@ def test_the_step_times_are_calibration_cases_within_the_tolerance() -> None:
     held = len(calibration.CASES) - len(calibration.MISSES)
     assert f"{len(calibration.CASES)} cases, {held} within 20 %, the same " \
         f"{len(calibration.MISSES)} listed misses" in section
+
+
+def test_the_prefetch_rows_are_the_cpu_json() -> None:
+    section = docs_section("### The checkpoint prefetch (new after the calls")
+    for wait in (8, 1):
+        run = json.loads((RESULTS / f"2026-11-27-checkpoint-prefetch-4gib-wait{wait}-cold-cpu-"
+                                    "session39.json").read_text())
+        assert run["wait_s"] == wait and round(run["bytes"] / 2**30, 1) == 4.0
+        without, with_ = run["seconds"]["without"], run["seconds"]["with"]
+        assert max(with_) < min(without)  # every round, both orders
+        row = (f"| {wait} s | {without[0]:.2f}, {without[1]:.2f} | {with_[0]:.2f}, "
+               f"{with_[1]:.2f} | **{run['without_over_with']:.2f}x** |")
+        assert row in section, row
+    eight = json.loads((RESULTS / "2026-11-27-checkpoint-prefetch-4gib-wait8-cold-cpu-session39"
+                                  ".json").read_text())
+    assert all("4.0 of 4.0 GiB in 1 file(s) in 2.0 s" in x for x in eight["prefetch_lines"])

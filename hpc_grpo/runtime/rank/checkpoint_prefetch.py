@@ -1,0 +1,166 @@
+"""Reading this rank's share of a DeepSpeed checkpoint into the page cache while the trainer is
+built, so the resume's read finds it there (issue #30: "overlap engine start and checkpoint
+load").
+
+Why: a resume reads the checkpoint only after the model is loaded, the vLLM engine started and
+DeepSpeed initialised (transformers loads it in ``train()``). At 7B on 2 x H200 the trainer part
+alone took 40.75 s of a warm resume (rank 0's start-up record, session 39), and the read then
+went through 61.9 GiB a rank (the module states twice, then the rank's optimizer partition):
+7.6 s from a warm page cache (checkpoint_read.py's mappings). A requeue onto another node meets
+a cold page cache, where those bytes come from the file system at its read speed (not measured
+on the GPU machines). Reading them during the wait takes that time off the restart wherever
+the reading ends before the load begins; where it does not, the load finds part of it cached.
+
+What: the files DeepSpeed's ``load_checkpoint`` reads for this rank, in its order: the module
+states (one file all ranks share under ZeRO 1-2, read by one rank per node; a file per rank under
+ZeRO-3), then the rank's own optimizer partition; not ``model.safetensors`` (transformers does
+not read it on a DeepSpeed resume) nor other ranks' partitions. Read by a daemon thread in 16 MiB
+``preadv`` calls (the GIL is released while the kernel reads), stopped at train begin, when the
+read is over. Bounded: at most half of the memory the node can cache (MemAvailable, and the
+cgroup's limit where one is set) shared by its ranks; a larger share would evict its own start.
+Not measured on a GPU node or a parallel file system yet; measured on this project's CPU machine
+with a cold page cache (docs/benchmarks.md, session 39). ``HPC_GRPO_CHECKPOINT_PREFETCH=0`` turns
+it off.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hpc_grpo.rundir.contract import RunRecord
+
+ENV = "HPC_GRPO_CHECKPOINT_PREFETCH"
+CHUNK = 16 << 20
+SHARED_STATES = "mp_rank_00_model_states.pt"
+
+
+def wanted(run: RunRecord, env: Mapping[str, str]) -> bool:
+    """A DeepSpeed run (any device, any offload: all of them read the checkpoint after the
+    trainer is built), unless switched off."""
+    return env.get(ENV, "1") != "0" and run.deepspeed is not None
+
+
+def rank_files(names: Sequence[str], rank: int, first_on_node: bool) -> list[str]:
+    """Of a DeepSpeed tag folder's file names, those this rank prefetches, in load order:
+    module states (the shared file only by the node's first rank), then its optimizer states."""
+    own = re.compile(rf"(^|_)zero_pp_rank_{rank}_mp_rank_\d+_")
+    states = [n for n in names if n.endswith("model_states.pt")
+              and ((n == SHARED_STATES and first_on_node) or own.search(n))]
+    optimizer = [n for n in names if n.endswith("optim_states.pt") and own.search(n)]
+    return sorted(states) + sorted(optimizer)
+
+
+def within_budget(sizes: Sequence[int], cacheable: int, ranks_on_node: int) -> int:
+    """How many of the files (in order) fit this rank's share: half of what the node can
+    cache, split over its ranks."""
+    budget, used = cacheable // (2 * max(ranks_on_node, 1)), 0
+    for count, size in enumerate(sizes):
+        used += size
+        if used > budget:
+            return count
+    return len(sizes)
+
+
+def tag_folder(checkpoint: Path) -> Path | None:
+    """The folder DeepSpeed loads: the one ``latest`` names (None without it: not DeepSpeed's)."""
+    try:
+        tag = (checkpoint / "latest").read_text().strip()
+    except OSError:
+        return None
+    folder = checkpoint / tag
+    return folder if tag and folder.is_dir() else None
+
+
+def cacheable_bytes(meminfo: Path = Path("/proc/meminfo"),
+                    cgroup: Path = Path("/sys/fs/cgroup")) -> int:
+    """MemAvailable, lowered to the cgroup's room (memory.max - memory.current, cgroup v2)."""
+    found = re.search(r"^MemAvailable:\s+(\d+) kB", meminfo.read_text(), re.MULTILINE)
+    room = int(found[1]) * 1024 if found else 0
+    try:
+        limit = (cgroup / "memory.max").read_text().strip()
+        if limit != "max":
+            room = min(room, int(limit) - int((cgroup / "memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    return max(room, 0)
+
+
+class Prefetch:
+    """The reading thread and what it did, for the rank's one line at train begin."""
+
+    def __init__(self, files: list[Path], total: int, skipped: int) -> None:
+        self.files, self.total, self.skipped = files, total, skipped
+        self.read = 0
+        self.began = time.monotonic()
+        self.ended: float | None = None
+        self.error = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="checkpoint-prefetch", daemon=True)
+
+    def start(self) -> Prefetch:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        buffer = bytearray(CHUNK)
+        try:
+            for path in self.files:
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    offset = 0
+                    while not self._stop.is_set() and (got := os.preadv(fd, [buffer], offset)):
+                        offset += got
+                        self.read += got
+                finally:
+                    os.close(fd)
+        except OSError as exc:  # a prefetch never ends a run: the load reads what it needs
+            self.error = f"; stopped by {exc}"
+        self.ended = time.monotonic()
+
+    def stop(self) -> str:
+        """End the reading (at train begin) and say what it read and when it ended."""
+        self._stop.set()
+        now = time.monotonic()
+        when = (f"in {self.ended - self.began:.1f} s, {now - self.ended:.1f} s before train begin"
+                if self.ended is not None else f"still reading at train begin, {now - self.began:.1f} s")
+        left = f"; {self.skipped} file(s) over its memory share not read" if self.skipped else ""
+        return (f"checkpoint prefetch: {self.read / 2**30:.1f} of {self.total / 2**30:.1f} GiB in "
+                f"{len(self.files)} file(s) {when}{left}{self.error}")
+
+
+def start(run: RunRecord, resume: Path | None, rank: int, env: Mapping[str, str]) -> Prefetch | None:
+    """On a DeepSpeed resume, start reading this rank's files (None: nothing to read)."""
+    folder = tag_folder(resume) if resume is not None and wanted(run, env) else None
+    if folder is None:
+        return None
+    first_on_node = rank % max(run.procs_per_node, 1) == 0
+    names = rank_files(sorted(p.name for p in folder.iterdir()), rank, first_on_node)
+    files = [folder / n for n in names]
+    try:
+        sizes = [p.stat().st_size for p in files]
+        keep = within_budget(sizes, cacheable_bytes(), run.procs_per_node)
+    except OSError:
+        return None
+    return Prefetch(files[:keep], sum(sizes[:keep]), len(files) - keep).start() if keep else None
+
+
+def install(trainer: Any, prefetch: Prefetch | None) -> None:
+    """At train begin (the checkpoint is read by then) stop the thread and print its line."""
+    if prefetch is None:
+        return
+    from transformers import TrainerCallback
+
+    running = prefetch
+
+    class PrefetchCallback(TrainerCallback):  # type: ignore[misc]
+        def on_train_begin(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
+            print(f"[checkpoint] {running.stop()}", flush=True)
+            return control
+
+    trainer.add_callback(PrefetchCallback())

@@ -1,0 +1,128 @@
+"""runtime/rank/checkpoint_prefetch.py: which files a rank reads ahead, within what share of the
+node's memory, and that the thread reads them whole (on real files) and stops when told."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpc_grpo.runtime.rank import checkpoint_prefetch as prefetch
+from tests.unit.runtime.rank.test_runtime_checks import make_run, record
+
+# DeepSpeed 0.19's names in a tag folder (global_step<N>/), bf16 runs
+ZERO2 = ["bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt",
+         "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", "mp_rank_00_model_states.pt"]
+ZERO3_12 = [f"{kind}zero_pp_rank_{r}_mp_rank_00_{what}_states.pt"
+            for r in range(12) for kind, what in (("", "model"), ("bf16_", "optim"))]
+
+
+def _run(ppn: int = 2, **deepspeed: Any) -> Any:
+    ds = {"zero_stage": 2, **deepspeed} if deepspeed.get("zero_stage", 2) is not None else None
+    return record(make_run(1, ppn, 1) | {"device": "cuda", "deepspeed": ds})
+
+
+def test_zero2_the_shared_module_states_once_a_node_then_the_own_partition() -> None:
+    assert prefetch.rank_files(ZERO2, 0, first_on_node=True) == [
+        "mp_rank_00_model_states.pt", "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"]
+    assert prefetch.rank_files(ZERO2, 1, first_on_node=False) == [
+        "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"]
+    # the first rank of another node reads the shared file into its own page cache
+    assert prefetch.rank_files(ZERO2, 1, first_on_node=True)[0] == "mp_rank_00_model_states.pt"
+
+
+def test_zero3_every_rank_its_own_module_states_and_rank_1_is_not_rank_11() -> None:
+    assert prefetch.rank_files(ZERO3_12, 1, first_on_node=False) == [
+        "zero_pp_rank_1_mp_rank_00_model_states.pt", "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"]
+    assert prefetch.rank_files(ZERO3_12, 11, first_on_node=True) == [
+        "zero_pp_rank_11_mp_rank_00_model_states.pt", "bf16_zero_pp_rank_11_mp_rank_00_optim_states.pt"]
+    assert prefetch.rank_files(["model.safetensors", "latest", "zero_to_fp32.py"], 0, True) == []
+
+
+@pytest.mark.parametrize(("sizes", "cacheable", "ranks", "kept"), [
+    ([10, 30], 160, 2, 2),  # share 40: both
+    ([10, 31], 160, 2, 1),  # the second passes the share: only the first
+    ([50, 1], 160, 2, 0),   # the first alone passes it: nothing (the order is the load's)
+    ([], 160, 2, 0),
+    ([1], 10, 0, 1),        # a run record without ranks per node counts one
+])
+def test_half_the_cacheable_memory_shared_by_the_node_s_ranks(
+        sizes: list[int], cacheable: int, ranks: int, kept: int) -> None:
+    assert prefetch.within_budget(sizes, cacheable, ranks) == kept
+
+
+def test_cacheable_is_memavailable_lowered_to_the_cgroup_s_room(tmp_path: Path) -> None:
+    meminfo, cgroup = tmp_path / "meminfo", tmp_path / "cg"
+    meminfo.write_text("MemTotal:  1000 kB\nMemAvailable:     800 kB\n")
+    assert prefetch.cacheable_bytes(meminfo, cgroup) == 800 * 1024  # no cgroup files
+    cgroup.mkdir()
+    (cgroup / "memory.max").write_text("max\n")
+    (cgroup / "memory.current").write_text("5\n")
+    assert prefetch.cacheable_bytes(meminfo, cgroup) == 800 * 1024
+    (cgroup / "memory.max").write_text(f"{300 * 1024}\n")
+    (cgroup / "memory.current").write_text(f"{100 * 1024}\n")
+    assert prefetch.cacheable_bytes(meminfo, cgroup) == 200 * 1024
+    (cgroup / "memory.current").write_text(f"{400 * 1024}\n")  # over its limit already
+    assert prefetch.cacheable_bytes(meminfo, cgroup) == 0
+
+
+@pytest.mark.parametrize(("ds", "env", "expected"), [
+    ({"zero_stage": 2}, {}, True),
+    ({"zero_stage": 3, "offload_optimizer": True}, {}, True),  # offload reads the same files
+    ({"zero_stage": None}, {}, False),  # no DeepSpeed: transformers' own files, not these
+    ({"zero_stage": 2}, {prefetch.ENV: "0"}, False),
+])
+def test_where_it_is_on(ds: dict[str, Any], env: dict[str, str], expected: bool) -> None:
+    assert prefetch.wanted(_run(**ds), env) is expected
+
+
+def _checkpoint(root: Path, sizes: dict[str, int], tag: str = "global_step4") -> Path:
+    folder = root / "checkpoint-4" / tag
+    folder.mkdir(parents=True)
+    (folder.parent / "latest").write_text(tag + "\n")
+    (folder.parent / "model.safetensors").write_bytes(b"x" * 1000)  # not read on this resume
+    for name, size in sizes.items():
+        (folder / name).write_bytes(bytes(range(256)) * (size // 256))
+    return folder.parent
+
+
+def test_a_resume_reads_the_rank_s_files_whole_and_says_so(tmp_path: Path) -> None:
+    mib = 1 << 20
+    checkpoint = _checkpoint(tmp_path, {ZERO2[0]: 40 * mib, ZERO2[1]: 8 * mib, ZERO2[2]: 20 * mib})
+    started = prefetch.start(_run(), checkpoint, 0, {})
+    assert started is not None
+    assert [p.name for p in started.files] == [ZERO2[2], ZERO2[0]]  # load order, not rank 1's
+    deadline = time.monotonic() + 30
+    while started.ended is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    line = started.stop()
+    assert started.read == started.total == 60 * mib and not started.error
+    assert line.startswith("checkpoint prefetch: 0.1 of 0.1 GiB in 2 file(s) in ")
+    assert "s before train begin" in line
+
+
+def test_stopping_ends_the_reading_early(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prefetch, "CHUNK", 1 << 16)  # many reads: the stop lands between two
+    checkpoint = _checkpoint(tmp_path, {ZERO2[2]: 64 << 20})
+    started = prefetch.Prefetch([checkpoint / "global_step4" / ZERO2[2]], 64 << 20, 0)
+    started._stop.set()  # told before its first read
+    started.start()._thread.join(10)
+    assert started.read == 0 and started.ended is not None
+
+
+def test_nothing_without_a_deepspeed_checkpoint_or_when_off(tmp_path: Path) -> None:
+    checkpoint = _checkpoint(tmp_path, {ZERO2[2]: 1 << 16})
+    assert prefetch.start(_run(), None, 0, {}) is None  # a fresh start
+    assert prefetch.start(_run(), checkpoint, 0, {prefetch.ENV: "0"}) is None
+    assert prefetch.start(_run(zero_stage=None), checkpoint, 0, {}) is None
+    (checkpoint / "latest").unlink()  # transformers' own layout: no tag folder to read
+    assert prefetch.start(_run(), checkpoint, 0, {}) is None
+
+
+def test_a_file_gone_mid_read_is_a_line_not_an_exception(tmp_path: Path) -> None:
+    started = prefetch.Prefetch([tmp_path / "gone.pt"], 10, 0).start()
+    started._thread.join(10)
+    line = started.stop()
+    assert "stopped by" in line and "gone.pt" in line and started.read == 0
