@@ -77,7 +77,10 @@ def test_three_nodes_tp2_groups_and_seeds(tmp_path: Path) -> None:
 
 
 def test_zero3_on_cpu_through_the_same_path(tmp_path: Path) -> None:
-    """ZeRO-3 via the generated DeepSpeed config; the first run JIT-compiles a C++ op."""
+    """ZeRO-3 via the generated DeepSpeed config; the first run JIT-compiles a C++ op. Then
+    ``resume`` one step further as a new job: on each node its rank reads its own shards ahead
+    while the trainer is built (runtime/rank/checkpoint_prefetch.py; written on one GPU host's
+    ZeRO-2, here ZeRO-3 on two Slurm nodes: a module-states file per rank)."""
     root = tmp_path / "runs"
     run_id, _, run_dir = submit(root, "--site", "sandbox", "--nodes", "2", "--procs-per-node", "1",
                                 "--zero-stage", "3", "--recipe", str(RECIPE),
@@ -87,3 +90,11 @@ def test_zero3_on_cpu_through_the_same_path(tmp_path: Path) -> None:
     ds = json.loads((run_dir / "deepspeed.json").read_text())
     assert ds["zero_optimization"]["stage"] == 3
     assert status(run_id)["step"] == 2
+
+    cli("resume", run_id, "--set", "max_steps=3")
+    row = wait_for(run_id, lambda r: r["finished"] and r["step"] == 3, timeout=600)
+    assert row["state"] == "COMPLETED", row
+    for rank in (0, 1):  # one rank a node, each on its own host
+        log = (run_dir / "logs" / f"rank-{rank}.log").read_text()
+        (line,) = [x for x in log.splitlines() if "checkpoint prefetch:" in x]
+        assert " in 2 file(s) in " in line and "before train begin" in line, line
