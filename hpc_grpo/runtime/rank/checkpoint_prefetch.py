@@ -16,8 +16,10 @@ states (one file all ranks share under ZeRO 1-2, read by one rank per node; a fi
 ZeRO-3), then the rank's own optimizer partition; not ``model.safetensors`` (transformers does
 not read it on a DeepSpeed resume) nor other ranks' partitions. Read by a daemon thread in 16 MiB
 ``preadv`` calls (the GIL is released while the kernel reads), stopped at train begin, when the
-read is over. Bounded: at most half of the memory the node can cache (MemAvailable, and the
-cgroup's limit where one is set) shared by its ranks; a larger share would evict its own start.
+read is over. Bounded: at most half of the memory the node can cache (MemAvailable, lowered to
+the room under the job's memory cgroups, v1 or v2) shared by its ranks; a larger share would
+evict its own start. Page cache is reclaimable: with optimizer offload the kernel drops it
+before the offload's host buffers run short.
 Not measured on a GPU node or a parallel file system yet; measured on this project's CPU machine
 with a cold page cache (docs/benchmarks.md, session 39). ``HPC_GRPO_CHECKPOINT_PREFETCH=0`` turns
 it off.
@@ -77,18 +79,46 @@ def tag_folder(checkpoint: Path) -> Path | None:
     return folder if tag and folder.is_dir() else None
 
 
-def cacheable_bytes(meminfo: Path = Path("/proc/meminfo"),
-                    cgroup: Path = Path("/sys/fs/cgroup")) -> int:
-    """MemAvailable, lowered to the cgroup's room (memory.max - memory.current, cgroup v2)."""
+def cacheable_bytes(meminfo: Path = Path("/proc/meminfo"), proc_cgroup: Path = Path("/proc/self/cgroup"),
+                    root: Path = Path("/sys/fs/cgroup")) -> int:
+    """MemAvailable, lowered to the room left under this process's memory cgroup and every one
+    above it (a Slurm job's limit sits on the job's cgroup, above the task's)."""
     found = re.search(r"^MemAvailable:\s+(\d+) kB", meminfo.read_text(), re.MULTILINE)
     room = int(found[1]) * 1024 if found else 0
+    limited = cgroup_room(proc_cgroup, root)
+    return max(room if limited is None else min(room, limited), 0)
+
+
+# (folder under the cgroup root, limit file, usage file): cgroup v2, then v1's memory controller
+_CONTROLLERS = (("", "memory.max", "memory.current"),
+                ("memory", "memory.limit_in_bytes", "memory.usage_in_bytes"))
+
+
+def cgroup_room(proc_cgroup: Path, root: Path) -> int | None:
+    """The least (limit - usage) over this process's memory cgroup and its ancestors, v2
+    (the ``0::`` line) or v1 (the ``memory`` controller's line); None where none is limited."""
     try:
-        limit = (cgroup / "memory.max").read_text().strip()
-        if limit != "max":
-            room = min(room, int(limit) - int((cgroup / "memory.current").read_text()))
-    except (OSError, ValueError):
-        pass
-    return max(room, 0)
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    rooms = []
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        for sub, limit_file, usage_file in _CONTROLLERS:
+            if (sub == "" and controllers == "") or (sub and sub in controllers.split(",")):
+                base = root / sub
+                folder = base / path.strip().lstrip("/")
+                while True:
+                    try:
+                        limit = (folder / limit_file).read_text().strip()
+                        if limit != "max":
+                            rooms.append(int(limit) - int((folder / usage_file).read_text()))
+                    except (OSError, ValueError):
+                        pass
+                    if folder == base or base not in folder.parents:
+                        break
+                    folder = folder.parent
+    return min(rooms) if rooms else None
 
 
 class Prefetch:

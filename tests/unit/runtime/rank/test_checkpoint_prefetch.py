@@ -53,19 +53,39 @@ def test_half_the_cacheable_memory_shared_by_the_node_s_ranks(
     assert prefetch.within_budget(sizes, cacheable, ranks) == kept
 
 
-def test_cacheable_is_memavailable_lowered_to_the_cgroup_s_room(tmp_path: Path) -> None:
-    meminfo, cgroup = tmp_path / "meminfo", tmp_path / "cg"
+def _limits(folder: Path, limit: str, usage: int, names: tuple[str, str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / names[0]).write_text(limit + "\n")
+    (folder / names[1]).write_text(f"{usage}\n")
+
+
+def test_cacheable_is_memavailable_lowered_to_the_job_s_cgroup_v2(tmp_path: Path) -> None:
+    """A Slurm job's limit sits on the job's cgroup, above the task's own (limit "max")."""
+    meminfo, proc, root = tmp_path / "meminfo", tmp_path / "cgroup", tmp_path / "sys"
     meminfo.write_text("MemTotal:  1000 kB\nMemAvailable:     800 kB\n")
-    assert prefetch.cacheable_bytes(meminfo, cgroup) == 800 * 1024  # no cgroup files
-    cgroup.mkdir()
-    (cgroup / "memory.max").write_text("max\n")
-    (cgroup / "memory.current").write_text("5\n")
-    assert prefetch.cacheable_bytes(meminfo, cgroup) == 800 * 1024
-    (cgroup / "memory.max").write_text(f"{300 * 1024}\n")
-    (cgroup / "memory.current").write_text(f"{100 * 1024}\n")
-    assert prefetch.cacheable_bytes(meminfo, cgroup) == 200 * 1024
-    (cgroup / "memory.current").write_text(f"{400 * 1024}\n")  # over its limit already
-    assert prefetch.cacheable_bytes(meminfo, cgroup) == 0
+    proc.write_text("0::/system.slice/slurmstepd.scope/job_7/step_0/user/task_0\n")
+    assert prefetch.cacheable_bytes(meminfo, proc, root) == 800 * 1024  # no cgroup files at all
+    job = root / "system.slice" / "slurmstepd.scope" / "job_7"
+    v2 = ("memory.max", "memory.current")
+    _limits(job / "step_0" / "user" / "task_0", "max", 5, v2)
+    _limits(job, f"{300 * 1024}", 100 * 1024, v2)
+    assert prefetch.cacheable_bytes(meminfo, proc, root) == 200 * 1024
+    _limits(job, f"{300 * 1024}", 400 * 1024, v2)  # over its limit already
+    assert prefetch.cacheable_bytes(meminfo, proc, root) == 0
+    _limits(job, "max", 0, v2)
+    assert prefetch.cacheable_bytes(meminfo, proc, root) == 800 * 1024
+
+
+def test_cgroup_v1_s_memory_controller_and_a_missing_file(tmp_path: Path) -> None:
+    meminfo, proc, root = tmp_path / "meminfo", tmp_path / "cgroup", tmp_path / "sys"
+    meminfo.write_text("MemAvailable:     800 kB\n")
+    proc.write_text("4:memory:/slurm/uid_0/job_9/step_0\n3:cpuset:/slurm/uid_0/job_9\n0::/\n")
+    v1 = ("memory.limit_in_bytes", "memory.usage_in_bytes")
+    _limits(root / "memory" / "slurm" / "uid_0" / "job_9", f"{500 * 1024}", 450 * 1024, v1)
+    _limits(root / "memory", "9223372036854771712", 10, v1)  # the root: unlimited
+    assert prefetch.cacheable_bytes(meminfo, proc, root) == 50 * 1024
+    proc.unlink()
+    assert prefetch.cacheable_bytes(meminfo, proc, root) == 800 * 1024
 
 
 @pytest.mark.parametrize(("ds", "env", "expected"), [
