@@ -64,10 +64,9 @@ def test_each_rank_read_ahead_what_deepspeed_wrote_for_it(runs: tuple[Path, Path
         assert len(picked) == 2 - rank and all(f"rank_{rank}_" in n for n in picked[-1:]), picked
         log = (stopped / "logs" / f"rank-{rank}.log").read_text()
         (found,) = LINE.findall(log)  # the resumed attempt only: a fresh start reads nothing
-        read, total, files = float(found[0]), float(found[1]), int(found[2])
-        size = sum((folder / n).stat().st_size for n in picked) / 2**30
-        assert files == len(picked) and read == total == float(f"{size:.1f}"), (found, size)
-        assert "still reading" not in log and "stopped by" not in log
+        assert int(found[2]) == len(picked) and found[0] == found[1], found
+        # ended before train begin without an error: every picked file read whole
+        assert "s before train begin" in log and "not read" not in log, log[-2000:]
     # every file a rank's load reads is someone's: the partitions of both and the shared states
     read_by_someone = set(checkpoint_prefetch.rank_files(names, 0, True)) | set(
         checkpoint_prefetch.rank_files(names, 1, False))

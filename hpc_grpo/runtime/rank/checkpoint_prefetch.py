@@ -58,22 +58,22 @@ def rank_files(names: Sequence[str], rank: int, first_on_node: bool) -> list[str
     return sorted(states) + sorted(optimizer)
 
 
-def within_budget(sizes: Sequence[int], cacheable: int, ranks_on_node: int) -> int:
-    """How many of the files (in order) fit this rank's share: half of what the node can
-    cache, split over its ranks."""
-    budget, used = cacheable // (2 * max(ranks_on_node, 1)), 0
-    for count, size in enumerate(sizes):
-        used += size
-        if used > budget:
-            return count
-    return len(sizes)
+def within_budget(sizes: Sequence[int], cacheable: int, ranks_on_node: int) -> list[int]:
+    """The indices of the files (in load order) this rank's share holds: half of what the node
+    can cache, split over its ranks; a file that does not fit is passed over, not the rest."""
+    left, kept = cacheable // (2 * max(ranks_on_node, 1)), []
+    for index, size in enumerate(sizes):
+        if size <= left:
+            kept.append(index)
+            left -= size
+    return kept
 
 
 def tag_folder(checkpoint: Path) -> Path | None:
     """The folder DeepSpeed loads: the one ``latest`` names (None without it: not DeepSpeed's)."""
     try:
         tag = (checkpoint / "latest").read_text().strip()
-    except OSError:
+    except (OSError, ValueError):  # ValueError: not text
         return None
     folder = checkpoint / tag
     return folder if tag and folder.is_dir() else None
@@ -138,20 +138,25 @@ class Prefetch:
         return self
 
     def _run(self) -> None:
-        buffer = bytearray(CHUNK)
         try:
+            buffer = bytearray(CHUNK)
             for path in self.files:
-                fd = os.open(path, os.O_RDONLY)
                 try:
-                    offset = 0
-                    while not self._stop.is_set() and (got := os.preadv(fd, [buffer], offset)):
-                        offset += got
-                        self.read += got
-                finally:
-                    os.close(fd)
-        except OSError as exc:  # a prefetch never ends a run: the load reads what it needs
-            self.error = f"; stopped by {exc}"
-        self.ended = time.monotonic()
+                    self._read(path, buffer)
+                except OSError as exc:  # a prefetch never ends a run: the load reads what it needs
+                    self.error += f"; {path.name} not read: {exc}"
+        finally:
+            self.ended = time.monotonic()
+
+    def _read(self, path: Path, buffer: bytearray) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            offset = 0
+            while not self._stop.is_set() and (got := os.preadv(fd, [buffer], offset)):
+                offset += got
+                self.read += got
+        finally:
+            os.close(fd)
 
     def stop(self) -> str:
         """End the reading (at train begin) and say what it read and when it ended."""
@@ -169,15 +174,15 @@ def start(run: RunRecord, resume: Path | None, rank: int, env: Mapping[str, str]
     folder = tag_folder(resume) if resume is not None and wanted(run, env) else None
     if folder is None:
         return None
-    first_on_node = rank % max(run.procs_per_node, 1) == 0
-    names = rank_files(sorted(p.name for p in folder.iterdir()), rank, first_on_node)
-    files = [folder / n for n in names]
+    first_on_node = rank % max(run.procs_per_node, 1) == 0  # ranks are contiguous a node
     try:
-        sizes = [p.stat().st_size for p in files]
-        keep = within_budget(sizes, cacheable_bytes(), run.procs_per_node)
-    except OSError:
+        names = rank_files(sorted(p.name for p in folder.iterdir()), rank, first_on_node)
+        sizes = [(folder / n).stat().st_size for n in names]
+        kept = within_budget(sizes, cacheable_bytes(), run.procs_per_node)
+    except (OSError, ValueError):  # nothing read ahead; the load reads as before
         return None
-    return Prefetch(files[:keep], sum(sizes[:keep]), len(files) - keep).start() if keep else None
+    files = [folder / names[i] for i in kept]  # none kept: the line says so all the same
+    return Prefetch(files, sum(sizes[i] for i in kept), len(names) - len(kept)).start()
 
 
 def install(trainer: Any, prefetch: Prefetch | None) -> None:

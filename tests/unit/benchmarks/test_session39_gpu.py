@@ -148,3 +148,5 @@ def test_the_prefetch_rows_are_the_cpu_json() -> None:
     eight = json.loads((RESULTS / "2026-11-27-checkpoint-prefetch-4gib-wait8-cold-cpu-session39"
                                   ".json").read_text())
     assert all("4.0 of 4.0 GiB in 1 file(s) in 2.0 s" in x for x in eight["prefetch_lines"])
+    without, with_ = eight["seconds"]["without"], eight["seconds"]["with"]  # rounds 1 and 2
+    assert f"{without[0] / with_[0]:.1f}x and {without[1] / with_[1]:.1f}x" in section

@@ -42,14 +42,14 @@ def test_zero3_every_rank_its_own_module_states_and_rank_1_is_not_rank_11() -> N
 
 
 @pytest.mark.parametrize(("sizes", "cacheable", "ranks", "kept"), [
-    ([10, 30], 160, 2, 2),  # share 40: both
-    ([10, 31], 160, 2, 1),  # the second passes the share: only the first
-    ([50, 1], 160, 2, 0),   # the first alone passes it: nothing (the order is the load's)
-    ([], 160, 2, 0),
-    ([1], 10, 0, 1),        # a run record without ranks per node counts one
+    ([10, 30], 160, 2, [0, 1]),  # share 40: both
+    ([10, 31], 160, 2, [0]),     # the second passes what is left of the share
+    ([50, 1], 160, 2, [1]),      # the first alone passes it: passed over, the next still read
+    ([], 160, 2, []),
+    ([1], 10, 0, [0]),           # a run record without ranks per node counts one
 ])
 def test_half_the_cacheable_memory_shared_by_the_node_s_ranks(
-        sizes: list[int], cacheable: int, ranks: int, kept: int) -> None:
+        sizes: list[int], cacheable: int, ranks: int, kept: list[int]) -> None:
     assert prefetch.within_budget(sizes, cacheable, ranks) == kept
 
 
@@ -141,8 +141,27 @@ def test_nothing_without_a_deepspeed_checkpoint_or_when_off(tmp_path: Path) -> N
     assert prefetch.start(_run(), checkpoint, 0, {}) is None
 
 
-def test_a_file_gone_mid_read_is_a_line_not_an_exception(tmp_path: Path) -> None:
-    started = prefetch.Prefetch([tmp_path / "gone.pt"], 10, 0).start()
+def test_a_file_that_cannot_be_read_is_a_line_and_the_next_is_still_read(tmp_path: Path) -> None:
+    present = tmp_path / "present.pt"
+    present.write_bytes(b"x" * 1000)
+    started = prefetch.Prefetch([tmp_path / "gone.pt", present], 1010, 0).start()
     started._thread.join(10)
     line = started.stop()
-    assert "stopped by" in line and "gone.pt" in line and started.read == 0
+    assert "; gone.pt not read: " in line and started.read == 1000 and started.ended is not None
+
+
+def test_nothing_within_the_share_is_still_a_line(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    checkpoint = _checkpoint(tmp_path, {ZERO2[0]: 1 << 16, ZERO2[2]: 1 << 16})
+    monkeypatch.setattr(prefetch, "cacheable_bytes", lambda: 1000)
+    started = prefetch.start(_run(), checkpoint, 0, {})
+    assert started is not None and started.files == []
+    started._thread.join(10)
+    assert started.stop().startswith("checkpoint prefetch: 0.0 of 0.0 GiB in 0 file(s) in ")
+    assert "; 2 file(s) over its memory share not read" in started.stop()
+
+
+def test_an_unreadable_tag_folder_reads_nothing_and_raises_nothing(tmp_path: Path) -> None:
+    checkpoint = _checkpoint(tmp_path, {ZERO2[2]: 1 << 16})
+    (checkpoint / "latest").write_bytes(b"\xff\xfe")  # not text
+    assert prefetch.start(_run(), checkpoint, 0, {}) is None
