@@ -1,6 +1,6 @@
 """What the resume tests share: the counting-prompts dataset, launching a run until it is done with
 the test reward asking for a stop at given steps, and reading the prompts each step trained on
-(tests/slow/resume_reward.py writes them)."""
+(tests/slow/resume_reward.py writes them) and what each step logged."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.slow.test_runtime_slow import node_cmd, node_env, state
+from tests.slow.test_runtime_slow import metrics, node_cmd, node_env, state
+
+STEP_KEYS = ("step", "reward_mean", "reward_std", "loss")
 
 
 def counting_prompts(path: Path, count: int) -> dict[str, str]:
@@ -43,3 +45,8 @@ def run_with_stops(run_dir: Path, stops: Sequence[int], steps: int, timeout: flo
 def prompts_per_step(run_dir: Path, rank: int) -> list[tuple[int, list[Any]]]:
     path = run_dir / f"prompts-rank-{rank}.jsonl"
     return [(row["step"], row["prompts"]) for row in map(json.loads, path.read_text().splitlines())]
+
+
+def step_rows(run_dir: Path) -> list[tuple[Any, ...]]:
+    """(step, reward mean, reward std, loss) of every logged step: what an exact resume keeps."""
+    return [tuple(row[k] for k in STEP_KEYS) for row in metrics(run_dir)]

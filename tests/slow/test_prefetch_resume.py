@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from hpc_grpo.runtime.rank import checkpoint_prefetch
-from tests.slow.resume_runs import counting_prompts, run_with_stops
-from tests.slow.test_runtime_slow import metrics, write_run
+from tests.slow.resume_runs import counting_prompts, run_with_stops, step_rows
+from tests.slow.test_runtime_slow import write_run
 
 pytestmark = pytest.mark.slow
 STEPS, STOP = 5, 3
@@ -46,11 +46,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def test_the_resume_equals_the_uninterrupted_run(runs: tuple[Path, Path]) -> None:
     reference, stopped = runs
-    keys = ("step", "reward_mean", "reward_std", "loss")
-    ref = [tuple(row[k] for k in keys) for row in metrics(reference)]
-    got = [tuple(row[k] for k in keys) for row in metrics(stopped)]
+    ref = step_rows(reference)
     assert [r[0] for r in ref] == list(range(1, STEPS + 1))
-    assert got == ref
+    assert step_rows(stopped) == ref
 
 
 def test_each_rank_read_ahead_what_deepspeed_wrote_for_it(runs: tuple[Path, Path]) -> None:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.slow.resume_runs import counting_prompts, prompts_per_step, run_with_stops
-from tests.slow.test_runtime_slow import metrics, write_run
+from tests.slow.resume_runs import counting_prompts, prompts_per_step, run_with_stops, step_rows
+from tests.slow.test_runtime_slow import write_run
 
 pytestmark = pytest.mark.slow
 STEPS = 14
@@ -58,9 +58,7 @@ def test_same_prompts_every_step(runs: tuple[Path, Path]) -> None:
 
 def test_same_rewards_and_losses_every_step(runs: tuple[Path, Path]) -> None:
     reference, stopped = runs
-    keys = ("step", "reward_mean", "reward_std", "loss")
-    ref = [tuple(row[k] for k in keys) for row in metrics(reference)]
-    got = [tuple(row[k] for k in keys) for row in metrics(stopped)]
+    ref, got = step_rows(reference), step_rows(stopped)
     assert [r[0] for r in ref] == list(range(1, STEPS + 1))
     differ = [g[0] for g, r in zip(got, ref, strict=True) if g != r]
     assert not differ, f"steps {differ} differ from the uninterrupted run"
@@ -130,8 +128,6 @@ def test_resume_is_exact_keeping_one_checkpoint_with_killed_saves_about(
     run_with_stops(run_dir, STOPS, STEPS, timeout=120,
                    between=lambda stop: _plant_partial(run_dir, stop))
     assert _checkpoints(run_dir) == [f"checkpoint-{STEPS}"]
-    keys = ("step", "reward_mean", "reward_std", "loss")
-    got = [tuple(row[k] for k in keys) for row in metrics(run_dir)]
-    assert got == [tuple(row[k] for k in keys) for row in metrics(reference)]
+    assert step_rows(run_dir) == step_rows(reference)
     assert [p for step, p in prompts_per_step(run_dir, 0)] == \
         [p for step, p in prompts_per_step(reference, 0)]
