@@ -24,11 +24,19 @@ One test per device call (each stays under the 10-minute limit), in this order, 
   skipped and checkpoint-2 stays the resume point. Its first new step is compared with the
   second run's and recorded, not asserted: at TP 2 a cold cache is suspected of changing the
   sampled completions (the 2026-11-25 reference).
+- ``-k page_cache``: two more resumes of checkpoint-2, each after the checkpoint and the model
+  were dropped from the page cache (``posix_fadvise(DONTNEED)``: a requeue onto a node that did
+  not write them), without and then with the checkpoint prefetch
+  (runtime/rank/checkpoint_prefetch.py, ``HPC_GRPO_CHECKPOINT_PREFETCH`` 0 and 1), each stopped
+  after its first new step like ``-k cold_cache``; their times to the first new step and start-up
+  records are saved side by side (a measurement, not asserted), and only the second logs the
+  prefetch, on every rank.
 - ``-k resume_equals`` (``-k resume`` would select the whole file by its name): the node task
   again, warm caches; it resumes from checkpoint-2 and runs steps 3-5; every step equals the
   second uninterrupted run's; where the layout reads the checkpoint through mappings
   (runtime/rank/checkpoint_read.py: GPUs, DeepSpeed, no offload) every rank's log says so and
-  none says a file stayed mapped. Then the checkpoints and the model are deleted.
+  none says a file stayed mapped, and every rank logged its checkpoint prefetch. Then the
+  checkpoints and the model are deleted.
 - ``-k warm_restart``: no GPU work: the warm resume's time to its first new step against the cold
   one's, from the two saved results (issue #29's goal: at most half).
 """
@@ -184,10 +192,55 @@ def test_7b_cold_cache_restart() -> None:
     assert result["state"].get("last_checkpoint_step") == stop["checkpoint_step"], result["state"]
 
 
+def _drop_from_page_cache(*folders: Path) -> int:
+    """Every file under the folders dropped from the page cache; returns their bytes."""
+    os.sync()  # dirty pages are not dropped
+    total = 0
+    for path in (p for folder in folders for p in folder.rglob("*") if p.is_file()):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        total += path.stat().st_size
+    return total
+
+
+def _prefetch_lines(run_dir: Path) -> list[str]:
+    return [line for log in sorted((run_dir / "logs").glob("rank-*.log"))
+            for line in log.read_text(errors="replace").splitlines() if "checkpoint prefetch:" in line]
+
+
+@needs_two
+def test_7b_page_cache_resume_without_and_with_the_prefetch() -> None:
+    from hpc_grpo.runtime.rank.checkpoint_prefetch import ENV
+
+    _, run_dir, stop, _ = _stopped()
+    record = json.loads((run_dir / "run.json").read_text())
+    result: dict[str, Any] = {}
+    for how in ("without", "with"):
+        dropped = _drop_from_page_cache(run_dir / "checkpoints", Path(record["model"]))
+        before = len(_prefetch_lines(run_dir))
+        attempt = _attempt(run_dir, _node_env() | {ENV: "1" if how == "with" else "0"},
+                           stop_after=1)
+        result[how] = {"attempt": attempt, "dropped_gib": round(dropped / GIB, 1),
+                       "startup": read_jsonl(run_dir / "startup.jsonl")[-1:],
+                       "prefetch_lines": _prefetch_lines(run_dir)[before:]}
+    _save("7b-resume-page-cache", result)
+    for how in ("without", "with"):
+        assert result[how]["attempt"]["phase"] == "interrupted", result
+        assert result[how]["attempt"]["first_new_step_s"] > 0, result
+    assert result["without"]["prefetch_lines"] == []
+    assert len(result["with"]["prefetch_lines"]) == record["world_size"], result["with"]
+    state = json.loads((run_dir / "state.json").read_text())
+    assert state.get("last_checkpoint_step") == stop["checkpoint_step"], state  # still the point
+
+
 @needs_two
 def test_7b_resume_equals_the_uninterrupted_run() -> None:
     ref, run_dir, _, second = _stopped()
     env = _node_env()
+    before = len(_prefetch_lines(run_dir))
     attempt = _attempt(run_dir, env, stop_after=None)
     rows = _metrics(run_dir)
     result = {"attempt": attempt, "steps": [{k: r.get(k) for k in KEYS} for r in rows],
@@ -198,12 +251,15 @@ def test_7b_resume_equals_the_uninterrupted_run() -> None:
               "restarts": read_jsonl(run_dir / "restarts.jsonl"),
               "startup": read_jsonl(run_dir / "startup.jsonl")}  # every attempt's split
     result["checkpoint_read"] = _read_lines(run_dir)
+    result["prefetch"] = _prefetch_lines(run_dir)[before:]  # this attempt's, one a rank
     _save("7b-resume-resumed", result)
     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # 87 GiB: leave the disk clean
     shutil.rmtree(_work() / "home" / "models", ignore_errors=True)
     assert attempt["phase"] == "done", attempt
     assert result["steps"] == result["reference"], result
     _assert_mapped_read(run_dir, result["checkpoint_read"])
+    assert len(result["prefetch"]) == json.loads((run_dir / "run.json").read_text())[
+        "world_size"], result["prefetch"]
 
 
 def _read_lines(run_dir: Path) -> list[str]:
