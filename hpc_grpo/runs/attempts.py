@@ -53,22 +53,20 @@ def startup_line(last: Mapping[str, Any], attempt: str = "") -> str:
     parts, total = last.get("parts_s"), finite_number(last.get("total_s"))
     if not isinstance(parts, Mapping) or total is None or (attempt and last.get("attempt") != attempt):
         return ""
-    known = sorted(((v, PART_NAMES.get(str(k), str(k))) for k, raw in parts.items()
-                    if (v := finite_number(raw)) is not None), reverse=True)
     resumed = last.get("resumed_from_step")
     start = f"resumed from step {resumed}" if isinstance(resumed, int) and not isinstance(
         resumed, bool) else "from scratch"
-    inner = _trainer_split(last.get("trainer_parts_s"))
-    split = ", ".join(f"{name} {value:.1f}{inner if name == PART_NAMES['trainer'] else ''}"
-                      for value, name in known)
+    inner = _ranked(last.get("trainer_parts_s"), TRAINER_PART_NAMES)  # within the trainer part
+    within = f" ({', '.join(f'{name} {value:.1f}' for value, name in inner)})" if inner else ""
+    split = ", ".join(f"{name} {value:.1f}{within if name == PART_NAMES['trainer'] else ''}"
+                      for value, name in _ranked(parts, PART_NAMES))
     return f"start-up ({start}): first step {total:.1f} s after the rank started ({split})"
 
 
-def _trainer_split(raw: Any) -> str:
-    """" (model load 12.1, vLLM engine start 25.3)" from trainer_parts_s, largest first; "" for
-    an older line without one or a damaged one."""
+def _ranked(raw: Any, names: Mapping[str, str]) -> list[tuple[float, str]]:
+    """(seconds, name) of a record's parts, largest first; damaged values left out, and nothing
+    for an older line without the mapping or a damaged one."""
     if not isinstance(raw, Mapping):
-        return ""
-    known = sorted(((v, TRAINER_PART_NAMES.get(str(k), str(k))) for k, x in raw.items()
-                    if (v := finite_number(x)) is not None), reverse=True)
-    return f" ({', '.join(f'{name} {value:.1f}' for value, name in known)})" if known else ""
+        return []
+    return sorted(((v, names.get(str(k), str(k))) for k, x in raw.items()
+                   if (v := finite_number(x)) is not None), reverse=True)
