@@ -90,18 +90,23 @@ def _drop_from_page_cache(path: Path) -> None:
         os.close(fd)
 
 
-def micro(gib: float, device: str, rounds: int, folder: Path, cold: bool = False) -> dict[str, Any]:
+def _file_and_targets(gib: float, device: str, folder: Path) -> tuple[Path, list[Any]]:
+    """The partition file written, and a tensor on ``device`` for each of its large ones (what
+    the optimizer copies them into)."""
     import torch
 
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "partition.pt"
     _partition(path, gib)
+    first = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    return path, [torch.empty_like(t, device=device) for t in _tensors(first)]
+
+
+def micro(gib: float, device: str, rounds: int, folder: Path, cold: bool = False) -> dict[str, Any]:
+    path, dest = _file_and_targets(gib, device, folder)
     with open(path, "rb") as f:  # into the page cache, as right after the save
         while f.read(1 << 26):
             pass
-    first = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    dest = [torch.empty_like(t, device=device) for t in _tensors(first)]
-    del first
     times: dict[str, list[float]] = {"whole": [], "mapped": []}
     for i in range(rounds):
         for how in (("whole", "mapped") if i % 2 == 0 else ("mapped", "whole")):
@@ -123,16 +128,9 @@ def prefetch(gib: float, device: str, rounds: int, folder: Path, wait: float) ->
     """The file dropped from the page cache before every read; ``wait`` seconds stand in for
     the trainer's build; then the mapped read, without and with runtime/rank/
     checkpoint_prefetch.py's thread started when the wait began."""
-    import torch
-
     from hpc_grpo.runtime.rank.checkpoint_prefetch import Prefetch
 
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "partition.pt"
-    _partition(path, gib)
-    first = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    dest = [torch.empty_like(t, device=device) for t in _tensors(first)]
-    del first
+    path, dest = _file_and_targets(gib, device, folder)
     size = path.stat().st_size
     times: dict[str, list[float]] = {"without": [], "with": []}
     lines = []
