@@ -35,8 +35,10 @@ One test per device call (each stays under the 10-minute limit), in this order, 
   again, warm caches; it resumes from checkpoint-2 and runs steps 3-5; every step equals the
   second uninterrupted run's; where the layout reads the checkpoint through mappings
   (runtime/rank/checkpoint_read.py: GPUs, DeepSpeed, no offload) every rank's log says so and
-  none says a file stayed mapped, and every rank logged its checkpoint prefetch. Then the
-  checkpoints and the model are deleted.
+  none says a file stayed mapped, every rank logged its checkpoint prefetch, every rank's engine
+  started without reading the model files (runtime/rank/engine_weights.py) and the resumed
+  steps' vLLM log-probabilities stay within drift's bound of the trainer's (the first push
+  carried the checkpoint's weights). Then the checkpoints and the model are deleted.
 - ``-k warm_restart``: no GPU work: the warm resume's time to its first new step against the cold
   one's, from the two saved results (issue #29's goal: at most half).
 """
@@ -206,9 +208,20 @@ def _drop_from_page_cache(*folders: Path) -> int:
     return total
 
 
-def _prefetch_lines(run_dir: Path) -> list[str]:
+def _log_lines(run_dir: Path, part: str) -> list[str]:
     return [line for log in sorted((run_dir / "logs").glob("rank-*.log"))
-            for line in log.read_text(errors="replace").splitlines() if "checkpoint prefetch:" in line]
+            for line in log.read_text(errors="replace").splitlines() if part in line]
+
+
+def _prefetch_lines(run_dir: Path) -> list[str]:
+    return _log_lines(run_dir, "checkpoint prefetch:")
+
+
+def _engine_lines(run_dir: Path) -> list[str]:
+    """runtime/rank/engine_weights.py's line: the engine started without reading the model."""
+    from hpc_grpo.runtime.rank.engine_weights import NOTE
+
+    return _log_lines(run_dir, NOTE)
 
 
 @needs_two
@@ -240,26 +253,35 @@ def test_7b_page_cache_resume_without_and_with_the_prefetch() -> None:
 def test_7b_resume_equals_the_uninterrupted_run() -> None:
     ref, run_dir, _, second = _stopped()
     env = _node_env()
-    before = len(_prefetch_lines(run_dir))
+    before, before_engine = len(_prefetch_lines(run_dir)), len(_engine_lines(run_dir))
     attempt = _attempt(run_dir, env, stop_after=None)
     rows = _metrics(run_dir)
     result = {"attempt": attempt, "steps": [{k: r.get(k) for k in KEYS} for r in rows],
               "reference": [{k: r.get(k) for k in KEYS} for r in second["steps"]],
               "cold_reference": [{k: r.get(k) for k in KEYS} for r in ref["steps"]],
               "step_s": [r.get("step_time") for r in rows],
+              "logp_diff": [r.get("vllm_logp_diff_mean") for r in rows],
               "state": json.loads((run_dir / "state.json").read_text()),
               "restarts": read_jsonl(run_dir / "restarts.jsonl"),
               "startup": read_jsonl(run_dir / "startup.jsonl")}  # every attempt's split
     result["checkpoint_read"] = _read_lines(run_dir)
     result["prefetch"] = _prefetch_lines(run_dir)[before:]  # this attempt's, one a rank
+    result["engine"] = _engine_lines(run_dir)[before_engine:]
     _save("7b-resume-resumed", result)
     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # 87 GiB: leave the disk clean
     shutil.rmtree(_work() / "home" / "models", ignore_errors=True)
     assert attempt["phase"] == "done", attempt
     assert result["steps"] == result["reference"], result
     _assert_mapped_read(run_dir, result["checkpoint_read"])
-    assert len(result["prefetch"]) == json.loads((run_dir / "run.json").read_text())[
-        "world_size"], result["prefetch"]
+    world = json.loads((run_dir / "run.json").read_text())["world_size"]
+    assert len(result["prefetch"]) == world, result["prefetch"]
+    # each rank's engine started from random weights (engine_weights.py) and scored the resumed
+    # steps' tokens as the trainer did: the first push carried the checkpoint's weights
+    assert len(result["engine"]) == world, result["engine"]
+    from hpc_grpo.runs import drift
+
+    resumed = [r.get("vllm_logp_diff_mean") for r in rows if r["time"] > attempt["started"]]
+    assert resumed and not [d for d in resumed if d is None or drift.exceeds(d)], resumed
 
 
 def _read_lines(run_dir: Path) -> list[str]:

@@ -23,6 +23,11 @@ The LoRA pair (#14) runs the plan's layout (ZeRO off) with adapters of rank 16 a
 1e-2: TRL merges them into the base model before each push, so a healthy run stays under the
 bound and a skipped push (the engine keeps the base model) breaks it.
 
+Since session 40 the engine starts from vLLM's random weights (``load_format="dummy"``,
+runtime/rank/engine_weights.py), so a healthy first step under the bound is no longer a given:
+it says TRL's first push filled the engine (whole model, LoRA's merged base too); the rank log's
+line that the engine did not read the model files is asserted with it.
+
 Run on the lent GPU machine (docs/gpu.md): ``python -m pytest -q -m gpu
 tests/gpu/test_weights_reach_vllm.py``. With ``HPC_GRPO_RESULTS`` set, each run's per-step
 values are written there as JSON.
@@ -41,6 +46,7 @@ from typing import Any
 import pytest
 
 from hpc_grpo.runs import drift
+from hpc_grpo.runtime.rank import engine_weights
 from tests.gpu.test_gpu import _site, needs_gpu
 from tests.gpu.test_multinode import _save
 
@@ -94,7 +100,10 @@ def _measure(site: Path, run_id: str, fault: bool, lora: bool = False) -> dict[s
               "deepspeed": json.loads((run_dir / "deepspeed.json").read_text())
               if (run_dir / "deepspeed.json").exists() else None,
               "run_vllm": json.loads((run_dir / "run.json").read_text())["vllm"],
-              "peft": json.loads((run_dir / "run.json").read_text()).get("peft")}
+              "peft": json.loads((run_dir / "run.json").read_text()).get("peft"),
+              "engine_lines": [line for log in sorted((run_dir / "logs").glob("rank-*.log"))
+                               for line in log.read_text(errors="replace").splitlines()
+                               if "vLLM engine" in line]}
     _save(f"weights-reach-vllm-{'lora-' if lora else ''}{'stale' if fault else 'healthy'}", result)
     return result
 
@@ -114,6 +123,9 @@ def test_trained_weights_reach_vllm_every_step(site: Path) -> None:
     assert all(isinstance(d, float) for d in diffs), diffs  # TRL measured every step
     # that these settings move the weights enough to matter is the stale run's to show
     assert not [d for d in diffs if drift.exceeds(d)], (diffs, drift.BOUND_NATS)
+    # the engine started from vLLM's random weights (runtime/rank/engine_weights.py): step 1
+    # under the bound says the first push replaced every weight the sampled tokens depend on
+    assert any(engine_weights.NOTE in line for line in result["engine_lines"]), result["engine_lines"]
 
 
 @needs_gpu
@@ -145,3 +157,6 @@ def test_lora_merged_weights_reach_vllm(site: Path, fault: bool) -> None:
         assert not drift.exceeds(diffs[0]) and any(drift.exceeds(d) for d in diffs[1:]), diffs
     else:
         assert not [d for d in diffs if drift.exceeds(d)], (diffs, drift.BOUND_NATS)
+        # from random weights (engine_weights.py): the merged push covers the whole model
+        assert any(engine_weights.NOTE in line for line in result["engine_lines"]), result
+

@@ -169,6 +169,7 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
         GracefulStopCallback,
         MetricsCallback,
     )
+    from hpc_grpo.runtime.rank.engine_weights import engine_from_pushed_weights
     from hpc_grpo.runtime.rank.staged import model_source
 
     if not phases.install(profiling):  # metrics lines then carry no step split
@@ -179,7 +180,8 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
     rewards, dataset, tokenizer = inputs
     stop = GracefulStopCallback(run_dir, flag, device)
     keep = checkpoints.retention_limit(run.grpo_config)  # applied after each marker, not by TRL
-    with startup.timed_calls(within, startup.trainer_targets(run.vllm.mode)):
+    with engine_from_pushed_weights(os.environ), \
+            startup.timed_calls(within, startup.trainer_targets(run.vllm.mode)):
         trainer = GRPOTrainer(
             model=model_source(run),  # a staged commit's snapshot folder (rank/staged.py)
             reward_funcs=rewards,

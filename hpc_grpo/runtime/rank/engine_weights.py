@@ -1,0 +1,102 @@
+"""The colocated vLLM engine starts without reading the model files: its weights are the trainer's,
+pushed before the first generation.
+
+Why: TRL 1.16 builds the engine with ``LLM(model=model.name_or_path, ...)``
+(trl/generation/vllm_generation.py ``_init_vllm``), so every rank reads the whole model from disk
+a second time (the trainer read it a moment before) and copies it to its GPU. Those weights are
+never used: ``GRPOTrainer`` starts with ``_last_loaded_step = -1``, so its first generation pushes
+every parameter of the trainer's model into the engine (``sync_weights``: each named parameter,
+also for a peft model, whose merged base weights are pushed whole), and a resumed run's engine
+would hold the base model, not the checkpoint's weights, until that push anyway. With sleep mode
+TRL even discards them at once (``llm.sleep(level=2)``). vLLM's own answer for RL is
+``load_format="dummy"`` (vLLM's example ``rl/skip_loading_weights_in_engine_init.py``; verl's
+rollout engines do the same): the engine allocates and fills its weights on the GPU without
+reading a file. At 7B that is about 15 GB a rank of reading and host-to-GPU copying off every
+start and restart (issue #29: warm restart at most half the cold one).
+
+Not used (the engine reads the model files as TRL wrote it) where the push would not cover what
+the files hold: a quantized model (TRL passes ``quantization="bitsandbytes"``, which loads and
+quantizes from the files), a model with persistent buffers (in its files but not among the
+parameters TRL pushes), or when ``HPC_GRPO_ENGINE_DUMMY_WEIGHTS=0``. Checked on a GPU by
+tests/gpu/test_weights_reach_vllm.py: a healthy run's first step scores the same log-probabilities
+in the engine and the trainer, and a run whose pushes are skipped (a test-only fault) does not,
+from step 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+ENV = "HPC_GRPO_ENGINE_DUMMY_WEIGHTS"
+NOTE = "vLLM engine started without reading the model files (the first push fills it)"
+QUANTIZED_LAYERS = ("Linear4bit", "Linear8bitLt")
+
+
+def why_not(model: Any) -> str | None:
+    """Why this model's engine must read the model files (None: the first push fills it)."""
+    if getattr(getattr(model, "config", None), "quantization_config", None) is not None or any(
+            type(module).__name__ in QUANTIZED_LAYERS for module in model.modules()):
+        return "quantized model"
+    kept = persistent_buffers(model)
+    if kept:
+        return f"persistent buffers TRL does not push ({', '.join(kept[:3])})"
+    return None
+
+
+def persistent_buffers(model: Any) -> list[str]:
+    """The buffers a state dict holds (the model files have them; TRL pushes parameters only)."""
+    return [f"{prefix}.{name}" if prefix else name
+            for prefix, module in model.named_modules()
+            for name, buffer in module._buffers.items()
+            if buffer is not None and name not in module._non_persistent_buffers_set]
+
+
+@contextlib.contextmanager
+def engine_from_pushed_weights(env: Mapping[str, str]) -> Iterator[None]:
+    """While the trainer is built, TRL's colocate engine start passes ``load_format="dummy"``
+    to vLLM's ``LLM`` where ``why_not`` allows, and says which in the rank log. TRL's method
+    and module attribute are put back when the block ends, also on an exception."""
+    target = _target() if env.get(ENV, "1") != "0" else None
+    if target is None:
+        yield
+        return
+    module, owner, raw = target
+
+    @functools.wraps(raw)
+    def init_vllm(self: Any, *args: Any, **kwargs: Any) -> Any:
+        reason = why_not(self.model) if getattr(self, "mode", None) == "colocate" else "no engine"
+        if reason is not None:
+            if reason != "no engine":
+                print(f"[train] vLLM engine reads the model files: {reason}", flush=True)
+            return raw(self, *args, **kwargs)
+        llm = module.LLM
+        module.LLM = functools.partial(llm, load_format="dummy")
+        try:
+            result = raw(self, *args, **kwargs)
+        finally:
+            module.LLM = llm
+        print(f"[train] {NOTE}", flush=True)
+        return result
+
+    owner._init_vllm = init_vllm
+    try:
+        yield
+    finally:
+        owner._init_vllm = raw
+
+
+def _target() -> tuple[Any, Any, Any] | None:
+    """TRL's generation module, its ``VLLMGeneration`` and the plain ``_init_vllm`` (None where
+    this TRL has moved them or vLLM is missing: the engine then starts as TRL wrote it)."""
+    try:
+        from trl.generation import vllm_generation as module
+    except ImportError:
+        return None
+    owner = getattr(module, "VLLMGeneration", None)
+    raw = vars(owner).get("_init_vllm") if owner is not None else None
+    if not callable(raw) or isinstance(raw, staticmethod | classmethod) or not hasattr(module, "LLM"):
+        return None
+    return module, owner, raw
