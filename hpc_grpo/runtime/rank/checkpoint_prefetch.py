@@ -20,6 +20,10 @@ read is over. Bounded: at most half of the memory the node can cache (MemAvailab
 the room under the job's memory cgroups, v1 or v2) shared by its ranks; a larger share would
 evict its own start. Page cache is reclaimable: with optimizer offload the kernel drops it
 before the offload's host buffers run short.
+Chunks already in the page cache (the node wrote the checkpoint, or ran the attempt before) are
+not copied again: ``mincore(2)`` on a read-only mapping of the file says which pages are there,
+as ``fincore`` and ``vmtouch`` ask it (Python has no binding; ctypes calls libc). Otherwise a
+warm requeue would copy a 7B rank's 50 GiB through the buffer for nothing while the trainer loads.
 Not measured on a GPU node or a parallel file system yet; measured on this project's CPU machine
 with a cold page cache (docs/benchmarks.md, session 39). ``HPC_GRPO_CHECKPOINT_PREFETCH=0`` turns
 it off.
@@ -27,6 +31,9 @@ it off.
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import mmap
 import os
 import re
 import threading
@@ -121,12 +128,51 @@ def cgroup_room(proc_cgroup: Path, root: Path) -> int | None:
     return min(rooms) if rooms else None
 
 
+_LOW_BIT = bytes(b & 1 for b in range(256))  # mincore(2): only the low bit of each byte is defined
+
+
+@functools.cache
+def _libc() -> Any:
+    """libc's mmap, mincore and munmap with their C types (None where there is no libc)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_int, ctypes.c_long]
+        libc.mincore.restype = ctypes.c_int
+        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        libc.munmap.restype = ctypes.c_int
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+def cached_pages(fd: int, size: int) -> bytes | None:
+    """One byte a page of the file's first ``size`` bytes, 1 where the page is in the page cache,
+    0 where not; None where the kernel cannot be asked (no libc, no mincore, a failed mapping)."""
+    libc = _libc()
+    if libc is None or size <= 0:
+        return None
+    address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if address is None or address == ctypes.c_void_p(-1).value:  # MAP_FAILED
+        return None
+    try:
+        pages = ctypes.create_string_buffer((size + mmap.PAGESIZE - 1) // mmap.PAGESIZE)
+        if libc.mincore(address, size, pages) != 0:
+            return None
+        return pages.raw.translate(_LOW_BIT)
+    finally:
+        libc.munmap(address, size)
+
+
 class Prefetch:
     """The reading thread and what it did, for the rank's one line at train begin."""
 
     def __init__(self, files: list[Path], total: int, skipped: int) -> None:
         self.files, self.total, self.skipped = files, total, skipped
         self.read = 0
+        self.cached = 0  # of ``read``: chunks found in the page cache and not copied again
         self.began = time.monotonic()
         self.ended: float | None = None
         self.error = ""
@@ -151,8 +197,17 @@ class Prefetch:
     def _read(self, path: Path, buffer: bytearray) -> None:
         fd = os.open(path, os.O_RDONLY)
         try:
+            size = os.fstat(fd).st_size
+            resident = cached_pages(fd, size)
+            per_chunk = CHUNK // mmap.PAGESIZE
             offset = 0
-            while not self._stop.is_set() and (got := os.preadv(fd, [buffer], offset)):
+            while not self._stop.is_set() and offset < size:
+                first = offset // mmap.PAGESIZE
+                if resident is not None and 0 not in resident[first:first + per_chunk]:
+                    got = min(CHUNK, size - offset)  # in the page cache already: not copied
+                    self.cached += got
+                elif not (got := os.preadv(fd, [buffer], offset)):
+                    break  # the file is shorter than it was
                 offset += got
                 self.read += got
         finally:
@@ -165,8 +220,10 @@ class Prefetch:
         when = (f"in {self.ended - self.began:.1f} s, {now - self.ended:.1f} s before train begin"
                 if self.ended is not None else f"still reading at train begin, {now - self.began:.1f} s")
         left = f"; {self.skipped} file(s) over its memory share not read" if self.skipped else ""
+        cached = (f"; {self.cached / 2**30:.1f} GiB of it found in the page cache, not copied"
+                  if self.cached else "")
         return (f"checkpoint prefetch: {self.read / 2**30:.1f} of {self.total / 2**30:.1f} GiB in "
-                f"{len(self.files)} file(s) {when}{left}{self.error}")
+                f"{len(self.files)} file(s) {when}{cached}{left}{self.error}")
 
 
 def start(run: RunRecord, resume: Path | None, rank: int, env: Mapping[str, str]) -> Prefetch | None:

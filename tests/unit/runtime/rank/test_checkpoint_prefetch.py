@@ -3,6 +3,8 @@ node's memory, and that the thread reads them whole (on real files) and stops wh
 
 from __future__ import annotations
 
+import mmap
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -165,3 +167,72 @@ def test_an_unreadable_tag_folder_reads_nothing_and_raises_nothing(tmp_path: Pat
     checkpoint = _checkpoint(tmp_path, {ZERO2[2]: 1 << 16})
     (checkpoint / "latest").write_bytes(b"\xff\xfe")  # not text
     assert prefetch.start(_run(), checkpoint, 0, {}) is None
+
+
+def _cold_file(path: Path, mib: int) -> int:
+    """A file of ``mib`` MiB written and dropped from the page cache; returns its descriptor."""
+    path.write_bytes(bytes(range(256)) * (mib << 12))
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    pages = prefetch.cached_pages(fd, mib << 20)
+    if pages is None or 1 in pages:
+        os.close(fd)
+        pytest.skip("this file system keeps the pages after POSIX_FADV_DONTNEED")
+    return fd
+
+
+def test_cached_pages_says_which_pages_are_in_the_page_cache(tmp_path: Path) -> None:
+    fd = _cold_file(tmp_path / "part.pt", 4)
+    try:
+        os.pread(fd, 1 << 20, 2 << 20)  # the third MiB
+        pages = prefetch.cached_pages(fd, 4 << 20)
+        per_mib = (1 << 20) // mmap.PAGESIZE
+        assert pages is not None and len(pages) == 4 * per_mib
+        assert pages[2 * per_mib:3 * per_mib] == b"\x01" * per_mib
+        assert pages[:2 * per_mib] == bytes(2 * per_mib) and pages[3 * per_mib:] == bytes(per_mib)
+        assert prefetch.cached_pages(fd, 0) is None  # nothing to map
+    finally:
+        os.close(fd)
+
+
+def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    offsets: list[int] = []
+    real = os.preadv
+
+    def counted(fd: int, buffers: list[bytearray], offset: int) -> int:
+        offsets.append(offset)
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(prefetch.os, "preadv", counted)
+    return offsets
+
+
+def test_chunks_already_in_the_page_cache_are_not_copied_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A warm requeue: only what the page cache lacks is read; the line says how much was there."""
+    monkeypatch.setattr(prefetch, "CHUNK", 1 << 20)
+    path = tmp_path / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    fd = _cold_file(path, 4)
+    os.pread(fd, 1 << 20, 1 << 20)  # the second chunk is cached, the others not
+    offsets = _count_reads(monkeypatch)
+    started = prefetch.Prefetch([path], 4 << 20, 0).start()
+    started._thread.join(10)
+    line = started.stop()
+    assert offsets == [0, 2 << 20, 3 << 20]  # every chunk but the cached one, in order
+    assert started.read == 4 << 20 and started.cached == 1 << 20
+    assert "; 0.0 GiB of it found in the page cache, not copied" in line
+    assert prefetch.cached_pages(fd, 4 << 20) == b"\x01" * ((4 << 20) // mmap.PAGESIZE)
+    os.close(fd)
+
+
+def test_without_mincore_every_chunk_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prefetch, "CHUNK", 1 << 20)
+    monkeypatch.setattr(prefetch, "cached_pages", lambda fd, size: None)
+    path = tmp_path / "mp_rank_00_model_states.pt"
+    path.write_bytes(b"x" * ((3 << 20) + 5))  # cached (just written), and a partial last chunk
+    offsets = _count_reads(monkeypatch)
+    started = prefetch.Prefetch([path], (3 << 20) + 5, 0).start()
+    started._thread.join(10)
+    assert offsets == [0, 1 << 20, 2 << 20, 3 << 20] and started.read == (3 << 20) + 5
+    assert started.cached == 0 and "page cache" not in started.stop()
