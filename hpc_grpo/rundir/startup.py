@@ -15,6 +15,8 @@ PART_NAMES: dict[str, str] = {
 
 # key in trainer_parts_s (calls timed inside the "trainer" part) -> the name ``status`` shows
 TRAINER_PART_NAMES: dict[str, str] = {
+    "checks_and_inputs": "arguments, checks and inputs",  # GRPOConfig, rank checks, data, tokenizer
+    "trainer_import": "TRL and vLLM import",
     "model_load": "model load",
     "engine_start": "vLLM engine start",  # colocate
     "server_connect": "vLLM server connect",  # server mode: rank 0's client

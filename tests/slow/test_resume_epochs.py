@@ -87,9 +87,11 @@ def test_each_attempt_records_where_its_start_went(runs: tuple[Path, Path]) -> N
         assert set(parts) == set(PARTS) and all(v >= 0 for v in parts.values()), line
         assert abs(sum(parts.values()) - line["total_s"]) < 0.05, line
         assert parts["imports"] > 0 and parts["trainer"] > 0.5, line  # the kernel's start, TRL
-        # inside the trainer part: TRL's model load timed (no engine without vLLM on CPU)
+        # inside the trainer part: TRL's model load timed (no engine without vLLM on CPU), and
+        # the stretches before it: arguments, checks and inputs, then TRL's trainer import
         inner = line["trainer_parts_s"]
-        assert set(inner) == {"model_load"} and 0 < inner["model_load"] < parts["trainer"], line
+        assert set(inner) == {"model_load", "checks_and_inputs", "trainer_import"}, line
+        assert all(v > 0 for v in inner.values()) and sum(inner.values()) < parts["trainer"], line
     starts = [line["process_start"] for line in lines[stopped]]
     assert starts == sorted(starts) and len(set(starts)) == len(starts)  # a new process each
     from hpc_grpo.runs import track

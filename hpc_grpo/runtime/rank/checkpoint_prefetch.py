@@ -67,7 +67,8 @@ def rank_files(names: Sequence[str], rank: int, first_on_node: bool) -> list[str
 
 def within_budget(sizes: Sequence[int], cacheable: int, ranks_on_node: int) -> list[int]:
     """The indices of the files (in load order) this rank's share holds: half of what the node
-    can cache, split over its ranks; a file that does not fit is passed over, not the rest."""
+    can cache, split over its ranks; ``sizes`` are what each file would add to the page cache
+    (its pages not cached yet); a file that does not fit is passed over, not the rest."""
     left, kept = cacheable // (2 * max(ranks_on_node, 1)), []
     for index, size in enumerate(sizes):
         if size <= left:
@@ -96,14 +97,27 @@ def cacheable_bytes(meminfo: Path = Path("/proc/meminfo"), proc_cgroup: Path = P
     return max(room if limited is None else min(room, limited), 0)
 
 
-# (folder under the cgroup root, limit file, usage file): cgroup v2, then v1's memory controller
-_CONTROLLERS = (("", "memory.max", "memory.current"),
-                ("memory", "memory.limit_in_bytes", "memory.usage_in_bytes"))
+# (folder under the cgroup root, limit file, usage file, memory.stat's inactive page cache):
+# cgroup v2, then v1's memory controller
+_CONTROLLERS = (("", "memory.max", "memory.current", "inactive_file"),
+                ("memory", "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"))
+
+
+def _inactive_file(folder: Path, key: str) -> int:
+    """The cgroup's inactive page cache (memory.stat), 0 where it cannot be read."""
+    try:
+        found = re.search(rf"^{key} (\d+)$", (folder / "memory.stat").read_text(), re.MULTILINE)
+    except OSError:
+        return 0
+    return int(found[1]) if found else 0
 
 
 def cgroup_room(proc_cgroup: Path, root: Path) -> int | None:
     """The least (limit - usage) over this process's memory cgroup and its ancestors, v2
-    (the ``0::`` line) or v1 (the ``memory`` controller's line); None where none is limited."""
+    (the ``0::`` line) or v1 (the ``memory`` controller's line); None where none is limited.
+    Usage counts page cache, so the inactive part of it (memory.stat), which the kernel drops
+    first, is taken off as a working-set figure does: on 2 x H200 (session 40) a node whose
+    cgroup held the checkpoint it had just written saw too little room for a 37 GiB file."""
     try:
         lines = proc_cgroup.read_text().splitlines()
     except OSError:
@@ -111,7 +125,7 @@ def cgroup_room(proc_cgroup: Path, root: Path) -> int | None:
     rooms = []
     for line in lines:
         _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
-        for sub, limit_file, usage_file in _CONTROLLERS:
+        for sub, limit_file, usage_file, inactive in _CONTROLLERS:
             if (sub == "" and controllers == "") or (sub and sub in controllers.split(",")):
                 base = root / sub
                 folder = base / path.strip().lstrip("/")
@@ -119,7 +133,8 @@ def cgroup_room(proc_cgroup: Path, root: Path) -> int | None:
                     try:
                         limit = (folder / limit_file).read_text().strip()
                         if limit != "max":
-                            rooms.append(int(limit) - int((folder / usage_file).read_text()))
+                            usage = int((folder / usage_file).read_text())
+                            rooms.append(int(limit) - usage + _inactive_file(folder, inactive))
                     except (OSError, ValueError):
                         pass
                     if folder == base or base not in folder.parents:
@@ -164,6 +179,17 @@ def cached_pages(fd: int, size: int) -> bytes | None:
         return pages.raw.translate(_LOW_BIT)
     finally:
         libc.munmap(address, size)
+
+
+def _uncached_bytes(path: Path, size: int) -> int:
+    """What reading the file would add to the page cache: its pages not there yet (the whole
+    file where mincore cannot say). What is cached costs the share nothing."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        pages = cached_pages(fd, size)
+    finally:
+        os.close(fd)
+    return size if pages is None else min(size, pages.count(0) * mmap.PAGESIZE)
 
 
 class Prefetch:
@@ -235,7 +261,8 @@ def start(run: RunRecord, resume: Path | None, rank: int, env: Mapping[str, str]
     try:
         names = rank_files(sorted(p.name for p in folder.iterdir()), rank, first_on_node)
         sizes = [(folder / n).stat().st_size for n in names]
-        kept = within_budget(sizes, cacheable_bytes(), run.procs_per_node)
+        uncached = [_uncached_bytes(folder / n, size) for n, size in zip(names, sizes, strict=True)]
+        kept = within_budget(uncached, cacheable_bytes(), run.procs_per_node)
     except (OSError, ValueError):  # nothing read ahead; the load reads as before
         return None
     files = [folder / names[i] for i in kept]  # none kept: the line says so all the same

@@ -24,7 +24,7 @@ from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.contract import RunRecord, rank_row
 from hpc_grpo.rundir.state import RunState
-from hpc_grpo.runtime.rank import checkpoints, heartbeat, startup, tracking
+from hpc_grpo.runtime.rank import checkpoints, heartbeat, restart_record, startup, tracking
 from hpc_grpo.runtime.rank.placement import RuntimeCheckError
 from hpc_grpo.runtime.rank.stop import StopFlag, request_cause
 
@@ -117,36 +117,6 @@ def _inputs(run: RunRecord) -> tuple[Any, Any, Any]:
     return found.rewards, found.dataset, found.tokenizer
 
 
-def _restart_cause(previous: RunState, run_dir: Path | None = None) -> str:
-    """Why the previous attempt ended, as the node task recorded it (in state.json, or in its
-    stop-cause file when it was killed before it could) or as its phase implies."""
-    if previous.stop_cause:
-        return previous.stop_cause
-    early = rundir.read_json(run_dir / contract.STOP_CAUSE_JSON) if run_dir else None
-    if isinstance(early, dict) and early.get("cause") and early.get("attempt") == previous.attempt:
-        return str(early["cause"])
-    return {
-        "done": "ended",
-        "interrupted": "signal (cause not recorded)",  # ranks saved; the node task was killed first
-        "failed": "failed",  # resumed by the user after the job ended FAILED (issue #27)
-    }.get(previous.phase, "killed (no stop recorded)")
-
-
-def _record_resume(run_dir: Path, previous: RunState, attempt: str, notes: list[str],
-                   resume: Path | None, resume_step: int) -> None:
-    """Rank 0: drop metric lines past the checkpoint and log the restart with its cause."""
-    dropped = rundir.truncate_metrics(run_dir / contract.METRICS_JSONL, resume_step)
-    rundir.update_state(run_dir, notes=notes, resumed_from=str(resume) if resume else None,
-                        step=resume_step, metrics_lines_dropped=dropped, stop_cause=None)
-    if previous.attempt and previous.attempt != attempt:
-        rundir.append_jsonl(run_dir / contract.RESTARTS_JSONL, {
-            "time": time.time(), "attempt": attempt, "previous_attempt": previous.attempt,
-            "cause": _restart_cause(previous, run_dir), "previous_phase": previous.phase or None,
-            "stopped_at_step": previous.step, "resumed_from_step": resume_step,
-            "steps_lost": dropped,
-        })
-
-
 def _finish(run_dir: Path, run: RunRecord, **state: Any) -> None:
     """Rank 0: summary.json, reward_curve.png and state.json phase "done"."""
     from hpc_grpo.runtime.rank.summary import write_summary
@@ -158,7 +128,9 @@ def _finish(run_dir: Path, run: RunRecord, **state: Any) -> None:
 def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, Any],
              flag: StopFlag, device: Any, within: dict[str, float]) -> tuple[Any, Any]:
     """GRPOTrainer with the project's callbacks; returns it and the graceful-stop callback.
-    The model load and the engine start inside it are timed into ``within`` (rank/startup.py)."""
+    The imports, the model load and the engine start inside it are timed into ``within``
+    (rank/startup.py)."""
+    began = time.perf_counter()
     from trl import GRPOTrainer
     from trl.extras import profiling
 
@@ -180,8 +152,9 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
     rewards, dataset, tokenizer = inputs
     stop = GracefulStopCallback(run_dir, flag, device)
     keep = checkpoints.retention_limit(run.grpo_config)  # applied after each marker, not by TRL
-    with engine_from_pushed_weights(os.environ), \
-            startup.timed_calls(within, startup.trainer_targets(run.vllm.mode)):
+    targets = startup.trainer_targets(run.vllm.mode)  # TRL's trainer module imports vLLM
+    within["trainer_import"] = time.perf_counter() - began
+    with engine_from_pushed_weights(os.environ), startup.timed_calls(within, targets):
         trainer = GRPOTrainer(
             model=model_source(run),  # a staged commit's snapshot folder (rank/staged.py)
             reward_funcs=rewards,
@@ -234,6 +207,7 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     from hpc_grpo.runtime.rank.faults import stale_weights
 
     lead = rank == 0
+    began = time.perf_counter()
     args, notes = _grpo_args(run, run_dir, rank)
     if stale_weights.enabled(os.environ):
         notes.append(stale_weights.NOTE)
@@ -244,13 +218,14 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
         print(f"[hardware] {note}", flush=True)
     rewards, dataset, tokenizer = _inputs(run)
     inputs = (hang_fault.wrap_rewards(rewards, os.environ, run_dir, rank), dataset, tokenizer)
+    within["checks_and_inputs"] = time.perf_counter() - began
     trackers = tracking.reporters(args.report_to)
     logged = tracking.prepare(run.run_id, run_dir, trackers, previous, lead)  # before the cut
 
     resume = _pick_resume(run_dir)
     resume_step = (checkpoints.checkpoint_step(resume) or 0) if resume else 0
     if lead:
-        _record_resume(run_dir, previous, attempt, notes, resume, resume_step)
+        restart_record.record_resume(run_dir, previous, attempt, notes, resume, resume_step)
     if resume is not None and 0 < args.max_steps <= resume_step:
         print(f"[train] {resume} is already at max_steps {args.max_steps}: done", flush=True)
         if lead:

@@ -225,7 +225,7 @@ def test_node_task_records_the_cause_at_the_signal_for_the_next_attempt(
     from hpc_grpo import rundir
     from hpc_grpo.rundir.contract import STOP_CAUSE_JSON
     from hpc_grpo.runtime.node import task as node
-    from hpc_grpo.runtime.rank import train
+    from hpc_grpo.runtime.rank import restart_record
     from tests.unit.nodefake import minimal_run
 
     run_dir = minimal_run(tmp_path)
@@ -241,8 +241,8 @@ def test_node_task_records_the_cause_at_the_signal_for_the_next_attempt(
     assert (written["attempt"], written["cause"], written["signal"]) == ("slurm-1.1", PREEMPTED, "SIGUSR2")
     # The node task was killed before it wrote state.json: the next attempt still names it.
     previous = RunState(attempt="slurm-1.1", phase="training")
-    assert train._restart_cause(previous, run_dir) == PREEMPTED
-    assert train._restart_cause(dataclasses.replace(previous, attempt="slurm-1.0"), run_dir) == \
+    assert restart_record.restart_cause(previous, run_dir) == PREEMPTED
+    assert restart_record.restart_cause(dataclasses.replace(previous, attempt="slurm-1.0"), run_dir) == \
         "killed (no stop recorded)"  # another attempt's file says nothing about this one
     assert rundir.read_json(run_dir / "stop-request")["signal"] == "SIGTERM"
 

@@ -254,7 +254,7 @@ def test_a_run_that_ended_failed_names_its_cause_for_the_resume(
     """Issue #27: a resume after a FAILED job recorded its restart as "killed (no stop
     recorded)". The node task now leaves the last attempt's cause in state.json beside the
     line, and a failed phase without one still reads "failed"."""
-    from hpc_grpo.runtime.rank import train
+    from hpc_grpo.runtime.rank import restart_record
 
     run_dir, _ = _node_task(tmp_path, monkeypatch, phase="training", step=3)
     for _ in range(3):
@@ -263,5 +263,5 @@ def test_a_run_that_ended_failed_names_its_cause_for_the_resume(
         node.NodeTask(str(run_dir))()
     state = rundir.read_state(run_dir)
     assert (state["phase"], state["stop_cause"]) == ("failed", "task crash")
-    assert train._restart_cause(RunState.from_dict(state), run_dir) == "task crash"
-    assert train._restart_cause(RunState(attempt="slurm-7.0", phase="failed"), run_dir) == "failed"
+    assert restart_record.restart_cause(RunState.from_dict(state), run_dir) == "task crash"
+    assert restart_record.restart_cause(RunState(attempt="slurm-7.0", phase="failed"), run_dir) == "failed"

@@ -78,6 +78,24 @@ def test_cacheable_is_memavailable_lowered_to_the_job_s_cgroup_v2(tmp_path: Path
     assert prefetch.cacheable_bytes(meminfo, proc, root) == 800 * 1024
 
 
+def test_the_cgroup_s_inactive_page_cache_counts_as_room(tmp_path: Path) -> None:
+    """A node that just wrote the checkpoint: its cgroup's usage is mostly page cache, which the
+    kernel drops first (memory.stat's inactive_file, v2; total_inactive_file, v1)."""
+    meminfo, proc, root = tmp_path / "meminfo", tmp_path / "cgroup", tmp_path / "sys"
+    meminfo.write_text("MemAvailable:     800 kB\n")
+    proc.write_text("0::/job_7\n")
+    _limits(root / "job_7", f"{300 * 1024}", 250 * 1024, ("memory.max", "memory.current"))
+    assert prefetch.cacheable_bytes(meminfo, proc, root) == 50 * 1024
+    (root / "job_7" / "memory.stat").write_text(f"anon 1\nfile 2\ninactive_file {150 * 1024}\n")
+    assert prefetch.cacheable_bytes(meminfo, proc, root) == 200 * 1024
+    proc.write_text("4:memory:/job_9\n")
+    v1 = ("memory.limit_in_bytes", "memory.usage_in_bytes")
+    _limits(root / "memory" / "job_9", f"{500 * 1024}", 450 * 1024, v1)
+    (root / "memory" / "job_9" / "memory.stat").write_text(
+        f"inactive_file 5\ntotal_inactive_file {100 * 1024}\n")  # v1: the hierarchy's total
+    assert prefetch.cacheable_bytes(meminfo, proc, root) == 150 * 1024
+
+
 def test_cgroup_v1_s_memory_controller_and_a_missing_file(tmp_path: Path) -> None:
     meminfo, proc, root = tmp_path / "meminfo", tmp_path / "cgroup", tmp_path / "sys"
     meminfo.write_text("MemAvailable:     800 kB\n")
@@ -154,7 +172,9 @@ def test_a_file_that_cannot_be_read_is_a_line_and_the_next_is_still_read(tmp_pat
 
 def test_nothing_within_the_share_is_still_a_line(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    checkpoint = _checkpoint(tmp_path, {ZERO2[0]: 1 << 16, ZERO2[2]: 1 << 16})
+    checkpoint = _checkpoint(tmp_path, {})
+    for name in (ZERO2[0], ZERO2[2]):  # not in the page cache: each would add 1 MiB to it
+        os.close(_cold_file(checkpoint / "global_step4" / name, 1))
     monkeypatch.setattr(prefetch, "cacheable_bytes", lambda: 1000)
     started = prefetch.start(_run(), checkpoint, 0, {})
     assert started is not None and started.files == []
@@ -236,3 +256,21 @@ def test_without_mincore_every_chunk_is_read(tmp_path: Path, monkeypatch: pytest
     started._thread.join(10)
     assert offsets == [0, 1 << 20, 2 << 20, 3 << 20] and started.read == (3 << 20) + 5
     assert started.cached == 0 and "page cache" not in started.stop()
+
+
+def test_a_cached_file_costs_the_share_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The share is what reading would add to the page cache: a cached file fits any share (and
+    is not read again), an uncached one as large does not."""
+    checkpoint = _checkpoint(tmp_path, {ZERO2[2]: 1 << 20})  # just written: in the page cache
+    cold = _cold_file(checkpoint / "global_step4" / ZERO2[0], 1)  # rank 0's partition, dropped
+    os.close(cold)
+    monkeypatch.setattr(prefetch, "cacheable_bytes", lambda: 4 << 20)  # 2 ranks: 1 MiB each
+    started = prefetch.start(_run(), checkpoint, 0, {})
+    assert started is not None
+    started._thread.join(10)
+    assert [p.name for p in started.files] == [ZERO2[2], ZERO2[0]] and started.skipped == 0
+    monkeypatch.setattr(prefetch, "cacheable_bytes", lambda: (4 << 20) - 4)  # a page short
+    os.close(_cold_file(checkpoint / "global_step4" / ZERO2[0], 1))
+    passed = prefetch.start(_run(), checkpoint, 0, {})
+    assert passed is not None and [p.name for p in passed.files] == [ZERO2[2]] and passed.skipped == 1
+    passed._thread.join(10)
