@@ -208,20 +208,33 @@ def _drop_from_page_cache(*folders: Path) -> int:
     return total
 
 
-def _log_lines(run_dir: Path, part: str) -> list[str]:
-    return [line for log in sorted((run_dir / "logs").glob("rank-*.log"))
-            for line in log.read_text(errors="replace").splitlines() if part in line]
+def _log_sizes(run_dir: Path) -> dict[str, int]:
+    """Each rank log's size now: what a later attempt appends starts there."""
+    return {log.name: log.stat().st_size for log in (run_dir / "logs").glob("rank-*.log")}
 
 
-def _prefetch_lines(run_dir: Path) -> list[str]:
-    return _log_lines(run_dir, "checkpoint prefetch:")
+def _log_lines(run_dir: Path, part: str, since: dict[str, int] | None = None) -> list[str]:
+    """Every rank's lines containing ``part``, rank by rank; with ``since`` (``_log_sizes``
+    before an attempt) only what each log gained after it. Slicing the joined lines by a count
+    would not do: rank 0's new lines sit before rank 1's old ones (session 40's records)."""
+    lines = []
+    for log in sorted((run_dir / "logs").glob("rank-*.log")):
+        with log.open("rb") as file:
+            file.seek((since or {}).get(log.name, 0))
+            text = file.read().decode(errors="replace")
+        lines += [line for line in text.splitlines() if part in line]
+    return lines
 
 
-def _engine_lines(run_dir: Path) -> list[str]:
+def _prefetch_lines(run_dir: Path, since: dict[str, int] | None = None) -> list[str]:
+    return _log_lines(run_dir, "checkpoint prefetch:", since)
+
+
+def _engine_lines(run_dir: Path, since: dict[str, int] | None = None) -> list[str]:
     """runtime/rank/engine_weights.py's line: the engine started without reading the model."""
     from hpc_grpo.runtime.rank.engine_weights import NOTE
 
-    return _log_lines(run_dir, NOTE)
+    return _log_lines(run_dir, NOTE, since)
 
 
 @needs_two
@@ -233,12 +246,12 @@ def test_7b_page_cache_resume_without_and_with_the_prefetch() -> None:
     result: dict[str, Any] = {}
     for how in ("without", "with"):
         dropped = _drop_from_page_cache(run_dir / "checkpoints", Path(record["model"]))
-        before = len(_prefetch_lines(run_dir))
+        before = _log_sizes(run_dir)
         attempt = _attempt(run_dir, _node_env() | {ENV: "1" if how == "with" else "0"},
                            stop_after=1)
         result[how] = {"attempt": attempt, "dropped_gib": round(dropped / GIB, 1),
                        "startup": read_jsonl(run_dir / "startup.jsonl")[-1:],
-                       "prefetch_lines": _prefetch_lines(run_dir)[before:]}
+                       "prefetch_lines": _prefetch_lines(run_dir, before)}
     _save("7b-resume-page-cache", result)
     for how in ("without", "with"):
         assert result[how]["attempt"]["phase"] == "interrupted", result
@@ -253,7 +266,7 @@ def test_7b_page_cache_resume_without_and_with_the_prefetch() -> None:
 def test_7b_resume_equals_the_uninterrupted_run() -> None:
     ref, run_dir, _, second = _stopped()
     env = _node_env()
-    before, before_engine = len(_prefetch_lines(run_dir)), len(_engine_lines(run_dir))
+    before = _log_sizes(run_dir)
     attempt = _attempt(run_dir, env, stop_after=None)
     rows = _metrics(run_dir)
     result = {"attempt": attempt, "steps": [{k: r.get(k) for k in KEYS} for r in rows],
@@ -265,8 +278,8 @@ def test_7b_resume_equals_the_uninterrupted_run() -> None:
               "restarts": read_jsonl(run_dir / "restarts.jsonl"),
               "startup": read_jsonl(run_dir / "startup.jsonl")}  # every attempt's split
     result["checkpoint_read"] = _read_lines(run_dir)
-    result["prefetch"] = _prefetch_lines(run_dir)[before:]  # this attempt's, one a rank
-    result["engine"] = _engine_lines(run_dir)[before_engine:]
+    result["prefetch"] = _prefetch_lines(run_dir, before)  # this attempt's, one a rank
+    result["engine"] = _engine_lines(run_dir, before)
     _save("7b-resume-resumed", result)
     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # 87 GiB: leave the disk clean
     shutil.rmtree(_work() / "home" / "models", ignore_errors=True)
