@@ -1,4 +1,4 @@
-"""The parts of startup.jsonl's ``parts_s`` and ``trainer_parts_s``: the rank writes them
+"""The parts of startup.jsonl's ``parts_s``, ``trainer_parts_s`` and ``prepare_parts_s``: the rank writes them
 (runtime/rank/startup.py) and ``status`` names them (runs/attempts.py). One table, so a part the
 rank adds is named on the launcher side too."""
 
@@ -14,10 +14,28 @@ PART_NAMES: dict[str, str] = {
 }
 
 # key in trainer_parts_s (calls timed inside the "trainer" part) -> the name ``status`` shows
-TRAINER_PART_NAMES: dict[str, str] = {
+# stretches of the "trainer" part timed around the calls, not calls
+TRAINER_STRETCHES: dict[str, str] = {
     "checks_and_inputs": "arguments, checks and inputs",  # GRPOConfig, rank checks, data, tokenizer
     "trainer_import": "TRL and vLLM import",
+}
+TRAINER_PART_NAMES: dict[str, str] = {
+    **TRAINER_STRETCHES,
     "model_load": "model load",
     "engine_start": "vLLM engine start",  # colocate
     "server_connect": "vLLM server connect",  # server mode: rank 0's client
+}
+
+# key in prepare_parts_s (calls timed inside the "prepare_and_load" part) -> the name ``status`` shows
+PREPARE_PART_NAMES: dict[str, str] = {
+    "accelerate_prepare": "DeepSpeed/accelerate prepare",
+    "deepspeed_checkpoint_load": "DeepSpeed checkpoint load",
+    "model_checkpoint_load": "model checkpoint load",  # without DeepSpeed
+    "optimizer_load": "optimizer and scheduler load",
+}
+
+# a part of parts_s -> the record key that splits it and the names of that split
+INNER_PARTS: dict[str, tuple[str, dict[str, str]]] = {
+    "trainer": ("trainer_parts_s", TRAINER_PART_NAMES),
+    "prepare_and_load": ("prepare_parts_s", PREPARE_PART_NAMES),
 }

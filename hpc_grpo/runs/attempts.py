@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hpc_grpo.rundir import finite_number
-from hpc_grpo.rundir.startup import PART_NAMES, TRAINER_PART_NAMES
+from hpc_grpo.rundir.startup import INNER_PARTS, PART_NAMES
 
 SACCT_CAUSES = {"PREEMPTED": "preempted", "NODE_FAIL": "node failure", "TIMEOUT": "time limit"}
 # Causes that sacct's own record may correct; a precise one (user signal, preempted) stays.
@@ -56,11 +56,15 @@ def startup_line(last: Mapping[str, Any], attempt: str = "") -> str:
     resumed = last.get("resumed_from_step")
     start = f"resumed from step {resumed}" if isinstance(resumed, int) and not isinstance(
         resumed, bool) else "from scratch"
-    inner = _ranked(last.get("trainer_parts_s"), TRAINER_PART_NAMES)  # within the trainer part
-    within = f" ({', '.join(f'{name} {value:.1f}' for value, name in inner)})" if inner else ""
-    split = ", ".join(f"{name} {value:.1f}{within if name == PART_NAMES['trainer'] else ''}"
+    inner = {PART_NAMES[part]: _ranked(last.get(key), names)  # the calls timed inside a part
+             for part, (key, names) in INNER_PARTS.items()}
+    split = ", ".join(f"{name} {value:.1f}{_within(inner.get(name))}"
                       for value, name in _ranked(parts, PART_NAMES))
     return f"start-up ({start}): first step {total:.1f} s after the rank started ({split})"
+
+
+def _within(ranked: list[tuple[float, str]] | None) -> str:
+    return f" ({', '.join(f'{name} {value:.1f}' for value, name in ranked)})" if ranked else ""
 
 
 def _ranked(raw: Any, names: Mapping[str, str]) -> list[tuple[float, str]]:

@@ -70,3 +70,19 @@ def test_each_rank_read_ahead_what_deepspeed_wrote_for_it(runs: tuple[Path, Path
         checkpoint_prefetch.rank_files(names, 1, False))
     assert {n for n in names if n.endswith("states.pt")} == read_by_someone, names
     assert json.loads((stopped / "state.json").read_text())["phase"] == "done"
+
+
+def test_the_start_up_record_splits_deepspeed_s_prepare_and_checkpoint_load(
+        runs: tuple[Path, Path]) -> None:
+    """prepare_parts_s (runtime/rank/startup.py) under DeepSpeed: its engine from accelerate's
+    prepare on every attempt, and transformers' deepspeed_load_checkpoint on the resume only
+    (the CPU resume test, tests/slow/test_resume_epochs.py, has the loads without DeepSpeed)."""
+    _, stopped = runs
+    lines = [json.loads(x) for x in (stopped / "startup.jsonl").read_text().splitlines()]
+    assert [line["resumed_from_step"] for line in lines] == [None, STOP]
+    fresh, resumed = (line["prepare_parts_s"] for line in lines)
+    assert set(fresh) == {"accelerate_prepare"}
+    # transformers also calls _load_optimizer_and_scheduler, which returns at once under DeepSpeed
+    assert set(resumed) == {"accelerate_prepare", "deepspeed_checkpoint_load", "optimizer_load"}
+    # (a key is there only when the call was made; the tiny model's load rounds to 0.0 s)
+    assert sum(resumed.values()) < lines[1]["parts_s"]["prepare_and_load"]

@@ -92,6 +92,12 @@ def test_each_attempt_records_where_its_start_went(runs: tuple[Path, Path]) -> N
         inner = line["trainer_parts_s"]
         assert set(inner) == {"model_load", "checks_and_inputs", "trainer_import"}, line
         assert all(v > 0 for v in inner.values()) and sum(inner.values()) < parts["trainer"], line
+        # inside prepare and load: accelerate's prepare, and on a resume (no DeepSpeed here) the
+        # model's weights and the optimizer read back
+        loads = {"model_checkpoint_load", "optimizer_load"} if line["resumed_from_step"] else set()
+        preparing = line["prepare_parts_s"]
+        assert set(preparing) == {"accelerate_prepare"} | loads, line
+        assert sum(preparing.values()) < parts["prepare_and_load"], line
     starts = [line["process_start"] for line in lines[stopped]]
     assert starts == sorted(starts) and len(set(starts)) == len(starts)  # a new process each
     from hpc_grpo.runs import track

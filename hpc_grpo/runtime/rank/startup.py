@@ -21,7 +21,12 @@ that, in order:
   vLLM). Why: at 7B the trainer part is the warm restart's largest (session 39), and in session
   40 about 18 of its 40 s were outside the two timed calls; the split says what to shorten;
 * ``prepare_and_load``: to the Trainer's ``on_train_begin`` (accelerate/DeepSpeed wrapping and,
-  on a resume, the checkpoint read back: transformers calls it after both);
+  on a resume, the checkpoint read back: transformers calls it after both); ``prepare_parts_s``
+  splits it: ``accelerate_prepare`` (accelerate's ``prepare``: DeepSpeed's engine and optimizer,
+  or the DDP wrap), and on a resume ``deepspeed_checkpoint_load`` (transformers'
+  ``deepspeed_load_checkpoint``) or ``model_checkpoint_load`` and ``optimizer_load``
+  (``Trainer._load_from_checkpoint``, ``_load_optimizer_and_scheduler``). Why: this part was
+  the warm 7B restart's second largest (23.05 s of 68.65, session 40);
 * ``first_step``: to the end of the first optimizer step of this attempt.
 
 Wall-clock seconds of rank 0 only; another rank's parts differ by its own waits.
@@ -62,6 +67,7 @@ class StartupClock:
     def __init__(self, main_started: float) -> None:
         self.marks: list[float] = [process_start_time(main_started), main_started]
         self.within: dict[str, float] = {}  # trainer_parts_s, filled by timed_calls
+        self.preparing: dict[str, float] = {}  # prepare_parts_s, the same way
 
     def mark(self) -> None:
         self.marks.append(time.time())
@@ -70,9 +76,11 @@ class StartupClock:
         parts = {name: round(b - a, 2) for name, a, b in
                  zip(PARTS, self.marks, self.marks[1:], strict=False)}
         within = {key: round(value, 2) for key, value in self.within.items()}
+        preparing = {key: round(value, 2) for key, value in self.preparing.items()}
         return {"attempt": attempt, "process_start": round(self.marks[0], 3),
                 "resumed_from_step": resumed_from_step, "parts_s": parts,
                 **({"trainer_parts_s": within} if within else {}),
+                **({"prepare_parts_s": preparing} if preparing else {}),
                 "total_s": round(self.marks[-1] - self.marks[0], 2)}
 
 
@@ -86,6 +94,19 @@ def trainer_targets(vllm_mode: str) -> dict[str, tuple[Any, str]]:
 
     vllm = "server_connect" if vllm_mode == "server" else "engine_start"
     return {"model_load": (grpo, "create_model_from_path"), vllm: (engine_class(), "_init_vllm")}
+
+
+def prepare_targets() -> dict[str, tuple[Any, str]]:
+    """What ``timed_calls`` wraps while ``train()`` prepares, by PREPARE_PART_NAMES key:
+    accelerate's ``Accelerator.prepare`` and the checkpoint loads as transformers' trainer.py
+    looks them up (its module-level ``deepspeed_load_checkpoint``, its own methods)."""
+    import transformers.trainer as trainer_module
+    from accelerate import Accelerator
+
+    return {"accelerate_prepare": (Accelerator, "prepare"),
+            "deepspeed_checkpoint_load": (trainer_module, "deepspeed_load_checkpoint"),
+            "model_checkpoint_load": (trainer_module.Trainer, "_load_from_checkpoint"),
+            "optimizer_load": (trainer_module.Trainer, "_load_optimizer_and_scheduler")}
 
 
 @contextlib.contextmanager

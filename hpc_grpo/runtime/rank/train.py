@@ -287,7 +287,8 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
         startup.install(trainer, clock, run_dir, attempt, ready.resume_step if resume else None)
         rundir.update_state(run_dir, phase="training", max_steps=args.max_steps)
     print(f"[train] training from {resume or 'scratch'} to step {args.max_steps}", flush=True)
-    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    with startup.timed_calls(clock.preparing, startup.prepare_targets()):  # prepare_parts_s
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     tracking.finish()
 
     step = trainer.state.global_step

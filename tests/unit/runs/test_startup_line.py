@@ -65,3 +65,11 @@ def test_the_trainer_part_shows_its_split_largest_first() -> None:
     assert "(trainer and engine 30.2 (vLLM engine start 19.5, model load 8.2), prepare and " \
         "load 6.2," in line
     assert attempts.startup_line({**LINE, "trainer_parts_s": "x"}) == attempts.startup_line(LINE)
+
+
+def test_the_prepare_part_shows_its_split_and_each_split_stays_in_its_part() -> None:
+    line = attempts.startup_line({**LINE, "trainer_parts_s": {"engine_start": 19.5},
+                                  "prepare_parts_s": {"accelerate_prepare": 4.0,
+                                                      "deepspeed_checkpoint_load": 1.5}})
+    assert "trainer and engine 30.2 (vLLM engine start 19.5), prepare and load 6.2 " \
+        "(DeepSpeed/accelerate prepare 4.0, DeepSpeed checkpoint load 1.5), first step 3.9," in line

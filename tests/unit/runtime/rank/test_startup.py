@@ -43,6 +43,9 @@ def test_the_trainer_split_is_in_the_line_only_when_timed() -> None:
     assert "trainer_parts_s" not in clock.line("a", None)
     clock.within.update(model_load=12.344, engine_start=20.0)
     assert clock.line("a", None)["trainer_parts_s"] == {"model_load": 12.34, "engine_start": 20.0}
+    assert "prepare_parts_s" not in clock.line("a", None)
+    clock.preparing.update(accelerate_prepare=3.456)
+    assert clock.line("a", None)["prepare_parts_s"] == {"accelerate_prepare": 3.46}
 
 
 class _Engine:
@@ -87,12 +90,14 @@ def test_a_target_this_trl_lacks_is_left_alone() -> None:
 
 def test_the_targets_exist_in_the_installed_trl_and_are_named_for_status() -> None:
     """A TRL that renames either call would silently lose the split: this names it."""
-    from hpc_grpo.rundir.startup import TRAINER_PART_NAMES
+    from hpc_grpo.rundir.startup import PREPARE_PART_NAMES, TRAINER_PART_NAMES, TRAINER_STRETCHES
 
     colocate, server = startup.trainer_targets("colocate"), startup.trainer_targets("server")
-    assert set(colocate) | set(server) == set(TRAINER_PART_NAMES)
+    assert set(colocate) | set(server) | set(TRAINER_STRETCHES) == set(TRAINER_PART_NAMES)
     assert set(colocate) ^ set(server) == {"engine_start", "server_connect"}
-    for owner, attribute in [*colocate.values(), *server.values()]:
+    prepare = startup.prepare_targets()  # transformers' and accelerate's, as trainer.py calls them
+    assert set(prepare) == set(PREPARE_PART_NAMES)
+    for owner, attribute in [*colocate.values(), *server.values(), *prepare.values()]:
         assert owner is not None and callable(vars(owner).get(attribute)), (owner, attribute)
 
 
