@@ -13,6 +13,7 @@ from typing import Any
 from hpc_grpo.runs import drift
 from hpc_grpo.runtime.rank.engine_weights import NOTE
 from tests.unit.benchmarks.lora_results import docs_section
+from tests.unit.planner import test_speed_calibration as calibration
 
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 HEADING = "## 2026-11-27 (session 40)"
@@ -129,6 +130,14 @@ def test_step_times_and_saves() -> None:
     assert f"{means[0]:.3f} s/step (reference, steps 2-5) and {means[1]:.3f} (second run)" in section
     assert f"({means[0] / PREDICTED_S - 1:+.0%}, {means[1] / PREDICTED_S - 1:+.0%})" \
         .replace("%", " %") in section
+    cases = [next(c for c in calibration.CASES if c.name ==
+                  f"h200 7B TP1xDP2 ZeRO-2, no recomputation (session 40, {run})")
+             for run in ("reference", "second")]
+    assert [c.measured() for c in cases] == means and round(cases[0].predicted().seconds, 3) == PREDICTED_S
+    assert not any(c.name in calibration.MISSES for c in cases)
+    held = len(calibration.CASES) - len(calibration.MISSES)
+    assert f"{len(calibration.CASES)} cases, {held} within 20 %, the same " \
+        f"{len(calibration.MISSES)} listed misses" in section
     saves = [reference["checkpoint"], second["checkpoint"], _run("stop")["checkpoint"]]
     assert f"{saves[0]['gb_per_s']} GB/s (reference), {saves[1]['gb_per_s']} (second), " \
            f"{saves[2]['gb_per_s']} (stop: {saves[2]['folder']}, {saves[2]['gib']} GiB)" in section

@@ -77,8 +77,8 @@ class Case:
 
 
 def _resume_7b(run: str, session: int) -> Callable[[], float]:
-    """Steps 2..5 of one of session 38's or 39's 7B runs (tests/gpu/test_resume_7b.py on
-    2 x H200, two loans)."""
+    """Steps 2..5 of one of sessions 38-40's 7B runs (tests/gpu/test_resume_7b.py on
+    2 x H200, three loans)."""
     return lambda: _steps_after_first(f"2026-11-27-7b-resume-{run}-h200x2-session{session}.json")
 
 
@@ -284,11 +284,12 @@ CASES = (
          _bench(SEVEN_B_S34, "server_offload"), "qwen2-7b", H100, 64, 256, server=True,
          layout=Layout(1, 3, offload_optimizer=True)),
     # 2 x H200, 7B, the plan's layout on that card: TP 1 x DP 2, ZeRO-2, no recomputation, 5
-    # steps of 8 prompts x 8 completions of 64 tokens (sessions 38 and 39, docs/benchmarks.md)
+    # steps of 8 prompts x 8 completions of 64 tokens (sessions 38-40, docs/benchmarks.md; in
+    # session 40 the engines started from pushed weights, which changes no step)
     *(Case(f"h200 7B TP1xDP2 ZeRO-2, no recomputation (session {session}, {run})",
            _resume_7b(run, session),
            "qwen2-7b", H200, 8, 64, gpus=2, layout=Layout(1, 2), util=0.15, checkpointing=False)
-      for session in (38, 39) for run in ("reference", "second")),
+      for session in (38, 39, 40) for run in ("reference", "second")),
 )
 
 # Saved runs of the 2026-11-26 files the model is not held to, and why (every other entry of
