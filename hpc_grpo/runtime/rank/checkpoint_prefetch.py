@@ -163,11 +163,20 @@ def _libc() -> Any:
     return libc
 
 
+def _mincore_answers(fd: int) -> bool:
+    """Since Linux 5.2 mincore reports every page of a file mapping as cached unless the caller
+    owns the file or may write it (mm/mincore.c ``can_do_mincore``, against page-cache side
+    channels): a checkpoint of another account would read as cached and never be prefetched."""
+    euid = os.geteuid()
+    return euid == 0 or os.fstat(fd).st_uid == euid or os.access(f"/proc/self/fd/{fd}", os.W_OK)
+
+
 def cached_pages(fd: int, size: int) -> bytes | None:
     """One byte a page of the file's first ``size`` bytes, 1 where the page is in the page cache,
-    0 where not; None where the kernel cannot be asked (no libc, no mincore, a failed mapping)."""
+    0 where not; None where the kernel cannot be asked (no libc, no mincore, a failed mapping, a
+    file it would not answer for truthfully)."""
     libc = _libc()
-    if libc is None or size <= 0:
+    if libc is None or size <= 0 or not _mincore_answers(fd):
         return None
     address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
     if address is None or address == ctypes.c_void_p(-1).value:  # MAP_FAILED
@@ -181,22 +190,28 @@ def cached_pages(fd: int, size: int) -> bytes | None:
         libc.munmap(address, size)
 
 
-def _uncached_bytes(path: Path, size: int) -> int:
-    """What reading the file would add to the page cache: its pages not there yet (the whole
-    file where mincore cannot say). What is cached costs the share nothing."""
+def _resident(path: Path, size: int) -> bytes | None:
+    """``cached_pages`` of the file at ``path``."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        pages = cached_pages(fd, size)
+        return cached_pages(fd, size)
     finally:
         os.close(fd)
+
+
+def uncached_bytes(size: int, pages: bytes | None) -> int:
+    """What reading the file would add to the page cache: its pages not there yet (the whole
+    file where mincore cannot say)."""
     return size if pages is None else min(size, pages.count(0) * mmap.PAGESIZE)
 
 
 class Prefetch:
     """The reading thread and what it did, for the rank's one line at train begin."""
 
-    def __init__(self, files: list[Path], total: int, skipped: int) -> None:
+    def __init__(self, files: list[Path], total: int, skipped: int,
+                 resident: Mapping[Path, bytes | None] | None = None) -> None:
         self.files, self.total, self.skipped = files, total, skipped
+        self.resident = dict(resident or {})  # start()'s answers, not asked again
         self.read = 0
         self.cached = 0  # of ``read``: chunks found in the page cache and not copied again
         self.began = time.monotonic()
@@ -224,7 +239,9 @@ class Prefetch:
         fd = os.open(path, os.O_RDONLY)
         try:
             size = os.fstat(fd).st_size
-            resident = cached_pages(fd, size)
+            resident = self.resident.get(path)
+            if resident is None or len(resident) != (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE:
+                resident = cached_pages(fd, size)
             per_chunk = CHUNK // mmap.PAGESIZE
             offset = 0
             while not self._stop.is_set() and offset < size:
@@ -261,12 +278,17 @@ def start(run: RunRecord, resume: Path | None, rank: int, env: Mapping[str, str]
     try:
         names = rank_files(sorted(p.name for p in folder.iterdir()), rank, first_on_node)
         sizes = [(folder / n).stat().st_size for n in names]
-        uncached = [_uncached_bytes(folder / n, size) for n, size in zip(names, sizes, strict=True)]
-        kept = within_budget(uncached, cacheable_bytes(), run.procs_per_node)
+        pages = [_resident(folder / n, size) for n, size in zip(names, sizes, strict=True)]
+        uncached = [uncached_bytes(size, p) for size, p in zip(sizes, pages, strict=True)]
+        # the cached part is reclaimable memory too (MemAvailable, the cgroup's inactive page
+        # cache): counting it as room would let the reads evict what they skip
+        room = max(cacheable_bytes() - (sum(sizes) - sum(uncached)), 0)
+        kept = within_budget(uncached, room, run.procs_per_node)
     except (OSError, ValueError):  # nothing read ahead; the load reads as before
         return None
     files = [folder / names[i] for i in kept]  # none kept: the line says so all the same
-    return Prefetch(files, sum(sizes[i] for i in kept), len(names) - len(kept)).start()
+    return Prefetch(files, sum(sizes[i] for i in kept), len(names) - len(kept),
+                    {folder / names[i]: pages[i] for i in kept}).start()
 
 
 def install(trainer: Any, prefetch: Prefetch | None) -> None:

@@ -258,19 +258,48 @@ def test_without_mincore_every_chunk_is_read(tmp_path: Path, monkeypatch: pytest
     assert started.cached == 0 and "page cache" not in started.stop()
 
 
-def test_a_cached_file_costs_the_share_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The share is what reading would add to the page cache: a cached file fits any share (and
-    is not read again), an uncached one as large does not."""
+def test_a_cached_file_costs_the_share_nothing_and_its_pages_are_no_room(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The share is what reading would add to the page cache, and the cached part of the rank's
+    files is taken off the room (MemAvailable and the cgroup's inactive page cache count it as
+    reclaimable: reads into that room would evict what was skipped)."""
     checkpoint = _checkpoint(tmp_path, {ZERO2[2]: 1 << 20})  # just written: in the page cache
     cold = _cold_file(checkpoint / "global_step4" / ZERO2[0], 1)  # rank 0's partition, dropped
     os.close(cold)
-    monkeypatch.setattr(prefetch, "cacheable_bytes", lambda: 4 << 20)  # 2 ranks: 1 MiB each
+    monkeypatch.setattr(prefetch, "cacheable_bytes", lambda: 5 << 20)  # less 1 cached; 2 ranks
     started = prefetch.start(_run(), checkpoint, 0, {})
     assert started is not None
     started._thread.join(10)
     assert [p.name for p in started.files] == [ZERO2[2], ZERO2[0]] and started.skipped == 0
-    monkeypatch.setattr(prefetch, "cacheable_bytes", lambda: (4 << 20) - 4)  # a page short
+    assert started.cached == 1 << 20 and started.read == 2 << 20  # the cached file not copied
+    monkeypatch.setattr(prefetch, "cacheable_bytes", lambda: (5 << 20) - 4)  # a page short
     os.close(_cold_file(checkpoint / "global_step4" / ZERO2[0], 1))
     passed = prefetch.start(_run(), checkpoint, 0, {})
     assert passed is not None and [p.name for p in passed.files] == [ZERO2[2]] and passed.skipped == 1
     passed._thread.join(10)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand a file to another account")
+def test_a_file_mincore_would_not_answer_for_reads_as_uncached(tmp_path: Path) -> None:
+    """Linux 5.2+: for a file the caller neither owns nor may write, mincore says every page is
+    cached. Such a file must count as uncached (read), not as cached (skipped)."""
+    path = tmp_path / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    os.close(_cold_file(path, 1))
+    path.chmod(0o644)  # others may read it, not write it
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # another account: nobody
+        os.close(reader)
+        try:
+            fd = os.open(path, os.O_RDONLY)  # as a job's rank holds it: opened, then asked
+            os.setuid(65534)
+            pages = prefetch.cached_pages(fd, 1 << 20)
+            os.write(writer, b"none" if pages is None else str(pages.count(1)).encode())
+        except BaseException as exc:  # noqa: BLE001 - said to the parent, which fails on it
+            os.write(writer, repr(exc).encode())
+        finally:
+            os._exit(0)
+    os.close(writer)
+    answer = os.read(reader, 64)
+    os.waitpid(child, 0)
+    assert answer == b"none"  # not "256" (every page "cached"), which a plain mincore gives

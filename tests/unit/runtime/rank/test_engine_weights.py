@@ -61,9 +61,10 @@ def test_a_colocated_engine_gets_dummy_weights_and_trl_is_put_back(
 
 
 def test_switched_off_the_engine_reads_the_files(fake_trl: Any) -> None:
+    raw = vars(_Generation)["_init_vllm"]
     generation = _Generation(_plain())
     with engine_weights.engine_from_pushed_weights({engine_weights.ENV: "0"}):
-        assert vars(_Generation)["_init_vllm"] is _Generation.__dict__["_init_vllm"]
+        assert vars(_Generation)["_init_vllm"] is raw  # not wrapped at all
         generation._init_vllm()
     assert "load_format" not in generation.llm
 
