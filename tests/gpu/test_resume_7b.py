@@ -291,6 +291,8 @@ def test_7b_resume_equals_the_uninterrupted_run() -> None:
     # each rank's engine started from random weights (engine_weights.py) and scored the resumed
     # steps' tokens as the trainer did: the first push carried the checkpoint's weights
     assert len(result["engine"]) == world, result["engine"]
+    filled = _log_lines(run_dir, "first weight push filled all", before)  # vLLM's account of it
+    assert len(filled) == world, _log_lines(run_dir, "first weight push", before)
     from hpc_grpo.runs import drift
 
     resumed = [r.get("vllm_logp_diff_mean") for r in rows if r["time"] > attempt["started"]]

@@ -126,6 +126,9 @@ def test_trained_weights_reach_vllm_every_step(site: Path) -> None:
     # the engine started from vLLM's random weights (runtime/rank/engine_weights.py): step 1
     # under the bound says the first push replaced every weight the sampled tokens depend on
     assert any(engine_weights.NOTE in line for line in result["engine_lines"]), result["engine_lines"]
+    # and vLLM's own account of that push: every engine parameter named as filled
+    assert any("first weight push filled all" in line for line in result["engine_lines"]), \
+        result["engine_lines"]
 
 
 @needs_gpu

@@ -14,6 +14,12 @@ rollout engines do the same): the engine allocates and fills its weights on the 
 reading a file. At 7B that is about 15 GB a rank of reading and host-to-GPU copying off every
 start and restart (issue #29: warm restart at most half the cold one).
 
+The first push is watched (``check_first_push``): vLLM's ``load_weights`` returns the names of
+the parameters it filled, and one the push left unfilled (a model whose trainer-side names vLLM
+does not map, e.g. fused MoE experts) would stay random. That ends the attempt before its first
+step in one line on every rank alike (a configuration error, not retried), with the switch that
+reads the files instead; the rank log says when all were filled.
+
 Not used (the engine reads the model files as TRL wrote it) where the push would not cover what
 the files hold: a quantized model (TRL passes ``quantization="bitsandbytes"``, which loads and
 quantizes from the files), a model with persistent buffers (in its files but not among the
@@ -78,6 +84,7 @@ def engine_from_pushed_weights(env: Mapping[str, str]) -> Iterator[None]:
             result = raw(self, *args, **kwargs)
         finally:
             module.LLM = llm
+        self.engine_from_pushed_weights = True  # check_first_push watches this engine
         print(f"[train] {NOTE}", flush=True)
         return result
 
@@ -100,3 +107,79 @@ def _target() -> tuple[Any, Any, Any] | None:
     if not callable(raw) or isinstance(raw, staticmethod | classmethod) or not hasattr(module, "LLM"):
         return None
     return module, owner, raw
+
+
+class EngineNotFilled(ValueError):
+    """The first push left parameters of an engine that started from random weights unfilled."""
+
+
+def engine_model(generation: Any) -> Any:
+    """The colocated engine's model, by the path TRL's ``sync_weights`` pushes to (None where
+    this vLLM or TRL has moved it)."""
+    try:
+        return generation.llm.llm_engine.model_executor.driver_worker.model_runner.model
+    except AttributeError:
+        return None
+
+
+def check_first_push(trainer: Any) -> bool:
+    """Where the engine started from random weights, watch TRL's first ``sync_weights``: the
+    names vLLM's ``load_weights`` returns must cover the engine's parameters, else
+    ``EngineNotFilled``. True where installed."""
+    generation: Any = getattr(trainer, "vllm_generation", None)
+    if not getattr(generation, "engine_from_pushed_weights", False):
+        return False
+    push = generation.sync_weights
+    own = "sync_weights" in vars(generation)  # set on the instance by someone before us
+
+    def first_push(*args: Any, **kwargs: Any) -> Any:
+        if own:  # later pushes as before
+            generation.sync_weights = push
+        else:
+            del generation.sync_weights
+        model = engine_model(generation)
+        if model is None:
+            print("[train] first weight push not checked: the engine's model was not found",
+                  flush=True)
+            return push(*args, **kwargs)
+        filled: set[str] = set()
+        answers: list[bool] = []
+        load = model.load_weights
+
+        def counted(weights: Any) -> Any:
+            names = load(weights)
+            answers.append(names is not None)
+            filled.update(names or ())
+            return names
+
+        own_load = "load_weights" in vars(model)
+        model.load_weights = counted
+        try:
+            result = push(*args, **kwargs)
+        finally:
+            if own_load:
+                model.load_weights = load
+            else:
+                del model.load_weights  # the class's method again
+        print(f"[train] {verdict(filled, [n for n, _ in model.named_parameters()], answers)}",
+              flush=True)
+        return result
+
+    generation.sync_weights = first_push
+    return True
+
+
+def verdict(filled: set[str], parameters: list[str], answers: list[bool]) -> str:
+    """The rank log's line on the first push, or ``EngineNotFilled`` where it left some unfilled."""
+    if not answers or not all(answers):
+        return "first weight push not checked: this vLLM model's load_weights names nothing"
+    if not filled <= set(parameters):  # named otherwise than named_parameters: no verdict
+        return "first weight push not checked: vLLM named what it filled otherwise"
+    missing = sorted(set(parameters) - filled)
+    if missing:
+        raise EngineNotFilled(
+            f"the vLLM engine started from random weights and TRL's first weight push left "
+            f"{len(missing)} of {len(parameters)} of its parameters unfilled "
+            f"({', '.join(missing[:3])}); set {ENV}=0 in the site profile's env to load them "
+            "from the model files")
+    return f"first weight push filled all {len(parameters)} parameters of the vLLM engine"

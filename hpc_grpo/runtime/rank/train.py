@@ -24,7 +24,14 @@ from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.contract import RunRecord, rank_row
 from hpc_grpo.rundir.state import RunState
-from hpc_grpo.runtime.rank import checkpoints, heartbeat, restart_record, startup, tracking
+from hpc_grpo.runtime.rank import (
+    checkpoints,
+    engine_weights,
+    heartbeat,
+    restart_record,
+    startup,
+    tracking,
+)
 from hpc_grpo.runtime.rank.placement import RuntimeCheckError
 from hpc_grpo.runtime.rank.stop import StopFlag, request_cause
 
@@ -141,7 +148,6 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
         GracefulStopCallback,
         MetricsCallback,
     )
-    from hpc_grpo.runtime.rank.engine_weights import engine_from_pushed_weights
     from hpc_grpo.runtime.rank.staged import model_source
 
     if not phases.install(profiling):  # metrics lines then carry no step split
@@ -154,7 +160,8 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
     keep = checkpoints.retention_limit(run.grpo_config)  # applied after each marker, not by TRL
     targets = startup.trainer_targets(run.vllm.mode)  # TRL's trainer module imports vLLM
     within["trainer_import"] = time.perf_counter() - began
-    with engine_from_pushed_weights(os.environ), startup.timed_calls(within, targets):
+    with engine_weights.engine_from_pushed_weights(os.environ), \
+            startup.timed_calls(within, targets):
         trainer = GRPOTrainer(
             model=model_source(run),  # a staged commit's snapshot folder (rank/staged.py)
             reward_funcs=rewards,
@@ -235,6 +242,7 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     prefetch = checkpoint_prefetch.start(run, resume, rank, os.environ)  # while it is built
     trainer, stop = _trainer(run, run_dir, args, inputs, flag, device, within)
     checkpoint_prefetch.install(trainer, prefetch)  # stopped at train begin, with its line
+    engine_weights.check_first_push(trainer)  # an engine from random weights: all filled?
     epoch_order.install(trainer)  # each epoch's data order as an uninterrupted run has it
     if line := generation_buffer.install(trainer, rank, run.world_size, resume):
         print(f"[train] {line}", flush=True)  # a block's completions, saved inside the block
@@ -287,8 +295,12 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
         startup.install(trainer, clock, run_dir, attempt, ready.resume_step if resume else None)
         rundir.update_state(run_dir, phase="training", max_steps=args.max_steps)
     print(f"[train] training from {resume or 'scratch'} to step {args.max_steps}", flush=True)
-    with startup.timed_calls(clock.preparing, startup.prepare_targets()):  # prepare_parts_s
-        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    try:
+        with startup.timed_calls(clock.preparing, startup.prepare_targets()):  # prepare_parts_s
+            trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    except engine_weights.EngineNotFilled as exc:  # every rank alike, before its first step
+        agreed = setup_failure.settle(run_dir, attempt, rank, run.world_size, exc)
+        raise SetupFailed(setup_failure.exception_line(exc), agreed) from exc
     tracking.finish()
 
     step = trainer.state.global_step

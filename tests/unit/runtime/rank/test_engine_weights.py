@@ -141,3 +141,87 @@ def _source(function: Any) -> str:
     import inspect
 
     return inspect.getsource(function)
+
+
+class _EngineModel(torch.nn.Module):
+    """vLLM's model as TRL pushes to it: ``load_weights`` answers with the names it filled."""
+
+    def __init__(self, answer: Any) -> None:
+        super().__init__()
+        self.qkv_proj = torch.nn.Linear(2, 2, bias=False)
+        self.lm_head = torch.nn.Linear(2, 2, bias=False)
+        self.answer = answer
+
+    def load_weights(self, weights: Any) -> Any:
+        return self.answer([name for name, _ in weights])
+
+
+class _Pushing:
+    """TRL's VLLMGeneration after ``_init_vllm``: ``sync_weights`` loads one tensor a call."""
+
+    def __init__(self, model: _EngineModel, names: list[str]) -> None:
+        self.llm = types.SimpleNamespace(llm_engine=types.SimpleNamespace(
+            model_executor=types.SimpleNamespace(driver_worker=types.SimpleNamespace(
+                model_runner=types.SimpleNamespace(model=model)))))
+        self.names, self.pushes = names, 0
+        self.engine_from_pushed_weights = True
+
+    def sync_weights(self) -> None:
+        self.pushes += 1
+        for name in self.names:
+            engine_weights.engine_model(self).load_weights([(name, None)])
+
+
+def _trainer(answer: Any, names: list[str]) -> Any:
+    return types.SimpleNamespace(vllm_generation=_Pushing(_EngineModel(answer), names))
+
+
+def _as_vllm_names(pushed: list[str]) -> set[str]:  # q/k/v fill the fused qkv_proj
+    return {"qkv_proj.weight" if n.startswith(("q_", "k_", "v_")) else n for n in pushed}
+
+
+def test_a_first_push_that_fills_every_parameter_is_said_and_unwrapped(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    trainer = _trainer(_as_vllm_names, ["q_proj.weight", "k_proj.weight", "v_proj.weight",
+                                        "lm_head.weight"])
+    generation = trainer.vllm_generation
+    assert engine_weights.check_first_push(trainer)
+    generation.sync_weights()
+    assert "first weight push filled all 2 parameters of the vLLM engine" in capsys.readouterr().out
+    assert "sync_weights" not in vars(generation)  # TRL's own from the second push on
+    assert "load_weights" not in vars(engine_weights.engine_model(generation))
+    generation.sync_weights()
+    assert generation.pushes == 2 and capsys.readouterr().out == ""
+
+
+def test_a_parameter_the_first_push_missed_ends_the_attempt_in_one_line() -> None:
+    trainer = _trainer(_as_vllm_names, ["q_proj.weight", "k_proj.weight", "v_proj.weight"])
+    engine_weights.check_first_push(trainer)
+    with pytest.raises(engine_weights.EngineNotFilled, match=r"left 1 of 2 of its parameters "
+                       r"unfilled \(lm_head.weight\); set HPC_GRPO_ENGINE_DUMMY_WEIGHTS=0"):
+        trainer.vllm_generation.sync_weights()
+    assert "load_weights" not in vars(engine_weights.engine_model(trainer.vllm_generation))
+    from hpc_grpo.runtime.rank import setup_failure
+
+    # every rank alike: a configuration error, not retried
+    assert setup_failure.looks_like_configuration(engine_weights.EngineNotFilled("x"))
+
+
+@pytest.mark.parametrize(("answer", "said"), [
+    (lambda pushed: None, "load_weights names nothing"),  # an older vLLM model
+    (lambda pushed: {f"model.{n}" for n in pushed}, "named what it filled otherwise"),
+])
+def test_no_verdict_where_the_names_cannot_be_compared(
+        answer: Any, said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    trainer = _trainer(answer, ["lm_head.weight"])
+    engine_weights.check_first_push(trainer)
+    trainer.vllm_generation.sync_weights()  # no error: nothing to judge by
+    assert "first weight push not checked: " in (out := capsys.readouterr().out) and said in out
+
+
+def test_an_engine_that_read_its_files_is_not_watched() -> None:
+    trainer = _trainer(_as_vllm_names, [])
+    del trainer.vllm_generation.engine_from_pushed_weights
+    assert not engine_weights.check_first_push(trainer)
+    assert "sync_weights" not in vars(trainer.vllm_generation)
+    assert not engine_weights.check_first_push(types.SimpleNamespace())  # no vLLM at all
