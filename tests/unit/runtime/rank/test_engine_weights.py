@@ -194,6 +194,13 @@ def test_a_first_push_that_fills_every_parameter_is_said_and_unwrapped(
     assert generation.pushes == 2 and capsys.readouterr().out == ""
 
 
+def test_kv_cache_scales_are_not_counted_as_unfilled() -> None:
+    """vLLM registers them as parameters only under a KV-cache quantization, set in code."""
+    assert engine_weights.verdict({"qkv_proj.weight"}, ["qkv_proj.weight", "attn.k_scale",
+                                                        "attn.v_scale"], [True]) \
+        == "first weight push filled all 3 parameters of the vLLM engine"
+
+
 def test_a_parameter_the_first_push_missed_ends_the_attempt_in_one_line() -> None:
     trainer = _trainer(_as_vllm_names, ["q_proj.weight", "k_proj.weight", "v_proj.weight"])
     engine_weights.check_first_push(trainer)
