@@ -16,7 +16,7 @@ PART_NAMES: dict[str, str] = {
 # key in trainer_parts_s (calls timed inside the "trainer" part) -> the name ``status`` shows
 # stretches of the "trainer" part timed around the calls, not calls
 TRAINER_STRETCHES: dict[str, str] = {
-    "checks_and_inputs": "arguments, checks and inputs",  # GRPOConfig, rank checks, data, tokenizer
+    "checks_and_inputs": "checks and inputs",  # GRPOConfig, rank and hardware checks, data, tokenizer
     "trainer_import": "TRL and vLLM import",
 }
 TRAINER_PART_NAMES: dict[str, str] = {

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from datetime import datetime
@@ -161,7 +162,12 @@ def test_five_different_interruptions_in_a_row(
         [None, *(r["resumed_from_step"] for r in restarts(run_dir))]
     assert final["startup"].startswith(f"start-up (resumed from step {fifth['resumed_from_step']})")
     assert all(s["trainer_parts_s"]["model_load"] > 0 for s in starts), starts  # TRL's load timed
-    assert "trainer and engine " in final["startup"] and " (model load " in final["startup"]
+    assert all("accelerate_prepare" in s["prepare_parts_s"] for s in starts), starts
+    # status names each part's split inside it, largest first
+    inner = dict(re.findall(r"(trainer and engine|prepare and load) [\d.]+ \(([^)]*)\)",
+                            final["startup"]))
+    assert "model load " in inner["trainer and engine"], final["startup"]
+    assert "model checkpoint load " in inner["prepare and load"], final["startup"]
     # Slurm held each requeued attempt as long as doctor's "requeue hold" says (cred_expire + 1)
     expire = cred_expire_s(slurm.scontrol_show("config"))
     assert expire is not None
