@@ -53,6 +53,10 @@ def _setup_distributed(run: RunRecord) -> Any:
     if run.deepspeed is not None:
         import deepspeed  # its comm layer must wrap our group, or zero.Init sees world size 1
 
+        from hpc_grpo.runtime.rank.deepspeed_cpu import skip_inference_op
+
+        if run.device != "cuda":  # no JIT build of an op training never calls
+            skip_inference_op()
         deepspeed.init_distributed(dist_backend=run.backend, timeout=timeout)
     return device
 
