@@ -37,7 +37,11 @@ def submitted(out: str) -> tuple[str, str, Path]:
 
 
 def submit(root: Path, *args: str) -> tuple[str, str, Path]:
-    return submitted(cli("submit", "--output-root", str(root), "--no-wait", *args).stdout)
+    """Submit without waiting. Its timeout guards against a hang only: submit's login-node checks
+    import the training stack, and beside four other test processes on CI's 2 cores one took
+    more than 120 s (2026-11-27)."""
+    return submitted(cli("submit", "--output-root", str(root), "--no-wait", *args,
+                         timeout=300).stdout)
 
 
 def status(run_id: str) -> dict[str, Any]:
