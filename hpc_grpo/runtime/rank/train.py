@@ -30,6 +30,7 @@ from hpc_grpo.runtime.rank import (
     heartbeat,
     restart_record,
     startup,
+    startup_profile,
     tracking,
 )
 from hpc_grpo.runtime.rank.placement import RuntimeCheckError
@@ -282,6 +283,7 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
             print("[train] moved a stop-request left by an earlier attempt", flush=True)
         rundir.update_state(run_dir, phase="starting", attempt=attempt, max_steps=run.max_steps,
                             started=started, message="", stop_reason=None, stop_cause=None)
+    profiler = startup_profile.start(run_dir, rank, os.environ)  # HPC_GRPO_STARTUP_PROFILE=1
     try:
         ready = _prepare(run, run_dir, flag, device, rank, previous, attempt, clock.within)
     except RuntimeCheckError:
@@ -297,6 +299,7 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
     clock.mark()
     if lead:
         startup.install(trainer, clock, run_dir, attempt, ready.resume_step if resume else None)
+        startup_profile.install(trainer, profiler, run_dir)
         rundir.update_state(run_dir, phase="training", max_steps=args.max_steps)
     print(f"[train] training from {resume or 'scratch'} to step {args.max_steps}", flush=True)
     try:
