@@ -18,6 +18,7 @@ _SCRIPT = Path(sys.executable).with_name("hpc-grpo")
 CLI = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "hpc_grpo.cli"]
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "tiny-cpu.yaml"
 NODES = ("node1", "node2", "node3", "node4")
+SLOWEST_POLL_S = 4.0  # wait_for's longest pause between two status polls
 
 
 def cli(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -51,8 +52,13 @@ def status(run_id: str) -> dict[str, Any]:
 
 
 def wait_for(run_id: str, done: Callable[[dict[str, Any]], bool], timeout: float = 240,
-             seen: list[str] | None = None) -> dict[str, Any]:
+             seen: list[str] | None = None, every: float | None = None) -> dict[str, Any]:
+    """Poll ``hpc-grpo status --json`` until ``done(row)``. Each poll is a CLI process (about
+    0.3 s of CPU alone, more on CI's 2 busy cores) and a waiting test polls for minutes, so the
+    pause grows from 1 s to ``SLOWEST_POLL_S`` unless ``every`` fixes it: 1 s where the test
+    must act on a moment mid-run (a step reached, a stall) before it passes."""
     deadline = time.monotonic() + timeout
+    pause = every or 1.0
     row = status(run_id)
     while time.monotonic() < deadline:
         row = status(run_id)
@@ -60,7 +66,8 @@ def wait_for(run_id: str, done: Callable[[dict[str, Any]], bool], timeout: float
             seen.append(row["state"])
         if done(row):
             return row
-        time.sleep(1.0)
+        time.sleep(pause)
+        pause = every or min(pause * 1.25, SLOWEST_POLL_S)
     raise AssertionError(f"timed out waiting on {run_id}: last status {row}")
 
 
@@ -99,7 +106,7 @@ def wait_no_processes(pattern: str, timeout: float = 30) -> dict[str, list[str]]
 def wait_step(run_id: str, step: int, timeout: float = 240) -> dict[str, Any]:
     """Until the run is RUNNING at ``step`` or later (training, not a resumed attempt's start)."""
     return wait_for(run_id, lambda r: r["state"] == "RUNNING" and r["phase"] == "training"
-                    and r["step"] >= step, timeout=timeout)
+                    and r["step"] >= step, timeout=timeout, every=1.0)
 
 
 def job_nodes(job: str) -> tuple[str, ...]:

@@ -50,7 +50,8 @@ def test_a_blocked_rank_is_dumped_shown_stalled_ended_and_retried(tmp_path: Path
         capture_output=True, text=True, timeout=120, env=env, check=True).stdout
     run_id, job, run_dir = submitted(out)
 
-    row = wait_for(run_id, lambda r: bool(r["stalled"]) or r["finished"], timeout=240)
+    row = wait_for(run_id, lambda r: bool(r["stalled"]) or r["finished"], timeout=240,
+                   every=1.0)
     table = cli("status", run_id).stdout  # before the next attempt's rank 0 clears it
     assert row["stalled_ranks"] == [HUNG], row
     assert f"rank {HUNG} behind at step 3" in row["stalled"], row

@@ -41,7 +41,7 @@ def test_two_nodes_train_and_status_follows(tmp_path: Path) -> None:
             steps_seen.append(row["step"])
         return bool(row["finished"])
 
-    row = wait_for(run_id, progress, timeout=300)
+    row = wait_for(run_id, progress, timeout=300, every=1.0)
     assert row["state"] == "COMPLETED", row
     assert row["step"] == row["max_steps"] == 12
     assert row["checkpoint_step"] == 12

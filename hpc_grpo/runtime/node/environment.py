@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from hpc_grpo.rundir.contract import RunRecord
-from hpc_grpo.runtime.node import vllm_server
+from hpc_grpo.runtime.node import bytecode, vllm_server
 from hpc_grpo.runtime.node.scratch import scratch_env
 
 
@@ -90,6 +90,8 @@ def library_env(env: Mapping[str, str], attempt: str, run: RunRecord) -> dict[st
         for key, folder in (("VLLM_CACHE_ROOT", "vllm"), ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
                             ("TRITON_CACHE_DIR", "triton")):
             out[key] = env.get(key) or str(cache / folder)
+        out.update(bytecode.bytecode_env(Path(run.run_dir).parent, env,
+                                         bytecode.without_bytecode()))
     out.update(hub_env(run))
     out.update(scratch_env(run, attempt, env))
     return out

@@ -194,6 +194,10 @@ class NodeTask:
         rc: int | None = None  # torchrun's exit code (a dedicated server node: the server's end)
         try:
             env = child_env(node_env, attempt, run, usable_cpus())
+            if env.get("PYTHONPYCACHEPREFIX") != node_env.get("PYTHONPYCACHEPREFIX"):
+                print(f"[node] bytecode cache {env['PYTHONPYCACHEPREFIX']}: the packages carry "
+                      "none, the ranks compile them once there (runtime/node/bytecode.py)",
+                      flush=True)
             if run.run_dir:  # the attempt's temporaries (scratch_env), removed below
                 scratch = Path(env["TMPDIR"])
                 scratch.mkdir(parents=True, exist_ok=True)

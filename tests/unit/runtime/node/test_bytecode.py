@@ -1,0 +1,80 @@
+"""The ranks' bytecode cache (runtime/node/bytecode.py): only where a package carries no compiled
+bytecode, never over the user's own prefix or the switch, and a real interpreter with
+PYTHONDONTWRITEBYTECODE=1 then writes into the output root and nothing beside the sources."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpc_grpo.rundir.contract import RunRecord
+from hpc_grpo.runtime.node import bytecode
+from hpc_grpo.runtime.node import task as node
+
+
+def record(run_dir: str) -> RunRecord:
+    return RunRecord.from_dict({"schema": 1, "run_id": "r", "run_dir": run_dir, "model": "m",
+                                "dataset": {"name": "d"}, "nodes": 1, "procs_per_node": 1})
+
+
+def test_packages_without_bytecode_are_named_and_absent_ones_are_not(tmp_path: Path) -> None:
+    inits = {"vllm": "/site/vllm/__init__.py", "trl": "/site/trl/__init__.py", "peft": None}
+    compiled = {importlib.util.cache_from_source("/site/trl/__init__.py")}
+    found = bytecode.without_bytecode(("vllm", "trl", "peft"), inits.get,
+                                      lambda path: path in compiled)
+    assert found == ["vllm"]
+
+
+def test_this_machines_pip_installed_packages_carry_bytecode() -> None:
+    """The venv pip built (scripts/setup): every one of them compiled, so nothing changes here."""
+    assert bytecode.without_bytecode(("trl", "transformers", "torch")) == []
+
+
+def test_the_cache_only_where_needed_and_never_over_the_users_choice(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    assert bytecode.bytecode_env(root, {}, []) == {}
+    assert bytecode.bytecode_env(root, {"PYTHONDONTWRITEBYTECODE": "1"}, ["vllm"]) == {
+        "PYTHONPYCACHEPREFIX": str(root / ".bytecode-cache"), "PYTHONDONTWRITEBYTECODE": ""}
+    assert bytecode.bytecode_env(root, {"PYTHONPYCACHEPREFIX": "/mine"}, ["vllm"]) == {}
+    assert bytecode.bytecode_env(root, {bytecode.ENV: "0"}, ["vllm"]) == {}
+
+
+def test_the_ranks_environment_carries_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bytecode, "without_bytecode", lambda: ["vllm"])
+    env = node.child_env({"PYTHONDONTWRITEBYTECODE": "1"}, "slurm-7.0", record("/runs/r-0001"))
+    assert env["PYTHONPYCACHEPREFIX"] == "/runs/.bytecode-cache"  # the root's, shared by its runs
+    assert env["PYTHONDONTWRITEBYTECODE"] == ""
+    monkeypatch.setattr(bytecode, "without_bytecode", lambda: [])
+    env = node.child_env({"PYTHONDONTWRITEBYTECODE": "1"}, "slurm-7.0", record("/runs/r-0001"))
+    assert "PYTHONPYCACHEPREFIX" not in env and env["PYTHONDONTWRITEBYTECODE"] == "1"
+
+
+def test_a_real_interpreter_compiles_once_into_the_root_and_nothing_beside_the_source(
+        tmp_path: Path) -> None:
+    package = tmp_path / "site" / "uncompiled"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("VALUE = 41 + 1\n")
+    outer = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(tmp_path / "site")}
+    outer.pop("PYTHONPYCACHEPREFIX", None)
+    sys.path.insert(0, str(tmp_path / "site"))
+    try:
+        assert bytecode.without_bytecode(("uncompiled",)) == ["uncompiled"]
+    finally:
+        sys.path.remove(str(tmp_path / "site"))
+    env = {**outer, **bytecode.bytecode_env(tmp_path / "runs", outer, ["uncompiled"])}
+    check = [sys.executable, "-c", "import uncompiled, sys; print(uncompiled.VALUE, "
+             "sys.dont_write_bytecode, sys.pycache_prefix)"]
+    first = subprocess.run(check, env=env, capture_output=True, text=True, check=True)
+    assert first.stdout.split() == ["42", "False", str(tmp_path / "runs" / ".bytecode-cache")]
+    cached = list((tmp_path / "runs" / ".bytecode-cache").glob(f"{package}/__init__*.pyc".lstrip("/")))
+    assert len(cached) == 1 and not (package / "__pycache__").exists()
+    written = cached[0].stat().st_mtime_ns
+    subprocess.run(check, env=env, capture_output=True, text=True, check=True)
+    assert cached[0].stat().st_mtime_ns == written  # read, not compiled and written again
+    subprocess.run(check, env=outer, capture_output=True, text=True, check=True)
+    assert not (package / "__pycache__").exists()  # without it: compiled at every start
