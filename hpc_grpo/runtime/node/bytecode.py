@@ -6,9 +6,12 @@ compiles the source when there is none. pip writes it at install time, but ``uv 
 does not (unless ``--compile-bytecode``), nor ``pip install --no-compile``; a read-only
 container image or software module cannot get it later, and ``PYTHONDONTWRITEBYTECODE=1``
 (common in container images) keeps Python from writing it. Then every rank of every attempt
-compiles vLLM, TRL and DeepSpeed again. Measured on 2 x H100 (session 41, a 7B start with a warm
-compile cache, rank 0 under cProfile): 3,789 modules compiled from source in 11.9 s of a 78.8 s
-start, in the trainer part a warm and a cold restart share (issue #29).
+compiles vLLM, TRL and DeepSpeed again. Measured on 2 x H100 (session 41, the GPU recipe's
+packages: pip ``--no-compile``, PYTHONDONTWRITEBYTECODE=1): a 7B start with a warm compile cache,
+rank 0 under cProfile, compiled 3,789 modules from source (11.9 s of 78.8 s), in the start-up a
+warm and a cold restart share (issue #29); a rank's imports (DeepSpeed, vLLM, TRL's trainer)
+took 26.9-28.3 s as the ranks ran, 14.0-15.0 s from this cache (its first fill: 39.6 s, once;
+docs/results/2026-11-27-bytecode-cache-imports-h100x2-session41.json).
 
 What: where one of ``PACKAGES`` has no bytecode beside its ``__init__.py``, the ranks get
 ``PYTHONPYCACHEPREFIX`` = the output root's ``BYTECODE_CACHE`` (beside the compile caches,

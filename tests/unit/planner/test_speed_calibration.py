@@ -76,10 +76,10 @@ class Case:
         return predict(self.request(), self.layout, self.util)
 
 
-def _resume_7b(run: str, session: int) -> Callable[[], float]:
-    """Steps 2..5 of one of sessions 38-40's 7B runs (tests/gpu/test_resume_7b.py on
-    2 x H200, three loans)."""
-    return lambda: _steps_after_first(f"2026-11-27-7b-resume-{run}-h200x2-session{session}.json")
+def _resume_7b(run: str, session: int, card: str = "h200x2") -> Callable[[], float]:
+    """Steps 2..5 of one of sessions 38-41's 7B runs (tests/gpu/test_resume_7b.py on
+    2 x H200, three loans; 2 x H100 in session 41)."""
+    return lambda: _steps_after_first(f"2026-11-27-7b-resume-{run}-{card}-session{session}.json")
 
 
 BENCH_TWO = "2026-11-23-bench-two-16-steps.json"
@@ -290,6 +290,13 @@ CASES = (
            _resume_7b(run, session),
            "qwen2-7b", H200, 8, 64, gpus=2, layout=Layout(1, 2), util=0.15, checkpointing=False)
       for session in (38, 39, 40) for run in ("reference", "second")),
+    # 2 x H100, 7B, the plan's layout on that card: TP 2, ZeRO-3, sleep mode, no recomputation,
+    # the same 5 steps (session 41, with rank 0's start-up under cProfile, which ends at train
+    # begin and so times no step)
+    *(Case(f"h100 7B TP2 ZeRO-3 sleep, no recomputation (session 41, {run})",
+           _resume_7b(run, 41, "h100x2"), "qwen2-7b", H100, 8, 64, gpus=2,
+           layout=Layout(2, 3, sleep=True), util=0.15, checkpointing=False)
+      for run in ("reference", "second")),
 )
 
 # Saved runs of the 2026-11-26 files the model is not held to, and why (every other entry of
