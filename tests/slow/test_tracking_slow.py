@@ -106,6 +106,7 @@ def test_requeued_twice_is_one_tracker_run_with_each_step_once(tiny_model: Path,
     env = node_env() | {"WANDB_BASE_URL": "http://127.0.0.1:9"}  # a closed port: offline or fail
     env.pop("WANDB_MODE", None)
 
+    started = time.time() - 1
     # Attempt 1: a requeue signal after step 2 (graceful: all ranks save that step).
     first = subprocess.Popen(node_cmd(run_dir), env=env, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
@@ -129,9 +130,14 @@ def test_requeued_twice_is_one_tracker_run_with_each_step_once(tiny_model: Path,
     assert killed_at == int((run_dir / "fault-saving").read_text()) > stopped
     assert newest_complete(run_dir / "checkpoints").name == f"checkpoint-{stopped}"  # type: ignore[union-attr]
 
-    # Attempt 3: to the end.
+    # Attempt 3: to the end. It removes what the killed attempt 2 left in the node's temp dir
+    # (this run directory is too deep for sockets inside it: runtime/node/scratch.py).
+    scratch_base = Path(env.get("TMPDIR") or "/tmp")
+    killed_scratch = [p for p in scratch_base.glob(f"hpc-grpo-{run_dir.name}-*")
+                      if p.stat().st_mtime >= started]
     last = subprocess.run(node_cmd(run_dir), env=env, capture_output=True, text=True, timeout=120)
     assert last.returncode == 0, last.stdout + last.stderr
+    assert killed_scratch and not [p for p in killed_scratch if p.exists()], killed_scratch
     st = state(run_dir)
     assert st["phase"] == "done" and st["step"] == STEPS
     assert st["tracker_logged_through"] >= killed_at

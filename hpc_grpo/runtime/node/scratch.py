@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -16,6 +17,7 @@ CACHE = "cache"  # in the run directory: what W&B, datasets and matplotlib would
 # dataset's arrow files, shared by the runs of one root instead of downloaded again by each.
 DATASETS_CACHE = ".datasets-cache"
 UNIX_SOCKET_ROOM = 60  # AF_UNIX paths end at 107 bytes; vLLM puts ZMQ IPC sockets in TMPDIR
+OWNER = ".hpc-grpo-run"  # in each scratch folder: the run directory it belongs to
 
 
 def scratch_dir(run: RunRecord, attempt: str, env: Mapping[str, str]) -> Path:
@@ -27,6 +29,30 @@ def scratch_dir(run: RunRecord, attempt: str, env: Mapping[str, str]) -> Path:
         return inside
     base = env.get("TMPDIR") or "/tmp"
     return Path(base) / f"hpc-grpo-{Path(run.run_dir).name}-{name}"
+
+
+def make_scratch(run: RunRecord, attempt: str, env: Mapping[str, str]) -> Path:
+    """Create this attempt's scratch folder (its ``OWNER`` file names the run directory) after
+    removing what earlier attempts of this run on this node left: a node task killed with
+    SIGKILL (a node failure, an OOM kill, ``scancel --signal=KILL``) cannot remove its own, and
+    one in the node's temp dir is outside the run's folders. Only folders whose ``OWNER`` names
+    this run directory are removed, never another attempt's of this one (the other nodes of a
+    sandbox share /tmp) nor another run's of the same name in another output root."""
+    scratch = scratch_dir(run, attempt, env)
+    prefix = "" if scratch.parent == Path(run.run_dir) / SCRATCH else \
+        f"hpc-grpo-{Path(run.run_dir).name}-"
+    for old in scratch.parent.glob(f"{prefix}*"):
+        if old.name.removeprefix(prefix).rsplit(".", 1)[0] == attempt or not old.is_dir():
+            continue  # this attempt's, on another node of a shared /tmp
+        try:
+            owner = (old / OWNER).read_text()
+        except OSError:
+            continue
+        if owner == run.run_dir:
+            shutil.rmtree(old, ignore_errors=True)
+    scratch.mkdir(parents=True, exist_ok=True)
+    (scratch / OWNER).write_text(run.run_dir)
+    return scratch
 
 
 def scratch_env(run: RunRecord, attempt: str, env: Mapping[str, str]) -> dict[str, str]:

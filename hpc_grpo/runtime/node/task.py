@@ -27,6 +27,7 @@ from hpc_grpo.rundir.state import RunState
 from hpc_grpo.runtime.node import causes, hub_push, oom, retry, slurm_facts, vllm_server, watchdog
 from hpc_grpo.runtime.node.environment import child_env, library_env, usable_cpus
 from hpc_grpo.runtime.node.ports import free_port, with_master_port
+from hpc_grpo.runtime.node.scratch import make_scratch
 from hpc_grpo.runtime.rank import setup_failure
 
 PAYLOAD_MODULES = {"train": "hpc_grpo.runtime.rank.train", "check": "hpc_grpo.runtime.rank.smoke"}
@@ -199,8 +200,7 @@ class NodeTask:
                       "none, the ranks compile them once there (runtime/node/bytecode.py)",
                       flush=True)
             if run.run_dir:  # the attempt's temporaries (scratch_env), removed below
-                scratch = Path(env["TMPDIR"])
-                scratch.mkdir(parents=True, exist_ok=True)
+                scratch = make_scratch(run, attempt, node_env)
             if vllm_server.server_mode(run) and vllm_server.is_server_node(run, node_env):
                 log = str(Path(self.run_dir) / contract.LOGS / contract.VLLM_SERVER_LOG)
                 server = vllm_server.start(run, {**node_env, **library_env(node_env, attempt, run)},

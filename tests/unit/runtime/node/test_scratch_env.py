@@ -77,3 +77,47 @@ def test_the_attempts_temporaries_are_removed_when_it_ends(
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     assert node.NodeTask(str(run_dir), chain_signals=False)() == 0
     assert seen and not seen[0].exists()
+
+
+def test_a_killed_attempts_scratch_goes_with_the_next_attempt_and_nothing_else(
+        tmp_path: Path) -> None:
+    """A node task killed with SIGKILL leaves its scratch (in the node's temp dir for a deep run
+    directory): the next attempt of the run on that node removes it, and only what is the run's
+    own: not the current attempt's other node (the sandbox's nodes share /tmp), not a run of the
+    same name in another output root, not a folder it did not make."""
+    from hpc_grpo.runtime.node.scratch import OWNER, make_scratch
+
+    deep = str(tmp_path / ("x" * 70) / "grpo-tiny-0001")
+    other_root = str(tmp_path / ("y" * 70) / "grpo-tiny-0001")
+    base = tmp_path / "node-tmp"
+    base.mkdir()
+    env = {"TMPDIR": str(base), "SLURM_NODEID": "0"}
+    killed = make_scratch(record(deep), "slurm-7.0", env)
+    (killed / "torchelastic_x").mkdir()
+    sibling = make_scratch(record(deep), "slurm-8.0", {**env, "SLURM_NODEID": "1"})
+    theirs = make_scratch(record(other_root), "slurm-5.0", env)
+    unknown = base / "hpc-grpo-grpo-tiny-0001-slurm-3.0.0"
+    unknown.mkdir()
+    current = make_scratch(record(deep), "slurm-8.0", env)
+    assert current == base / "hpc-grpo-grpo-tiny-0001-slurm-8.0.0"
+    assert (current / OWNER).read_text() == deep
+    assert not killed.exists()
+    assert sibling.exists() and theirs.exists() and unknown.exists()
+    assert str(current) == node.child_env(env, "slurm-8.0", record(deep))["TMPDIR"]
+
+
+def test_inside_the_run_directory_too() -> None:
+    import shutil
+    import tempfile
+
+    from hpc_grpo.runtime.node.scratch import make_scratch
+
+    short = Path(tempfile.mkdtemp(prefix="s", dir="/tmp"))  # room for the sockets: inside
+    try:
+        run_dir = str(short / "r")
+        old = make_scratch(record(run_dir), "local-1-a", {})
+        new = make_scratch(record(run_dir), "local-2-b", {})
+        assert new.parent == old.parent == short / "r" / "tmp"
+        assert not old.exists() and new.exists()
+    finally:
+        shutil.rmtree(short)
