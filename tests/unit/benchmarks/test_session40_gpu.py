@@ -135,8 +135,9 @@ def test_step_times_and_saves() -> None:
              for run in ("reference", "second")]
     assert [c.measured() for c in cases] == means and round(cases[0].predicted().seconds, 3) == PREDICTED_S
     assert not any(c.name in calibration.MISSES for c in cases)
-    held = len(calibration.CASES) - len(calibration.MISSES)
-    assert f"{len(calibration.CASES)} cases, {held} within 20 %, the same " \
+    then = [c for c in calibration.CASES if "(session 41," not in c.name]  # as the session left it
+    held = len(then) - len(calibration.MISSES)
+    assert f"{len(then)} cases, {held} within 20 %, the same " \
         f"{len(calibration.MISSES)} listed misses" in section
     saves = [reference["checkpoint"], second["checkpoint"], _run("stop")["checkpoint"]]
     assert f"{saves[0]['gb_per_s']} GB/s (reference), {saves[1]['gb_per_s']} (second), " \

@@ -10,6 +10,7 @@ from typing import Any
 
 from hpc_grpo.runs import drift
 from tests.unit.benchmarks.lora_results import docs_section
+from tests.unit.planner import test_speed_calibration as calibration
 
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 HEADING = "## 2026-11-27 (session 41)"
@@ -43,6 +44,14 @@ def test_the_7b_step_times_and_start_up_split_are_the_saved_ones() -> None:
     section = docs_section(HEADING)
     assert f"**{_steps_2_to_5('reference'):.3f}** (reference)" in section
     assert f"**{_steps_2_to_5('second'):.3f}** (second)" in section
+    cases = [c for c in calibration.CASES if "(session 41," in c.name]
+    assert [round(c.measured(), 3) for c in cases] == [round(_steps_2_to_5(r), 3)
+                                                       for r in ("reference", "second")]
+    errors = [f"{calibration._error(c):+.1%}".replace("%", " %") for c in cases]
+    assert f"{errors[0]} and {errors[1]} from the prediction" in section
+    held = len(calibration.CASES) - len(calibration.MISSES)
+    assert f"{len(calibration.CASES)} cases, {held} within 20 %, the same " \
+        f"{len(calibration.MISSES)} listed misses" in section
     startup = _json("2026-11-27-7b-startup-profiled-h100x2-session41.json")
     (cold,), (warm,) = startup["ref7"], startup["second7"]
     engine = [r["trainer_parts_s"]["engine_start"] for r in (cold, warm)]
