@@ -26,6 +26,7 @@ turns this off; packages that all carry bytecode leave the environment as it was
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -37,9 +38,9 @@ PACKAGES = ("vllm", "trl", "deepspeed", "transformers", "torch", "accelerate", "
 
 
 def _init_of(name: str) -> str | None:
-    try:
+    try:  # best effort: a third-party finder's failure never ends the attempt
         spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
+    except Exception:  # noqa: BLE001
         return None
     origin = spec.origin if spec is not None else None
     return origin if origin and origin.endswith(".py") else None
@@ -56,6 +57,22 @@ def without_bytecode(packages: Sequence[str] = PACKAGES,
         if init is not None and not exists(importlib.util.cache_from_source(init)):
             missing.append(name)
     return missing
+
+
+def cannot_write(missing: Sequence[str], env: Mapping[str, str],
+                 init_of: Callable[[str], str | None] = _init_of,
+                 writable: Callable[[str], bool] = lambda d: os.access(d, os.W_OK)) -> list[str]:
+    """Those of ``missing`` Python will not compile beside the source either: all of them under
+    ``PYTHONDONTWRITEBYTECODE``, else those whose folder is read-only. A writable install
+    without bytecode gets its ``__pycache__`` from the first rank that imports it."""
+    if env.get("PYTHONDONTWRITEBYTECODE"):
+        return list(missing)
+    out = []
+    for name in missing:
+        init = init_of(name)
+        if init is not None and not writable(str(Path(init).parent)):
+            out.append(name)
+    return out
 
 
 def bytecode_env(output_root: Path, env: Mapping[str, str],

@@ -91,7 +91,7 @@ def library_env(env: Mapping[str, str], attempt: str, run: RunRecord) -> dict[st
                             ("TRITON_CACHE_DIR", "triton")):
             out[key] = env.get(key) or str(cache / folder)
         out.update(bytecode.bytecode_env(Path(run.run_dir).parent, env,
-                                         bytecode.without_bytecode()))
+                                         bytecode.cannot_write(bytecode.without_bytecode(), env)))
     out.update(hub_env(run))
     out.update(scratch_env(run, attempt, env))
     return out

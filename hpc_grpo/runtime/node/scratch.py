@@ -45,8 +45,8 @@ def make_scratch(run: RunRecord, attempt: str, env: Mapping[str, str]) -> Path:
         if old.name.removeprefix(prefix).rsplit(".", 1)[0] == attempt or not old.is_dir():
             continue  # this attempt's, on another node of a shared /tmp
         try:
-            owner = (old / OWNER).read_text()
-        except OSError:
+            owner = (old / OWNER).read_text(encoding="utf-8")
+        except (OSError, ValueError):  # unreadable, or not this project's: left alone
             continue
         if owner == run.run_dir:
             shutil.rmtree(old, ignore_errors=True)

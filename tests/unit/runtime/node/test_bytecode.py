@@ -30,9 +30,21 @@ def test_packages_without_bytecode_are_named_and_absent_ones_are_not(tmp_path: P
     assert found == ["vllm"]
 
 
-def test_this_machines_pip_installed_packages_carry_bytecode() -> None:
-    """The venv pip built (scripts/setup): every one of them compiled, so nothing changes here."""
-    assert bytecode.without_bytecode(("trl", "transformers", "torch")) == []
+def test_only_where_python_cannot_compile_beside_the_source_itself() -> None:
+    inits = {"vllm": "/ro/vllm/__init__.py", "trl": "/rw/trl/__init__.py"}
+    writable = lambda folder: folder.startswith("/rw")  # noqa: E731
+    assert bytecode.cannot_write(["vllm", "trl"], {}, inits.get, writable) == ["vllm"]
+    assert bytecode.cannot_write(["trl"], {}, inits.get, writable) == []
+    assert bytecode.cannot_write(["vllm", "trl"], {"PYTHONDONTWRITEBYTECODE": "1"},
+                                 inits.get, writable) == ["vllm", "trl"]
+
+
+def test_a_finder_that_raises_is_no_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(name: str) -> None:
+        raise RuntimeError("a third-party path hook failed")
+
+    monkeypatch.setattr(importlib.util, "find_spec", broken)
+    assert bytecode.without_bytecode(("vllm",)) == []
 
 
 def test_the_cache_only_where_needed_and_never_over_the_users_choice(tmp_path: Path) -> None:
@@ -46,6 +58,8 @@ def test_the_cache_only_where_needed_and_never_over_the_users_choice(tmp_path: P
 
 def test_the_ranks_environment_carries_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bytecode, "without_bytecode", lambda: ["vllm"])
+    env = node.child_env({}, "slurm-7.0", record("/runs/r-0001"))  # a writable vllm: its own
+    assert "PYTHONPYCACHEPREFIX" not in env or bytecode.cannot_write(["vllm"], {})
     env = node.child_env({"PYTHONDONTWRITEBYTECODE": "1"}, "slurm-7.0", record("/runs/r-0001"))
     assert env["PYTHONPYCACHEPREFIX"] == "/runs/.bytecode-cache"  # the root's, shared by its runs
     assert env["PYTHONDONTWRITEBYTECODE"] == ""
