@@ -98,6 +98,11 @@ def test_each_attempt_records_where_its_start_went(runs: tuple[Path, Path]) -> N
         preparing = line["prepare_parts_s"]
         assert set(preparing) == {"accelerate_prepare"} | loads, line
         assert sum(preparing.values()) < parts["prepare_and_load"], line
+    for rank in (0, 1):  # every attempt's imports frozen out of the collector's walks
+        log = (stopped / "logs" / f"rank-{rank}.log").read_text()
+        frozen = [int(x.split("imports done; ")[1].split()[0]) for x in log.splitlines()
+                  if "objects frozen out of the collector's walks" in x]
+        assert len(frozen) == 1 + len(STOPS) and min(frozen) > 100_000, frozen
     starts = [line["process_start"] for line in lines[stopped]]
     assert starts == sorted(starts) and len(set(starts)) == len(starts)  # a new process each
     from hpc_grpo.runs import track

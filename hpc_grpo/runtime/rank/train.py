@@ -30,6 +30,7 @@ from hpc_grpo.runtime.rank import (
     heartbeat,
     restart_record,
     startup,
+    startup_heap,
     startup_profile,
     tracking,
 )
@@ -164,7 +165,9 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
     stop = GracefulStopCallback(run_dir, flag, device)
     keep = checkpoints.retention_limit(run.grpo_config)  # applied after each marker, not by TRL
     targets = startup.trainer_targets(run.vllm.mode)  # TRL's trainer module imports vLLM
+    frozen = startup_heap.freeze_imported_heap(os.environ)  # before the engine's collections
     within["trainer_import"] = time.perf_counter() - began
+    print(f"[train] imports done; {frozen} objects frozen out of the collector's walks", flush=True)
     with engine_weights.engine_from_pushed_weights(os.environ), \
             startup.timed_calls(within, targets):
         trainer = GRPOTrainer(
@@ -344,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(args[0]).resolve()
     rank = int(os.environ.get("RANK", "0"))
     rundir.redirect_output(run_dir, rank)
+    startup_heap.share_package_map(os.environ)  # before transformers and TRL are imported
     heartbeat.start(run_dir, rank, os.environ.get("HPC_GRPO_ATTEMPT", ""))  # stack dumps too
 
     flag = StopFlag()

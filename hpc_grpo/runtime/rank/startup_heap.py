@@ -1,0 +1,76 @@
+"""Two start-up costs every rank of every attempt paid twice or more: the installed packages'
+import-name map, and the garbage collector walking the imported libraries' objects.
+
+Why: a restart's time to its first new step has a goal (issue #29: a warm 7B restart at most half
+a cold one; both pay this). Rank 0's start-up profile of a warm 7B restart on 2 x H100 (session
+41, docs/results/2026-11-27-7b-startup-profile-second-h100x2-session41.txt) showed:
+
+* ``importlib.metadata.packages_distributions()`` called twice, 4.66 s under the profiler: once by
+  transformers (``import_utils``, cached there) and once by TRL (``trl/import_utils.py``, at
+  import). It reads every installed distribution's file list; Python does not cache it, and the
+  installed set does not change while a rank starts.
+* ``gc.collect()`` called 17 times, 4.77 s: vLLM collects around its memory profiling and CUDA
+  graph capture while the engine starts, each a full walk of every tracked object (about 0.28 s
+  with vLLM, TRL and DeepSpeed imported). vLLM itself freezes its heap once the engine has warmed
+  up (``vllm.utils.gc_utils.freeze_gc_heap``: "reduces pause times of oldest generation
+  collections"), but only after those collections.
+
+What: ``share_package_map`` makes ``packages_distributions`` compute the map once per process and
+hand each caller its own copy (a caller that edits its dict or lists cannot change another's).
+``freeze_imported_heap`` moves the objects alive once the trainer's modules are imported (modules,
+classes, functions: static for the rank's life) into the collector's permanent generation, so
+the engine start's collections walk only what was made after it. Objects frozen stay freed by
+reference counting; only a reference cycle among them that becomes garbage later is never
+collected, and an import leaves next to none. vLLM's CUDA graph capture unfreezes and collects
+once, then freezes again after warm-up; that stays as vLLM has it.
+``HPC_GRPO_STARTUP_HEAP=0`` turns both off (say, to compare).
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import importlib.metadata
+from collections.abc import Callable, Mapping
+
+ENV = "HPC_GRPO_STARTUP_HEAP"
+
+
+def enabled(env: Mapping[str, str]) -> bool:
+    """On unless the environment says ``HPC_GRPO_STARTUP_HEAP=0``."""
+    return env.get(ENV, "1").strip() != "0"
+
+
+def _copying(compute: Callable[[], Mapping[str, list[str]]]) -> Callable[[], dict[str, list[str]]]:
+    """``compute`` run once; each call returns a fresh copy of its map."""
+    once = functools.cache(compute)
+
+    @functools.wraps(compute)
+    def packages_distributions() -> dict[str, list[str]]:
+        return {name: list(dists) for name, dists in once().items()}
+
+    packages_distributions.hpc_grpo_shared = True  # type: ignore[attr-defined]
+    return packages_distributions
+
+
+def share_package_map(env: Mapping[str, str]) -> bool:
+    """Make ``importlib.metadata.packages_distributions`` compute once per process; True when
+    installed now (off, or installed already: False). Call before transformers or TRL is
+    imported: TRL calls it at import."""
+    current = importlib.metadata.packages_distributions
+    if not enabled(env) or getattr(current, "hpc_grpo_shared", False):
+        return False
+    importlib.metadata.packages_distributions = _copying(current)  # type: ignore[assignment]
+    return True
+
+
+def freeze_imported_heap(env: Mapping[str, str]) -> int:
+    """Move every object the collector tracks now into its permanent generation; returns how
+    many are frozen (0 when off). Call once the trainer's modules are imported, before the
+    engine starts. A young-generation collection first keeps the imports' short-lived garbage
+    out of the frozen set, without the full walk this is here to save."""
+    if not enabled(env):
+        return 0
+    gc.collect(1)
+    gc.freeze()
+    return gc.get_freeze_count()
