@@ -24,6 +24,11 @@ One test per device call (each stays under the 10-minute limit), in this order, 
   skipped and checkpoint-2 stays the resume point. Its first new step is compared with the
   second run's and recorded, not asserted: at TP 2 a cold cache is suspected of changing the
   sampled completions (the 2026-11-25 reference).
+- ``-k warm_cache``: the same restart as ``-k cold_cache`` with the compile caches the
+  reference filled, stopped after its first new step likewise: the warm half of issue #29's
+  comparison, in the same conditions (checkpoint-2, just written, in the page cache). It needs
+  neither ``-k second`` nor ``-k resume_equals``, so a device call short of time can measure both
+  restarts after ``-k stop``.
 - ``-k page_cache``: two more resumes of checkpoint-2, each after the checkpoint and the model
   were dropped from the page cache (``posix_fadvise(DONTNEED)``: a requeue onto a node that did
   not write them), without and then with the checkpoint prefetch
@@ -39,8 +44,9 @@ One test per device call (each stays under the 10-minute limit), in this order, 
   started without reading the model files (runtime/rank/engine_weights.py) and the resumed
   steps' vLLM log-probabilities stay within drift's bound of the trainer's (the first push
   carried the checkpoint's weights). Then the checkpoints and the model are deleted.
-- ``-k warm_restart``: no GPU work: the warm resume's time to its first new step against the cold
-  one's, from the two saved results (issue #29's goal: at most half).
+- ``-k warm_restart``: no GPU work: the warm restart's time to its first new step (``-k
+  warm_cache``'s where it ran, else ``-k resume_equals``') against the cold one's, from the
+  saved results (issue #29's goal: at most half).
 """
 
 from __future__ import annotations
@@ -148,12 +154,18 @@ def _interrupted() -> tuple[dict[str, Any], Path]:
     return ref, Path(ref["run_dir"]).parent / "interrupted7"
 
 
-def _stopped() -> tuple[dict[str, Any], Path, dict[str, Any], dict[str, Any]]:
-    """The reference, the stopped run's directory, and the saved results of -k stop and -k
-    second, which every later test of the series needs."""
+def _stop_point() -> tuple[dict[str, Any], Path, dict[str, Any]]:
+    """The reference, the stopped run's directory and -k stop's saved result."""
     ref, run_dir = _interrupted()
-    stop, second = _saved("7b-resume-stop"), _saved("7b-resume-second")
+    stop = _saved("7b-resume-stop")
     assert stop and stop["attempt"]["phase"] == "interrupted", "run -k stop first"
+    return ref, run_dir, stop
+
+
+def _stopped() -> tuple[dict[str, Any], Path, dict[str, Any], dict[str, Any]]:
+    """``_stop_point`` and -k second's saved result, which the resume is compared with."""
+    ref, run_dir, stop = _stop_point()
+    second = _saved("7b-resume-second")
     assert second, "run -k second first"
     return ref, run_dir, stop, second
 
@@ -174,24 +186,39 @@ def test_7b_usr2_stop_writes_a_checkpoint() -> None:
     assert result["checkpoint"]["bytes"] > 0, result
 
 
-@needs_two
-def test_7b_cold_cache_restart() -> None:
-    _, run_dir, stop, second = _stopped()
-    env, cold = _cold_caches(_node_env())
+def _restart(cache: str) -> None:
+    """Resume checkpoint-2 with ``cache`` ("cold": empty compile caches; "warm": the
+    reference's), stop after the first new step, and save the attempt as 7b-resume-CACHE. Its
+    first new step is compared with -k second's where that ran (recorded, not asserted)."""
+    _, run_dir, stop = _stop_point()
+    second = _saved("7b-resume-second") or {"steps": []}
+    env, cold = _cold_caches(_node_env()) if cache == "cold" else (_node_env(), None)
     attempt = _attempt(run_dir, env, stop_after=1)
     new = [{k: r.get(k) for k in KEYS} for r in _metrics(run_dir) if r["time"] > attempt["started"]]
     same_step = [{k: r.get(k) for k in KEYS} for r in second["steps"]
                  if new and r["step"] == new[0]["step"]]
-    result = {"cache": "cold", "attempt": attempt, "new_steps": new, "second_run_same_step": same_step,
-              "equal_to_second_run": bool(new) and new[:1] == same_step,
+    result = {"cache": cache, "attempt": attempt, "new_steps": new,
+              "second_run_same_step": same_step,
+              "equal_to_second_run": bool(new and same_step) and new[:1] == same_step,
               "state": json.loads((run_dir / "state.json").read_text()),
               "startup": read_jsonl(run_dir / "startup.jsonl")[-1:]}  # this attempt's split
-    _save("7b-resume-cold", result)
-    shutil.rmtree(cold, ignore_errors=True)
+    _save(f"7b-resume-{cache}", result)
+    if cold is not None:
+        shutil.rmtree(cold, ignore_errors=True)
     assert attempt["phase"] == "interrupted", attempt
     assert new and attempt["first_new_step_s"] > 0, result
     # the disk held no second checkpoint: the stop's save was skipped, checkpoint-2 stays
     assert result["state"].get("last_checkpoint_step") == stop["checkpoint_step"], result["state"]
+
+
+@needs_two
+def test_7b_cold_cache_restart() -> None:
+    _restart("cold")
+
+
+@needs_two
+def test_7b_warm_cache_restart() -> None:
+    _restart("warm")
 
 
 def _drop_from_page_cache(*folders: Path) -> int:
@@ -241,7 +268,7 @@ def _engine_lines(run_dir: Path, since: dict[str, int] | None = None) -> list[st
 def test_7b_page_cache_resume_without_and_with_the_prefetch() -> None:
     from hpc_grpo.runtime.rank.checkpoint_prefetch import ENV
 
-    _, run_dir, stop, _ = _stopped()
+    _, run_dir, stop = _stop_point()
     record = json.loads((run_dir / "run.json").read_text())
     result: dict[str, Any] = {}
     for how in ("without", "with"):
@@ -319,12 +346,15 @@ def _assert_mapped_read(run_dir: Path, lines: list[str]) -> None:
 
 @needs_two
 def test_7b_warm_restart_at_most_half_the_cold_one() -> None:
-    """Node task start to the first new step: the warm resume (-k resume_equals) against the
-    cold-cache one (-k cold_cache); both load the same 86.6 GiB checkpoint."""
-    cold, warm = _saved("7b-resume-cold"), _saved("7b-resume-resumed")
-    assert cold and warm, "run -k cold_cache and -k resume_equals first"
+    """Node task start to the first new step: the warm restart (-k warm_cache where it ran, else
+    the warm resume of -k resume_equals) against the cold-cache one (-k cold_cache); all load
+    the same 86.6 GiB checkpoint."""
+    cold = _saved("7b-resume-cold")
+    warm_from = "7b-resume-warm" if _saved("7b-resume-warm") else "7b-resume-resumed"
+    warm = _saved(warm_from)
+    assert cold and warm, "run -k cold_cache and -k warm_cache (or -k resume_equals) first"
     cold_s, warm_s = cold["attempt"]["first_new_step_s"], warm["attempt"]["first_new_step_s"]
     assert cold_s > 0 and warm_s > 0, (cold_s, warm_s)
-    _save("7b-resume-restart-times", {"cold_s": cold_s, "warm_s": warm_s,
+    _save("7b-resume-restart-times", {"cold_s": cold_s, "warm_s": warm_s, "warm_from": warm_from,
                                       "warm_over_cold": round(warm_s / cold_s, 3)})
     assert warm_s <= 0.5 * cold_s, (warm_s, cold_s)
