@@ -21,12 +21,23 @@ every later attempt and run of that root reads it. Nothing is written beside any
 of the packages that had them and compiles those once into the prefix as well (a one-time cost
 per output root). A ``PYTHONPYCACHEPREFIX`` the user or site set wins; ``HPC_GRPO_BYTECODE_CACHE=0``
 turns this off; packages that all carry bytecode leave the environment as it was.
+
+Each installed set gets its own folder under ``BYTECODE_CACHE``, named by ``environment_key``: a
+digest of the interpreter's version and every installed distribution's name, version and RECORD
+(the sha256 of each of its files). Python takes a cached file as current when the source's mtime
+and size match what it recorded, and images built reproducibly give every file the same mtime:
+a package replaced in place by a release whose changed files keep their sizes (a version string
+"0.26.0" -> "0.26.1") would otherwise run the old release's bytecode. Folders of earlier sets are
+left in place (a run still on the old set may be using one); delete them when no run is.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import importlib.util
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -75,11 +86,29 @@ def cannot_write(missing: Sequence[str], env: Mapping[str, str],
     return out
 
 
-def bytecode_env(output_root: Path, env: Mapping[str, str],
-                 missing: Sequence[str]) -> dict[str, str]:
-    """What the ranks' environment gains: the shared bytecode cache where ``missing`` names a
-    package without bytecode, else nothing (see the module docstring)."""
+def environment_key(path: Sequence[str] | None = None) -> str:
+    """16 hex digits naming the interpreter and the distributions installed on ``path`` (default
+    ``sys.path``): their names, versions and RECORD files, in a stable order. About 0.1-0.2 s for
+    a hundred distributions, once per attempt and only where the cache is used."""
+    rows = []
+    for dist in importlib.metadata.distributions(**({"path": list(path)} if path is not None else {})):
+        try:  # best effort, like the probe above: an unreadable distribution still counts by name
+            record = dist.read_text("RECORD") or ""
+        except Exception:  # noqa: BLE001
+            record = ""
+        rows.append(f"{dist.metadata['Name']}\0{dist.version}\0{record}")
+    digest = hashlib.sha256(sys.version.encode())
+    for row in sorted(rows):
+        digest.update(b"\1" + row.encode(errors="replace"))
+    return digest.hexdigest()[:16]
+
+
+def bytecode_env(output_root: Path, env: Mapping[str, str], missing: Sequence[str],
+                 key: Callable[[], str] = environment_key) -> dict[str, str]:
+    """What the ranks' environment gains: the shared bytecode cache of this installed set
+    (``key``, called only where the cache is used) where ``missing`` names a package without
+    bytecode, else nothing (see the module docstring)."""
     if not missing or env.get(ENV, "1") == "0" or env.get("PYTHONPYCACHEPREFIX"):
         return {}
-    return {"PYTHONPYCACHEPREFIX": str(output_root / BYTECODE_CACHE),
+    return {"PYTHONPYCACHEPREFIX": str(output_root / BYTECODE_CACHE / key()),
             "PYTHONDONTWRITEBYTECODE": ""}  # empty: Python writes (it reads non-empty as set)

@@ -4,6 +4,7 @@ PYTHONDONTWRITEBYTECODE=1 then writes into the output root and nothing beside th
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import subprocess
@@ -50,8 +51,10 @@ def test_a_finder_that_raises_is_no_package(monkeypatch: pytest.MonkeyPatch) -> 
 def test_the_cache_only_where_needed_and_never_over_the_users_choice(tmp_path: Path) -> None:
     root = tmp_path / "runs"
     assert bytecode.bytecode_env(root, {}, []) == {}
-    assert bytecode.bytecode_env(root, {"PYTHONDONTWRITEBYTECODE": "1"}, ["vllm"]) == {
-        "PYTHONPYCACHEPREFIX": str(root / ".bytecode-cache"), "PYTHONDONTWRITEBYTECODE": ""}
+    assert bytecode.bytecode_env(root, {"PYTHONDONTWRITEBYTECODE": "1"}, ["vllm"],
+                                 lambda: "0123abcd") == {
+        "PYTHONPYCACHEPREFIX": str(root / ".bytecode-cache" / "0123abcd"),
+        "PYTHONDONTWRITEBYTECODE": ""}
     assert bytecode.bytecode_env(root, {"PYTHONPYCACHEPREFIX": "/mine"}, ["vllm"]) == {}
     assert bytecode.bytecode_env(root, {bytecode.ENV: "0"}, ["vllm"]) == {}
 
@@ -61,7 +64,8 @@ def test_the_ranks_environment_carries_it(monkeypatch: pytest.MonkeyPatch) -> No
     env = node.child_env({}, "slurm-7.0", record("/runs/r-0001"))  # a writable vllm: its own
     assert "PYTHONPYCACHEPREFIX" not in env or bytecode.cannot_write(["vllm"], {})
     env = node.child_env({"PYTHONDONTWRITEBYTECODE": "1"}, "slurm-7.0", record("/runs/r-0001"))
-    assert env["PYTHONPYCACHEPREFIX"] == "/runs/.bytecode-cache"  # the root's, shared by its runs
+    prefix = Path(env["PYTHONPYCACHEPREFIX"])  # the root's, shared by its runs, one per set
+    assert prefix.parent == Path("/runs/.bytecode-cache") and prefix.name == bytecode.environment_key()
     assert env["PYTHONDONTWRITEBYTECODE"] == ""
     monkeypatch.setattr(bytecode, "without_bytecode", lambda: [])
     env = node.child_env({"PYTHONDONTWRITEBYTECODE": "1"}, "slurm-7.0", record("/runs/r-0001"))
@@ -80,15 +84,55 @@ def test_a_real_interpreter_compiles_once_into_the_root_and_nothing_beside_the_s
         assert bytecode.without_bytecode(("uncompiled",)) == ["uncompiled"]
     finally:
         sys.path.remove(str(tmp_path / "site"))
-    env = {**outer, **bytecode.bytecode_env(tmp_path / "runs", outer, ["uncompiled"])}
+    env = {**outer, **bytecode.bytecode_env(tmp_path / "runs", outer, ["uncompiled"], lambda: "k")}
     check = [sys.executable, "-c", "import uncompiled, sys; print(uncompiled.VALUE, "
              "sys.dont_write_bytecode, sys.pycache_prefix)"]
     first = subprocess.run(check, env=env, capture_output=True, text=True, check=True)
-    assert first.stdout.split() == ["42", "False", str(tmp_path / "runs" / ".bytecode-cache")]
-    cached = list((tmp_path / "runs" / ".bytecode-cache").glob(f"{package}/__init__*.pyc".lstrip("/")))
+    prefix = tmp_path / "runs" / ".bytecode-cache" / "k"
+    assert first.stdout.split() == ["42", "False", str(prefix)]
+    cached = list(prefix.glob(f"{package}/__init__*.pyc".lstrip("/")))
     assert len(cached) == 1 and not (package / "__pycache__").exists()
     written = cached[0].stat().st_mtime_ns
     subprocess.run(check, env=env, capture_output=True, text=True, check=True)
     assert cached[0].stat().st_mtime_ns == written  # read, not compiled and written again
     subprocess.run(check, env=outer, capture_output=True, text=True, check=True)
     assert not (package / "__pycache__").exists()  # without it: compiled at every start
+
+
+def _install(site: Path, version: str, value: int) -> None:
+    """A distribution ``inplace`` at ``version`` whose module says ``value``, every file with the
+    same mtime (a reproducible image) and the module the same size in every release."""
+    package, info = site / "inplace", site / "inplace-0.dist-info"
+    package.mkdir(parents=True, exist_ok=True)
+    info.mkdir(exist_ok=True)
+    source = package / "__init__.py"
+    source.write_text(f"VALUE = {value}\n")
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: inplace\nVersion: {version}\n")
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    (info / "RECORD").write_text(f"inplace/__init__.py,sha256={digest},{source.stat().st_size}\n")
+    for path in (source, info / "METADATA", info / "RECORD"):
+        os.utime(path, ns=(315532800 * 10**9, 315532800 * 10**9))  # 1980-01-01, as in a wheel
+
+
+def test_a_package_replaced_in_place_with_equal_mtimes_and_sizes_runs_its_new_code(
+        tmp_path: Path) -> None:
+    """Python trusts cached bytecode whose source mtime and size match: one folder for every
+    installed set would run the old release here. The key names the set, so it does not."""
+    site = tmp_path / "site"
+    outer = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(site)}
+    outer.pop("PYTHONPYCACHEPREFIX", None)
+    check = [sys.executable, "-c", "import inplace; print(inplace.VALUE)"]
+    seen, keys = [], []
+    for version, value in (("1.0.1", 41), ("1.0.2", 42)):
+        _install(site, version, value)
+        keys.append(bytecode.environment_key([str(site)]))
+        env = {**outer, **bytecode.bytecode_env(tmp_path / "runs", outer, ["inplace"],
+                                                lambda: keys[-1])}
+        seen.append(subprocess.run(check, env=env, capture_output=True, text=True,
+                                   check=True).stdout.strip())
+    assert keys[0] != keys[1] and seen == ["41", "42"]
+    # what one shared folder would have done: the first release's bytecode for the second
+    shared = {**outer, "PYTHONPYCACHEPREFIX": str(tmp_path / "runs" / ".bytecode-cache" / keys[0]),
+              "PYTHONDONTWRITEBYTECODE": ""}
+    stale = subprocess.run(check, env=shared, capture_output=True, text=True, check=True)
+    assert stale.stdout.strip() == "41"
