@@ -91,7 +91,7 @@ def environment_key(path: Sequence[str] | None = None) -> str:
     ``sys.path``): their names, versions and RECORD files, in a stable order. About 0.1-0.2 s for
     a hundred distributions, once per attempt and only where the cache is used."""
     rows = []
-    for dist in importlib.metadata.distributions(**({"path": list(path)} if path is not None else {})):
+    for dist in importlib.metadata.distributions(path=list(sys.path if path is None else path)):
         try:  # best effort, like the probe above: an unreadable distribution still counts by name
             record = dist.read_text("RECORD") or ""
         except Exception:  # noqa: BLE001
