@@ -61,6 +61,18 @@ def write(profiler: cProfile.Profile, run_dir: Path) -> Path:
     return path
 
 
+def write_after_failure(profiler: cProfile.Profile | None, run_dir: Path) -> None:
+    """Stop and write the profile of a start-up that raised before the trainer was ready: where
+    a failing start spent its time is as much asked for as a working one's."""
+    if profiler is None:
+        return
+    try:  # a diagnostic never hides the failure being reported
+        path = write(profiler, run_dir)
+        print(f"[train] start-up profile (up to the failure): {path}", flush=True)
+    except OSError as exc:
+        print(f"[train] start-up profile not written: {exc}", flush=True)
+
+
 def install(trainer: Any, profiler: cProfile.Profile | None, run_dir: Path) -> None:
     """Stop and write the profile at the Trainer's ``on_train_begin`` (once)."""
     if profiler is None:

@@ -293,6 +293,7 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
         raise  # every rank saw the same gathered problems already
     except Exception as exc:  # no step yet: did every rank fail alike? (setup_failure.py)
         traceback.print_exc()
+        startup_profile.write_after_failure(profiler, run_dir)
         agreed = setup_failure.settle(run_dir, attempt, rank, run.world_size, exc)
         raise SetupFailed(setup_failure.exception_line(exc), agreed) from exc
     if ready is None:
