@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,7 +29,12 @@ def scratch_dir(run: RunRecord, attempt: str, env: Mapping[str, str]) -> Path:
     if len(str(inside)) <= UNIX_SOCKET_ROOM:
         return inside
     base = env.get("TMPDIR") or "/tmp"
-    return Path(base) / f"hpc-grpo-{Path(run.run_dir).name}-{name}"
+    return Path(base) / f"{_outside_prefix(run)}{name}"
+
+
+def _outside_prefix(run: RunRecord) -> str:
+    """The name prefix of the run's scratch folders in a node's temp dir."""
+    return f"hpc-grpo-{Path(run.run_dir).name}-"
 
 
 def make_scratch(run: RunRecord, attempt: str, env: Mapping[str, str]) -> Path:
@@ -37,13 +43,14 @@ def make_scratch(run: RunRecord, attempt: str, env: Mapping[str, str]) -> Path:
     SIGKILL (a node failure, an OOM kill, ``scancel --signal=KILL``) cannot remove its own, and
     one in the node's temp dir is outside the run's folders. Only folders whose ``OWNER`` names
     this run directory are removed, never another attempt's of this one (the other nodes of a
-    sandbox share /tmp) nor another run's of the same name in another output root."""
+    sandbox share /tmp) nor another run's of the same name in another output root. In a shared
+    temp dir only this user's real folders are candidates: a link or another account's folder
+    with a forged ``OWNER`` file is never followed or removed."""
     scratch = scratch_dir(run, attempt, env)
-    prefix = "" if scratch.parent == Path(run.run_dir) / SCRATCH else \
-        f"hpc-grpo-{Path(run.run_dir).name}-"
+    prefix = "" if scratch.parent == Path(run.run_dir) / SCRATCH else _outside_prefix(run)
     for old in scratch.parent.glob(f"{prefix}*"):
-        if old.name.removeprefix(prefix).rsplit(".", 1)[0] == attempt or not old.is_dir():
-            continue  # this attempt's, on another node of a shared /tmp
+        if old.name.removeprefix(prefix).rsplit(".", 1)[0] == attempt or not _own_folder(old):
+            continue  # this attempt's, on another node of a shared /tmp; or not ours
         try:
             owner = (old / OWNER).read_text(encoding="utf-8")
         except (OSError, ValueError):  # unreadable, or not this project's: left alone
@@ -53,6 +60,14 @@ def make_scratch(run: RunRecord, attempt: str, env: Mapping[str, str]) -> Path:
     scratch.mkdir(parents=True, exist_ok=True)
     (scratch / OWNER).write_text(run.run_dir)
     return scratch
+
+
+def _own_folder(path: Path) -> bool:
+    """A real folder (not a link) of this process's user."""
+    try:
+        return not path.is_symlink() and path.is_dir() and path.stat().st_uid == os.getuid()
+    except OSError:
+        return False
 
 
 def scratch_env(run: RunRecord, attempt: str, env: Mapping[str, str]) -> dict[str, str]:

@@ -121,3 +121,32 @@ def test_inside_the_run_directory_too() -> None:
         assert not old.exists() and new.exists()
     finally:
         shutil.rmtree(short)
+
+
+def test_in_a_shared_temp_dir_a_link_or_another_users_folder_is_never_removed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Anyone can make a folder named like the run's scratch in /tmp and write an OWNER file
+    naming the run: the next attempt must not follow a link to it, nor remove another account's."""
+    import os
+
+    from hpc_grpo.runtime.node import scratch as scratch_module
+    from hpc_grpo.runtime.node.scratch import OWNER, make_scratch
+
+    deep = str(tmp_path / ("x" * 70) / "grpo-tiny-0001")
+    base, target = tmp_path / "node-tmp", tmp_path / "precious"
+    base.mkdir()
+    target.mkdir()
+    (target / OWNER).write_text(deep)
+    (target / "data").write_text("keep")
+    env = {"TMPDIR": str(base), "SLURM_NODEID": "0"}
+    (base / "hpc-grpo-grpo-tiny-0001-slurm-4.0").symlink_to(target)
+    forged = base / "hpc-grpo-grpo-tiny-0001-slurm-5.0"
+    forged.mkdir()
+    (forged / OWNER).write_text(deep)
+    real_uid = os.getuid()
+    monkeypatch.setattr(scratch_module.os, "getuid", lambda: real_uid + 1)  # forged: not ours
+    make_scratch(record(deep), "slurm-9.0", env)
+    assert (target / "data").read_text() == "keep" and forged.exists()
+    monkeypatch.setattr(scratch_module.os, "getuid", lambda: real_uid)
+    make_scratch(record(deep), "slurm-10.0", env)  # ours now: removed; the link still not
+    assert not forged.exists() and (target / "data").read_text() == "keep"
