@@ -129,8 +129,7 @@ def test_the_step_times_are_calibration_cases_within_the_tolerance() -> None:
     section = docs_section(HEADING)
     assert f"{measured[0]:.3f} s/step (reference, steps 2-5) and {measured[1]:.3f} (second " \
         f"run); the plan predicted {predicted:.3f}" in section
-    then = [c for c in calibration.CASES  # as the session left it
-            if "(session 40," not in c.name and "(session 41," not in c.name]
+    then = calibration.cases_as_of(39)
     held = len(then) - len(calibration.MISSES)
     assert f"{len(then)} cases, {held} within 20 %, the same " \
         f"{len(calibration.MISSES)} listed misses" in section

@@ -135,7 +135,7 @@ def test_step_times_and_saves() -> None:
              for run in ("reference", "second")]
     assert [c.measured() for c in cases] == means and round(cases[0].predicted().seconds, 3) == PREDICTED_S
     assert not any(c.name in calibration.MISSES for c in cases)
-    then = [c for c in calibration.CASES if "(session 41," not in c.name]  # as the session left it
+    then = calibration.cases_as_of(40)
     held = len(then) - len(calibration.MISSES)
     assert f"{len(then)} cases, {held} within 20 %, the same " \
         f"{len(calibration.MISSES)} listed misses" in section

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.unit.benchmarks.lora_results import docs_section
+from tests.unit.planner import test_speed_calibration as calibration
 
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 HEADING = "## 2026-11-27 (session 42)"
@@ -65,3 +66,16 @@ def test_the_checkpoint_saves_and_step_times_are_the_saved_ones() -> None:
     assert f"**{means[0]:.3f}** and **{means[1]:.3f}** s/step" in section
     assert f"first step {stop['attempt']['first_new_step_s']} s after" in section
     assert f"{ref['free_gib_after']} GiB free after it" in section
+
+
+def test_the_references_are_calibration_cases_as_the_section_says() -> None:
+    section = docs_section(HEADING)
+    cases = [c for c in calibration.CASES if "(session 42," in c.name]
+    measured = [sum(s["step_time"] for s in _json(r)["steps"][1:]) / 4
+                for r in ("reference", "reference-first-hold")]
+    assert [round(c.measured(), 3) for c in cases] == [round(m, 3) for m in measured]
+    errors = [f"{calibration._error(c):+.1%}".replace("%", " %") for c in cases]
+    assert f"{errors[0]} and {errors[1]} from the prediction" in section
+    then = calibration.cases_as_of(42)
+    assert f"{len(then)} cases, {len(then) - len(calibration.MISSES)} within 20 %, the same " \
+        f"{len(calibration.MISSES)} listed misses" in section

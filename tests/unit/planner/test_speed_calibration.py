@@ -77,8 +77,8 @@ class Case:
 
 
 def _resume_7b(run: str, session: int, card: str = "h200x2") -> Callable[[], float]:
-    """Steps 2..5 of one of sessions 38-41's 7B runs (tests/gpu/test_resume_7b.py on
-    2 x H200, three loans; 2 x H100 in session 41)."""
+    """Steps 2..5 of one of sessions 38-42's 7B runs (tests/gpu/test_resume_7b.py on
+    2 x H200, three loans; 2 x H100 in sessions 41 and 42)."""
     return lambda: _steps_after_first(f"2026-11-27-7b-resume-{run}-{card}-session{session}.json")
 
 
@@ -297,6 +297,12 @@ CASES = (
            _resume_7b(run, 41, "h100x2"), "qwen2-7b", H100, 8, 64, gpus=2,
            layout=Layout(2, 3, sleep=True), util=0.15, checkpointing=False)
       for run in ("reference", "second")),
+    # the same layout and steps on a second 2 x H100 loan (session 42: the bytecode cache and the
+    # frozen heap, which change start-up, not steps); its first hold's reference as well
+    *(Case(f"h100 7B TP2 ZeRO-3 sleep, no recomputation (session 42, {run})",
+           _resume_7b(run, 42, "h100x2"), "qwen2-7b", H100, 8, 64, gpus=2,
+           layout=Layout(2, 3, sleep=True), util=0.15, checkpointing=False)
+      for run in ("reference", "reference-first-hold")),
 )
 
 # Saved runs of the 2026-11-26 files the model is not held to, and why (every other entry of
@@ -344,6 +350,13 @@ NOT_HELD_RUNS = {
     "loan of 2026-11-26 (3.188 s/step): its link between the nodes was not measured; the "
     "second loan's run (4.119 s/step) is held at that loan's 2.152 GB/s",
 }
+
+
+def cases_as_of(session: int) -> list[Case]:
+    """The cases as session ``session`` left them: none that a later session added (their names
+    say "(session N,"), so a dated section's count stays what it was."""
+    later = [f"(session {n}," for n in range(session + 1, 1000)]
+    return [c for c in CASES if not any(mark in c.name for mark in later)]
 
 
 def _error(case: Case) -> float:
