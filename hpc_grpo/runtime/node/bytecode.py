@@ -112,3 +112,13 @@ def bytecode_env(output_root: Path, env: Mapping[str, str], missing: Sequence[st
         return {}
     return {"PYTHONPYCACHEPREFIX": str(output_root / BYTECODE_CACHE / key()),
             "PYTHONDONTWRITEBYTECODE": ""}  # empty: Python writes (it reads non-empty as set)
+
+
+def ranks_env(output_root: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """``bytecode_env`` for the ranks of an output root, each package looked up once (and none
+    when the switch is off or a prefix is set already)."""
+    if env.get(ENV, "1") == "0" or env.get("PYTHONPYCACHEPREFIX"):
+        return {}
+    inits = {name: _init_of(name) for name in PACKAGES}
+    return bytecode_env(output_root, env,
+                        cannot_write(without_bytecode(PACKAGES, inits.get), env, inits.get))

@@ -90,8 +90,7 @@ def library_env(env: Mapping[str, str], attempt: str, run: RunRecord) -> dict[st
         for key, folder in (("VLLM_CACHE_ROOT", "vllm"), ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
                             ("TRITON_CACHE_DIR", "triton")):
             out[key] = env.get(key) or str(cache / folder)
-        out.update(bytecode.bytecode_env(Path(run.run_dir).parent, env,
-                                         bytecode.cannot_write(bytecode.without_bytecode(), env)))
+        out.update(bytecode.ranks_env(Path(run.run_dir).parent, env))
     out.update(hub_env(run))
     out.update(scratch_env(run, attempt, env))
     return out

@@ -60,14 +60,14 @@ def test_the_cache_only_where_needed_and_never_over_the_users_choice(tmp_path: P
 
 
 def test_the_ranks_environment_carries_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bytecode, "without_bytecode", lambda: ["vllm"])
+    monkeypatch.setattr(bytecode, "without_bytecode", lambda *_: ["vllm"])
     env = node.child_env({}, "slurm-7.0", record("/runs/r-0001"))  # a writable vllm: its own
     assert "PYTHONPYCACHEPREFIX" not in env or bytecode.cannot_write(["vllm"], {})
     env = node.child_env({"PYTHONDONTWRITEBYTECODE": "1"}, "slurm-7.0", record("/runs/r-0001"))
     prefix = Path(env["PYTHONPYCACHEPREFIX"])  # the root's, shared by its runs, one per set
     assert prefix.parent == Path("/runs/.bytecode-cache") and prefix.name == bytecode.environment_key()
     assert env["PYTHONDONTWRITEBYTECODE"] == ""
-    monkeypatch.setattr(bytecode, "without_bytecode", lambda: [])
+    monkeypatch.setattr(bytecode, "without_bytecode", lambda *_: [])
     env = node.child_env({"PYTHONDONTWRITEBYTECODE": "1"}, "slurm-7.0", record("/runs/r-0001"))
     assert "PYTHONPYCACHEPREFIX" not in env and env["PYTHONDONTWRITEBYTECODE"] == "1"
 
@@ -136,3 +136,22 @@ def test_a_package_replaced_in_place_with_equal_mtimes_and_sizes_runs_its_new_co
               "PYTHONDONTWRITEBYTECODE": ""}
     stale = subprocess.run(check, env=shared, capture_output=True, text=True, check=True)
     assert stale.stdout.strip() == "41"
+
+
+def test_each_package_is_looked_up_once_and_none_when_off(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    looked: list[str] = []
+
+    def init_of(name: str) -> str:
+        looked.append(name)
+        return f"/ro/{name}/__init__.py"
+
+    monkeypatch.setattr(bytecode, "_init_of", init_of)
+    env = {"PYTHONDONTWRITEBYTECODE": "1"}
+    got = bytecode.ranks_env(tmp_path, env)
+    assert sorted(looked) == sorted(bytecode.PACKAGES)  # once each, for both questions
+    assert got["PYTHONPYCACHEPREFIX"].startswith(str(tmp_path / ".bytecode-cache"))
+    looked.clear()
+    assert bytecode.ranks_env(tmp_path, {**env, bytecode.ENV: "0"}) == {}
+    assert bytecode.ranks_env(tmp_path, {**env, "PYTHONPYCACHEPREFIX": "/mine"}) == {}
+    assert looked == []
