@@ -86,17 +86,27 @@ def cannot_write(missing: Sequence[str], env: Mapping[str, str],
     return out
 
 
+def _row(dist: importlib.metadata.Distribution) -> str:
+    """One distribution's METADATA and RECORD text, raw (nothing parsed, so a malformed one
+    still counts); a file that cannot be read (not UTF-8, an I/O error) counts by its folder's
+    name, so the distribution's presence still changes the key."""
+    texts = []
+    for name in ("METADATA", "PKG-INFO", "RECORD"):
+        try:
+            texts.append(dist.read_text(name) or "")
+        except Exception:  # noqa: BLE001  # best effort: never a failed attempt for this
+            texts.append(f"unreadable {name} in {getattr(dist, '_path', '?')}")
+    return "\0".join(texts)
+
+
 def environment_key(path: Sequence[str] | None = None) -> str:
     """16 hex digits naming the interpreter and the distributions installed on ``path`` (default
-    ``sys.path``): their names, versions and RECORD files, in a stable order. About 0.1-0.2 s for
-    a hundred distributions, once per attempt and only where the cache is used."""
-    rows = []
-    for dist in importlib.metadata.distributions(path=list(sys.path if path is None else path)):
-        try:  # best effort, like the probe above: an unreadable distribution still counts by name
-            record = dist.read_text("RECORD") or ""
-        except Exception:  # noqa: BLE001
-            record = ""
-        rows.append(f"{dist.metadata['Name']}\0{dist.version}\0{record}")
+    ``sys.path``): each one's METADATA (name, version) and RECORD (every file's sha256), raw, in
+    a stable order. About 0.1-0.2 s for a hundred distributions, once per attempt and only where
+    the cache is used. Distributions without a RECORD (some conda or system packages) count by
+    their metadata alone, and an editable install or a checkout on PYTHONPATH not at all."""
+    rows = [_row(dist) for dist in
+            importlib.metadata.distributions(path=list(sys.path if path is None else path))]
     digest = hashlib.sha256(sys.version.encode())
     for row in sorted(rows):
         digest.update(b"\1" + row.encode(errors="replace"))
@@ -110,7 +120,11 @@ def bytecode_env(output_root: Path, env: Mapping[str, str], missing: Sequence[st
     bytecode, else nothing (see the module docstring)."""
     if not missing or env.get(ENV, "1") == "0" or env.get("PYTHONPYCACHEPREFIX"):
         return {}
-    return {"PYTHONPYCACHEPREFIX": str(output_root / BYTECODE_CACHE / key()),
+    try:  # a finder that raises: no cache (the ranks compile as before), never a failed attempt
+        folder = key()
+    except Exception:  # noqa: BLE001
+        return {}
+    return {"PYTHONPYCACHEPREFIX": str(output_root / BYTECODE_CACHE / folder),
             "PYTHONDONTWRITEBYTECODE": ""}  # empty: Python writes (it reads non-empty as set)
 
 

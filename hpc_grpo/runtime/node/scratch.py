@@ -44,12 +44,15 @@ def make_scratch(run: RunRecord, attempt: str, env: Mapping[str, str]) -> Path:
     one in the node's temp dir is outside the run's folders. Only folders whose ``OWNER`` names
     this run directory are removed, never another attempt's of this one (the other nodes of a
     sandbox share /tmp) nor another run's of the same name in another output root. In a shared
-    temp dir only this user's real folders are candidates: a link or another account's folder
-    with a forged ``OWNER`` file is never followed or removed."""
+    temp dir only this user's real folders are candidates (a link or another account's folder
+    with a forged ``OWNER`` file is never followed or removed), and the attempt's own folder is
+    made private (0700); one found there already that is not this user's private folder is an
+    error, not a TMPDIR for the ranks' sockets."""
     scratch = scratch_dir(run, attempt, env)
     prefix = "" if scratch.parent == Path(run.run_dir) / SCRATCH else _outside_prefix(run)
     for old in scratch.parent.glob(f"{prefix}*"):
-        if old.name.removeprefix(prefix).rsplit(".", 1)[0] == attempt or not _own_folder(old):
+        if old.name.removeprefix(prefix).rsplit(".", 1)[0] == attempt or \
+                not (_own_folder(old) if prefix else old.is_dir()):
             continue  # this attempt's, on another node of a shared /tmp; or not ours
         try:
             owner = (old / OWNER).read_text(encoding="utf-8")
@@ -57,7 +60,11 @@ def make_scratch(run: RunRecord, attempt: str, env: Mapping[str, str]) -> Path:
             continue
         if owner == run.run_dir:
             shutil.rmtree(old, ignore_errors=True)
-    scratch.mkdir(parents=True, exist_ok=True)
+    scratch.mkdir(parents=True, exist_ok=True, mode=0o700 if prefix else 0o777)
+    if prefix and not (_own_folder(scratch) and scratch.stat().st_mode & 0o022 == 0):
+        raise OSError(f"scratch folder {scratch} exists and is not this user's private folder "
+                      "(a link, another account's, or writable by others): remove it, or set "
+                      "TMPDIR to a private folder")
     (scratch / OWNER).write_text(run.run_dir)
     return scratch
 

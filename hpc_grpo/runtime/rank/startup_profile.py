@@ -69,7 +69,7 @@ def write_after_failure(profiler: cProfile.Profile | None, run_dir: Path) -> Non
     try:  # a diagnostic never hides the failure being reported
         path = write(profiler, run_dir)
         print(f"[train] start-up profile (up to the failure): {path}", flush=True)
-    except OSError as exc:
+    except Exception as exc:  # noqa: BLE001  # the caller must still settle the failure
         print(f"[train] start-up profile not written: {exc}", flush=True)
 
 

@@ -12,6 +12,7 @@ check can fail.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -355,8 +356,11 @@ NOT_HELD_RUNS = {
 def cases_as_of(session: int) -> list[Case]:
     """The cases as session ``session`` left them: none that a later session added (their names
     say "(session N,"), so a dated section's count stays what it was."""
-    later = [f"(session {n}," for n in range(session + 1, 1000)]
-    return [c for c in CASES if not any(mark in c.name for mark in later)]
+    def added_in(case: Case) -> int:
+        found = re.search(r"\(session (\d+)\b", case.name)
+        return int(found.group(1)) if found else 0
+
+    return [c for c in CASES if added_in(c) <= session]
 
 
 def _error(case: Case) -> float:

@@ -155,3 +155,22 @@ def test_each_package_is_looked_up_once_and_none_when_off(
     assert bytecode.ranks_env(tmp_path, {**env, bytecode.ENV: "0"}) == {}
     assert bytecode.ranks_env(tmp_path, {**env, "PYTHONPYCACHEPREFIX": "/mine"}) == {}
     assert looked == []
+
+
+def test_a_malformed_distribution_still_counts_and_a_failing_key_means_no_cache(
+        tmp_path: Path) -> None:
+    """A METADATA that is not UTF-8 and a dist-info with nothing in it: the key is computed, and
+    the unreadable one's presence changes it. A key that raises leaves the ranks without the
+    cache rather than failing the attempt."""
+    site = tmp_path / "site"
+    (site / "empty-1.0.dist-info").mkdir(parents=True)
+    without = bytecode.environment_key([str(site)])
+    (site / "latin-1.0.dist-info").mkdir()
+    metadata = site / "latin-1.0.dist-info" / "METADATA"
+    metadata.write_bytes("Name: latin\nVersion: 1.0\nAuthor: Jos\xe9\n".encode("latin-1"))
+    assert bytecode.environment_key([str(site)]) != without
+
+    def broken() -> str:
+        raise RuntimeError("a third-party finder failed")
+
+    assert bytecode.bytecode_env(tmp_path, {"PYTHONDONTWRITEBYTECODE": "1"}, ["vllm"], broken) == {}

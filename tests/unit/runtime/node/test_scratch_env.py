@@ -145,8 +145,33 @@ def test_in_a_shared_temp_dir_a_link_or_another_users_folder_is_never_removed(
     (forged / OWNER).write_text(deep)
     real_uid = os.getuid()
     monkeypatch.setattr(scratch_module.os, "getuid", lambda: real_uid + 1)  # forged: not ours
-    make_scratch(record(deep), "slurm-9.0", env)
+    with pytest.raises(OSError):  # its own new folder is not "ours" either under this uid
+        make_scratch(record(deep), "slurm-9.0", env)
     assert (target / "data").read_text() == "keep" and forged.exists()
     monkeypatch.setattr(scratch_module.os, "getuid", lambda: real_uid)
     make_scratch(record(deep), "slurm-10.0", env)  # ours now: removed; the link still not
     assert not forged.exists() and (target / "data").read_text() == "keep"
+
+
+def test_the_attempts_own_folder_in_a_shared_temp_dir_is_private_or_refused(
+        tmp_path: Path) -> None:
+    """Its name is predictable (run, job, node): one planted there before the attempt (a link,
+    or a folder others may write) would hold the ranks' sockets. Made 0700, or refused."""
+    from hpc_grpo.runtime.node.scratch import make_scratch
+
+    deep = str(tmp_path / ("x" * 70) / "grpo-tiny-0001")
+    base = tmp_path / "node-tmp"
+    base.mkdir()
+    env = {"TMPDIR": str(base), "SLURM_NODEID": "0"}
+    made = make_scratch(record(deep), "slurm-1.0", env)
+    assert made.stat().st_mode & 0o777 == 0o700
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (base / "hpc-grpo-grpo-tiny-0001-slurm-2.0.0").symlink_to(elsewhere)
+    with pytest.raises(OSError, match="not this user's private folder"):
+        make_scratch(record(deep), "slurm-2.0", env)
+    shared = base / "hpc-grpo-grpo-tiny-0001-slurm-3.0.0"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(OSError, match="not this user's private folder"):
+        make_scratch(record(deep), "slurm-3.0", env)

@@ -76,11 +76,22 @@ print(json.dumps({"calls": len(calls), "same": mapping == real(),
 
 
 FREEZE = """
-import gc, json, os, sys
+import gc, json, os, sys, weakref
 import email.mime.text, json.decoder  # something imported
 from hpc_grpo.runtime.rank import startup_heap
+class Old:
+    pass
+old_a, old_b = Old(), Old()
+old_a.other, old_b.other = old_b, old_a
+for _ in range(3):
+    gc.collect(1)  # promoted to the oldest generation, as the imports' garbage would be
+gc.disable()
+gone = weakref.ref(old_a)
+del old_a, old_b
 before = gc.get_freeze_count()
 frozen = startup_heap.freeze_imported_heap(os.environ)
+gc.enable()
+old_garbage_freed = gone() is None
 module = sys.modules["email.mime.text"]
 walked = any(o is module.__dict__ for o in gc.get_objects())
 class Cycle:
@@ -89,7 +100,8 @@ a, b = Cycle(), Cycle()
 a.other, b.other = b, a
 del a, b
 print(json.dumps({"before": before, "frozen": frozen, "count": gc.get_freeze_count(),
-                  "module_walked": walked, "cycle_collected": gc.collect() >= 2}))
+                  "module_walked": walked, "cycle_collected": gc.collect() >= 2,
+                  "old_garbage_freed": old_garbage_freed}))
 """
 
 
@@ -99,6 +111,7 @@ def test_the_imported_objects_leave_the_collectors_walks_and_new_garbage_is_stil
     assert isinstance(got["frozen"], int) and got["frozen"] > 10_000  # the interpreter's imports
     assert got["module_walked"] is False  # a full collection no longer walks an imported module
     assert got["cycle_collected"] is True  # garbage made after the freeze is still found
+    assert got["old_garbage_freed"] is True  # garbage of before it is freed, not frozen
 
 
 def test_off_freezes_nothing() -> None:
