@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hpc_grpo.runtime.rank import checkpoint_prefetch
-from tests.slow.resume_runs import counting_prompts, run_with_stops, step_rows
+from tests.slow.resume_runs import counting_prompts, run_with_stops, step_rows, within_rounding
 from tests.slow.test_runtime_slow import write_run
 
 pytestmark = pytest.mark.slow
@@ -86,4 +86,4 @@ def test_the_start_up_record_splits_deepspeed_s_prepare_and_checkpoint_load(
     # transformers also calls _load_optimizer_and_scheduler, which returns at once under DeepSpeed
     assert set(resumed) == {"accelerate_prepare", "deepspeed_checkpoint_load", "optimizer_load"}
     # (a key is there only when the call was made; the tiny model's load rounds to 0.0 s)
-    assert sum(resumed.values()) < lines[1]["parts_s"]["prepare_and_load"]
+    assert within_rounding(resumed, lines[1]["parts_s"]["prepare_and_load"])

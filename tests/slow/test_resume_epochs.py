@@ -15,7 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.slow.resume_runs import counting_prompts, prompts_per_step, run_with_stops, step_rows
+from tests.slow.resume_runs import (
+    counting_prompts,
+    prompts_per_step,
+    run_with_stops,
+    step_rows,
+    within_rounding,
+)
 from tests.slow.test_runtime_slow import write_run
 
 pytestmark = pytest.mark.slow
@@ -91,13 +97,14 @@ def test_each_attempt_records_where_its_start_went(runs: tuple[Path, Path]) -> N
         # the stretches before it: arguments, checks and inputs, then TRL's trainer import
         inner = line["trainer_parts_s"]
         assert set(inner) == {"model_load", "checks_and_inputs", "trainer_import"}, line
-        assert all(v > 0 for v in inner.values()) and sum(inner.values()) < parts["trainer"], line
+        assert all(v > 0 for v in inner.values()), line
+        assert within_rounding(inner, parts["trainer"]), line
         # inside prepare and load: accelerate's prepare, and on a resume (no DeepSpeed here) the
         # model's weights and the optimizer read back
         loads = {"model_checkpoint_load", "optimizer_load"} if line["resumed_from_step"] else set()
         preparing = line["prepare_parts_s"]
         assert set(preparing) == {"accelerate_prepare"} | loads, line
-        assert sum(preparing.values()) < parts["prepare_and_load"], line
+        assert within_rounding(preparing, parts["prepare_and_load"]), line
     for rank in (0, 1):  # every attempt's imports frozen out of the collector's walks
         log = (stopped / "logs" / f"rank-{rank}.log").read_text()
         frozen = [int(x.split("imports done; ")[1].split()[0]) for x in log.splitlines()
