@@ -113,12 +113,17 @@ def environment_key(path: Sequence[str] | None = None) -> str:
     return digest.hexdigest()[:16]
 
 
+def _left_as_it_is(env: Mapping[str, str]) -> bool:
+    """The switch is off, or the user or site chose a prefix: the ranks' bytecode is theirs."""
+    return env.get(ENV, "1") == "0" or bool(env.get("PYTHONPYCACHEPREFIX"))
+
+
 def bytecode_env(output_root: Path, env: Mapping[str, str], missing: Sequence[str],
                  key: Callable[[], str] = environment_key) -> dict[str, str]:
     """What the ranks' environment gains: the shared bytecode cache of this installed set
     (``key``, called only where the cache is used) where ``missing`` names a package without
     bytecode, else nothing (see the module docstring)."""
-    if not missing or env.get(ENV, "1") == "0" or env.get("PYTHONPYCACHEPREFIX"):
+    if not missing or _left_as_it_is(env):
         return {}
     try:  # a finder that raises: no cache (the ranks compile as before), never a failed attempt
         folder = key()
@@ -131,7 +136,7 @@ def bytecode_env(output_root: Path, env: Mapping[str, str], missing: Sequence[st
 def ranks_env(output_root: Path, env: Mapping[str, str]) -> dict[str, str]:
     """``bytecode_env`` for the ranks of an output root, each package looked up once (and none
     when the switch is off or a prefix is set already)."""
-    if env.get(ENV, "1") == "0" or env.get("PYTHONPYCACHEPREFIX"):
+    if _left_as_it_is(env):
         return {}
     inits = {name: _init_of(name) for name in PACKAGES}
     return bytecode_env(output_root, env,

@@ -363,6 +363,14 @@ def cases_as_of(session: int) -> list[Case]:
     return [c for c in CASES if added_in(c) <= session]
 
 
+def counts_as_of(session: int) -> str:
+    """How a dated section of docs/benchmarks.md states the calibration as ``session`` left
+    it: "N cases, M within 20 %, the same K listed misses"."""
+    then = cases_as_of(session)
+    return f"{len(then)} cases, {len(then) - len(MISSES)} within 20 %, the same " \
+        f"{len(MISSES)} listed misses"
+
+
 def _error(case: Case) -> float:
     return case.predicted().seconds / case.measured() - 1
 
