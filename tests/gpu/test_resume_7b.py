@@ -44,9 +44,11 @@ One test per device call (each stays under the 10-minute limit), in this order, 
   started without reading the model files (runtime/rank/engine_weights.py) and the resumed
   steps' vLLM log-probabilities stay within drift's bound of the trainer's (the first push
   carried the checkpoint's weights). Then the checkpoints and the model are deleted.
-- ``-k warm_restart``: no GPU work: the warm restart's time to its first new step (``-k
-  warm_cache``'s where it ran, else ``-k resume_equals``') against the cold one's, from the
-  saved results (issue #29's goal: at most half).
+- ``-k warm_restart``: no GPU work: the warm restarts' time to their first new step (``-k
+  warm_cache``'s where it ran, else ``-k resume_equals``') against the cold ones', from the
+  saved results (issue #29's goal: at most half). ``-k warm_cache`` and ``-k cold_cache`` may
+  run several times, alternating, on one machine: each keeps its rounds, and the goal is held on
+  their means.
 """
 
 from __future__ import annotations
@@ -208,12 +210,24 @@ def _restart(cache: str) -> None:
               "state": json.loads((run_dir / "state.json").read_text()),
               "startup": read_jsonl(run_dir / "startup.jsonl")[-1:]}  # this attempt's split
     _save(f"7b-resume-{cache}", result)
+    _add_round(f"7b-resume-{cache}-rounds", result)
     if cold is not None:
         shutil.rmtree(cold, ignore_errors=True)
     assert attempt["phase"] == "interrupted", attempt
     assert new and attempt["first_new_step_s"] > 0, result
     # the disk held no second checkpoint: the stop's save was skipped, checkpoint-2 stays
     assert result["state"].get("last_checkpoint_step") == stop["checkpoint_step"], result["state"]
+
+
+def _add_round(name: str, result: dict[str, Any]) -> None:
+    """Each restart's time kept beside the others of its kind (``-k warm_cache`` and ``-k
+    cold_cache`` run in alternating rounds on one machine: session 42's single cold attempt and
+    the warm one right after the stop's save left the comparison to one pair)."""
+    rounds = (_saved(name) or {"rounds": []})["rounds"]
+    row = {"first_new_step_s": result["attempt"]["first_new_step_s"],
+           "started": result["attempt"]["started"], "sync_s": result["sync_s"],
+           "equal_to_second_run": result["equal_to_second_run"], "startup": result["startup"]}
+    _save(name, {"rounds": [*rounds, row]})
 
 
 @needs_two
@@ -351,15 +365,28 @@ def _assert_mapped_read(run_dir: Path, lines: list[str]) -> None:
 
 @needs_two
 def test_7b_warm_restart_at_most_half_the_cold_one() -> None:
-    """Node task start to the first new step: the warm restart (-k warm_cache where it ran, else
-    the warm resume of -k resume_equals) against the cold-cache one (-k cold_cache); all load
-    the same 86.6 GiB checkpoint."""
-    cold = _saved("7b-resume-cold")
-    warm_from = "7b-resume-warm" if _saved("7b-resume-warm") else "7b-resume-resumed"
-    warm = _saved(warm_from)
+    """Node task start to the first new step: the warm restarts (-k warm_cache's rounds where
+    they ran, else the warm resume of -k resume_equals) against the cold-cache ones (-k
+    cold_cache's rounds); all load the same 86.6 GiB checkpoint. With several rounds the goal is
+    held on their means, and the worst pairing (slowest warm over fastest cold) is recorded."""
+    cold = _times("7b-resume-cold")
+    warm_from = "7b-resume-warm" if _times("7b-resume-warm") else "7b-resume-resumed"
+    warm = _times(warm_from)
     assert cold and warm, "run -k cold_cache and -k warm_cache (or -k resume_equals) first"
-    cold_s, warm_s = cold["attempt"]["first_new_step_s"], warm["attempt"]["first_new_step_s"]
-    assert cold_s > 0 and warm_s > 0, (cold_s, warm_s)
-    _save("7b-resume-restart-times", {"cold_s": cold_s, "warm_s": warm_s, "warm_from": warm_from,
-                                      "warm_over_cold": round(warm_s / cold_s, 3)})
-    assert warm_s <= 0.5 * cold_s, (warm_s, cold_s)
+    assert min(cold) > 0 and min(warm) > 0, (cold, warm)
+    cold_s, warm_s = sum(cold) / len(cold), sum(warm) / len(warm)
+    _save("7b-resume-restart-times", {
+        "cold_s": round(cold_s, 1), "warm_s": round(warm_s, 1), "warm_from": warm_from,
+        "cold_rounds": cold, "warm_rounds": warm, "warm_over_cold": round(warm_s / cold_s, 3),
+        "worst_warm_over_best_cold": round(max(warm) / min(cold), 3)})
+    assert warm_s <= 0.5 * cold_s, (warm, cold)
+
+
+def _times(name: str) -> list[float]:
+    """Every saved round's seconds to the first new step (one where only the single result
+    was saved)."""
+    rounds = (_saved(f"{name}-rounds") or {"rounds": []})["rounds"]
+    if rounds:
+        return [float(r["first_new_step_s"]) for r in rounds]
+    single = _saved(name)
+    return [float(single["attempt"]["first_new_step_s"])] if single else []
