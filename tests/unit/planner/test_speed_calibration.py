@@ -77,10 +77,11 @@ class Case:
         return predict(self.request(), self.layout, self.util)
 
 
-def _resume_7b(run: str, session: int, card: str = "h200x2") -> Callable[[], float]:
-    """Steps 2..5 of one of sessions 38-42's 7B runs (tests/gpu/test_resume_7b.py on
-    2 x H200, three loans; 2 x H100 in sessions 41 and 42)."""
-    return lambda: _steps_after_first(f"2026-11-27-7b-resume-{run}-{card}-session{session}.json")
+def _resume_7b(run: str, session: int, card: str = "h200x2",
+               day: str = "2026-11-27") -> Callable[[], float]:
+    """Steps 2..5 of one of sessions 38-43's 7B runs (tests/gpu/test_resume_7b.py on
+    2 x H200, three loans; 2 x H100 in sessions 41-43)."""
+    return lambda: _steps_after_first(f"{day}-7b-resume-{run}-{card}-session{session}.json")
 
 
 BENCH_TWO = "2026-11-23-bench-two-16-steps.json"
@@ -302,6 +303,11 @@ CASES = (
     # frozen heap, which change start-up, not steps); its first hold's reference as well
     *(Case(f"h100 7B TP2 ZeRO-3 sleep, no recomputation (session 42, {run})",
            _resume_7b(run, 42, "h100x2"), "qwen2-7b", H100, 8, 64, gpus=2,
+           layout=Layout(2, 3, sleep=True), util=0.15, checkpointing=False)
+      for run in ("reference", "reference-first-hold")),
+    # and a third 2 x H100 loan (session 43, two holds: the restarts' rounds)
+    *(Case(f"h100 7B TP2 ZeRO-3 sleep, no recomputation (session 43, {run})",
+           _resume_7b(run, 43, "h100x2", "2026-11-28"), "qwen2-7b", H100, 8, 64, gpus=2,
            layout=Layout(2, 3, sleep=True), util=0.15, checkpointing=False)
       for run in ("reference", "reference-first-hold")),
 )
