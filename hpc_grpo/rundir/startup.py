@@ -18,6 +18,7 @@ PART_NAMES: dict[str, str] = {
 TRAINER_STRETCHES: dict[str, str] = {
     "checks_and_inputs": "checks and inputs",  # GRPOConfig, rank and hardware checks, data, tokenizer
     "trainer_import": "TRL and vLLM import",
+    "heap_freeze": "heap freeze",  # a full collection, then gc.freeze (rank/startup_heap.py)
 }
 TRAINER_PART_NAMES: dict[str, str] = {
     **TRAINER_STRETCHES,

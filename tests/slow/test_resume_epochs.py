@@ -96,7 +96,7 @@ def test_each_attempt_records_where_its_start_went(runs: tuple[Path, Path]) -> N
         # inside the trainer part: TRL's model load timed (no engine without vLLM on CPU), and
         # the stretches before it: arguments, checks and inputs, then TRL's trainer import
         inner = line["trainer_parts_s"]
-        assert set(inner) == {"model_load", "checks_and_inputs", "trainer_import"}, line
+        assert set(inner) == {"model_load", "checks_and_inputs", "trainer_import", "heap_freeze"}, line
         assert all(v > 0 for v in inner.values()), line
         assert within_rounding(inner, parts["trainer"]), line
         # inside prepare and load: accelerate's prepare, and on a resume (no DeepSpeed here) the

@@ -194,8 +194,9 @@ class NodeTask:
         scratch = None
         rc: int | None = None  # torchrun's exit code (a dedicated server node: the server's end)
         try:
-            env = child_env(node_env, attempt, run, usable_cpus())
-            if env.get("PYTHONPYCACHEPREFIX") != node_env.get("PYTHONPYCACHEPREFIX"):
+            libraries = library_env(node_env, attempt, run)  # the ranks' and a server's, once
+            env = child_env(node_env, attempt, run, usable_cpus(), libraries)
+            if "PYTHONPYCACHEPREFIX" in libraries:  # bytecode.ranks_env chose the shared cache
                 print(f"[node] bytecode cache {env['PYTHONPYCACHEPREFIX']}: the packages carry "
                       "none, the ranks compile them once there (runtime/node/bytecode.py)",
                       flush=True)
@@ -203,7 +204,7 @@ class NodeTask:
                 scratch = make_scratch(run, attempt, node_env)
             if vllm_server.server_mode(run) and vllm_server.is_server_node(run, node_env):
                 log = str(Path(self.run_dir) / contract.LOGS / contract.VLLM_SERVER_LOG)
-                server = vllm_server.start(run, {**node_env, **library_env(node_env, attempt, run)},
+                server = vllm_server.start(run, {**node_env, **libraries},
                                            log, _server_ignores(signals))
                 port = vllm_server.address(node_env).port
                 print(f"[node] vllm serve starting on port {port} (log {log})", flush=True)

@@ -15,11 +15,13 @@ that, in order:
   ``create_model_from_path``: the policy, and the reference model where beta > 0) and TRL's
   ``VLLMGeneration._init_vllm`` as ``engine_start`` (colocate: the engine, its compile and CUDA
   graphs) or ``server_connect`` (server mode: rank 0's client and weight-sync group). Both end
-  in TRL's barrier, so rank 0's figure includes waiting for the slowest rank. Two stretches of
-  the part are timed as well: ``checks_and_inputs`` (GRPOConfig, the rank and hardware checks,
-  rewards, dataset and tokenizer) and ``trainer_import`` (TRL's trainer module, which imports
-  vLLM). Why: at 7B the trainer part is the warm restart's largest (session 39), and in session
-  40 about 18 of its 40 s were outside the two timed calls; the split says what to shorten;
+  in TRL's barrier, so rank 0's figure includes waiting for the slowest rank. Three stretches
+  of the part are timed as well: ``checks_and_inputs`` (GRPOConfig, the rank and hardware
+  checks, rewards, dataset and tokenizer), ``trainer_import`` (TRL's trainer module, which
+  imports vLLM) and ``heap_freeze`` (rank/startup_heap.py: one full collection, then
+  ``gc.freeze``; counted in ``trainer_import`` before session 43). Why: at 7B the trainer part
+  is the warm restart's largest (session 39), and in session 40 about 18 of its 40 s were
+  outside the two timed calls; the split says what to shorten;
 * ``prepare_and_load``: to the Trainer's ``on_train_begin`` (accelerate/DeepSpeed wrapping and,
   on a resume, the checkpoint read back: transformers calls it after both); ``prepare_parts_s``
   splits it: ``accelerate_prepare`` (accelerate's ``prepare``: DeepSpeed's engine and optimizer,

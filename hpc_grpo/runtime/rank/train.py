@@ -165,8 +165,9 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
     stop = GracefulStopCallback(run_dir, flag, device)
     keep = checkpoints.retention_limit(run.grpo_config)  # applied after each marker, not by TRL
     targets = startup.trainer_targets(run.vllm.mode)  # TRL's trainer module imports vLLM
+    within["trainer_import"] = (imported := time.perf_counter()) - began
     frozen = startup_heap.freeze_imported_heap(os.environ)  # before the engine's collections
-    within["trainer_import"] = time.perf_counter() - began
+    within["heap_freeze"] = time.perf_counter() - imported  # its full collection, apart
     print(f"[train] imports done; {frozen} objects frozen out of the collector's walks", flush=True)
     with engine_weights.engine_from_pushed_weights(os.environ), \
             startup.timed_calls(within, targets):

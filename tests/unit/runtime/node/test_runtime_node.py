@@ -336,7 +336,19 @@ def test_node_task_ranks_reach_the_server_it_started(
     monkeypatch.setattr(node, "torchrun_argv", fake_torchrun)
     for name in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TMPDIR"):
         monkeypatch.delenv(name, raising=False)
+    from hpc_grpo.runtime.node import environment
+
+    computed: list[str] = []  # library_env reads every installed RECORD for the bytecode key
+
+    def counted(env: Any, attempt: str, run_: Any) -> dict[str, str]:
+        computed.append(attempt)
+        return real_library_env(env, attempt, run_)
+
+    real_library_env = environment.library_env
+    monkeypatch.setattr(environment, "library_env", counted)
+    monkeypatch.setattr(node, "library_env", counted)
     assert node.NodeTask(str(run_dir))() == 0
+    assert len(computed) == 1, computed  # the ranks' and the server's, once an attempt
     port, status = json.loads((run_dir / "rank-saw").read_text())
     assert (port, status) == (started[0], 200)
     # the server's libraries write where the ranks' do (issue #27), not under ~/.cache or /tmp
