@@ -16,7 +16,6 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,48 +34,8 @@ from hpc_grpo.runtime.rank import (
     tracking,
 )
 from hpc_grpo.runtime.rank.placement import RuntimeCheckError
+from hpc_grpo.runtime.rank.process_group import device_problems, setup_distributed
 from hpc_grpo.runtime.rank.stop import StopFlag, request_cause
-
-
-def _setup_distributed(run: RunRecord) -> Any:
-    """Pin this rank's device and start the process group; returns the device for collectives."""
-    import torch
-    import torch.distributed as dist
-
-    local_rank = int(os.environ["LOCAL_RANK"])
-    device = torch.device("cpu")
-    if run.device == "cuda":
-        index = local_rank if torch.cuda.device_count() > 1 else 0
-        torch.cuda.set_device(index)
-        device = torch.device("cuda", index)
-    timeout = timedelta(seconds=run.collective_timeout_s)  # the plan's (planner/timeouts.py)
-    if not dist.is_initialized():
-        dist.init_process_group(backend=run.backend, timeout=timeout)
-    if run.deepspeed is not None:
-        import deepspeed  # its comm layer must wrap our group, or zero.Init sees world size 1
-
-        from hpc_grpo.runtime.rank.deepspeed_cpu import skip_inference_op
-
-        if run.device != "cuda":  # no JIT build of an op training never calls
-            skip_inference_op()
-        deepspeed.init_distributed(dist_backend=run.backend, timeout=timeout)
-    return device
-
-
-def _device_problems(run: RunRecord, args: Any, device: Any) -> tuple[str, list[str]]:
-    """On CUDA: the device's UUID (to catch two ranks on one GPU) and n_gpu/LOCAL_RANK checks."""
-    if run.device != "cuda":
-        return "", []
-    import torch
-
-    from hpc_grpo.runtime.rank.placement import cuda_problems
-
-    local_rank = int(os.environ["LOCAL_RANK"])
-    problems = cuda_problems(args.n_gpu, args.device.index, local_rank, torch.cuda.device_count())
-    if args.device != device:
-        problems.append(f"Trainer uses {args.device} but the rank pinned {device}")
-    uuid = str(getattr(torch.cuda.get_device_properties(device), "uuid", device))
-    return f"{os.uname().nodename}:{uuid}", problems
 
 
 def _pick_resume(run_dir: Path) -> Path | None:
@@ -95,8 +54,8 @@ def _pick_resume(run_dir: Path) -> Path | None:
 
 def _grpo_args(run: RunRecord, run_dir: Path, rank: int) -> tuple[Any, list[str]]:
     """TRL's GRPOConfig for this rank; rank 0 records the exact keyword arguments TRL got."""
-    from trl import GRPOConfig
-
+    with startup_heap.collector_paused(os.environ):
+        from trl import GRPOConfig  # transformers, accelerate, datasets
     from hpc_grpo.runtime.node import vllm_server
     from hpc_grpo.runtime.rank import grpo_args
 
@@ -144,9 +103,9 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
     The imports, the model load and the engine start inside it are timed into ``within``
     (rank/startup.py)."""
     began = time.perf_counter()
-    from trl import GRPOTrainer
-    from trl.extras import profiling
-
+    with startup_heap.collector_paused(os.environ):
+        from trl import GRPOTrainer  # and vLLM on GPU nodes
+        from trl.extras import profiling
     from hpc_grpo.runtime.rank import model_load, phases
     from hpc_grpo.runtime.rank.callbacks import (
         CheckpointMarkerCallback,
@@ -227,7 +186,7 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     args, notes = _grpo_args(run, run_dir, rank)
     if stale_weights.enabled(os.environ):
         notes.append(stale_weights.NOTE)
-    device_id, problems = _device_problems(run, args, device)
+    device_id, problems = device_problems(run, args, device)
     placement.run_rank_checks(run, run_dir, device_id=device_id, extra=problems)
     print(f"[train] rank checks passed; notes: {notes or 'none'}", flush=True)
     for note in hardware_check.check(run, device):  # less than planned raises on every rank
@@ -276,7 +235,7 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
     from hpc_grpo.runtime.rank import setup_failure
 
     clock = startup.StartupClock(started)
-    device = _setup_distributed(run)
+    device = setup_distributed(run)
     clock.mark()
     rank = dist.get_rank()
     lead = rank == 0  # the single writer of state.json, metrics.jsonl and summary.json

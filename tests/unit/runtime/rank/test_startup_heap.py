@@ -117,3 +117,50 @@ def test_the_imported_objects_leave_the_collectors_walks_and_new_garbage_is_stil
 def test_off_freezes_nothing() -> None:
     got = _child(FREEZE, {"HPC_GRPO_STARTUP_HEAP": "0"})
     assert got["frozen"] == 0 and got["count"] == 0 and got["module_walked"] is True
+
+
+def _collections_during(env: dict[str, str]) -> tuple[int, bool, bool]:
+    """(collections while the block makes 50,000 container objects, collector on inside the
+    block, collector on after it)."""
+    import gc
+
+    seen: list[str] = []
+
+    def count(phase: str, _info: dict[str, int]) -> None:
+        if phase == "start":
+            seen.append(phase)
+
+    gc.callbacks.append(count)
+    try:
+        with startup_heap.collector_paused(env):
+            inside = gc.isenabled()
+            kept = [[i] for i in range(50_000)]  # gen0's threshold is 700 new containers
+            during = len(seen)
+        return during, inside, gc.isenabled() and len(kept) == 50_000
+    finally:
+        gc.callbacks.remove(count)
+
+
+def test_no_collection_runs_while_the_block_imports_and_the_collector_comes_back() -> None:
+    collections, inside, after = _collections_during({})
+    assert (collections, inside, after) == (0, False, True)
+
+
+def test_off_the_collector_runs_through_the_block() -> None:
+    collections, inside, after = _collections_during({"HPC_GRPO_STARTUP_HEAP": "0"})
+    assert collections > 0 and inside and after
+
+
+def test_the_collector_comes_back_after_an_import_that_raises_and_stays_off_if_it_was() -> None:
+    import gc
+
+    with pytest.raises(ImportError), startup_heap.collector_paused({}):
+        import hpc_grpo_no_such_module  # type: ignore[import-not-found]  # noqa: F401
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with startup_heap.collector_paused({}):
+            pass
+        assert not gc.isenabled()  # someone else's choice is left as it was
+    finally:
+        gc.enable()

@@ -1,0 +1,75 @@
+"""A rank's library imports with the cyclic collector paused (runtime/rank/startup_heap.py,
+``collector_paused``) against the same imports with it running (``HPC_GRPO_STARTUP_HEAP=0``),
+in alternating rounds of fresh interpreters, in one run. Prints each round, the means and their
+ratio.
+
+Why: every rank of every attempt imports torch, TRL (transformers, accelerate, datasets, peft)
+and, where used, DeepSpeed and vLLM; on CPU test jobs that is most of a rank's start. The
+imports are grouped as the rank groups them (rank/process_group.py, rank/train.py).
+
+Run: ``python benchmarks/bench_rank_imports.py [--rounds 3] [--deepspeed] [--vllm]``
+(``--vllm`` on a GPU machine with vLLM installed: TRL's trainer then imports it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+RANK_IMPORTS = """
+import os, sys, time
+began = time.perf_counter()
+from hpc_grpo.runtime.rank import startup_heap
+with startup_heap.collector_paused(os.environ):
+    import torch
+    import torch.distributed
+if "deepspeed" in sys.argv:
+    with startup_heap.collector_paused(os.environ):
+        import deepspeed
+with startup_heap.collector_paused(os.environ):
+    from trl import GRPOConfig
+with startup_heap.collector_paused(os.environ):
+    from trl import GRPOTrainer
+    from trl.extras import profiling
+if "vllm" in sys.argv:
+    import vllm  # imported already by TRL's trainer where installed: a check, not a cost
+print(round(time.perf_counter() - began, 3))
+"""
+
+
+def timed(paused: bool, extra: list[str]) -> float:
+    env = dict(os.environ, HPC_GRPO_STARTUP_HEAP="1" if paused else "0")
+    out = subprocess.run([sys.executable, "-c", RANK_IMPORTS, *extra], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--deepspeed", action="store_true")
+    parser.add_argument("--vllm", action="store_true")
+    args = parser.parse_args()
+    extra = [name for name in ("deepspeed", "vllm") if getattr(args, name)]
+    timed(True, extra)  # a first import fills the page cache for both
+    running, paused = [], []
+    for round_ in range(1, args.rounds + 1):
+        order = (False, True) if round_ % 2 else (True, False)
+        for is_paused in order:
+            (paused if is_paused else running).append(timed(is_paused, extra))
+        print(f"round {round_}: collector running {running[-1]:.2f} s, paused {paused[-1]:.2f} s",
+              flush=True)
+    result = {"imports": ["torch", *extra, "trl GRPOConfig", "trl GRPOTrainer"],
+              "running_s": running, "paused_s": paused,
+              "running_mean_s": round(statistics.mean(running), 3),
+              "paused_mean_s": round(statistics.mean(paused), 3),
+              "paused_over_running": round(statistics.mean(paused) / statistics.mean(running), 3)}
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

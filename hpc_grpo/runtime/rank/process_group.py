@@ -1,0 +1,55 @@
+"""The rank's process group and device: the first thing a rank does after its signal handlers,
+and the CUDA checks that need both (two ranks on one GPU, a Trainer on another device than the
+rank pinned). torch and DeepSpeed are imported here, with the collector paused
+(rank/startup_heap.py)."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any
+
+from hpc_grpo.rundir.contract import RunRecord
+from hpc_grpo.runtime.rank import startup_heap
+
+
+def setup_distributed(run: RunRecord) -> Any:
+    """Pin this rank's device and start the process group; returns the device for collectives."""
+    with startup_heap.collector_paused(os.environ):
+        import torch
+        import torch.distributed as dist
+    local_rank = int(os.environ["LOCAL_RANK"])
+    device = torch.device("cpu")
+    if run.device == "cuda":
+        index = local_rank if torch.cuda.device_count() > 1 else 0
+        torch.cuda.set_device(index)
+        device = torch.device("cuda", index)
+    timeout = timedelta(seconds=run.collective_timeout_s)  # the plan's (planner/timeouts.py)
+    if not dist.is_initialized():
+        dist.init_process_group(backend=run.backend, timeout=timeout)
+    if run.deepspeed is not None:
+        with startup_heap.collector_paused(os.environ):
+            import deepspeed  # its comm layer must wrap our group, or zero.Init sees world size 1
+
+        from hpc_grpo.runtime.rank.deepspeed_cpu import skip_inference_op
+
+        if run.device != "cuda":  # no JIT build of an op training never calls
+            skip_inference_op()
+        deepspeed.init_distributed(dist_backend=run.backend, timeout=timeout)
+    return device
+
+
+def device_problems(run: RunRecord, args: Any, device: Any) -> tuple[str, list[str]]:
+    """On CUDA: the device's UUID (to catch two ranks on one GPU) and n_gpu/LOCAL_RANK checks."""
+    if run.device != "cuda":
+        return "", []
+    import torch
+
+    from hpc_grpo.runtime.rank.placement import cuda_problems
+
+    local_rank = int(os.environ["LOCAL_RANK"])
+    problems = cuda_problems(args.n_gpu, args.device.index, local_rank, torch.cuda.device_count())
+    if args.device != device:
+        problems.append(f"Trainer uses {args.device} but the rank pinned {device}")
+    uuid = str(getattr(torch.cuda.get_device_properties(device), "uuid", device))
+    return f"{os.uname().nodename}:{uuid}", problems
