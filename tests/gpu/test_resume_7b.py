@@ -184,6 +184,8 @@ def test_7b_usr2_stop_writes_a_checkpoint() -> None:
               "checkpoint_bytes_planned": record["checkpoint_bytes"],
               "free_gib_after": round(shutil.disk_usage(_work()).free / GIB, 1)}
     _save("7b-resume-stop", result)
+    for cache in ("warm", "cold"):  # restarts of an earlier checkpoint-2 are not this one's
+        _forget(f"7b-resume-{cache}-rounds")
     assert attempt["phase"] == "interrupted", attempt
     assert result["checkpoint"]["bytes"] > 0, result
 
@@ -193,7 +195,8 @@ def _restart(cache: str) -> None:
     reference's), stop after the first new step, and save the attempt as 7b-resume-CACHE. Its
     first new step is compared with -k second's where that ran (recorded, not asserted). The
     page cache's dirty pages are written back first (session 42: the warm restart right after
-    the stop's 86.6 GiB save was 52.9 s, the next one 43.1)."""
+    the stop's 86.6 GiB save was 52.9 s, the next one 43.1). A restart that passes is kept as a
+    round beside the earlier ones of its kind (``_add_round``)."""
     _, run_dir, stop = _stop_point()
     second = _saved("7b-resume-second") or {"steps": []}
     env, cold = _cold_caches(_node_env()) if cache == "cold" else (_node_env(), None)
@@ -210,13 +213,13 @@ def _restart(cache: str) -> None:
               "state": json.loads((run_dir / "state.json").read_text()),
               "startup": read_jsonl(run_dir / "startup.jsonl")[-1:]}  # this attempt's split
     _save(f"7b-resume-{cache}", result)
-    _add_round(f"7b-resume-{cache}-rounds", result)
     if cold is not None:
         shutil.rmtree(cold, ignore_errors=True)
     assert attempt["phase"] == "interrupted", attempt
     assert new and attempt["first_new_step_s"] > 0, result
     # the disk held no second checkpoint: the stop's save was skipped, checkpoint-2 stays
     assert result["state"].get("last_checkpoint_step") == stop["checkpoint_step"], result["state"]
+    _add_round(f"7b-resume-{cache}-rounds", result)  # a failed restart is no round
 
 
 def _add_round(name: str, result: dict[str, Any]) -> None:
@@ -228,6 +231,14 @@ def _add_round(name: str, result: dict[str, Any]) -> None:
            "started": result["attempt"]["started"], "sync_s": result["sync_s"],
            "equal_to_second_run": result["equal_to_second_run"], "startup": result["startup"]}
     _save(name, {"rounds": [*rounds, row]})
+
+
+def _forget(name: str) -> None:
+    """A saved result removed (``-k stop`` writes a new checkpoint-2: the rounds of the last
+    one's restarts go)."""
+    out = os.environ.get("HPC_GRPO_RESULTS")
+    if out:
+        (Path(out) / f"{name}.json").unlink(missing_ok=True)
 
 
 @needs_two

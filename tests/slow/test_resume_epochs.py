@@ -94,10 +94,12 @@ def test_each_attempt_records_where_its_start_went(runs: tuple[Path, Path]) -> N
         assert abs(sum(parts.values()) - line["total_s"]) < 0.05, line
         assert parts["imports"] > 0 and parts["trainer"] > 0.5, line  # the kernel's start, TRL
         # inside the trainer part: TRL's model load timed (no engine without vLLM on CPU), and
-        # the stretches before it: arguments, checks and inputs, then TRL's trainer import
+        # the stretches before it: arguments, checks and inputs, TRL's trainer import, then the
+        # heap freeze (one full collection: rounded to 0.01 s it may read 0.0)
         inner = line["trainer_parts_s"]
         assert set(inner) == {"model_load", "checks_and_inputs", "trainer_import", "heap_freeze"}, line
-        assert all(v > 0 for v in inner.values()), line
+        assert all(v > 0 for k, v in inner.items() if k != "heap_freeze"), line
+        assert inner["heap_freeze"] >= 0, line
         assert within_rounding(inner, parts["trainer"]), line
         # inside prepare and load: accelerate's prepare, and on a resume (no DeepSpeed here) the
         # model's weights and the optimizer read back

@@ -141,7 +141,7 @@ def grpo_kwargs(
             user[key] = False
     else:
         user.setdefault("bf16", True)
-    user.setdefault("ddp_timeout", run.collective_timeout_s)  # the process group's (train.py)
+    user.setdefault("ddp_timeout", run.collective_timeout_s)  # the process group's (process_group.py)
     user.setdefault("run_name", run.run_id)  # the trackers' run name (tracking.py)
     if run.deepspeed is None and run.world_size > 2:
         # DDP sums a bucket over the ranks in an order that depends on where each element sits

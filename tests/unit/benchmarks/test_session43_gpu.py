@@ -53,6 +53,7 @@ def test_the_ratio_is_the_rounds_means() -> None:
     ratio = round(sum(warm) / sum(cold), 3)
     worst = round(max(warm) / min(cold), 3)
     assert (times["warm_over_cold"], times["worst_warm_over_best_cold"]) == (ratio, worst)
+    assert (times["warm_s"], times["cold_s"]) == (round(sum(warm) / 2, 1), round(sum(cold) / 2, 1))
     assert f"**Warm over cold: {ratio}** (means {times['warm_s']} against {times['cold_s']} s)" \
         in section
     assert f"fastest cold one: {worst}" in section
@@ -85,6 +86,9 @@ def test_every_rank_of_every_attempt_logged_the_freeze_the_first_push_and_the_ma
         assert sum("3 file(s) mapped (37.1 GiB), 0 read whole" in x for x in rank) == 4
         assert sum("37.1 GiB of it found in the page cache, not copied" in x for x in rank) == 4
     assert "`first weight push filled all 198 parameters of the vLLM engine`" in section
+    frozen = [int(x.split("imports done; ")[1].split()[0]) for rank in stopped for x in rank
+              if "objects frozen" in x]
+    assert f"`imports done; {min(frozen)}-{max(frozen)} objects frozen`" in section
 
 
 def test_the_checkpoint_saves_and_step_times_are_the_saved_ones() -> None:

@@ -56,3 +56,16 @@ def test_without_rounds_the_single_results_are_compared(results: Path) -> None:
         seven_b.test_7b_warm_restart_at_most_half_the_cold_one()
     verdict = _verdict(results)
     assert verdict["warm_from"] == "7b-resume-resumed" and verdict["warm_over_cold"] == 0.6
+
+
+def test_a_new_stop_forgets_the_last_checkpoints_rounds(results: Path) -> None:
+    """``-k stop`` writes a new checkpoint-2: the rounds of the previous one's restarts go, and
+    only what runs after it counts."""
+    for cache, seconds in (("warm", 80.0), ("cold", 100.0)):
+        _restarted(results, cache, seconds)
+    for cache in ("warm", "cold"):
+        seven_b._forget(f"7b-resume-{cache}-rounds")
+    for cache, seconds in (("warm", 40.0), ("cold", 100.0)):
+        _restarted(results, cache, seconds)
+    seven_b.test_7b_warm_restart_at_most_half_the_cold_one()
+    assert _verdict(results)["warm_rounds"] == [40.0]
