@@ -29,10 +29,11 @@ DeepSpeed, TRL and what they pull in): every few hundred new objects the collect
 young generations, and now and then the whole growing heap of module objects, none of it garbage.
 On this project's 2-core test machine, torch, DeepSpeed and TRL's GRPOConfig and GRPOTrainer
 imported in 4.40 s with the collector running and 3.81 s with it paused in these blocks (0.866,
-three alternating rounds, ``benchmarks/bench_rank_imports.py --deepspeed``, 2026-11-28; no vLLM
-there). The blocks are imports only, so the collector is off for seconds, never through the
-process group's wait or the inputs' load; what the imports leave as cyclic garbage is freed by
-the next collection (the freeze's, at the latest).
+three alternating rounds of ``benchmarks/bench_rank_imports.py --deepspeed``; a second run of
+four: 4.95 and 4.11 s, 0.831; 2026-11-28, no vLLM there). The blocks are imports only, so the
+collector is off for seconds, never through the process group's wait or the inputs' load; what
+the imports leave as cyclic garbage is freed by the next collection (the freeze's, at the
+latest).
 ``HPC_GRPO_STARTUP_HEAP=0`` turns all three off (say, to compare).
 """
 

@@ -1,7 +1,8 @@
-"""What docs/benchmarks.md says about session 43's GPU calls (2 x H100), held to the raw JSON: the
-7B warm and cold restarts in alternating rounds with their start-up split, the warm/cold ratio on
-the rounds' means, the steps equal to the reference's, the rank logs' lines, the checkpoint
-against the plan, the save rates and the references' step times."""
+"""What docs/benchmarks.md says about session 43's GPU calls (2 x H100) and its CPU import
+benchmark, held to the raw JSON: the 7B warm and cold restarts in alternating rounds with their
+start-up split, the warm/cold ratio on the rounds' means, the steps equal to the reference's,
+the rank logs' lines, the checkpoint against the plan, the save rates and the references' step
+times."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from tests.unit.benchmarks.lora_results import docs_section
 from tests.unit.planner import test_speed_calibration as calibration
 
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
-HEADING = "## 2026-11-28 (session 43)"
+HEADING = "## 2026-11-28 (session 43), GPU"
 GIB = 1024**3
 KEYS = ("step", "reward_mean", "reward_std", "loss")
 
@@ -115,3 +116,15 @@ def test_the_references_are_calibration_cases_as_the_section_says() -> None:
     errors = [f"{calibration._error(c):+.1%}".replace("%", " %") for c in cases]
     assert f"{errors[0]} and {errors[1]} from the prediction" in section
     assert calibration.counts_as_of(43) in section
+
+
+def test_the_rank_imports_table_is_the_saved_runs() -> None:
+    section = docs_section("## 2026-11-28 (session 43), CPU")
+    runs = json.loads((RESULTS / "2026-11-28-rank-imports-collector-cpu-session43.json").read_text())
+    for number, run in enumerate(runs["runs"], 1):
+        got = run["result"]
+        assert len(got["running_s"]) == len(got["paused_s"]) == run["rounds"]
+        assert got["paused_over_running"] == round(
+            (sum(got["paused_s"]) / run["rounds"]) / (sum(got["running_s"]) / run["rounds"]), 3)
+        assert f"| {number} | {run['rounds']} | {got['running_mean_s']} | {got['paused_mean_s']} " \
+            f"| {got['paused_over_running']} |" in section
