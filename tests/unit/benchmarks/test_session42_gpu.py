@@ -9,11 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from tests.unit.benchmarks.lora_results import docs_section
-from tests.unit.planner import test_speed_calibration as calibration
+from tests.unit.benchmarks.seven_b_sections import (
+    check_calibration_cases,
+    check_checkpoint_saves_and_step_times,
+    check_restart_row,
+)
 
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 HEADING = "## 2026-11-27 (session 42)"
-GIB = 1024**3
 
 
 def _json(name: str) -> Any:
@@ -28,13 +31,7 @@ def test_the_restart_table_is_the_saved_attempts() -> None:
     section = docs_section(HEADING)
     for name, label in ROWS.items():
         saved = _json(name)
-        (line,) = saved["startup"]
-        parts, inner = line["parts_s"], line["trainer_parts_s"]
-        cells = [saved["attempt"]["first_new_step_s"], parts["torch_and_group"],
-                 inner["checks_and_inputs"], inner["trainer_import"], inner["model_load"],
-                 inner["engine_start"], parts["prepare_and_load"], parts["first_step"]]
-        assert f"| {label} | {' | '.join(str(c) for c in cells)} |" in section, (name, cells)
-        assert saved["attempt"]["phase"] == "interrupted" and line["resumed_from_step"] == 2
+        check_restart_row(section, label, saved)
     # the table's attempts are the stopped run's, in the order it ran them
     attempts = [a["attempt"] for a in _json("startup")["attempts"]]
     assert attempts[1:] == [_json(n)["startup"][0]["attempt"] for n in ("warm", "cold", "warm-round2")]
@@ -54,26 +51,8 @@ def test_the_ratios_are_the_saved_times() -> None:
 
 
 def test_the_checkpoint_saves_and_step_times_are_the_saved_ones() -> None:
-    section = docs_section(HEADING)
-    ref = _json("reference")
-    assert f"**{ref['checkpoint']['gib']} GiB on disk against " \
-        f"{ref['checkpoint_bytes_planned'] / GIB:.2f} GiB planned**" in section
-    first, stop = _json("reference-first-hold"), _json("stop")
-    for saved in (ref, stop, first):
-        c = saved["checkpoint"]
-        assert f"{c['gb_per_s']} GB/s" in section and f"{c['save_s']:.1f} s" in section
-    means = [sum(s["step_time"] for s in r["steps"][1:]) / 4 for r in (ref, first)]
-    assert f"**{means[0]:.3f}** and **{means[1]:.3f}** s/step" in section
-    assert f"first step {stop['attempt']['first_new_step_s']} s after" in section
-    assert f"{ref['free_gib_after']} GiB free after it" in section
+    check_checkpoint_saves_and_step_times(docs_section(HEADING), _json)
 
 
 def test_the_references_are_calibration_cases_as_the_section_says() -> None:
-    section = docs_section(HEADING)
-    cases = [c for c in calibration.CASES if "(session 42," in c.name]
-    measured = [sum(s["step_time"] for s in _json(r)["steps"][1:]) / 4
-                for r in ("reference", "reference-first-hold")]
-    assert [round(c.measured(), 3) for c in cases] == [round(m, 3) for m in measured]
-    errors = [f"{calibration._error(c):+.1%}".replace("%", " %") for c in cases]
-    assert f"{errors[0]} and {errors[1]} from the prediction" in section
-    assert calibration.counts_as_of(42) in section
+    check_calibration_cases(docs_section(HEADING), _json, 42)

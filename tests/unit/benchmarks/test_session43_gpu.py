@@ -11,11 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from tests.unit.benchmarks.lora_results import docs_section
-from tests.unit.planner import test_speed_calibration as calibration
+from tests.unit.benchmarks.seven_b_sections import (
+    check_calibration_cases,
+    check_checkpoint_saves_and_step_times,
+    check_restart_row,
+)
 
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 HEADING = "## 2026-11-28 (session 43), GPU"
-GIB = 1024**3
 KEYS = ("step", "reward_mean", "reward_std", "loss")
 
 
@@ -32,13 +35,7 @@ def test_the_restart_table_is_the_saved_rounds_in_the_order_they_ran() -> None:
     started = []
     for name, label in ROWS.items():
         saved = _json(name)
-        (line,) = saved["startup"]
-        parts, inner = line["parts_s"], line["trainer_parts_s"]
-        cells = [saved["attempt"]["first_new_step_s"], parts["torch_and_group"],
-                 inner["checks_and_inputs"], inner["trainer_import"], inner["model_load"],
-                 inner["engine_start"], parts["prepare_and_load"], parts["first_step"]]
-        assert f"| {label} | {' | '.join(str(c) for c in cells)} |" in section, (name, cells)
-        assert saved["attempt"]["phase"] == "interrupted" and line["resumed_from_step"] == 2
+        check_restart_row(section, label, saved)
         assert saved["cache"] == name.split("-")[0] and saved["sync_s"] == 0.0
         started.append(saved["attempt"]["started"])
     assert started == sorted(started)  # warm, cold, warm, cold
@@ -93,29 +90,12 @@ def test_every_rank_of_every_attempt_logged_the_freeze_the_first_push_and_the_ma
 
 
 def test_the_checkpoint_saves_and_step_times_are_the_saved_ones() -> None:
-    section = docs_section(HEADING)
-    ref = _json("reference")
-    assert f"**{ref['checkpoint']['gib']} GiB on disk against " \
-        f"{ref['checkpoint_bytes_planned'] / GIB:.2f} GiB planned**" in section
-    first, stop = _json("reference-first-hold"), _json("stop")
-    for saved in (ref, stop, first):
-        c = saved["checkpoint"]
-        assert f"{c['gb_per_s']} GB/s" in section and f"{c['save_s']:.1f} s" in section
-    means = [sum(s["step_time"] for s in r["steps"][1:]) / 4 for r in (ref, first)]
-    assert f"**{means[0]:.3f}** and **{means[1]:.3f}** s/step" in section
-    assert f"first step {stop['attempt']['first_new_step_s']} s after" in section
-    assert f"{ref['free_gib_after']} GiB free after it" in section
+    check_checkpoint_saves_and_step_times(docs_section(HEADING), _json)
 
 
 def test_the_references_are_calibration_cases_as_the_section_says() -> None:
-    section = docs_section(HEADING)
-    cases = [c for c in calibration.CASES if "(session 43," in c.name]
-    measured = [sum(s["step_time"] for s in _json(r)["steps"][1:]) / 4
-                for r in ("reference", "reference-first-hold")]
-    assert [round(c.measured(), 3) for c in cases] == [round(m, 3) for m in measured]
-    errors = [f"{calibration._error(c):+.1%}".replace("%", " %") for c in cases]
-    assert f"{errors[0]} and {errors[1]} from the prediction" in section
-    assert calibration.counts_as_of(43) in section
+    check_calibration_cases(docs_section(HEADING), _json, 43)
+
 
 
 def test_the_rank_imports_table_is_the_saved_runs() -> None:
