@@ -67,11 +67,24 @@ def gpu_cluster() -> Iterator[None]:
         subprocess.run(["bash", str(SANDBOX), "stop"], capture_output=True, env=env)
 
 
-def _save(name: str, data: dict[str, Any]) -> None:
+def _result_path(name: str) -> Path | None:
+    """Where the result ``name`` is saved: HPC_GRPO_RESULTS/NAME.json, or nowhere when unset."""
     out = os.environ.get("HPC_GRPO_RESULTS")
-    if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        (Path(out) / f"{name}.json").write_text(json.dumps(data, indent=1, default=str))
+    return Path(out) / f"{name}.json" if out else None
+
+
+def _save(name: str, data: dict[str, Any]) -> None:
+    path = _result_path(name)
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=1, default=str))
+
+
+def _forget(name: str) -> None:
+    """A saved result removed (a later call must not read it as this loan's)."""
+    path = _result_path(name)
+    if path:
+        path.unlink(missing_ok=True)
 
 
 def _metrics(run_dir: Path) -> list[dict[str, Any]]:
@@ -103,8 +116,7 @@ def _timeline(run_dir: Path, job: str) -> dict[str, Any]:
 
 
 def _saved(name: str) -> dict[str, Any] | None:
-    out = os.environ.get("HPC_GRPO_RESULTS")
-    path = Path(out) / f"{name}.json" if out else None
+    path = _result_path(name)
     return json.loads(path.read_text()) if path and path.exists() else None
 
 

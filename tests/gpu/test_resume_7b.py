@@ -76,7 +76,7 @@ from tests.gpu.test_checkpoint_resume import (
     _work,
 )
 from tests.gpu.test_gpu import _site, machine, needs_two
-from tests.gpu.test_multinode import _save, _saved
+from tests.gpu.test_multinode import _forget, _save, _saved
 
 pytestmark = pytest.mark.gpu
 
@@ -184,7 +184,7 @@ def test_7b_usr2_stop_writes_a_checkpoint() -> None:
               "checkpoint_bytes_planned": record["checkpoint_bytes"],
               "free_gib_after": round(shutil.disk_usage(_work()).free / GIB, 1)}
     _save("7b-resume-stop", result)
-    for cache in ("warm", "cold"):  # restarts of an earlier checkpoint-2 are not this one's
+    for cache in ("warm", "cold"):  # -k stop writes a new checkpoint-2: earlier restarts' rounds go
         _forget(f"7b-resume-{cache}-rounds")
     assert attempt["phase"] == "interrupted", attempt
     assert result["checkpoint"]["bytes"] > 0, result
@@ -231,14 +231,6 @@ def _add_round(name: str, result: dict[str, Any]) -> None:
            "started": result["attempt"]["started"], "sync_s": result["sync_s"],
            "equal_to_second_run": result["equal_to_second_run"], "startup": result["startup"]}
     _save(name, {"rounds": [*rounds, row]})
-
-
-def _forget(name: str) -> None:
-    """A saved result removed (``-k stop`` writes a new checkpoint-2: the rounds of the last
-    one's restarts go)."""
-    out = os.environ.get("HPC_GRPO_RESULTS")
-    if out:
-        (Path(out) / f"{name}.json").unlink(missing_ok=True)
 
 
 @needs_two

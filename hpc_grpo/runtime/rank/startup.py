@@ -19,9 +19,9 @@ that, in order:
   of the part are timed as well: ``checks_and_inputs`` (GRPOConfig, the rank and hardware
   checks, rewards, dataset and tokenizer), ``trainer_import`` (TRL's trainer module, which
   imports vLLM) and ``heap_freeze`` (rank/startup_heap.py: one full collection, then
-  ``gc.freeze``; counted in ``trainer_import`` through session 43's GPU runs). Why: at 7B the trainer part
-  is the warm restart's largest (session 39), and in session 40 about 18 of its 40 s were
-  outside the two timed calls; the split says what to shorten;
+  ``gc.freeze``; counted in ``trainer_import`` through session 43's GPU runs). Why: at 7B the
+  trainer part is the warm restart's largest (session 39), and in session 40 about 18 of its
+  40 s were outside the two timed calls; the split says what to shorten;
 * ``prepare_and_load``: to the Trainer's ``on_train_begin`` (accelerate/DeepSpeed wrapping and,
   on a resume, the checkpoint read back: transformers calls it after both); ``prepare_parts_s``
   splits it: ``accelerate_prepare`` (accelerate's ``prepare``: DeepSpeed's engine and optimizer,
