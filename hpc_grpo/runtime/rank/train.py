@@ -177,6 +177,7 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
         hardware_check,
         lora_sync,
         placement,
+        save_speed,
     )
     from hpc_grpo.runtime.rank.faults import hang as hang_fault
     from hpc_grpo.runtime.rank.faults import stale_weights
@@ -221,6 +222,7 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
         print(f"[train] {push}", flush=True)
     if read := checkpoint_read.install(trainer, run, resume, os.environ):
         print(f"[train] {read}", flush=True)
+    print(f"[train] {save_speed.configure(os.environ)}", flush=True)  # CRC-32s off by default
     if stale_weights.install(trainer, os.environ):
         print(f"[train] {stale_weights.NOTE}", flush=True)
     for note in tracking.install(trainer, trackers, resume_step, logged):
