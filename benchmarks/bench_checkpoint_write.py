@@ -59,7 +59,7 @@ def _write(state: dict[str, Any], path: Path, crc: bool, sync: bool) -> float:
 def _same(state: dict[str, Any], path: Path) -> bool:
     import torch
 
-    loaded = torch.load(path, mmap=True, weights_only=False)
+    loaded = torch.load(path, mmap=True, weights_only=False, map_location="cpu")
     for key in ("exp_avg", "exp_avg_sq"):
         want = state["optimizer_state_dict"]["state"][0][key].cpu()
         if not torch.equal(loaded["optimizer_state_dict"]["state"][0][key], want):
