@@ -178,6 +178,7 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
         lora_sync,
         placement,
         save_speed,
+        zero3_save,
     )
     from hpc_grpo.runtime.rank.faults import hang as hang_fault
     from hpc_grpo.runtime.rank.faults import stale_weights
@@ -223,6 +224,8 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     if read := checkpoint_read.install(trainer, run, resume, os.environ):
         print(f"[train] {read}", flush=True)
     print(f"[train] {save_speed.configure(os.environ)}", flush=True)  # CRC-32s off by default
+    if once := zero3_save.install(trainer, run):  # DeepSpeed's files written once a save
+        print(f"[train] {once}", flush=True)
     if stale_weights.install(trainer, os.environ):
         print(f"[train] {stale_weights.NOTE}", flush=True)
     for note in tracking.install(trainer, trackers, resume_step, logged):

@@ -1,0 +1,60 @@
+"""A ZeRO-3 checkpoint without the gathered model file writes DeepSpeed's files once, not twice.
+
+Why: in transformers 5.x, ``Trainer._save_checkpoint`` first calls ``save_model``. Under ZeRO-3
+with ``stage3_gather_16bit_weights_on_model_save`` off (the runtime's choice with optimizer
+offload, ``grpo_args.deepspeed_config``), accelerate's ``get_state_dict`` raises ValueError and
+``save_model`` falls back to ``model_wrapped.save_checkpoint(output_dir)``: DeepSpeed's whole
+checkpoint, every rank's optimizer partition included. ``_save_checkpoint`` then calls
+``_save_optimizer_and_scheduler``, which calls ``save_checkpoint(output_dir)`` again, into the
+same folder. The files on disk are the same; the save takes twice the time its bytes need (a 7B
+checkpoint is 86.6 GiB, written at about 1 GB/s on the lent H100 machine).
+
+What the wrapper does: for the call inside ``_save_checkpoint`` it keeps the rest of the
+fallback (the config and tokenizer files; the placeholder model file removed) and leaves
+DeepSpeed's files to the optimizer save that follows. Unchanged: a ``save_model`` called from
+elsewhere (the user's, the end of training), ``save_only_model`` (no optimizer save follows),
+LoRA (peft's ZeRO-3 path gathers the adapter itself and never falls back), and every layout that
+gathers the model file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from hpc_grpo.rundir.contract import RunRecord
+from hpc_grpo.runtime.rank.grpo_args import deepspeed_config
+
+
+def falls_back_to_deepspeed(run: RunRecord) -> bool:
+    """save_model would write DeepSpeed's checkpoint itself: ZeRO-3, no gathered model file,
+    full parameters."""
+    if run.deepspeed is None or run.peft is not None:
+        return False
+    zero = deepspeed_config(dataclasses.asdict(run.deepspeed))["zero_optimization"]
+    return zero["stage"] == 3 and not zero.get("stage3_gather_16bit_weights_on_model_save", False)
+
+
+def install(trainer: Any, run: RunRecord) -> str | None:
+    """Wrap ``trainer.save_model`` where the fallback applies; returns the rank log's line."""
+    if not falls_back_to_deepspeed(run) or trainer.args.save_only_model:
+        return None
+    trainer.save_model = _checkpoint_save_model(trainer, trainer.save_model)
+    return ("ZeRO-3 without a gathered model file: each checkpoint writes DeepSpeed's files once "
+            "(transformers' save_model would write them a first time)")
+
+
+def _checkpoint_save_model(trainer: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+    from transformers.trainer_pt_utils import remove_dummy_checkpoint
+    from transformers.utils import SAFE_WEIGHTS_NAME, WEIGHTS_NAME
+
+    def save_model(output_dir: str | None = None, _internal_call: bool = False) -> None:
+        if not _internal_call:
+            original(output_dir, _internal_call=_internal_call)
+            return
+        folder = output_dir if output_dir is not None else trainer.args.output_dir
+        trainer._save(folder, state_dict={})  # config, tokenizer; as transformers' fallback
+        remove_dummy_checkpoint(trainer.args.should_save, folder, [WEIGHTS_NAME, SAFE_WEIGHTS_NAME])
+
+    return save_model

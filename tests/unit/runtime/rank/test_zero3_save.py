@@ -1,0 +1,101 @@
+"""ZeRO-3 without the gathered model file (runtime/rank/zero3_save.py): transformers' own
+``Trainer._save_checkpoint``, run on a real Trainer whose DeepSpeed engine is stood in for (it
+counts ``save_checkpoint`` calls), writes DeepSpeed's checkpoint twice without the wrapper and
+once with it, and keeps the checkpoint's other files; where the wrapper applies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpc_grpo.runtime.rank import zero3_save
+from tests.unit.runtime.rank.test_runtime_checks import make_run, record
+
+OFFLOAD3 = {"zero_stage": 3, "offload_optimizer": True}
+
+
+def _run(deepspeed: dict[str, Any] | None, peft: dict[str, Any] | None = None) -> Any:
+    return record(make_run(1, 2, 1) | {"device": "cuda", "deepspeed": deepspeed, "peft": peft})
+
+
+@pytest.mark.parametrize(("deepspeed", "peft", "expected"), [
+    (OFFLOAD3, None, True),  # the runtime turns the gather off with offload
+    ({"zero_stage": 3}, None, False),  # gathered: save_model writes model.safetensors
+    ({"zero_stage": 2, "offload_optimizer": True}, None, False),
+    (OFFLOAD3, {"r": 8}, False),  # peft gathers the adapter itself
+    (None, None, False),
+])
+def test_where_it_applies(deepspeed: dict[str, Any] | None, peft: dict[str, Any] | None,
+                          expected: bool) -> None:
+    assert zero3_save.falls_back_to_deepspeed(_run(deepspeed, peft)) is expected
+
+
+class _Engine:
+    """DeepSpeed's engine as transformers' save path sees it."""
+
+    def __init__(self) -> None:
+        self.config = {"zero_optimization": {"stage": 3}}
+        self.saves: list[str] = []
+
+    def save_checkpoint(self, save_dir: str, tag: Any = None, client_state: Any = None,
+                        save_latest: bool = True, exclude_frozen_parameters: bool = False) -> None:
+        self.saves.append(save_dir)
+        Path(save_dir, "global_step1").mkdir(parents=True, exist_ok=True)
+
+
+@pytest.fixture
+def trainer(tmp_path: Path) -> Any:
+    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+    from hpc_grpo.runtime.models.tiny import build_tiny_model
+
+    model = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path / "model", seed=0))
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to=[], save_strategy="steps",
+                             use_cpu=True)
+    built = Trainer(model=model, args=args)
+    built.create_optimizer_and_scheduler(num_training_steps=2)
+    engine = _Engine()
+    built.is_deepspeed_enabled = True
+    built.model_wrapped = built.deepspeed = engine
+
+    def gather_off(model: Any) -> Any:  # accelerate's answer with the gather off
+        raise ValueError("stage3_gather_16bit_weights_on_model_save is False")
+
+    built.accelerator.get_state_dict = gather_off
+    built.state.global_step = 1
+    return built
+
+
+def _checkpoint(trainer: Any) -> tuple[list[str], list[str]]:
+    trainer._save_checkpoint(trainer.model, trial=None)
+    folder = Path(trainer.args.output_dir) / "checkpoint-1"
+    return trainer.model_wrapped.saves, sorted(p.name for p in folder.iterdir())
+
+
+def test_transformers_alone_writes_deepspeed_s_files_twice(trainer: Any) -> None:
+    saves, files = _checkpoint(trainer)
+    assert len(saves) == 2 and len(set(saves)) == 1, saves  # the premise of the module
+
+
+def test_with_the_wrapper_they_are_written_once(trainer: Any) -> None:
+    line = zero3_save.install(trainer, _run(OFFLOAD3))
+    assert line and "once" in line
+    saves, files = _checkpoint(trainer)
+    assert saves == [str(Path(trainer.args.output_dir) / "checkpoint-1")]
+    # what the fallback writes besides DeepSpeed's files, and no placeholder model file
+    assert {"config.json", "trainer_state.json", "global_step1"} <= set(files), files
+    assert not {"model.safetensors", "pytorch_model.bin"} & set(files), files
+
+
+def test_a_save_model_of_its_own_is_unchanged(trainer: Any, tmp_path: Path) -> None:
+    zero3_save.install(trainer, _run(OFFLOAD3))
+    trainer.save_model(str(tmp_path / "final"))
+    assert trainer.model_wrapped.saves == [str(tmp_path / "final")]
+
+
+def test_not_installed_with_save_only_model(trainer: Any) -> None:
+    trainer.args.save_only_model = True
+    assert zero3_save.install(trainer, _run(OFFLOAD3)) is None
+    assert "save_model" not in vars(trainer)
