@@ -87,3 +87,19 @@ def test_the_start_up_record_splits_deepspeed_s_prepare_and_checkpoint_load(
     assert set(resumed) == {"accelerate_prepare", "deepspeed_checkpoint_load", "optimizer_load"}
     # (a key is there only when the call was made; the tiny model's load rounds to 0.0 s)
     assert within_rounding(resumed, lines[1]["parts_s"]["prepare_and_load"])
+
+
+def test_the_checkpoints_read_back_were_written_without_crc32s(runs: tuple[Path, Path]) -> None:
+    """The resume above read files torch.save wrote without CRC-32s (runtime/rank/save_speed.py):
+    DeepSpeed's partitions and module states, and transformers' RNG and scheduler files."""
+    import zipfile
+
+    _, stopped = runs
+    folder = stopped / "checkpoints" / f"checkpoint-{STOP}"
+    written = sorted(p for p in folder.rglob("*.pt") if zipfile.is_zipfile(p))
+    assert any("optim_states" in p.name for p in written), written
+    for path in written:
+        with zipfile.ZipFile(path) as archive:
+            assert {i.CRC for i in archive.infolist() if i.file_size} == {0}, path.name
+    log = (stopped / "logs" / "rank-0.log").read_text()
+    assert log.count("checkpoints are written without a CRC-32 of every record") == 2  # attempts
