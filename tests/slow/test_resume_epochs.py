@@ -33,19 +33,26 @@ REWARD = "tests.slow.resume_reward:prompt_length_recording"
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(uninterrupted run, run stopped at STOPS and resumed after each stop)."""
+    """(uninterrupted run, run stopped at STOPS and resumed after each stop).
+
+    The stopped run also keeps one checkpoint (save_total_limit 1, a save every 3 steps: 3, 6,
+    9, 12 besides the stops), and after each stop a partial folder is planted beside the stop's
+    checkpoint (``_plant_partial``): every test below then holds with retention at its tightest
+    and a killed save about, in one run of four launches instead of two such runs."""
     from hpc_grpo.runtime.models.tiny import build_tiny_model
 
     root = tmp_path_factory.mktemp("epochs")
     model = build_tiny_model(root / "model", seed=0)
     dataset = counting_prompts(root / "prompts.jsonl", PROMPTS)
-    out = []
-    for name, stops in (("reference", ()), ("stopped", STOPS)):
-        run_dir = root / name
-        write_run(run_dir, model, steps=STEPS, reward_funcs=[REWARD], dataset=dataset)
-        run_with_stops(run_dir, stops, STEPS, timeout=120)
-        out.append(run_dir)
-    return out[0], out[1]
+    reference, stopped = root / "reference", root / "stopped"
+    write_run(reference, model, steps=STEPS, reward_funcs=[REWARD], dataset=dataset)
+    run_with_stops(reference, (), STEPS, timeout=120)
+    grpo = json.loads((reference / "run.json").read_text())["grpo_config"]
+    write_run(stopped, model, steps=STEPS, reward_funcs=[REWARD], dataset=dataset,
+              grpo_config={**grpo, "save_steps": 3, "save_total_limit": 1})
+    run_with_stops(stopped, STOPS, STEPS, timeout=120,
+                   between=lambda stop: _plant_partial(stopped, stop))
+    return reference, stopped
 
 
 def test_same_prompts_every_step(runs: tuple[Path, Path]) -> None:
@@ -135,21 +142,13 @@ def _plant_partial(run_dir: Path, stop: int) -> None:
 
 
 def test_resume_is_exact_keeping_one_checkpoint_with_killed_saves_about(
-        runs: tuple[Path, Path], tmp_path: Path) -> None:
-    """save_total_limit 1 and a save every 3 steps (3, 6, 9, 12 besides the stops): each stop
-    leaves one complete checkpoint, a partial folder planted after it is never resumed from and
-    gone after the next complete save, and the run still matches the uninterrupted one."""
-    from hpc_grpo.runtime.models.tiny import build_tiny_model
-
-    reference, _ = runs
-    model = build_tiny_model(tmp_path / "model", seed=0)
-    run_dir = tmp_path / "retained"
-    record = json.loads((reference / "run.json").read_text())
-    write_run(run_dir, model, steps=STEPS, reward_funcs=[REWARD], dataset=record["dataset"],
-              grpo_config={**record["grpo_config"], "save_steps": 3, "save_total_limit": 1})
-    run_with_stops(run_dir, STOPS, STEPS, timeout=120,
-                   between=lambda stop: _plant_partial(run_dir, stop))
-    assert _checkpoints(run_dir) == [f"checkpoint-{STEPS}"]
-    assert step_rows(run_dir) == step_rows(reference)
-    assert [p for step, p in prompts_per_step(run_dir, 0)] == \
-        [p for step, p in prompts_per_step(reference, 0)]
+        runs: tuple[Path, Path]) -> None:
+    """The stopped run kept one checkpoint with a partial folder planted after each stop (the
+    fixture): each stop left exactly its own complete checkpoint (``_plant_partial`` asserts it
+    before planting), no partial folder was resumed from, the last one is gone after the next
+    complete save, and the run still matches the uninterrupted one (the tests above)."""
+    reference, stopped = runs
+    assert _checkpoints(stopped) == [f"checkpoint-{STEPS}"]
+    restarts = [json.loads(x) for x in (stopped / "restarts.jsonl").read_text().splitlines()]
+    assert [r["resumed_from_step"] for r in restarts] == list(STOPS)  # never stop + 1
+    assert step_rows(stopped) == step_rows(reference)
