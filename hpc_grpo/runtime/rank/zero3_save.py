@@ -10,8 +10,9 @@ same folder. The files on disk are the same; the save takes twice the time its b
 checkpoint is 86.6 GiB, written at about 1 GB/s on the lent H100 machine).
 
 What the wrapper does: for the call inside ``_save_checkpoint`` it keeps the rest of the
-fallback (the config and tokenizer files; the placeholder model file removed) and leaves
-DeepSpeed's files to the optimizer save that follows. Unchanged: a ``save_model`` called from
+fallback (the config and tokenizer files, on the writing rank only, as transformers 5.17 and
+5.24 both do; the placeholder model file removed) and leaves DeepSpeed's files to the optimizer
+save that follows. Unchanged: a ``save_model`` called from
 elsewhere (the user's, the end of training), ``save_only_model`` (no optimizer save follows),
 LoRA (peft's ZeRO-3 path gathers the adapter itself and never falls back), and every layout that
 gathers the model file.
@@ -54,7 +55,8 @@ def _checkpoint_save_model(trainer: Any, original: Callable[..., Any]) -> Callab
             original(output_dir, _internal_call=_internal_call)
             return
         folder = output_dir if output_dir is not None else trainer.args.output_dir
-        trainer._save(folder, state_dict={})  # config, tokenizer; as transformers' fallback
+        if trainer.args.should_save:  # _save assumes the writing rank in transformers 5.17
+            trainer._save(folder, state_dict={})  # config, tokenizer; as transformers' fallback
         remove_dummy_checkpoint(trainer.args.should_save, folder, [WEIGHTS_NAME, SAFE_WEIGHTS_NAME])
 
     return save_model

@@ -99,3 +99,20 @@ def test_not_installed_with_save_only_model(trainer: Any) -> None:
     trainer.args.save_only_model = True
     assert zero3_save.install(trainer, _run(OFFLOAD3)) is None
     assert "save_model" not in vars(trainer)
+
+
+def test_a_rank_that_does_not_write_leaves_the_files_to_the_one_that_does(
+        trainer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """transformers 5.17 (the GPU machine's) calls ``_save`` on the writing rank only and its
+    ``_save`` assumes it is that rank: the wrapper does the same."""
+    from transformers import TrainingArguments
+
+    zero3_save.install(trainer, _run(OFFLOAD3))
+    written: list[str] = []
+    monkeypatch.setattr(trainer, "_save", lambda folder, state_dict=None: written.append(folder))
+    monkeypatch.setattr(TrainingArguments, "should_save", property(lambda self: False))
+    trainer.save_model(str(Path(trainer.args.output_dir) / "checkpoint-1"), _internal_call=True)
+    assert written == [] and trainer.model_wrapped.saves == []
+    monkeypatch.setattr(TrainingArguments, "should_save", property(lambda self: True))
+    trainer.save_model(str(Path(trainer.args.output_dir) / "checkpoint-1"), _internal_call=True)
+    assert written == [str(Path(trainer.args.output_dir) / "checkpoint-1")]
