@@ -96,8 +96,9 @@ def test_the_checkpoints_read_back_were_written_without_crc32s(runs: tuple[Path,
 
     _, stopped = runs
     folder = stopped / "checkpoints" / f"checkpoint-{STOP}"
-    written = sorted(p for p in folder.rglob("*.pt") if zipfile.is_zipfile(p))
+    written = sorted(p for p in folder.rglob("*.pt*") if zipfile.is_zipfile(p))  # .pt, .pth
     assert any("optim_states" in p.name for p in written), written
+    assert any(p.name.startswith("rng_state") for p in written), written
     for path in written:
         with zipfile.ZipFile(path) as archive:
             assert {i.CRC for i in archive.infolist() if i.file_size} == {0}, path.name

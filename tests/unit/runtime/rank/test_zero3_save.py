@@ -110,9 +110,22 @@ def test_a_rank_that_does_not_write_leaves_the_files_to_the_one_that_does(
     zero3_save.install(trainer, _run(OFFLOAD3))
     written: list[str] = []
     monkeypatch.setattr(trainer, "_save", lambda folder, state_dict=None: written.append(folder))
+    folder = str(Path(trainer.args.output_dir) / "checkpoint-1")
+    monkeypatch.setattr(trainer, "_save_optimizer_and_scheduler", lambda output_dir: None)
     monkeypatch.setattr(TrainingArguments, "should_save", property(lambda self: False))
-    trainer.save_model(str(Path(trainer.args.output_dir) / "checkpoint-1"), _internal_call=True)
+    trainer._save_checkpoint(trainer.model, trial=None)  # save_model inside, as a rank runs it
     assert written == [] and trainer.model_wrapped.saves == []
     monkeypatch.setattr(TrainingArguments, "should_save", property(lambda self: True))
-    trainer.save_model(str(Path(trainer.args.output_dir) / "checkpoint-1"), _internal_call=True)
-    assert written == [str(Path(trainer.args.output_dir) / "checkpoint-1")]
+    trainer._save_checkpoint(trainer.model, trial=None)
+    assert written == [folder]
+
+
+def test_an_internal_call_outside_a_checkpoint_still_writes_deepspeed_s_files(
+        trainer: Any, tmp_path: Path) -> None:
+    """transformers' push_to_hub and Ray Tune save call save_model(_internal_call=True) with no
+    optimizer save after it: there the fallback's own DeepSpeed save must stay."""
+    zero3_save.install(trainer, _run(OFFLOAD3))
+    trainer.save_model(str(tmp_path / "pushed"), _internal_call=True)
+    assert trainer.model_wrapped.saves == [str(tmp_path / "pushed")]
+    saves, _ = _checkpoint(trainer)  # and inside a checkpoint, once, as before
+    assert saves == [str(tmp_path / "pushed"), str(Path(trainer.args.output_dir) / "checkpoint-1")]
