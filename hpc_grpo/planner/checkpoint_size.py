@@ -16,10 +16,13 @@ complete, so save_total_limit + 1 exist while the next is written):
   Adam's m and v (12 B/trainable param in all). The safetensors copy is not needed to resume
   (DeepSpeed restores the weights from its own files) but transformers always writes it, with a
   tied embedding twice (measured: builtin:tiny, docs/results/2026-11-24-ckpt-tiny-cpu.json).
-* ZeRO-3: the module states hold placeholders only; the optimizer files hold 12 B/trainable
-  param. ``model.safetensors`` (2 B/param, gathered on rank 0 into host memory first) is written
-  only with ``stage3_gather_16bit_weights_on_model_save``, which the runtime turns off with
-  optimizer offload (runtime/rank/grpo_args.py): there the host is the scarce resource.
+* ZeRO-3: the module states hold placeholders only (parameter shapes, buffers: 14 KiB a rank
+  for builtin:tiny, 16 KiB allowed); the optimizer files hold 12 B/trainable param.
+  ``model.safetensors`` (2 B/param, gathered on rank 0 into host memory first) is written only
+  with ``stage3_gather_16bit_weights_on_model_save``, which the runtime sets for LoRA and
+  ``save_only_model`` without optimizer offload (runtime/rank/grpo_args.py): a full-parameter
+  checkpoint holds DeepSpeed's files, what an exact resume needs; ``hpc-grpo export`` writes
+  the model (tiny, re-measured 2026-11-28: the ``zero3`` layout of the JSON above).
 * LoRA: the model file is the adapter only (fp32 without DeepSpeed, 4 B per adapter param;
   DeepSpeed skips frozen weights), optimizer state covers the adapters alone.
 * Small files: scheduler.pt, trainer_state.json, config, tokenizer: 32 MiB allowance; one RNG
@@ -38,6 +41,7 @@ GIB = float(2**30)
 SHARD_BYTES = 5 * 10**9  # transformers' default max_shard_size for save_pretrained
 SMALL_FILES_BYTES = 32 * 2**20
 RNG_BYTES_PER_RANK = 16 * 2**10
+ZERO3_MODULE_BYTES_PER_RANK = 16 * 2**10  # placeholders' shapes and the buffers
 ADAM_STATE_BYTES = 8  # m and v, fp32, per trainable parameter (their dtype without DeepSpeed)
 DS_OPTIM_BYTES = 12  # fp32 master copy, m and v per trainable parameter under DeepSpeed
 
@@ -73,9 +77,10 @@ class CheckpointSize:
         return None if self.at_once is None else self.one * self.at_once
 
 
-def gathers_16bit_weights(zero_stage: int, offload_optimizer: bool) -> bool:
-    """ZeRO-3 writes a gathered bf16 model file unless the optimizer is offloaded (host-bound)."""
-    return zero_stage == 3 and not offload_optimizer
+def gathers_16bit_weights(zero_stage: int, offload_optimizer: bool, lora: bool) -> bool:
+    """ZeRO-3 writes a gathered bf16 model file for LoRA without offload only (peft saves the
+    adapter from it); full-parameter checkpoints resume from DeepSpeed's files."""
+    return zero_stage == 3 and lora and not offload_optimizer
 
 
 def size_checkpoint(req: CheckpointRequest) -> CheckpointSize:
@@ -90,10 +95,11 @@ def size_checkpoint(req: CheckpointRequest) -> CheckpointSize:
     else:
         dtype = 2 if req.device == "cuda" else 4
         saved = trainable if req.lora else req.num_params
-        gather = gathers_16bit_weights(req.zero_stage, req.offload_optimizer) or req.zero_stage < 3
+        gather = (gathers_16bit_weights(req.zero_stage, req.offload_optimizer, req.lora)
+                  or req.zero_stage < 3)
         model = dtype * (saved + (0 if req.lora or req.zero_stage == 3 else req.tied_params)) \
             if gather else 0
-        module = dtype * saved if req.zero_stage < 3 else 0
+        module = dtype * saved if req.zero_stage < 3 else ZERO3_MODULE_BYTES_PER_RANK * req.world_size
         items += [("model weights (safetensors)", model),
                   ("DeepSpeed module states", module),
                   ("DeepSpeed optimizer (fp32 master, m, v)", DS_OPTIM_BYTES * trainable)]

@@ -89,11 +89,15 @@ def test_zero3_on_cpu_through_the_same_path(tmp_path: Path) -> None:
     assert row["state"] == "COMPLETED", (row, (run_dir / "logs" / "rank-0.log").read_text()[-3000:])
     ds = json.loads((run_dir / "deepspeed.json").read_text())
     assert ds["zero_optimization"]["stage"] == 3
+    assert ds["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is False
     assert status(run_id)["step"] == 2
 
     cli("resume", run_id, "--set", "max_steps=3")
     row = wait_for(run_id, lambda r: r["finished"] and r["step"] == 3, timeout=600)
     assert row["state"] == "COMPLETED", row
+    saved = sorted((run_dir / "checkpoints").glob("checkpoint-*"))
+    assert saved and not any((c / "model.safetensors").exists() for c in saved)  # resumed from
+    # DeepSpeed's files alone: full-parameter ZeRO-3 checkpoints carry no gathered model file
     for rank in (0, 1):  # one rank a node, each on its own host
         log = (run_dir / "logs" / f"rank-{rank}.log").read_text()
         (line,) = [x for x in log.splitlines() if "checkpoint prefetch:" in x]

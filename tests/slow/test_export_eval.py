@@ -3,8 +3,8 @@
 One run of the tiny model (1 node x 2 processes, ZeRO off, length reward, checkpoints at steps
 3 and 6): eval of the first and the last checkpoint gives mean rewards that moved the way
 training moved them; the export writes a complete, checked folder that status shows.
-A second run trains with DeepSpeed ZeRO-3 and exports from its shards alone (ZeRO-3 with
-optimizer offload writes no model file). An export that fails or is stopped half-way leaving
+A second run trains with DeepSpeed ZeRO-3 and exports from its shards alone (a full-parameter
+ZeRO-3 checkpoint holds no model file). An export that fails or is stopped half-way leaving
 nothing is tests/unit/export/test_export_write.py's (a stand-in child: no torch, under 1 s).
 """
 
@@ -84,19 +84,25 @@ def test_eval_moves_with_training_and_export_is_complete(tmp_path: Path, model: 
 
 
 def test_deepspeed_zero3_exports_from_its_shards_alone(tmp_path: Path, model: Path) -> None:
+    import torch
     from safetensors.torch import load_file
 
     run = trained(tmp_path, model, "zero3", deepspeed={
         "zero_stage": 3, "offload_optimizer": False, "overlap_comm": True,
         "contiguous_gradients": True})
     checkpoint = run / "checkpoints" / f"checkpoint-{STEPS}"
-    assert (checkpoint / "latest").exists() and (checkpoint / "model.safetensors").exists()
-    gathered = load_file(str(checkpoint / "model.safetensors"))
-    # ZeRO-3 with optimizer offload: transformers removes the (empty) model file and DeepSpeed's
-    # shards are all there is: the export reads the fp32 master weights through zero_to_fp32.
-    # A real offload run on CPU writes exactly this (checked by hand: no model.safetensors, latest,
-    # global_step<N>/) but first JIT-builds DeepSpeed's CPU Adam (226 s here): too slow for a test.
-    (checkpoint / "model.safetensors").unlink()
+    # A full-parameter ZeRO-3 checkpoint is DeepSpeed's files alone: no gathered model file
+    # (runtime/rank/grpo_args.py), written once (zero3_save.py); the export reads the fp32
+    # master weights through zero_to_fp32. The reference is DeepSpeed's own script, which it
+    # copies into every checkpoint, run as a user would.
+    assert (checkpoint / "latest").exists() and not (checkpoint / "model.safetensors").exists()
+    assert "writes DeepSpeed's files once" in (run / "logs" / "rank-0.log").read_text()
+    reference = tmp_path / "zero_to_fp32"
+    script = subprocess.run([sys.executable, str(checkpoint / "zero_to_fp32.py"), str(checkpoint),
+                             str(reference)],  # pickled: safetensors refuses the tied embedding
+                            capture_output=True, text=True, timeout=300)
+    assert script.returncode == 0, script.stderr
+    gathered = torch.load(reference / "pytorch_model.bin", weights_only=True)
     done = cli("export", str(run), "--dtype", "bf16")
     assert done.returncode == 0, done.stderr
     assert "(zero layout, weights, bfloat16)" in done.stderr, done.stderr
@@ -105,5 +111,5 @@ def test_deepspeed_zero3_exports_from_its_shards_alone(tmp_path: Path, model: Pa
     assert "rounding to bfloat16 alone moves log p by max" in done.stderr, done.stderr
     exported = load_file(str(run / "export" / f"step-{STEPS}" / "model.safetensors"))
     assert set(exported) <= set(gathered) and exported
-    for name, tensor in exported.items():  # the gathered fp32 file, rounded as the export was
+    for name, tensor in exported.items():  # DeepSpeed's fp32 file, rounded as the export was
         assert tensor.equal(gathered[name].bfloat16()), name

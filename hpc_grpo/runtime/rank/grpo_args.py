@@ -55,8 +55,10 @@ def unknown_keys(keys: Iterable[str], known: Iterable[str]) -> list[str]:
     return out
 
 
-def deepspeed_config(ds: Mapping[str, Any]) -> dict[str, Any]:
-    """A DeepSpeed JSON with "auto" where the Trainer fills in batch sizes and precision."""
+def deepspeed_config(ds: Mapping[str, Any], model_file: bool = False) -> dict[str, Any]:
+    """A DeepSpeed JSON with "auto" where the Trainer fills in batch sizes and precision.
+    ``model_file``: the checkpoints need a gathered model file under ZeRO-3 (LoRA: peft saves the
+    adapter from it; ``save_only_model``: it is all the checkpoint holds)."""
     stage = int(ds.get("zero_stage", 2))
     if stage not in (0, 1, 2, 3):
         raise ConfigError(f"deepspeed zero_stage must be 0-3, got {stage}")
@@ -68,11 +70,16 @@ def deepspeed_config(ds: Mapping[str, Any]) -> dict[str, Any]:
     if ds.get("offload_optimizer"):
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if stage == 3:
-        # A bf16 model file in each checkpoint, gathered on rank 0's host first (2 B/param): not
-        # needed to resume (DeepSpeed's own files hold the fp32 master weights), so left out
-        # with optimizer offload, where the host is what runs out (a 7B save was OOM-killed on a
-        # 126 GiB H200 host, issue #15); zero_to_fp32.py in the checkpoint recovers the weights.
-        zero["stage3_gather_16bit_weights_on_model_save"] = not ds.get("offload_optimizer")
+        # A bf16 model file in each checkpoint, gathered on rank 0's host first (2 B/param), is
+        # not needed to resume: DeepSpeed's own files hold the fp32 master weights, and
+        # `hpc-grpo export` (posttrain/weights.py, zero_to_fp32) writes a model folder from them.
+        # Left out of full-parameter runs: the gather is a collective over every parameter on
+        # the stop's path to the next attempt (the 1.5B two-node sandbox: 3 GB gathered over
+        # the nodes' link and written by rank 0 while the other ranks wait), and with optimizer
+        # offload the host is what runs out (a 7B save was OOM-killed on a 126 GiB host, issue
+        # #15). Kept where the checkpoint needs it (``model_file``), without offload.
+        zero["stage3_gather_16bit_weights_on_model_save"] = (
+            model_file and not ds.get("offload_optimizer"))
     return {
         "zero_optimization": zero,
         "bf16": {"enabled": "auto"},
@@ -126,7 +133,9 @@ def grpo_kwargs(
             notes.append("use_vllm=False: vLLM needs CUDA; generating with transformers on CPU")
     if run.deepspeed is not None:
         path = run_dir / contract.DEEPSPEED_JSON
-        rundir.write_json_atomic(path, deepspeed_config(dataclasses.asdict(run.deepspeed)))
+        model_file = run.peft is not None or bool(user.get("save_only_model"))
+        rundir.write_json_atomic(path, deepspeed_config(dataclasses.asdict(run.deepspeed),
+                                                        model_file))
         owned["deepspeed"] = str(path)
     for key in OWNED:
         if key in user and key in owned and user[key] != owned[key]:

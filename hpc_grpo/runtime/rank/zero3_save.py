@@ -1,10 +1,10 @@
 """A ZeRO-3 checkpoint without the gathered model file writes DeepSpeed's files once, not twice.
 
 Why: in transformers 5.x, ``Trainer._save_checkpoint`` first calls ``save_model``. Under ZeRO-3
-with ``stage3_gather_16bit_weights_on_model_save`` off (the runtime's choice with optimizer
-offload, ``grpo_args.deepspeed_config``), accelerate's ``get_state_dict`` raises ValueError and
-``save_model`` falls back to ``model_wrapped.save_checkpoint(output_dir)``: DeepSpeed's whole
-checkpoint, every rank's optimizer partition included. ``_save_checkpoint`` then calls
+with ``stage3_gather_16bit_weights_on_model_save`` off (the runtime's choice for every
+full-parameter ZeRO-3 run, ``grpo_args.deepspeed_config``), accelerate's ``get_state_dict``
+raises ValueError and ``save_model`` falls back to ``model_wrapped.save_checkpoint(output_dir)``:
+DeepSpeed's whole checkpoint, every rank's optimizer partition included. ``_save_checkpoint`` then calls
 ``_save_optimizer_and_scheduler``, which calls ``save_checkpoint(output_dir)`` again, into the
 same folder. The files on disk are the same; the save takes twice the time its bytes need (a 7B
 checkpoint is 86.6 GiB, written at about 1 GB/s on the lent H100 machine).
@@ -33,7 +33,8 @@ def falls_back_to_deepspeed(run: RunRecord) -> bool:
     full parameters."""
     if run.deepspeed is None or run.peft is not None:
         return False
-    zero = deepspeed_config(dataclasses.asdict(run.deepspeed))["zero_optimization"]
+    model_file = bool(run.grpo_config.get("save_only_model"))
+    zero = deepspeed_config(dataclasses.asdict(run.deepspeed), model_file)["zero_optimization"]
     return zero["stage"] == 3 and not zero.get("stage3_gather_16bit_weights_on_model_save", False)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,8 @@ from hpc_grpo.runtime.rank.grpo_args import ConfigError, deepspeed_config, grpo_
 from hpc_grpo.runtime.rank.summary import summarize
 
 KNOWN = ["max_steps", "learning_rate", "bf16", "fp16", "output_dir", "seed", "use_cpu",
-         "use_vllm", "vllm_mode", "deepspeed", "logging_steps", "num_generations"]  # fmt: skip
+         "use_vllm", "vllm_mode", "deepspeed", "logging_steps", "num_generations",
+         "save_only_model"]  # fmt: skip
 
 
 def run(**over: Any) -> RunRecord:
@@ -65,6 +67,21 @@ def test_deepspeed_file(tmp_path: Path) -> None:
     assert cfg["overlap_comm"] is False and cfg["contiguous_gradients"] is True
     with pytest.raises(ConfigError):
         deepspeed_config({"zero_stage": 4})
+
+
+@pytest.mark.parametrize(("deepspeed", "peft", "user", "gathers"), [
+    ({"zero_stage": 3}, None, {}, False),  # DeepSpeed's files resume it; export writes a model
+    ({"zero_stage": 3, "offload_optimizer": True}, None, {}, False),
+    ({"zero_stage": 3}, {"r": 8}, {}, True),  # peft saves the adapter from the gathered state
+    ({"zero_stage": 3}, None, {"save_only_model": True}, True),  # the model is all it keeps
+    ({"zero_stage": 3, "offload_optimizer": True}, {"r": 8}, {}, False),  # the host runs out
+])
+def test_zero3_gathers_a_model_file_only_where_a_checkpoint_needs_one(
+        tmp_path: Path, deepspeed: dict[str, Any], peft: dict[str, Any] | None,
+        user: dict[str, Any], gathers: bool) -> None:
+    kwargs, _ = grpo_kwargs(run(deepspeed=deepspeed, peft=peft, grpo_config=user), tmp_path, KNOWN)
+    zero = json.loads(Path(kwargs["deepspeed"]).read_text())["zero_optimization"]
+    assert zero["stage3_gather_16bit_weights_on_model_save"] is gathers
 
 
 @pytest.mark.parametrize(("nodes", "ppn", "deepspeed", "user", "want"), [

@@ -16,20 +16,30 @@ from tests.unit.runtime.rank.test_runtime_checks import make_run, record
 OFFLOAD3 = {"zero_stage": 3, "offload_optimizer": True}
 
 
-def _run(deepspeed: dict[str, Any] | None, peft: dict[str, Any] | None = None) -> Any:
-    return record(make_run(1, 2, 1) | {"device": "cuda", "deepspeed": deepspeed, "peft": peft})
+def _run(deepspeed: dict[str, Any] | None, peft: dict[str, Any] | None = None,
+         grpo_config: dict[str, Any] | None = None) -> Any:
+    over: dict[str, Any] = {"device": "cuda", "deepspeed": deepspeed, "peft": peft}
+    if grpo_config is not None:
+        over["grpo_config"] = grpo_config
+    return record(make_run(1, 2, 1) | over)
 
 
 @pytest.mark.parametrize(("deepspeed", "peft", "expected"), [
-    (OFFLOAD3, None, True),  # the runtime turns the gather off with offload
-    ({"zero_stage": 3}, None, False),  # gathered: save_model writes model.safetensors
+    (OFFLOAD3, None, True),  # full parameters at ZeRO-3: no gathered model file
+    ({"zero_stage": 3}, None, True),  # without offload too (the stop's save skips the gather)
     ({"zero_stage": 2, "offload_optimizer": True}, None, False),
-    (OFFLOAD3, {"r": 8}, False),  # peft gathers the adapter itself
+    (OFFLOAD3, {"r": 8}, False),  # peft saves the adapter itself
+    ({"zero_stage": 3}, {"r": 8}, False),  # LoRA without offload: gathered for peft
     (None, None, False),
 ])
 def test_where_it_applies(deepspeed: dict[str, Any] | None, peft: dict[str, Any] | None,
                           expected: bool) -> None:
     assert zero3_save.falls_back_to_deepspeed(_run(deepspeed, peft)) is expected
+
+
+def test_save_only_model_gathers_and_is_left_alone() -> None:
+    only = _run({"zero_stage": 3}, grpo_config={"save_only_model": True, "max_steps": 2})
+    assert not zero3_save.falls_back_to_deepspeed(only)
 
 
 class _Engine:
