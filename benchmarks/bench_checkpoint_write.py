@@ -2,7 +2,8 @@
 (``runtime/rank/save_speed.py``), side by side in one run, in alternating order.
 
     python benchmarks/bench_checkpoint_write.py --gib 4 [--device cuda] [--rounds 2] \
-        [--dir DIR] [--sync] [--variants with_crc32,without_crc32,host_first,pinned_first] \
+        [--dir DIR] [--sync] \
+        [--variants with_crc32,without_crc32,host_first,pinned_first,torch_pinned] \
         [--out FILE.json]
 
 One file shaped like a ZeRO optimizer partition (fp32 master weights, Adam's m and v; what
@@ -18,7 +19,10 @@ Variants (``--variants``, default the first two), in rotating order from round t
 tensor to the host before a save without CRC-32s, their copy timed with the save:
 ``host_first`` (``.cpu()`` of each tensor, pageable memory) and ``pinned_first`` (one pinned
 buffer per tensor, ``non_blocking`` copies, one synchronize). On CUDA they show how much of a
-save is torch.save's own copy of each storage to the host, one at a time.
+save is torch.save's own copy of each storage to the host, one at a time. ``torch_pinned``:
+torch.save's own pinned copy (``use_pinned_memory_for_d2h``, the runtime's
+``HPC_GRPO_CHECKPOINT_PINNED=1``), its blocks released after each save as the runtime does, so
+every save pays for pinning its memory anew.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ def _partition(gib: float, device: str) -> dict[str, Any]:
         "single_partition_of_fp32_groups": [torch.randn(n, generator=gen).to(device)]}
 
 
-VARIANTS = ("with_crc32", "without_crc32", "host_first", "pinned_first")
+VARIANTS = ("with_crc32", "without_crc32", "host_first", "pinned_first", "torch_pinned")
 
 
 def _on_host(value: Any, pinned: bool) -> Any:
@@ -74,7 +78,8 @@ def _on_host(value: Any, pinned: bool) -> Any:
 def _write(state: dict[str, Any], path: Path, variant: str, sync: bool) -> float:
     import torch
 
-    save_speed.configure({save_speed.ENV: "1" if variant == "with_crc32" else "0"})
+    save_speed.configure({save_speed.ENV: "1" if variant == "with_crc32" else "0",
+                          save_speed.PINNED_ENV: "1" if variant == "torch_pinned" else "0"})
     began = time.perf_counter()
     if variant in ("host_first", "pinned_first"):
         state = _on_host(state, pinned=variant == "pinned_first")
@@ -84,7 +89,9 @@ def _write(state: dict[str, Any], path: Path, variant: str, sync: bool) -> float
     if sync:
         with open(path, "rb") as handle:
             os.fsync(handle.fileno())
-    return time.perf_counter() - began
+    seconds = time.perf_counter() - began
+    save_speed.release_pinned()  # as the runtime does after each save, outside the timing
+    return seconds
 
 
 def _same(state: dict[str, Any], path: Path) -> bool:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 ENV = "HPC_GRPO_CHECKPOINT_CRC32"
+PINNED_ENV = "HPC_GRPO_CHECKPOINT_PINNED"
 
 
 def configure(env: Mapping[str, str]) -> str:
@@ -32,6 +33,49 @@ def configure(env: Mapping[str, str]) -> str:
     if set_crc is None:  # a torch before 2.6: it always writes them
         return f"torch {torch.__version__} writes a CRC-32 of every checkpoint record"
     set_crc(write_crc)
-    if write_crc:
-        return f"checkpoints carry a CRC-32 of every record ({ENV}=1)"
-    return f"checkpoints are written without a CRC-32 of every record ({ENV}=1 writes them)"
+    line = (f"checkpoints carry a CRC-32 of every record ({ENV}=1)" if write_crc else
+            f"checkpoints are written without a CRC-32 of every record ({ENV}=1 writes them)")
+    if pinned_copies(env):
+        line += ("; GPU tensors reach the host through pinned memory, released after each save "
+                 f"({PINNED_ENV}=1)")
+    return line
+
+
+def pinned_copies(env: Mapping[str, str]) -> bool:
+    """Set torch.save's pinned device-to-host copy from ``env``; whether it is on (never on a
+    torch without the setting)."""
+    try:
+        from torch.utils.serialization import config
+    except ImportError:
+        return False
+    if not hasattr(config.save, "use_pinned_memory_for_d2h"):
+        return False
+    on = env.get(PINNED_ENV, "0") == "1"
+    config.save.use_pinned_memory_for_d2h = on
+    return on
+
+
+def release_pinned() -> None:
+    """Give the caching host allocator's page-locked blocks back (after a save's copies)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return  # no device: nothing was pinned
+    empty = getattr(getattr(torch, "accelerator", None), "empty_host_cache", None)
+    if empty is not None:
+        empty()
+    elif hasattr(torch._C, "_host_emptyCache"):
+        torch._C._host_emptyCache()
+
+
+def install(trainer: object, env: Mapping[str, str]) -> None:
+    """With pinned copies on: release the pinned blocks after each checkpoint."""
+    if env.get(PINNED_ENV, "0") != "1":
+        return
+    from transformers import TrainerCallback
+
+    class ReleasePinned(TrainerCallback):  # type: ignore[misc]
+        def on_save(self, args: object, state: object, control: object, **kwargs: object) -> None:
+            release_pinned()
+
+    trainer.add_callback(ReleasePinned())  # type: ignore[attr-defined]

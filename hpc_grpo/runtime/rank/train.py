@@ -224,6 +224,7 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     if read := checkpoint_read.install(trainer, run, resume, os.environ):
         print(f"[train] {read}", flush=True)
     print(f"[train] {save_speed.configure(os.environ)}", flush=True)  # CRC-32s off by default
+    save_speed.install(trainer, os.environ)
     if once := zero3_save.install(trainer, run):  # DeepSpeed's files written once a save
         print(f"[train] {once}", flush=True)
     if stale_weights.install(trainer, os.environ):

@@ -57,3 +57,40 @@ def test_the_setting_is_made_again_each_time(tmp_path: Path) -> None:
     path = tmp_path / "x.pt"
     _saved(path)
     assert set(_crcs(path)) == {0}
+
+
+def test_pinned_copies_follow_the_variable_and_release_after_each_save(tmp_path: Path) -> None:
+    from torch.utils.serialization import config
+    from transformers import TrainerCallback
+
+    try:
+        line = save_speed.configure({save_speed.PINNED_ENV: "1"})
+        assert "pinned memory" in line and config.save.use_pinned_memory_for_d2h is True
+        path = tmp_path / "x.pt"
+        expected = _saved(path)  # no accelerator here: torch falls back to storage.cpu()
+        assert _equal(torch.load(path, weights_only=False), expected)
+
+        class Trainer:
+            def __init__(self) -> None:
+                self.callbacks: list[TrainerCallback] = []
+
+            def add_callback(self, callback: TrainerCallback) -> None:
+                self.callbacks.append(callback)
+
+        off, on = Trainer(), Trainer()
+        save_speed.install(off, {})
+        save_speed.install(on, {save_speed.PINNED_ENV: "1"})
+        assert off.callbacks == [] and len(on.callbacks) == 1
+        released: list[bool] = []
+        original = save_speed.release_pinned
+        save_speed.release_pinned = lambda: released.append(True)  # type: ignore[assignment]
+        try:
+            on.callbacks[0].on_save(None, None, None)
+        finally:
+            save_speed.release_pinned = original  # type: ignore[assignment]
+        assert released == [True]
+        save_speed.release_pinned()  # no accelerator: nothing cached, and no error
+        assert "pinned" not in save_speed.configure({})
+        assert config.save.use_pinned_memory_for_d2h is False
+    finally:
+        config.save.use_pinned_memory_for_d2h = False
