@@ -10,6 +10,7 @@ from statistics import mean
 from typing import Any
 
 from tests.unit.benchmarks.lora_results import docs_section
+from tests.unit.planner import test_speed_calibration as calibration
 
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 HEADING = "## 2026-11-28 (session 45), GPU"
@@ -119,3 +120,19 @@ def test_the_7b_stop_and_restarts() -> None:
     for cold_round in rounds["cold"]:
         assert any([m[k] for k in KEYS] != steps[m["step"]] for m in cold_round["new_steps"])
     assert [[m[k] for k in KEYS] for m in stop["steps"]] == [steps[1], steps[2]]
+
+
+def test_the_7b_reference_is_a_calibration_case_and_a_listed_miss() -> None:
+    section = docs_section(HEADING)
+    (case,) = [c for c in calibration.CASES if "(session 45, reference)" in c.name]
+    measured, predicted = case.measured(), case.predicted().seconds
+    steps = [m["step_time"] for m in _json("7b-resume-reference")["steps"] if m["step"] >= 2]
+    assert measured == mean(steps)
+    assert (f"**{measured:.3f} s/step against {predicted:.3f} predicted "
+            f"({predicted / measured - 1:+.0%})**") in section.replace(" %", "%")
+    assert case.name in calibration.MISSES
+    layout = [c.measured() for c in calibration.CASES if "h200 7B TP1xDP2" in c.name]
+    assert f"({min(layout):.3f}-{max(layout):.3f}, mean {mean(layout):.3f})" in section
+    then = calibration.cases_as_of(45)
+    missed = sum(c.name in calibration.MISSES for c in then)
+    assert f"{len(then)} cases, {len(then) - missed} within 20 %, {missed} listed misses" in section
