@@ -51,6 +51,7 @@ class Subject:
     run_dir: Path | None
     step: int | None
     picked: str = ""  # --best: which step was picked and its value
+    layout: str = ""  # "zero": DeepSpeed's shards alone, read through zero_to_fp32
 
 
 @dataclass(frozen=True)
@@ -91,10 +92,8 @@ def _checkpoint_subject(run_dir: Path, record: dict[str, Any], step: int | None)
     label = f"step-{chosen.step}"
     if kind == "lora":
         return Subject(base_model(record), str(chosen.path), label, run_dir, chosen.step)
-    if not layout.weight_files(chosen.path):
-        raise UserError(f"checkpoint-{chosen.step} holds DeepSpeed shards only", field="step",
-                        hint=f"export it first (hpc-grpo export {run_dir} --step {chosen.step}), "
-                             "then evaluate the run")
+    if not layout.weight_files(chosen.path):  # full-parameter ZeRO-3: DeepSpeed's files alone
+        return Subject(str(chosen.path), "", label, run_dir, chosen.step, layout="zero")
     return Subject(str(chosen.path), "", label, run_dir, chosen.step)
 
 
@@ -151,7 +150,8 @@ def request(subj: Subject, record: dict[str, Any], dataset: str | None, split: s
     config = record.get("grpo_config") or {}
     kwargs = {k: v for k, v in (record.get("reward_kwargs") or {}).items() if k in specs}
     weights = list(record.get("reward_weights") or []) if same else []
-    return {"model": subj.model, "adapter": subj.adapter, "dataset": block, "reward_funcs": specs,
+    return {"model": subj.model, "adapter": subj.adapter, "layout": subj.layout,
+            "dataset": block, "reward_funcs": specs,
             "reward_kwargs": kwargs, "reward_weights": weights, "limit": limit,
             "num_samples": num_samples, "seed": seed,
             "max_new_tokens": max_new_tokens or int(config.get("max_completion_length")

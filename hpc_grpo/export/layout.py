@@ -4,7 +4,7 @@ Stdlib only, so the launcher decides without torch. The layouts are what the ran
 (planner/checkpoint_size.py has the byte counts): ``full`` a ``model.safetensors`` (or its
 sharded index) that transformers loads as it is; ``zero`` DeepSpeed's ``global_step<N>/``
 shards named by ``latest`` (ZeRO-1/2/3: the fp32 master weights are the exact training state,
-and with ZeRO-3 + optimizer offload there is no model file at all); ``lora`` an adapter only.
+and a full-parameter ZeRO-3 checkpoint has no model file at all); ``lora`` an adapter only.
 """
 
 from __future__ import annotations

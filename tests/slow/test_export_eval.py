@@ -103,6 +103,11 @@ def test_deepspeed_zero3_exports_from_its_shards_alone(tmp_path: Path, model: Pa
                             capture_output=True, text=True, timeout=300)
     assert script.returncode == 0, script.stderr
     gathered = torch.load(reference / "pytorch_model.bin", weights_only=True)
+    # eval reads the shards the same way, through transformers (vLLM loads folders only)
+    shards = mean_of(cli("eval", str(run), "--step", str(STEPS), "--limit", "8", "--json"))
+    record = json.loads(Path(shards["path"]).read_text())
+    assert record["subject"]["layout"] == "zero" and record["engine"] == "transformers", record
+    assert "DeepSpeed's shards only" in record["engine_note"] and record["prompts"] == 8, record
     done = cli("export", str(run), "--dtype", "bf16")
     assert done.returncode == 0, done.stderr
     assert "(zero layout, weights, bfloat16)" in done.stderr, done.stderr

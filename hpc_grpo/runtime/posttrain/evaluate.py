@@ -75,13 +75,19 @@ def lora_rank(adapter: str) -> tuple[int, str]:
                                      f"({VLLM_LORA_RANKS[-1]})")
 
 
-def choose(asked: str, adapter: str) -> tuple[str, str, int]:
+def choose(asked: str, adapter: str, layout: str = "") -> tuple[str, str, int]:
     """The engine that generates, the note (why not vLLM under "auto"; the error where none
-    can: engine ""), and vLLM's max_lora_rank for an adapter."""
+    can: engine ""), and vLLM's max_lora_rank for an adapter. DeepSpeed's shards (``layout``
+    "zero") are read into a transformers model: vLLM loads model folders only."""
     if asked not in ENGINES:
         return "", f"unknown engine {asked!r} (one of {', '.join(ENGINES)})", 0
     if asked == "transformers":
         return "transformers", "", 0
+    if layout == "zero":
+        why = ("the checkpoint holds DeepSpeed's shards only, which vLLM cannot load; "
+               "hpc-grpo export writes a folder it reads")
+        return ("", f"engine vllm cannot run: {why}", 0) if asked == "vllm" else \
+            ("transformers", f"vLLM not used: {why}", 0)
     why, rank = engine.unavailable(), 0
     if not why and adapter:
         rank, why = lora_rank(adapter)
@@ -222,8 +228,12 @@ def transformers_completions(request: dict[str, Any], rows: Sequence[dict[str, A
                              tokenizer: Any) -> list[list[int]]:
     """Every prompt's completions through transformers, ``batch_size`` prompts at a time."""
     adapter = request.get("adapter") or ""
-    model = (weights.load_lora(request["model"], adapter) if adapter
-             else weights.load_full(request["model"]))
+    if adapter:
+        model = weights.load_lora(request["model"], adapter)
+    elif request.get("layout") == "zero":  # the fp32 master weights, as the export reads them
+        model = weights.load_zero(request["model"])
+    else:
+        model = weights.load_full(request["model"])
     size = int(request.get("batch_size", 16))
     return [ids for start in range(0, len(rows), size)
             for ids in generate(model, tokenizer, [r["prompt"] for r in rows[start:start + size]],
@@ -260,7 +270,8 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
 
     from hpc_grpo.runtime.rank import job_inputs
 
-    name, note, rank = choose(str(request.get("engine") or "auto"), request.get("adapter") or "")
+    name, note, rank = choose(str(request.get("engine") or "auto"), request.get("adapter") or "",
+                              str(request.get("layout") or ""))
     if not name:
         return {"ok": False, "error": note}
     torch.manual_seed(int(request.get("seed", 0)))

@@ -2,8 +2,8 @@
 
 * ``full``: ``model.safetensors`` (ZeRO off; also ZeRO-1/2, and ZeRO-3 with
   ``stage3_gather_16bit_weights_on_model_save``): transformers loads the folder as it is.
-* ``zero``: DeepSpeed's own files only (ZeRO-3 with optimizer offload: transformers writes
-  no model file there): the fp32 master weights through DeepSpeed's ``zero_to_fp32``, put into
+* ``zero``: DeepSpeed's own files only (full-parameter ZeRO-3: the runtime gathers no model
+  file there): the fp32 master weights through DeepSpeed's ``zero_to_fp32``, put into
   the architecture of the checkpoint's config.json.
 * ``lora``: the adapter on top of the run's base model, through peft (unmerged).
 

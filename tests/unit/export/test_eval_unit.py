@@ -68,9 +68,11 @@ def test_what_is_evaluated(tmp_path: Path) -> None:
         return run
 
     assert evaluate.subject(str(run), 2, find)[0].model == str(run / "checkpoints" / "checkpoint-2")
-    with pytest.raises(UserError, match="DeepSpeed shards only") as err:
-        evaluate.subject(str(run), None, find)  # the newest complete checkpoint, shards only
-    assert "hpc-grpo export" in err.value.hint
+    shards, _ = evaluate.subject(str(run), None, find)  # the newest complete one: shards only
+    assert (shards.model, shards.layout) == (str(run / "checkpoints" / "checkpoint-6"), "zero")
+    assert evaluate.request(shards, {"dataset": {"name": "d"}, "reward_funcs": ["builtin:length"]},
+                            None, None, (), 8, 1, 0)["layout"] == "zero"  # the child reads it so
+    assert evaluate.subject(str(run), 2, find)[0].layout == ""
     exported = run / "export" / "step-6"
     exported.mkdir(parents=True)
     (run / "exports.jsonl").write_text(json.dumps({"step": 6, "path": str(exported),

@@ -70,12 +70,26 @@ def test_full_7b_needs_12_bytes_a_parameter_and_cannot_fit_64_gib() -> None:
 
 def test_gather_rule_agrees_with_the_runtime() -> None:
     seen = set()
-    for stage, offload, lora in itertools.product((3, 2), (False, True), (False, True)):
-        ds = grpo_args.deepspeed_config({"zero_stage": stage, "offload_optimizer": offload}, lora)
+    for stage, offload, only in itertools.product((3, 2), (False, True), (False, True)):
+        ds = grpo_args.deepspeed_config({"zero_stage": stage, "offload_optimizer": offload}, only)
         gathers = ds["zero_optimization"].get("stage3_gather_16bit_weights_on_model_save", False)
-        assert gathers == gathers_16bit_weights(stage, offload, lora)
+        assert gathers == gathers_16bit_weights(stage, offload, only)
         seen.add(gathers)
-    assert seen == {True, False}  # only LoRA without offload at ZeRO-3 gathers
+    assert seen == {True, False}  # only save_only_model without offload at ZeRO-3 gathers
+
+
+def test_save_only_model_sizes_the_model_file_alone() -> None:
+    full = CheckpointRequest(10**9, 10**9, 3, False, False, "cuda", 8, 1)
+    only = CheckpointRequest(10**9, 10**9, 3, False, False, "cuda", 8, 1, save_only_model=True)
+    assert dict(size_checkpoint(full).items)["model weights (safetensors)"] == 0
+    sized = dict(size_checkpoint(only).items)
+    assert sized["model weights (safetensors)"] == 2 * 10**9  # gathered, bf16
+    assert sized["DeepSpeed optimizer (fp32 master, m, v)"] == sized["DeepSpeed module states"] == 0
+    assert size_checkpoint(only).host_bytes > size_checkpoint(full).host_bytes  # the gather
+    offloaded = CheckpointRequest(10**9, 10**9, 3, True, False, "cuda", 8, 1, save_only_model=True)
+    assert dict(size_checkpoint(offloaded).items)["DeepSpeed optimizer (fp32 master, m, v)"] > 0
+    lora = CheckpointRequest(10**9, 10**7, 3, False, True, "cuda", 8, 1)
+    assert dict(size_checkpoint(lora).items)["model weights (safetensors)"] == 2 * 10**7  # adapter
 
 
 def test_kept_checkpoints_warn_with_the_limit_that_fits() -> None:
@@ -92,7 +106,7 @@ def test_kept_checkpoints_warn_with_the_limit_that_fits() -> None:
 
 def test_host_memory_of_a_save_warns_over_the_node() -> None:
     zero3 = size_checkpoint(CheckpointRequest(7 * 10**9, 7 * 10**9, 3, False, False, "cuda", 8, 1))
-    assert zero3.host_bytes == 0  # no gathered model file: DeepSpeed's files stream from GPUs
+    assert zero3.host_bytes == 0  # no gathered model file (pinned copies: checked at each save)
     big = size_checkpoint(CheckpointRequest(7 * 10**9, 7 * 10**9, 2, False, False, "cuda", 8, 1))
     assert big.host_bytes == 5 * 10**9  # safetensors builds one 5 GB shard in memory
     assert "host memory" in host_verdict(big, 100.0, 104)

@@ -209,6 +209,16 @@ def test_vllm_asked_where_it_cannot_run_is_one_line(model_dir: Path,
     assert child.run(request(model_dir, engine="tgi"))["ok"] is False
 
 
+def test_deepspeed_shards_are_read_by_transformers_not_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
+    install(monkeypatch)  # vLLM could run: the shards are still not a folder it loads
+    name, note, _ = child.choose("auto", "", "zero")
+    assert name == "transformers" and "DeepSpeed's shards only" in note and "export" in note
+    name, note, _ = child.choose("vllm", "", "zero")
+    assert name == "" and note.startswith("engine vllm cannot run: the checkpoint holds")
+    assert child.choose("transformers", "", "zero") == ("transformers", "", 0)
+    assert child.choose("auto", "")[0] == "vllm"  # a model folder still goes to vLLM
+
+
 def test_auto_on_this_machine(model_dir: Path) -> None:
     why = engine.unavailable()
     if not why:

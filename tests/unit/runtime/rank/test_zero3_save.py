@@ -29,7 +29,7 @@ def _run(deepspeed: dict[str, Any] | None, peft: dict[str, Any] | None = None,
     ({"zero_stage": 3}, None, True),  # without offload too (the stop's save skips the gather)
     ({"zero_stage": 2, "offload_optimizer": True}, None, False),
     (OFFLOAD3, {"r": 8}, False),  # peft saves the adapter itself
-    ({"zero_stage": 3}, {"r": 8}, False),  # LoRA without offload: gathered for peft
+    ({"zero_stage": 3}, {"r": 8}, False),  # transformers gathers the adapter itself
     (None, None, False),
 ])
 def test_where_it_applies(deepspeed: dict[str, Any] | None, peft: dict[str, Any] | None,
