@@ -21,7 +21,7 @@ tensor to the host before a save without CRC-32s, their copy timed with the save
 buffer per tensor, ``non_blocking`` copies, one synchronize). On CUDA they show how much of a
 save is torch.save's own copy of each storage to the host, one at a time. ``torch_pinned``:
 torch.save's own pinned copy (``use_pinned_memory_for_d2h``, the runtime's
-``HPC_GRPO_CHECKPOINT_PINNED=1``), its blocks released after each save as the runtime does, so
+``pinned_save.py``), its blocks released after each save as the runtime does, so
 every save pays for pinning its memory anew.
 """
 
@@ -41,7 +41,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from hpc_grpo.runtime.rank import save_speed  # noqa: E402
+from hpc_grpo.runtime.rank import pinned_save, save_speed  # noqa: E402
 
 
 def _partition(gib: float, device: str) -> dict[str, Any]:
@@ -78,8 +78,8 @@ def _on_host(value: Any, pinned: bool) -> Any:
 def _write(state: dict[str, Any], path: Path, variant: str, sync: bool) -> float:
     import torch
 
-    save_speed.configure({save_speed.ENV: "1" if variant == "with_crc32" else "0",
-                          save_speed.PINNED_ENV: "1" if variant == "torch_pinned" else "0"})
+    save_speed.configure({save_speed.ENV: "1" if variant == "with_crc32" else "0"})
+    pinned_save.set_pinned(variant == "torch_pinned")
     began = time.perf_counter()
     if variant in ("host_first", "pinned_first"):
         state = _on_host(state, pinned=variant == "pinned_first")
@@ -90,7 +90,7 @@ def _write(state: dict[str, Any], path: Path, variant: str, sync: bool) -> float
         with open(path, "rb") as handle:
             os.fsync(handle.fileno())
     seconds = time.perf_counter() - began
-    save_speed.release_pinned()  # as the runtime does after each save, outside the timing
+    pinned_save.release()  # as the runtime does after each save, outside the timing
     return seconds
 
 
@@ -139,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
                 path.unlink()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-        save_speed.configure({save_speed.ENV: "1", save_speed.PINNED_ENV: "0"})  # torch's defaults
+        save_speed.configure({save_speed.ENV: "1"})  # torch's defaults again
+        pinned_save.set_pinned(False)
     over = {name: mean(times[name]) / mean(times["with_crc32"]) for name in variants}
     print(f"file {size_gib:.2f} GiB on {opts.device}, sync {opts.sync}; mean over with_crc32's: "
           + ", ".join(f"{name} {ratio:.3f}" for name, ratio in over.items()))

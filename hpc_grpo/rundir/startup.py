@@ -16,9 +16,16 @@ PART_NAMES: dict[str, str] = {
 # key in trainer_parts_s (calls timed inside the "trainer" part) -> the name ``status`` shows
 # stretches of the "trainer" part timed around the calls, not calls
 TRAINER_STRETCHES: dict[str, str] = {
+    # the rank's own modules imported for the checks (with transformers' trainer utilities)
+    "runtime_imports": "runtime imports",
     "checks_and_inputs": "checks and inputs",  # GRPOConfig, rank and hardware checks, data, tokenizer
     "trainer_import": "TRL and vLLM import",
     "heap_freeze": "heap freeze",  # a full collection, then gc.freeze (rank/startup_heap.py)
+    # GRPOTrainer's construction outside the timed calls below (transformers' Trainer, the
+    # accelerator, TRL's own set-up)
+    "trainer_init_other": "trainer construction, the rest",
+    # trackers, the resume's pick and record, the prefetch's start, the rank's callbacks and hooks
+    "resume_and_hooks": "resume record and hooks",
 }
 TRAINER_PART_NAMES: dict[str, str] = {
     **TRAINER_STRETCHES,

@@ -15,14 +15,7 @@ is the completion marker (``checkpoints.py``), written after every rank's save, 
 Tools that check a zip archive's CRCs (``unzip -t``, Python's ``ZipFile.testzip``) will report
 the records as damaged: ``HPC_GRPO_CHECKPOINT_CRC32=1`` writes them again.
 
-Pinned copies to the host (on by default; ``HPC_GRPO_CHECKPOINT_PINNED=0`` turns them off):
-torch.save's own ``use_pinned_memory_for_d2h``. Without it, each CUDA storage reaches the host
-through ``storage.cpu()``, a pageable copy. With it, through page-locked memory from torch's
-caching host allocator, one storage at a time; a ZeRO partition's same-sized tensors (master
-weights, m, v) reuse one block. Measured on the lent 2 x H200 host (2026-11-28,
-``benchmarks/bench_checkpoint_write.py --gib 8 --device cuda``, docs/benchmarks.md session 45):
-an 8 GiB partition written in 2.08-2.16 s against 7.11-7.46 s. The allocator keeps those blocks
-(host memory the plan does not count), so ``install`` gives them back after every save.
+Pinned device-to-host copies, the other half of a save's speed: ``pinned_save.py``.
 """
 
 from __future__ import annotations
@@ -30,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 ENV = "HPC_GRPO_CHECKPOINT_CRC32"
-PINNED_ENV = "HPC_GRPO_CHECKPOINT_PINNED"
 
 
 def configure(env: Mapping[str, str]) -> str:
@@ -42,53 +34,6 @@ def configure(env: Mapping[str, str]) -> str:
     if set_crc is None:  # a torch before 2.6: it always writes them
         return f"torch {torch.__version__} writes a CRC-32 of every checkpoint record"
     set_crc(write_crc)
-    line = (f"checkpoints carry a CRC-32 of every record ({ENV}=1)" if write_crc else
-            f"checkpoints are written without a CRC-32 of every record ({ENV}=1 writes them)")
-    if pinned_copies(env):
-        line += ("; GPU tensors reach the host through pinned memory, released after each save "
-                 f"({PINNED_ENV}=0 copies them through pageable memory)")
-    return line
-
-
-def pinned_copies(env: Mapping[str, str]) -> bool:
-    """Set torch.save's pinned device-to-host copy from ``env``; whether it is on (never without
-    a CUDA device, where nothing is copied from one, nor on a torch without the setting)."""
-    import torch
-
-    try:
-        from torch.utils.serialization import config
-    except ImportError:
-        return False
-    if not hasattr(config.save, "use_pinned_memory_for_d2h"):
-        return False
-    on = env.get(PINNED_ENV, "1") != "0" and torch.cuda.is_available()
-    config.save.use_pinned_memory_for_d2h = on
-    return on
-
-
-def release_pinned() -> None:
-    """Give the caching host allocator's page-locked blocks back (after a save's copies)."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return  # no device: nothing was pinned
-    empty = getattr(getattr(torch, "accelerator", None), "empty_host_cache", None)
-    if empty is not None:
-        empty()
-    elif hasattr(torch._C, "_host_emptyCache"):
-        torch._C._host_emptyCache()
-
-
-def install(trainer: object, env: Mapping[str, str]) -> None:
-    """With pinned copies on (the default): release the pinned blocks after each checkpoint."""
-    import torch
-
-    if env.get(PINNED_ENV, "1") == "0" or not torch.cuda.is_available():
-        return
-    from transformers import TrainerCallback
-
-    class ReleasePinned(TrainerCallback):  # type: ignore[misc]
-        def on_save(self, args: object, state: object, control: object, **kwargs: object) -> None:
-            release_pinned()
-
-    trainer.add_callback(ReleasePinned())  # type: ignore[attr-defined]
+    if write_crc:
+        return f"checkpoints carry a CRC-32 of every record ({ENV}=1)"
+    return f"checkpoints are written without a CRC-32 of every record ({ENV}=1 writes them)"

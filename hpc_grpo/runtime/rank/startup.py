@@ -19,7 +19,12 @@ that, in order:
   of the part are timed as well: ``checks_and_inputs`` (GRPOConfig, the rank and hardware
   checks, rewards, dataset and tokenizer), ``trainer_import`` (TRL's trainer module, which
   imports vLLM) and ``heap_freeze`` (rank/startup_heap.py: one full collection, then
-  ``gc.freeze``; counted in ``trainer_import`` through session 43's GPU runs). Why: at 7B the
+  ``gc.freeze``; counted in ``trainer_import`` through session 43's GPU runs), and, since
+  session 45 (where 4.55 s of the sandbox restart's 21.6 s trainer part had no name), three
+  that complete the split: ``runtime_imports`` (the rank's modules for its checks, transformers'
+  trainer utilities among them), ``trainer_init_other`` (GRPOTrainer's construction outside
+  the timed calls) and ``resume_and_hooks`` (trackers, the resume's pick and record, the
+  prefetch's start, the rank's callbacks and hooks). Why: at 7B the
   trainer part is the warm restart's largest (session 39), and in session 40 about 18 of its
   40 s were outside the two timed calls; the split says what to shorten;
 * ``prepare_and_load``: to the Trainer's ``on_train_begin`` (accelerate/DeepSpeed wrapping and,

@@ -128,6 +128,7 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
     frozen = startup_heap.freeze_imported_heap(os.environ)  # before the engine's collections
     within["heap_freeze"] = time.perf_counter() - imported  # its full collection, apart
     print(f"[train] imports done; {frozen} objects frozen out of the collector's walks", flush=True)
+    constructing, timed_before = time.perf_counter(), sum(within.values())
     with engine_weights.engine_from_pushed_weights(os.environ), \
             startup.timed_calls(within, targets):
         trainer = GRPOTrainer(
@@ -140,6 +141,8 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
                        DiskSpaceCallback(run_dir, run.checkpoint_bytes, device)],  # last: every save
             **model_load.trainer_kwargs(run),  # LoRA / QLoRA
         )
+    timed = sum(within.values()) - timed_before  # model load, engine start or server connect
+    within["trainer_init_other"] = time.perf_counter() - constructing - timed
     return trainer, stop
 
 
@@ -168,6 +171,7 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
              previous: RunState, attempt: str, within: dict[str, float]) -> Ready | None:
     """Arguments, rank checks, inputs, resume and the trainer; None when the newest checkpoint
     is already at max_steps (rank 0 has recorded it as done). ``within``: see ``_trainer``."""
+    importing = time.perf_counter()
     from hpc_grpo.runtime.rank import (
         checkpoint_prefetch,
         checkpoint_read,
@@ -176,6 +180,7 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
         generation_record,
         hardware_check,
         lora_sync,
+        pinned_save,
         placement,
         save_speed,
         zero3_save,
@@ -185,6 +190,7 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
 
     lead = rank == 0
     began = time.perf_counter()
+    within["runtime_imports"] = began - importing  # epoch_order: transformers' trainer utilities
     args, notes = _grpo_args(run, run_dir, rank)
     if stale_weights.enabled(os.environ):
         notes.append(stale_weights.NOTE)
@@ -195,7 +201,7 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
         print(f"[hardware] {note}", flush=True)
     rewards, dataset, tokenizer = _inputs(run)
     inputs = (hang_fault.wrap_rewards(rewards, os.environ, run_dir, rank), dataset, tokenizer)
-    within["checks_and_inputs"] = time.perf_counter() - began
+    within["checks_and_inputs"] = (checked := time.perf_counter()) - began
     trackers = tracking.reporters(args.report_to)
     logged = tracking.prepare(run.run_id, run_dir, trackers, previous, lead)  # before the cut
 
@@ -210,7 +216,9 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
         return None
 
     prefetch = checkpoint_prefetch.start(run, resume, rank, os.environ)  # while it is built
+    before_trainer = time.perf_counter() - checked
     trainer, stop = _trainer(run, run_dir, args, inputs, flag, device, within)
+    built = time.perf_counter()
     checkpoint_prefetch.install(trainer, prefetch)  # stopped at train begin, with its line
     engine_weights.check_first_push(trainer)  # an engine from random weights: all filled?
     epoch_order.install(trainer)  # each epoch's data order as an uninterrupted run has it
@@ -224,13 +232,15 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     if read := checkpoint_read.install(trainer, run, resume, os.environ):
         print(f"[train] {read}", flush=True)
     print(f"[train] {save_speed.configure(os.environ)}", flush=True)  # CRC-32s off by default
-    save_speed.install(trainer, os.environ)
+    if pinned := pinned_save.install(trainer, os.environ, run.procs_per_node):
+        print(f"[train] {pinned}", flush=True)
     if once := zero3_save.install(trainer, run):  # DeepSpeed's files written once a save
         print(f"[train] {once}", flush=True)
     if stale_weights.install(trainer, os.environ):
         print(f"[train] {stale_weights.NOTE}", flush=True)
     for note in tracking.install(trainer, trackers, resume_step, logged):
         print(f"[train] {note}", flush=True)
+    within["resume_and_hooks"] = before_trainer + time.perf_counter() - built
     return Ready(trainer, stop, args, resume, resume_step)
 
 

@@ -19,8 +19,7 @@ from tests.unit.runtime.rank.test_checkpoint_read import _equal, _saved
 @pytest.fixture(autouse=True)
 def _torch_default() -> Iterator[None]:
     yield
-    torch.serialization.set_crc32_options(True)  # process-wide settings: leave them as found
-    save_speed.configure({save_speed.ENV: "1", save_speed.PINNED_ENV: "0"})
+    torch.serialization.set_crc32_options(True)  # a process-wide setting: leave it as found
 
 
 def _crcs(path: Path) -> list[int]:
@@ -59,45 +58,3 @@ def test_the_setting_is_made_again_each_time(tmp_path: Path) -> None:
     _saved(path)
     assert set(_crcs(path)) == {0}
 
-
-def test_pinned_copies_by_default_off_with_the_variable_and_released_after_each_save(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from torch.utils.serialization import config
-    from transformers import TrainerCallback
-
-    assert "pinned" not in save_speed.configure({})  # no CUDA device here: nothing to copy
-    assert config.save.use_pinned_memory_for_d2h is False
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a GPU node
-    try:
-        line = save_speed.configure({})
-        assert "pinned memory" in line and config.save.use_pinned_memory_for_d2h is True
-        assert f"{save_speed.PINNED_ENV}=0" in line
-        path = tmp_path / "x.pt"
-        expected = _saved(path)  # no accelerator here: torch falls back to storage.cpu()
-        assert _equal(torch.load(path, weights_only=False), expected)
-
-        class Trainer:
-            def __init__(self) -> None:
-                self.callbacks: list[TrainerCallback] = []
-
-            def add_callback(self, callback: TrainerCallback) -> None:
-                self.callbacks.append(callback)
-
-        off, on = Trainer(), Trainer()
-        save_speed.install(off, {save_speed.PINNED_ENV: "0"})
-        save_speed.install(on, {})
-        assert off.callbacks == [] and len(on.callbacks) == 1
-        released: list[bool] = []
-        original = save_speed.release_pinned
-        save_speed.release_pinned = lambda: released.append(True)  # type: ignore[assignment]
-        try:
-            on.callbacks[0].on_save(None, None, None)
-        finally:
-            save_speed.release_pinned = original  # type: ignore[assignment]
-        assert released == [True]
-        monkeypatch.undo()
-        save_speed.release_pinned()  # no accelerator: nothing cached, and no error
-        assert "pinned" not in save_speed.configure({save_speed.PINNED_ENV: "0"})
-        assert config.save.use_pinned_memory_for_d2h is False
-    finally:
-        config.save.use_pinned_memory_for_d2h = False
