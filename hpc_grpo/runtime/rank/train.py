@@ -172,21 +172,22 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     """Arguments, rank checks, inputs, resume and the trainer; None when the newest checkpoint
     is already at max_steps (rank 0 has recorded it as done). ``within``: see ``_trainer``."""
     importing = time.perf_counter()
-    from hpc_grpo.runtime.rank import (
-        checkpoint_prefetch,
-        checkpoint_read,
-        epoch_order,
-        generation_buffer,
-        generation_record,
-        hardware_check,
-        lora_sync,
-        pinned_save,
-        placement,
-        save_speed,
-        zero3_save,
-    )
-    from hpc_grpo.runtime.rank.faults import hang as hang_fault
-    from hpc_grpo.runtime.rank.faults import stale_weights
+    with startup_heap.collector_paused(os.environ):  # transformers and peft come in here
+        from hpc_grpo.runtime.rank import (
+            checkpoint_prefetch,
+            checkpoint_read,
+            epoch_order,
+            generation_buffer,
+            generation_record,
+            hardware_check,
+            lora_sync,
+            pinned_save,
+            placement,
+            save_speed,
+            zero3_save,
+        )
+        from hpc_grpo.runtime.rank.faults import hang as hang_fault
+        from hpc_grpo.runtime.rank.faults import stale_weights
 
     lead = rank == 0
     began = time.perf_counter()
