@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.unit.benchmarks.lora_results import docs_section
+from tests.unit.benchmarks.startup_sections import assert_startup_parts
 
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 HEADING = "## 2026-11-28 (session 44), GPU"
@@ -72,15 +73,7 @@ def test_the_save_and_start_up_parts() -> None:
     assert f"**{finals[0]} against {finals[1]} s**" in section
     assert (f"rank 0: {startups[0]['total_s']:.1f} and {startups[1]['total_s']:.1f} s from process "
             "start**") in section
-    parts, trainer = startups[1]["parts_s"], startups[1]["trainer_parts_s"]
-    assert f"torch and the process group {parts['torch_and_group']:.1f} s" in section
-    assert f"preparing and loading {parts['prepare_and_load']:.1f} s" in section
-    assert f"the first step {parts['first_step']:.1f} s" in section
-    assert f"the trainer {parts['trainer']:.1f} s" in section
-    for key, words in (("trainer_import", "trainer import"), ("model_load", "model load"),
-                       ("engine_start", "**engine start"), ("checks_and_inputs", "checks and inputs"),
-                       ("heap_freeze", "heap freeze")):
-        assert f"{words} {trainer[key]:.1f}" in section, key
+    assert_startup_parts(section, startups[1], engine="**engine start")
     load = startups[1]["prepare_parts_s"]["deepspeed_checkpoint_load"]
     assert f"DeepSpeed's checkpoint load {load:.1f} s" in section
     cold = _json("multinode-requeue-resume")["run_files"]["startup"][0]["trainer_parts_s"]
