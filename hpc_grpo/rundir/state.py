@@ -36,6 +36,7 @@ class RunState:
     last_checkpoint_step: int | None = None
     last_checkpoint_time: float | None = None
     checkpoint_seconds: float | None = None
+    checkpoint_parts_s: Mapping[str, Any] | None = None  # rank 0's split of the last save
     reward_delta: float | None = None
     gpu_mem_train_begin: Mapping[str, Any] | None = None
     stalled: Mapping[str, Any] | None = None  # the watchdog's finding (runtime/node/watchdog.py)

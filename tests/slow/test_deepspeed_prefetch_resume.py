@@ -104,3 +104,26 @@ def test_the_checkpoints_read_back_were_written_without_crc32s(runs: tuple[Path,
             assert {i.CRC for i in archive.infolist() if i.file_size} == {0}, path.name
     log = (stopped / "logs" / "rank-0.log").read_text()
     assert log.count("checkpoints are written without a CRC-32 of every record") == 2  # attempts
+
+
+SAVED = re.compile(r"\[checkpoint\] (checkpoint-\d+) saved in ([\d.]+) s on this rank: (.*)")
+
+
+def test_every_save_is_split_by_part_on_every_rank(runs: tuple[Path, Path]) -> None:
+    """runtime/rank/save_parts.py on real DeepSpeed saves: each rank logs each checkpoint's
+    split, with DeepSpeed's write under ``optimizer``; rank 0's last one is in state.json and
+    accounts for the measured checkpoint_seconds."""
+    _, stopped = runs
+    state = json.loads((stopped / "state.json").read_text())
+    parts = state["checkpoint_parts_s"]
+    assert set(parts) == {"before", "model_files", "optimizer", "rng", "rest_of_save",
+                          "wait_for_ranks", "marker_and_retention"}, parts
+    assert abs(sum(parts.values()) - state["checkpoint_seconds"]) < 0.25, (parts, state)
+    written = sorted(p.name for p in (stopped / "checkpoints").iterdir() if p.is_dir())
+    for rank in (0, 1):
+        found = SAVED.findall((stopped / "logs" / f"rank-{rank}.log").read_text())
+        assert f"checkpoint-{STOP}" in {name for name, _, _ in found}, found
+        assert {name for name, _, _ in found} >= set(written), (found, written)
+        for _, total, split in found:
+            seconds = [float(x.rsplit(" ", 1)[1]) for x in split.split(", ")]
+            assert abs(sum(seconds) - float(total)) < 0.05, split

@@ -16,7 +16,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
-from hpc_grpo.runtime.rank import checkpoints, hostmem, phases
+from hpc_grpo.runtime.rank import checkpoints, hostmem, phases, save_parts
 from hpc_grpo.runtime.rank.gpumem import GpuMemorySampler, physical_gpu
 from hpc_grpo.runtime.rank.stop import StopFlag, request_reason
 
@@ -128,11 +128,13 @@ class CheckpointMarkerCallback(TrainerCallback):
         self.run_dir = run_dir
         self.keep = keep
         self.step_end = time.time()
+        self.clock = save_parts.SaveClock()  # the save's parts (save_parts.install times them)
 
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> TrainerControl:
         self.step_end = time.time()  # the save, if any, starts right after this
+        self.clock.step_ended()
         return control
 
     def on_save(
@@ -144,21 +146,29 @@ class CheckpointMarkerCallback(TrainerCallback):
             fault.unlink()
             (self.run_dir / "fault-saving").write_text(str(state.global_step))
             time.sleep(delay)
+        waiting = time.perf_counter()
         if _dist_ready():
             dist.barrier()
+        marking = time.perf_counter()
+        self.clock.add("wait_for_ranks", marking - waiting)
+        folder = Path(str(args.output_dir)) / f"checkpoint-{state.global_step}"
         if state.is_world_process_zero:
-            folder = Path(str(args.output_dir)) / f"checkpoint-{state.global_step}"
             world = dist.get_world_size() if _dist_ready() else 1
             checkpoints.write_marker(folder, state.global_step, world)
             best = state.best_model_checkpoint
             for gone in checkpoints.retain(folder.parent, self.keep, Path(best) if best else None):
                 print(f"[checkpoint] removed {gone.name} (save_total_limit {self.keep})", flush=True)
+        self.clock.add("marker_and_retention", time.perf_counter() - marking)
+        parts = self.clock.rounded()
+        print(f"[checkpoint] {save_parts.line(folder.name, parts)}", flush=True)
+        if state.is_world_process_zero:
             rundir.update_state(
                 self.run_dir,
                 last_checkpoint_step=state.global_step,
                 last_checkpoint_time=time.time(),
                 last_checkpoint=str(folder),
                 checkpoint_seconds=round(time.time() - self.step_end, 3),
+                checkpoint_parts_s=parts,  # rank 0's split of it (save_parts.py)
                 checkpoint_skipped=None,  # this save completed: no skip stands
             )
         return control

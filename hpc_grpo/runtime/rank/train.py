@@ -146,6 +146,14 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
     return trainer, stop
 
 
+def _marker(trainer: Any) -> Any:
+    """The trainer's CheckpointMarkerCallback (``_trainer`` gives it every trainer)."""
+    from hpc_grpo.runtime.rank.callbacks import CheckpointMarkerCallback
+
+    return next(callback for callback in trainer.callback_handler.callbacks
+                if isinstance(callback, CheckpointMarkerCallback))
+
+
 @dataclass(frozen=True)
 class Ready:
     """What the first step needs: the trainer, its stop callback, its arguments, the resume
@@ -183,6 +191,7 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
             lora_sync,
             pinned_save,
             placement,
+            save_parts,
             save_speed,
             zero3_save,
         )
@@ -237,6 +246,7 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
         print(f"[train] {pinned}", flush=True)
     if once := zero3_save.install(trainer, run):  # DeepSpeed's files written once a save
         print(f"[train] {once}", flush=True)
+    save_parts.install(trainer, _marker(trainer).clock)  # outermost: each part as it runs
     if stale_weights.install(trainer, os.environ):
         print(f"[train] {stale_weights.NOTE}", flush=True)
     for note in tracking.install(trainer, trackers, resume_step, logged):
