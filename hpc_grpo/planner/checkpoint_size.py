@@ -10,12 +10,14 @@ complete, so save_total_limit + 1 exist while the next is written):
   4 B/param, ``optimizer.pt`` AdamW's m and v in the weights' dtype, 8 B/trainable param. Both
   are what an exact resume needs; nothing is redundant. Measured on the tiny model
   (docs/results/checkpoint-size-cpu.json, tests/unit/planner/test_checkpoint_size.py).
-* ZeRO-1/2 (DeepSpeed, bf16 on GPUs, fp32 on CPU): ``model.safetensors`` in the training dtype
-  (2 B/param), DeepSpeed's ``mp_rank_00_model_states.pt`` with the module's weights again in
-  that dtype (2 B/param), and one optimizer file per rank holding the fp32 master partition and
-  Adam's m and v (12 B/trainable param in all). The safetensors copy is not needed to resume
-  (DeepSpeed restores the weights from its own files) but transformers always writes it, with a
-  tied embedding twice (measured: builtin:tiny, docs/results/2026-11-24-ckpt-tiny-cpu.json).
+* ZeRO-1/2 (DeepSpeed, bf16 on GPUs, fp32 on CPU): DeepSpeed's ``mp_rank_00_model_states.pt``
+  with the module's weights in that dtype (2 B/param) and one optimizer file per rank holding
+  the fp32 master partition and Adam's m and v (12 B/trainable param in all). transformers
+  would also write ``model.safetensors``, the same weights again (2 B/param, a tied embedding
+  twice: measured on builtin:tiny, docs/results/2026-11-24-ckpt-tiny-cpu.json), which a resume
+  under DeepSpeed never reads; full-parameter checkpoints leave it out
+  (runtime/rank/deepspeed_save.py; re-measured 2026-11-28, the ``zero2`` layout of that JSON).
+  ``save_only_model`` writes it and nothing else.
 * ZeRO-3: the module states hold placeholders only (parameter shapes, buffers: 14 KiB a rank
   for builtin:tiny, 16 KiB allowed); the optimizer files hold 12 B/trainable param.
   ``model.safetensors`` (2 B/param, gathered on rank 0 into host memory first) is written only
@@ -101,7 +103,8 @@ def size_checkpoint(req: CheckpointRequest) -> CheckpointSize:
         dtype = 2 if req.device == "cuda" else 4
         saved = trainable if req.lora else req.num_params
         gather = gathers_16bit_weights(req.zero_stage, req.offload_optimizer, req.save_only_model)
-        writes_model = req.zero_stage < 3 or req.lora or gather  # else DeepSpeed's files alone
+        # full parameters resume from DeepSpeed's files alone (runtime/rank/deepspeed_save.py)
+        writes_model = req.lora or gather or (req.zero_stage < 3 and req.save_only_model)
         model = dtype * (saved + (0 if req.lora or req.zero_stage == 3 else req.tied_params)) \
             if writes_model else 0
         only_model = req.save_only_model and writes_model  # no DeepSpeed save follows

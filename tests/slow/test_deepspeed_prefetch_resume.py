@@ -1,7 +1,9 @@
 """The checkpoint prefetch (runtime/rank/checkpoint_prefetch.py) on a real DeepSpeed resume: a
 ZeRO-2 run on CPU (1 node x 2 processes, gloo) stopped at step 3 and resumed reads its files
 ahead while the trainer is built, picks exactly the files DeepSpeed 0.19 wrote for each rank,
-and still logs the same rewards and losses as an uninterrupted run at every step. Written on
+and still logs the same rewards and losses as an uninterrupted run at every step, from
+checkpoints of DeepSpeed's files alone (no model.safetensors: runtime/rank/deepspeed_save.py),
+which ``hpc-grpo export`` turns into the weights DeepSpeed's own zero_to_fp32.py gives. Written on
 the GPU's ZeRO-2 layout (session 39); here on another device, with two ranks of one node
 sharing the module-states file (read ahead by the first only).
 """
@@ -127,3 +129,36 @@ def test_every_save_is_split_by_part_on_every_rank(runs: tuple[Path, Path]) -> N
         for _, total, split in found:
             seconds = [float(x.rsplit(" ", 1)[1]) for x in split.split(", ")]
             assert abs(sum(seconds) - float(total)) < 0.05, split
+
+
+def test_the_checkpoints_are_deepspeed_s_files_alone_and_export_as_zero_to_fp32_does(
+        runs: tuple[Path, Path], tmp_path: Path) -> None:
+    """Written for ZeRO-3 (tests/slow/test_export_eval.py), here on ZeRO-2: the resume above
+    had no model.safetensors to read, and the export of the resumed run's last checkpoint is
+    DeepSpeed's fp32 master weights, as the zero_to_fp32.py copied into it writes them."""
+    import subprocess
+    import sys
+
+    import torch
+    from safetensors.torch import load_file
+
+    for run in runs:
+        for folder in (run / "checkpoints").glob("checkpoint-*"):
+            assert (folder / "latest").exists() and not (folder / "model.safetensors").exists()
+        assert "ZeRO-2 checkpoints hold DeepSpeed's files alone" in (
+            run / "logs" / "rank-0.log").read_text()
+    _, stopped = runs
+    checkpoint = stopped / "checkpoints" / f"checkpoint-{STEPS}"
+    reference = tmp_path / "zero_to_fp32"
+    script = subprocess.run([sys.executable, str(checkpoint / "zero_to_fp32.py"), str(checkpoint),
+                             str(reference)], capture_output=True, text=True, timeout=300)
+    assert script.returncode == 0, script.stderr
+    gathered = torch.load(reference / "pytorch_model.bin", weights_only=True)
+    done = subprocess.run([sys.executable, "-m", "hpc_grpo.cli", "export", str(stopped)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "(zero layout, weights" in done.stderr, done.stderr
+    exported = load_file(str(stopped / "export" / f"step-{STEPS}" / "model.safetensors"))
+    assert exported and set(exported) <= set(gathered)
+    for name, tensor in exported.items():
+        assert tensor.equal(gathered[name].to(tensor.dtype)), name

@@ -93,11 +93,12 @@ def test_deepspeed_zero3_exports_from_its_shards_alone(tmp_path: Path, model: Pa
         "contiguous_gradients": True})
     checkpoint = run / "checkpoints" / f"checkpoint-{STEPS}"
     # A full-parameter ZeRO-3 checkpoint is DeepSpeed's files alone: no gathered model file
-    # (runtime/rank/grpo_args.py), written once (zero3_save.py); the export reads the fp32
+    # (runtime/rank/grpo_args.py), written once (deepspeed_save.py); the export reads the fp32
     # master weights through zero_to_fp32. The reference is DeepSpeed's own script, which it
     # copies into every checkpoint, run as a user would.
     assert (checkpoint / "latest").exists() and not (checkpoint / "model.safetensors").exists()
-    assert "writes DeepSpeed's files once" in (run / "logs" / "rank-0.log").read_text()
+    assert "ZeRO-3 checkpoints hold DeepSpeed's files alone, written once" in (
+        run / "logs" / "rank-0.log").read_text()
     reference = tmp_path / "zero_to_fp32"
     script = subprocess.run([sys.executable, str(checkpoint / "zero_to_fp32.py"), str(checkpoint),
                              str(reference)],  # pickled: safetensors refuses the tied embedding

@@ -10,7 +10,7 @@ completion step, so a rank log says which part to shorten.
 Parts, seconds on this rank, for the last save:
 - ``before``: the step's end (the marker callback's ``on_step_end``) to ``_save_checkpoint``:
   the later callbacks (the free-space check's all-reduce) and the step's logging.
-- ``model_files``: ``save_model`` (the gathered model file; under ``zero3_save`` the config and
+- ``model_files``: ``save_model`` (the model file; under ``deepspeed_save`` the config and
   tokenizer only; LoRA's adapter).
 - ``optimizer``: ``_save_optimizer_and_scheduler`` (DeepSpeed's ``save_checkpoint``, this
   rank's partition; ``optimizer.pt`` without DeepSpeed).
@@ -70,7 +70,7 @@ def line(folder_name: str, parts: dict[str, float]) -> str:
 
 def install(trainer: Any, clock: SaveClock) -> None:
     """Wrap the trainer's save calls (on the instance, after every other wrapper, so each part
-    includes what ``zero3_save`` and ``pinned_save`` do there) to time them into ``clock``."""
+    includes what ``deepspeed_save`` and ``pinned_save`` do there) to time them into ``clock``."""
     inner = [(name, part) for name, part in _INNER if callable(getattr(trainer, name, None))]
     for name, part in inner:
         setattr(trainer, name, _timed(getattr(trainer, name), clock, part))

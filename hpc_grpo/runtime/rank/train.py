@@ -184,6 +184,7 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
         from hpc_grpo.runtime.rank import (
             checkpoint_prefetch,
             checkpoint_read,
+            deepspeed_save,
             epoch_order,
             generation_buffer,
             generation_record,
@@ -193,7 +194,6 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
             placement,
             save_parts,
             save_speed,
-            zero3_save,
         )
         from hpc_grpo.runtime.rank.faults import hang as hang_fault
         from hpc_grpo.runtime.rank.faults import stale_weights
@@ -244,7 +244,7 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     print(f"[train] {save_speed.configure(os.environ)}", flush=True)  # CRC-32s off by default
     if pinned := pinned_save.install(trainer, os.environ, run.procs_per_node):
         print(f"[train] {pinned}", flush=True)
-    if once := zero3_save.install(trainer, run):  # DeepSpeed's files written once a save
+    if once := deepspeed_save.install(trainer, run):  # DeepSpeed's files alone, written once
         print(f"[train] {once}", flush=True)
     save_parts.install(trainer, _marker(trainer).clock)  # outermost: each part as it runs
     if stale_weights.install(trainer, os.environ):

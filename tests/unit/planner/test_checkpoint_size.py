@@ -107,8 +107,12 @@ def test_kept_checkpoints_warn_with_the_limit_that_fits() -> None:
 def test_host_memory_of_a_save_warns_over_the_node() -> None:
     zero3 = size_checkpoint(CheckpointRequest(7 * 10**9, 7 * 10**9, 3, False, False, "cuda", 8, 1))
     assert zero3.host_bytes == 0  # no gathered model file (pinned copies: checked at each save)
-    big = size_checkpoint(CheckpointRequest(7 * 10**9, 7 * 10**9, 2, False, False, "cuda", 8, 1))
+    zero2 = size_checkpoint(CheckpointRequest(7 * 10**9, 7 * 10**9, 2, False, False, "cuda", 8, 1))
+    assert zero2.host_bytes == 0 and dict(zero2.items)["model weights (safetensors)"] == 0
+    big = size_checkpoint(CheckpointRequest(7 * 10**9, 7 * 10**9, 2, False, False, "cuda", 8, 1,
+                                            save_only_model=True))
     assert big.host_bytes == 5 * 10**9  # safetensors builds one 5 GB shard in memory
+    assert big.one < zero2.one  # the model file alone: no DeepSpeed files after it
     assert "host memory" in host_verdict(big, 100.0, 104)
     assert host_verdict(big, 10.0, 512) == ""
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from hpc_grpo import rundir
-from hpc_grpo.runtime.rank import checkpoints, save_parts, zero3_save
-from tests.unit.runtime.rank.test_zero3_save import OFFLOAD3, _run
-from tests.unit.runtime.rank.test_zero3_save import trainer as trainer  # noqa: F401 (fixture)
+from hpc_grpo.runtime.rank import checkpoints, deepspeed_save, save_parts
+from tests.unit.runtime.rank.test_deepspeed_save import OFFLOAD3, _run
+from tests.unit.runtime.rank.test_deepspeed_save import trainer as trainer  # noqa: F401 (fixture)
 
 ENGINE_SAVE_S = 0.5
 
@@ -42,7 +42,7 @@ def test_transformers_save_checkpoint_calls_the_parts_it_is_split_into() -> None
 
 
 def test_the_optimizer_save_is_timed_apart_from_the_rest(trainer: Any) -> None:  # noqa: F811
-    zero3_save.install(trainer, _run(OFFLOAD3))
+    deepspeed_save.install(trainer, _run(OFFLOAD3))
     _slow_engine(trainer)
     clock = save_parts.SaveClock()
     save_parts.install(trainer, clock)
@@ -55,9 +55,9 @@ def test_the_optimizer_save_is_timed_apart_from_the_rest(trainer: Any) -> None: 
     assert trainer.model_wrapped.saves == [str(Path(trainer.args.output_dir) / "checkpoint-1")]
 
 
-def test_without_zero3_save_the_model_files_part_holds_the_first_deepspeed_write(
+def test_without_deepspeed_save_the_model_files_part_holds_the_first_deepspeed_write(
         trainer: Any) -> None:  # noqa: F811
-    """transformers alone writes DeepSpeed's files from save_model too (zero3_save.py): the
+    """transformers alone writes DeepSpeed's files from save_model too (deepspeed_save.py): the
     split shows it as model files' time equal to the optimizer's."""
     _slow_engine(trainer)
     clock = save_parts.SaveClock()

@@ -1,7 +1,9 @@
-"""ZeRO-3 without the gathered model file (runtime/rank/zero3_save.py): transformers' own
-``Trainer._save_checkpoint``, run on a real Trainer whose DeepSpeed engine is stood in for (it
-counts ``save_checkpoint`` calls), writes DeepSpeed's checkpoint twice without the wrapper and
-once with it, and keeps the checkpoint's other files; where the wrapper applies."""
+"""Full-parameter DeepSpeed checkpoints of DeepSpeed's files alone (runtime/rank/deepspeed_save.py):
+transformers' own ``Trainer._save_checkpoint``, run on a real Trainer whose DeepSpeed engine is
+stood in for (it counts ``save_checkpoint`` calls), writes DeepSpeed's checkpoint twice under
+ZeRO-3 without the gathered model file, and a model.safetensors beside it under ZeRO-2, without
+the wrapper; once and without a model file with it, keeping the checkpoint's other files; where
+the wrapper applies."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hpc_grpo.runtime.rank import zero3_save
+from hpc_grpo.runtime.rank import deepspeed_save
 from tests.unit.runtime.rank.test_runtime_checks import make_run, record
 
 OFFLOAD3 = {"zero_stage": 3, "offload_optimizer": True}
@@ -27,19 +29,22 @@ def _run(deepspeed: dict[str, Any] | None, peft: dict[str, Any] | None = None,
 @pytest.mark.parametrize(("deepspeed", "peft", "expected"), [
     (OFFLOAD3, None, True),  # full parameters at ZeRO-3: no gathered model file
     ({"zero_stage": 3}, None, True),  # without offload too (the stop's save skips the gather)
-    ({"zero_stage": 2, "offload_optimizer": True}, None, False),
+    ({"zero_stage": 2, "offload_optimizer": True}, None, True),  # the module states hold them
+    ({"zero_stage": 1}, None, True),
+    ({"zero_stage": 2}, {"r": 8}, False),  # the adapter file is what a LoRA run resumes from
     (OFFLOAD3, {"r": 8}, False),  # peft saves the adapter itself
     ({"zero_stage": 3}, {"r": 8}, False),  # transformers gathers the adapter itself
     (None, None, False),
 ])
 def test_where_it_applies(deepspeed: dict[str, Any] | None, peft: dict[str, Any] | None,
                           expected: bool) -> None:
-    assert zero3_save.falls_back_to_deepspeed(_run(deepspeed, peft)) is expected
+    assert deepspeed_save.leaves_out_model_file(_run(deepspeed, peft)) is expected
 
 
-def test_save_only_model_gathers_and_is_left_alone() -> None:
-    only = _run({"zero_stage": 3}, grpo_config={"save_only_model": True, "max_steps": 2})
-    assert not zero3_save.falls_back_to_deepspeed(only)
+@pytest.mark.parametrize("stage", [2, 3])
+def test_save_only_model_keeps_its_model_file_and_is_left_alone(stage: int) -> None:
+    only = _run({"zero_stage": stage}, grpo_config={"save_only_model": True, "max_steps": 2})
+    assert not deepspeed_save.leaves_out_model_file(only)
 
 
 class _Engine:
@@ -90,7 +95,7 @@ def test_transformers_alone_writes_deepspeed_s_files_twice(trainer: Any) -> None
 
 
 def test_with_the_wrapper_they_are_written_once(trainer: Any) -> None:
-    line = zero3_save.install(trainer, _run(OFFLOAD3))
+    line = deepspeed_save.install(trainer, _run(OFFLOAD3))
     assert line and "once" in line
     saves, files = _checkpoint(trainer)
     assert saves == [str(Path(trainer.args.output_dir) / "checkpoint-1")]
@@ -100,14 +105,14 @@ def test_with_the_wrapper_they_are_written_once(trainer: Any) -> None:
 
 
 def test_a_save_model_of_its_own_is_unchanged(trainer: Any, tmp_path: Path) -> None:
-    zero3_save.install(trainer, _run(OFFLOAD3))
+    deepspeed_save.install(trainer, _run(OFFLOAD3))
     trainer.save_model(str(tmp_path / "final"))
     assert trainer.model_wrapped.saves == [str(tmp_path / "final")]
 
 
 def test_not_installed_with_save_only_model(trainer: Any) -> None:
     trainer.args.save_only_model = True
-    assert zero3_save.install(trainer, _run(OFFLOAD3)) is None
+    assert deepspeed_save.install(trainer, _run(OFFLOAD3)) is None
     assert "save_model" not in vars(trainer)
 
 
@@ -117,7 +122,7 @@ def test_a_rank_that_does_not_write_leaves_the_files_to_the_one_that_does(
     ``_save`` assumes it is that rank: the wrapper does the same."""
     from transformers import TrainingArguments
 
-    zero3_save.install(trainer, _run(OFFLOAD3))
+    deepspeed_save.install(trainer, _run(OFFLOAD3))
     written: list[str] = []
     monkeypatch.setattr(trainer, "_save", lambda folder, state_dict=None: written.append(folder))
     folder = str(Path(trainer.args.output_dir) / "checkpoint-1")
@@ -134,8 +139,32 @@ def test_an_internal_call_outside_a_checkpoint_still_writes_deepspeed_s_files(
         trainer: Any, tmp_path: Path) -> None:
     """transformers' push_to_hub and Ray Tune save call save_model(_internal_call=True) with no
     optimizer save after it: there the fallback's own DeepSpeed save must stay."""
-    zero3_save.install(trainer, _run(OFFLOAD3))
+    deepspeed_save.install(trainer, _run(OFFLOAD3))
     trainer.save_model(str(tmp_path / "pushed"), _internal_call=True)
     assert trainer.model_wrapped.saves == [str(tmp_path / "pushed")]
     saves, _ = _checkpoint(trainer)  # and inside a checkpoint, once, as before
     assert saves == [str(tmp_path / "pushed"), str(Path(trainer.args.output_dir) / "checkpoint-1")]
+
+
+@pytest.fixture
+def zero2_trainer(trainer: Any) -> Any:
+    """The same Trainer under ZeRO-2: accelerate hands save_model the full state dict."""
+    trainer.model_wrapped.config = {"zero_optimization": {"stage": 2}}
+    trainer.accelerator.get_state_dict = lambda engine: trainer.model.state_dict()
+    return trainer
+
+
+def test_zero2_transformers_alone_writes_the_weights_beside_deepspeed_s_files(
+        zero2_trainer: Any) -> None:
+    saves, files = _checkpoint(zero2_trainer)
+    assert len(saves) == 1 and "model.safetensors" in files, files  # the copy left out below
+
+
+def test_zero2_with_the_wrapper_the_checkpoint_is_deepspeed_s_files_alone(
+        zero2_trainer: Any) -> None:
+    line = deepspeed_save.install(zero2_trainer, _run({"zero_stage": 2}))
+    assert line and line.startswith("ZeRO-2 checkpoints hold DeepSpeed's files alone")
+    saves, files = _checkpoint(zero2_trainer)
+    assert saves == [str(Path(zero2_trainer.args.output_dir) / "checkpoint-1")]
+    assert {"config.json", "trainer_state.json", "global_step1"} <= set(files), files
+    assert not {"model.safetensors", "pytorch_model.bin"} & set(files), files
