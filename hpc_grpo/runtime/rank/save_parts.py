@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from hpc_grpo.runtime.rank.startup import timed
 
 # (trainer attribute, part): the calls inside _save_checkpoint, timed separately
 _INNER = (("save_model", "model_files"), ("_save_optimizer_and_scheduler", "optimizer"),
@@ -51,7 +52,7 @@ class SaveClock:
 
     def step_ended(self) -> None:
         self.step_end = time.perf_counter()
-        self.parts = {}
+        self.parts.clear()  # the same dict: the wrappers add into it
 
     def add(self, part: str, seconds: float) -> None:
         self.parts[part] = self.parts.get(part, 0.0) + seconds
@@ -73,7 +74,7 @@ def install(trainer: Any, clock: SaveClock) -> None:
     includes what ``deepspeed_save`` and ``pinned_save`` do there) to time them into ``clock``."""
     inner = [(name, part) for name, part in _INNER if callable(getattr(trainer, name, None))]
     for name, part in inner:
-        setattr(trainer, name, _timed(getattr(trainer, name), clock, part))
+        setattr(trainer, name, timed(getattr(trainer, name), clock.parts, part))
     original = trainer._save_checkpoint
 
     @functools.wraps(original)
@@ -84,18 +85,7 @@ def install(trainer: Any, clock: SaveClock) -> None:
         try:
             return original(*args, **kwargs)
         finally:
-            timed = sum(clock.parts.get(part, 0.0) for _, part in inner) - inside
-            clock.add("rest_of_save", time.perf_counter() - began - timed)
+            inner_s = sum(clock.parts.get(part, 0.0) for _, part in inner) - inside
+            clock.add("rest_of_save", time.perf_counter() - began - inner_s)
 
     trainer._save_checkpoint = save_checkpoint
-
-
-def _timed(call: Callable[..., Any], clock: SaveClock, part: str) -> Callable[..., Any]:
-    @functools.wraps(call)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        began = time.perf_counter()
-        try:
-            return call(*args, **kwargs)
-        finally:
-            clock.add(part, time.perf_counter() - began)
-    return wrapper

@@ -129,7 +129,7 @@ def timed_calls(within: dict[str, float],
         raw = vars(owner).get(attribute) if owner is not None else None
         if callable(raw) and not isinstance(raw, staticmethod | classmethod):
             originals.append((owner, attribute, raw))
-            setattr(owner, attribute, _timed(raw, within, key))
+            setattr(owner, attribute, timed(raw, within, key))
     try:
         yield
     finally:
@@ -137,7 +137,9 @@ def timed_calls(within: dict[str, float],
             setattr(owner, attribute, raw)
 
 
-def _timed(call: Callable[..., Any], within: dict[str, float], key: str) -> Callable[..., Any]:
+def timed(call: Callable[..., Any], within: dict[str, float], key: str) -> Callable[..., Any]:
+    """``call``, with the wall time of each call (also one that raises) added to ``within[key]``."""
+
     @functools.wraps(call)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         began = time.perf_counter()

@@ -1,5 +1,6 @@
 """What a dated section of docs/benchmarks.md says about one attempt's start-up (rank 0's
-startup.jsonl line), held to that line: shared by the sessions' GPU tests."""
+startup.jsonl line) and a sandbox restart's timeline, held to the saved JSON: shared by the
+sessions' GPU tests."""
 
 from __future__ import annotations
 
@@ -21,3 +22,15 @@ def assert_startup_parts(section: str, startup: dict[str, Any], engine: str = "e
     for key, words in TRAINER_WORDS:
         words = engine if key == "engine_start" else words
         assert f"{words} {trainer[key]:.1f}" in section, key
+
+
+def restart_timeline(signal: float, metrics: list[dict[str, Any]], run_files: dict[str, Any],
+                     startup: list[dict[str, Any]], restarts: list[dict[str, Any]]) -> dict[str, float]:
+    """Seconds from the test's signal (after step 2) to each mark of the two-node sandbox
+    restart: step 3's end, the requeue, the new job's start, its rank 0 process, the restart
+    record and the first new step's end."""
+    steps = {m["step"]: m["time"] for m in metrics}
+    return {"step3": steps[3] - signal, "requeued": run_files["first_attempt_requeued_at"] - signal,
+            "started": run_files["new_attempt_pickle_loaded_at"] - signal,
+            "process": startup[1]["process_start"] - signal,
+            "record": restarts[0]["time"] - signal, "first_new": steps[4] - signal}

@@ -10,7 +10,7 @@ from statistics import mean
 from typing import Any
 
 from tests.unit.benchmarks.lora_results import docs_section
-from tests.unit.benchmarks.startup_sections import assert_startup_parts
+from tests.unit.benchmarks.startup_sections import assert_startup_parts, restart_timeline
 from tests.unit.planner import test_speed_calibration as calibration
 
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
@@ -39,12 +39,8 @@ def test_the_write_table_is_the_benchmark_s_json() -> None:
 
 def _timeline() -> dict[str, float]:
     saved = _json("multinode-requeue-pinned")
-    run, signal = saved["run_files"], saved["signalled"]
-    steps = {m["step"]: m["time"] for m in run["metrics"]}
-    return {"step3": steps[3] - signal, "requeued": run["first_attempt_requeued_at"] - signal,
-            "started": run["new_attempt_pickle_loaded_at"] - signal,
-            "process": run["startup"][1]["process_start"] - signal,
-            "record": run["restarts"][0]["time"] - signal, "first_new": steps[4] - signal}
+    run = saved["run_files"]
+    return restart_timeline(saved["signalled"], run["metrics"], run, run["startup"], run["restarts"])
 
 
 def test_the_restart_table_and_its_parts() -> None:

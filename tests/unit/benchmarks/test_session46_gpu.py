@@ -11,6 +11,7 @@ from statistics import mean
 from typing import Any
 
 from tests.unit.benchmarks.lora_results import docs_section
+from tests.unit.benchmarks.startup_sections import restart_timeline
 from tests.unit.planner import test_speed_calibration as calibration
 
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
@@ -26,12 +27,8 @@ def _json(name: str, session: int = 46) -> Any:
 
 def _timeline(call: str) -> dict[str, float]:
     saved = _json(f"multinode-requeue-{call}")
-    run, signal = saved["run_files"], saved["signalled"]
-    steps = {m["step"]: m["time"] for m in saved["metrics"]}
-    return {"step3": steps[3] - signal, "requeued": run["first_attempt_requeued_at"] - signal,
-            "started": run["new_attempt_pickle_loaded_at"] - signal,
-            "process": saved["startup"][1]["process_start"] - signal,
-            "record": saved["restarts"][0]["time"] - signal, "first_new": steps[4] - signal}
+    return restart_timeline(saved["signalled"], saved["metrics"], saved["run_files"],
+                            saved["startup"], saved["restarts"])
 
 
 def _parts(lines: dict[str, list[str]], folder: str) -> list[tuple[float, dict[str, float]]]:
