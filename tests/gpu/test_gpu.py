@@ -148,3 +148,28 @@ def test_server_mode_one_gpu_generates_one_trains(tmp_path: Path) -> None:
     # names /v1/completions, so only request lines count
     requests = re.findall(r'"POST /v1/completions HTTP', log)
     assert len(requests) >= 2, "the trainer did not ask the server for completions at every step"
+
+
+@needs_two
+def test_zero2_dp2_checkpoint_is_deepspeed_s_files_and_exports(tmp_path: Path) -> None:
+    """Written on CPU (tests/slow/test_deepspeed_prefetch_resume.py), here with bf16 on two
+    GPUs: a full-parameter ZeRO-2 checkpoint holds DeepSpeed's files alone, no
+    model.safetensors (runtime/rank/deepspeed_save.py), and ``hpc-grpo export`` writes a
+    checked model folder from them."""
+    run_dir = _run(_site(tmp_path, 2), "--tp", "1", "--zero-stage", "2", "--set=save_steps=2")
+    ckpt = run_dir / "checkpoints" / "checkpoint-2"
+    names = {p.name for p in ckpt.iterdir()}
+    assert "latest" in names and "model.safetensors" not in names, names
+    shards = {p.name for p in ckpt.glob("global_step*/*")}
+    assert "mp_rank_00_model_states.pt" in shards, shards
+    assert sum("optim_states" in n for n in shards) == 2, shards
+    log = (run_dir / "logs" / "rank-0.log").read_text()
+    assert "ZeRO-2 checkpoints hold DeepSpeed's files alone" in log
+    assert "[checkpoint] checkpoint-2 saved in" in log
+    state = json.loads((run_dir / "state.json").read_text())
+    assert state["checkpoint_parts_s"]["model_files"] < 1.0, state["checkpoint_parts_s"]
+    done = subprocess.run([sys.executable, "-m", "hpc_grpo.cli", "export", str(run_dir)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "(zero layout, weights" in done.stderr, done.stderr[-3000:]
+    assert (run_dir / "export" / "step-2" / "model.safetensors").is_file()
