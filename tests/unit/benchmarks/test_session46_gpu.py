@@ -193,3 +193,25 @@ def test_the_7b_step_times_against_the_prediction() -> None:
             f"{predicted:.3f} predicted ({predicted / means[0] - 1:+.0%} and "
             f"{predicted / means[1] - 1:+.0%})") in section.replace(" %", "%")
     assert all(predicted / m - 1 > 0.2 for m in means)  # misses, as the section says
+
+
+def test_the_zero2_checkpoint_without_a_model_file_on_two_gpus() -> None:
+    section = docs_section(HEADING).replace("\n  ", " ")
+    saved = _json("zero2-checkpoint-export")
+    files = saved["checkpoint_files"]
+    assert saved["test_passed"] and saved["deepspeed"]["zero_stage"] == 2
+    assert "model.safetensors" not in files and "global_step2/mp_rank_00_model_states.pt" in files
+    measured, planned = saved["checkpoint_bytes_measured"], saved["checkpoint_bytes_planned"]
+    assert measured == sum(files.values())
+    assert (f"**{measured / 1e9:.2f} GB on disk against {planned / 1e9:.2f} GB planned** "
+            f"({planned / measured - 1:+.1%})") in section.replace(" %", "%")
+    assert abs(planned / measured - 1) < 0.03  # the plan without the model file
+    ranks = _parts(saved["save_lines"], "checkpoint-2")
+    assert f"3.12 s, model files {_both(sorted(p['model files'] for _, p in ranks)[::-1], 2)} s" \
+        in section and {round(t, 2) for t, _ in ranks} == {3.12}
+    assert f"save {_both(sorted(p['optimizer'] for _, p in ranks), 2)} s" in section
+    (export,) = saved["exports"]
+    check = export["check"]
+    assert export["layout"] == "zero" and check["passed"] and check["vllm"]["passed"]
+    assert f"(max |delta log p| {check['max_abs_diff']:.1f})" in section
+    assert f"(mean {check['vllm']['mean_abs_diff']:.4f})" in section
