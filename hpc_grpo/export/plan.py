@@ -122,7 +122,20 @@ def count_params(kind: str, checkpoint: Path, base: str) -> int:
     from hpc_grpo.planner.arch import arch_from_config
 
     config = json.loads((checkpoint / "config.json").read_text())
-    return arch_from_config(config, checkpoint.name).num_params
+    try:
+        return arch_from_config(config, checkpoint.name).num_params
+    except UserError:  # an architecture the planner does not model (MoE, GPT-2 style keys)
+        return _params_from_shards(checkpoint)
+
+
+def _params_from_shards(checkpoint: Path) -> int:
+    """Parameters of DeepSpeed's shards from their sizes, without torch: every rank's optimizer
+    file holds 12 B per parameter of its partition (fp32 master weights, Adam's m and v)."""
+    optimizer = sum(f.stat().st_size for f in checkpoint.glob("global_step*/*optim_states.pt"))
+    if not optimizer:
+        raise UserError(f"cannot count the parameters of {checkpoint.name}: no config the planner "
+                        "knows and no DeepSpeed optimizer files", field="checkpoint")
+    return optimizer // 12
 
 
 def target_of(to: str | None, run_dir: Path, step: int, adapter: bool) -> Path:

@@ -73,6 +73,22 @@ def test_deepspeed_shards_only_count_parameters_from_config_json(tmp_path: Path)
     assert planned.layout == "zero" and planned.num_params == 107_072  # builtin:tiny's count
 
 
+def test_shards_of_an_architecture_the_planner_does_not_model_count_from_their_sizes(
+        tmp_path: Path) -> None:
+    """A ZeRO-1/2 or ZeRO-3 checkpoint has no model file to read headers from; a config the
+    planner refuses (a mixture of experts) is counted from the optimizer files' 12 B/param."""
+    run = fakes.run_dir(tmp_path)
+    folder = fakes.checkpoint(run, 2, "zero")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"num_experts": 8,
+                                                              "model_type": "qwen2_moe"}))
+    for rank in (0, 1):
+        (folder / "global_step2" / f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt").write_bytes(
+            b"x" * 12 * 500)
+    planned = plan.build(run, {}, None, None, None, False)
+    assert planned.layout == "zero" and planned.num_params == 1000
+
+
 def test_lora_merges_into_the_base_by_default_and_sizes_it_so(tmp_path: Path) -> None:
     base = fakes.base_model(tmp_path)
     run = fakes.run_dir(tmp_path, model=str(base))
