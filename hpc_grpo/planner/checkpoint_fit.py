@@ -47,6 +47,12 @@ def checkpoint_request(spec: JobSpec, arch: ModelArch, device: str,
         save_only_model=bool(spec.grpo.get("save_only_model")))
 
 
+def schedules_saves(spec: JobSpec) -> bool:
+    """False for ``save_strategy: no``: no periodic and no final checkpoint, a stop's alone
+    (runtime/rank/callbacks.saves_at_end says the same on the ranks)."""
+    return str(spec.grpo.get("save_strategy", "steps")).lower() != "no"
+
+
 def resident_host_gib(memory: MemoryPlan | None, served: ServerPlan | None = None) -> float:
     """What training already holds in a node's memory (offloaded state): the colocated memory
     plan's, or in server mode the trainers' (server.py)."""
@@ -80,6 +86,12 @@ def check_checkpoints(site: SiteProfile, spec: JobSpec, arch: ModelArch | None,
         problem = verdict or problem  # not even one checkpoint fits: that first
         if warning and not problem:
             warnings.append(f"checkpoints: {warning}")
+    if problem and not schedules_saves(spec):
+        # save_strategy "no" (a benchmark, a run that wants no checkpoints): only a stop saves,
+        # and the rank skips a save that cannot fit (DiskSpaceCallback), so the run is not refused
+        warnings.append(f"checkpoints do not fit: {problem}: save_strategy is \"no\", so only a "
+                        "stop saves, and that save will be skipped: a requeue restarts from step 0")
+        problem = ""
     if problem:
         problem = f"checkpoints do not fit: {problem}"
         warnings.append(f"{problem} (submit refuses this)")

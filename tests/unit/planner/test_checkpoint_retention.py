@@ -102,3 +102,18 @@ def test_resume_counts_the_runs_own_checkpoints_as_room(tmp_path: Path) -> None:
     assert inputs.with_run_checkpoints((100, "fs"), tmp_path / "run") == (5100, "fs")
     assert inputs.with_run_checkpoints((None, ""), tmp_path / "run") == (None, "")
     assert inputs.with_run_checkpoints((100, "fs"), tmp_path / "new") == (100, "fs")
+
+
+def test_save_strategy_no_is_not_refused_when_no_checkpoint_fits(
+        tiny_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """A run that asks for no checkpoints (bench_gpu.py's 7B runs on a 64 GiB disk, where the
+    refusal was found) is planned with a warning: only a stop would save, and that save is
+    skipped on the ranks; the same free space still refuses a run that schedules saves."""
+    _free(monkeypatch, 10**13)
+    one = api.prepare(_request(tmp_path / "runs")).plan.checkpoint.one  # type: ignore[union-attr]
+    _free(monkeypatch, one // 2)  # not even one fits
+    with pytest.raises(UserError, match="no save can complete"):
+        api.submit(_request(tmp_path / "runs", save_total_limit=1))
+    plan = api.prepare(_request(tmp_path / "runs", save_strategy="no", save_total_limit=1)).plan
+    assert not plan.checkpoint_problem
+    assert any("only a stop saves" in w and "no save can complete" in w for w in plan.warnings)
