@@ -10,12 +10,14 @@ from typing import Any
 from tests.gpu.test_lora_7b import KEYS
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
-DAYS = {34: "2026-11-26", 35: "2026-11-27"}  # the UTC day each session's files are named by
+# the UTC day each session's files are named by, and the machine kind
+DAYS = {34: "2026-11-26", 35: "2026-11-27", 47: "2026-11-28"}
+MACHINES = {34: "h100x2", 35: "h100x2", 47: "h200"}
 
 
 def load(kind: str, session: int) -> Any:
     """One run's JSON: kind is reference, second, resumed or cold."""
-    name = f"{DAYS[session]}-7b-lora-resume-{kind}-h100x2-session{session}.json"
+    name = f"{DAYS[session]}-7b-lora-resume-{kind}-{MACHINES[session]}-session{session}.json"
     return json.loads((DOCS / "results" / name).read_text())
 
 

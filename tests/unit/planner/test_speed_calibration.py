@@ -106,6 +106,7 @@ S32_RUNS = {H100_S32_A: ("plan", "server"),
 SANDBOX_H100_AGAIN = "2026-11-26-multinode-reference-h100x2-second-loan.json"
 SANDBOX_H100_LINK = 2.152
 # 2 x H100, 7B, the plan's layout, its runner-up and server mode (session 34)
+ONE_7B_S47 = "2026-11-28-bench-one-7b-hpc-bare-h200-session47.json"
 SEVEN_B_S34 = "2026-11-26-bench-two-7b-layouts-h100x2-session34.json"
 # 2 x H100, 1.5B, the plan against server mode, 8 steps, after the 7B runs' loan (session 34)
 PAIR_S34 = "2026-11-27-bench-two-1.5b-plan-server-h100x2-session34.json"
@@ -314,6 +315,13 @@ CASES = (
     Case("h200 7B TP1xDP2 ZeRO-2, no recomputation (session 45, reference)",
          _resume_7b("reference", 45, "h200x2", "2026-11-28"), "qwen2-7b", H200, 8, 64, gpus=2,
          layout=Layout(1, 2), util=0.15, checkpointing=False),
+    # one H200 (session 47, bench_gpu.py one --shape qwen2-7b): the plan's own choice for 7B on
+    # one GPU (ZeRO off, sleep mode, recomputation), 64 completions of 256 tokens, 6 steps; three
+    # runs beside bare TRL and the ``planned`` run, two holds of one session
+    *(Case(f"h200 7B ZeRO off + sleep, 32 x 256 (session 47, {run})",
+           _bench(ONE_7B_S47, run), "qwen2-7b", H200, 32, 256,
+           layout=Layout(1, 0, sleep=True), util=0.15)
+      for run in ("hpc_grpo_1", "hpc_grpo_2", "hpc_grpo_3", "planned_a")),
 )
 
 # Saved runs of the 2026-11-26 files the model is not held to, and why (every other entry of
