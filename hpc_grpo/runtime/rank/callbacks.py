@@ -102,6 +102,17 @@ class DiskSpaceCallback(TrainerCallback):
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> TrainerControl:
+        return self._check(args, state, control)
+
+    def on_epoch_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
+    ) -> TrainerControl:
+        """``save_strategy: epoch`` asks for its save here, not at a step end."""
+        return self._check(args, state, control)
+
+    def _check(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl
+    ) -> TrainerControl:
         if not control.should_save:
             return control
         output = Path(str(args.output_dir))
@@ -129,6 +140,22 @@ class CheckpointMarkerCallback(TrainerCallback):
         self.keep = keep
         self.step_end = time.time()
         self.clock = save_parts.SaveClock()  # the save's parts (save_parts.install times them)
+        self.saved_step: int | None = None  # the step of this attempt's newest save
+
+    def on_epoch_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
+    ) -> TrainerControl:
+        """No second save of a step already saved. ``save_strategy: epoch`` asks for a save at
+        every epoch end; where that epoch's last step was saved at its step end (the last step
+        of the run, or a stop), transformers would write checkpoint-N again into the folder
+        already marked complete, and a kill during that rewrite would leave a marked folder
+        half old, half new. Runs after transformers' DefaultFlowCallback and before the disk
+        check, on every rank alike (the same steps were saved on all)."""
+        if control.should_save and self.saved_step == state.global_step:
+            control.should_save = False
+            print(f"[checkpoint] epoch end at step {state.global_step}: checkpoint-"
+                  f"{state.global_step} was saved at the step's end, not saved twice", flush=True)
+        return control
 
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
@@ -152,6 +179,7 @@ class CheckpointMarkerCallback(TrainerCallback):
         marking = time.perf_counter()
         self.clock.add("wait_for_ranks", marking - waiting)
         folder = Path(str(args.output_dir)) / f"checkpoint-{state.global_step}"
+        self.saved_step = state.global_step
         if state.is_world_process_zero:
             world = dist.get_world_size() if _dist_ready() else 1
             checkpoints.write_marker(folder, state.global_step, world)
