@@ -98,11 +98,37 @@ def _local_model(path: Path) -> ModelRef:
             field="model",
             hint="save the tokenizer beside the weights (tokenizer.save_pretrained(folder))",
         )
+    _refuse_without_weights(path)
     try:
         arch: ModelArch | None = arch_from_config(json.loads(config.read_text()), path.name)
     except (UserError, json.JSONDecodeError):
         arch = None
     return ModelRef(str(path.resolve()), local=True, arch=arch)
+
+
+# A model folder's weights as transformers reads them: safetensors or torch files, sharded or
+# not (the index names the shards), or a LoRA adapter's file
+_WEIGHT_FILES = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
+
+
+def _refuse_without_weights(path: Path) -> None:
+    """A folder without weights would fail on the nodes after the queue wait. The common case is
+    a full-parameter DeepSpeed checkpoint given as the model: its weights are ZeRO shards
+    (``global_step*/``), which transformers cannot load; ``hpc-grpo export`` writes the model."""
+    if any(next(path.glob(pattern), None) for pattern in _WEIGHT_FILES):
+        return
+    deepspeed = (path / "latest").is_file() or any(path.glob("global_step*"))
+    if not deepspeed:
+        raise UserError(f"model folder {path} has no weights (no *.safetensors or *.bin files)",
+                        field="model", hint="give the folder save_pretrained wrote, or a hub id")
+    checkpoint = re.fullmatch(r"checkpoint-(\d+)", path.name)
+    run = path.parent.parent if checkpoint and path.parent.name == "checkpoints" else None
+    command = (f"hpc-grpo export {run} --step {checkpoint.group(1)}" if run and checkpoint
+               else "hpc-grpo export RUN --step N")
+    raise UserError(
+        f"model folder {path} is a DeepSpeed checkpoint: its weights are ZeRO shards, which "
+        "transformers and vLLM cannot load", field="model",
+        hint=f"`{command}` writes it as a model folder (RUN_DIR/export/step-N); give that folder")
 
 
 def check_dataset(name: str, prompt_column: str) -> str:

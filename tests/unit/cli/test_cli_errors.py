@@ -86,6 +86,34 @@ def test_model_folder_without_tokenizer(tmp_path: Path, fake_slurm: FakeSlurm) -
     assert_refused(code, err, root, fake_slurm, "no tokenizer")
 
 
+def test_model_folder_without_weights(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "tokenizer.json").write_text("{}")
+    code, err, root = run(tmp_path, "--site", "sandbox", "--model", str(folder))
+    assert_refused(code, err, root, fake_slurm, "has no weights")
+
+
+def test_a_deepspeed_checkpoint_as_the_model_is_refused_with_the_export_command(
+        tmp_path: Path, fake_slurm: FakeSlurm) -> None:
+    """A full-parameter ZeRO checkpoint (its weights are DeepSpeed's shards alone, e740f2f) given
+    as the model of a new run: the line names the export that makes it loadable."""
+    run_dir = tmp_path / "grpo-old-0001"
+    folder = run_dir / "checkpoints" / "checkpoint-40"
+    (folder / "global_step40").mkdir(parents=True)
+    (folder / "global_step40" / "mp_rank_00_model_states.pt").write_bytes(b"x")
+    (folder / "latest").write_text("global_step40")
+    (folder / "config.json").write_text("{}")
+    (folder / "tokenizer.json").write_text("{}")
+    code, err, root = run(tmp_path, "--site", "sandbox", "--model", str(folder))
+    assert_refused(code, err, root, fake_slurm, "DeepSpeed checkpoint", "ZeRO shards",
+                   f"hpc-grpo export {run_dir} --step 40")
+    (folder / "model.safetensors").write_bytes(b"")  # save_only_model's gathered file: a model
+    code, err, _ = run(tmp_path, "--site", "sandbox", "--model", str(folder))
+    assert "DeepSpeed checkpoint" not in err and "has no weights" not in err
+
+
 def test_reward_that_does_not_import(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
     code, err, root = run(tmp_path, "--site", "sandbox", "--model", "builtin:tiny",
                           "--reward", "no_such_module_xyz:reward")

@@ -145,6 +145,7 @@ def test_prompt_and_completion_beyond_the_models_context(tmp_path: Path) -> None
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
         "vocab_size": 300, "max_position_embeddings": 256, "tie_word_embeddings": True}))
     (folder / "tokenizer.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"")  # weights: only their presence is read
     code, _, err = cli("plan", "--site", "local", "--model", str(folder), "--dataset",
                        "builtin:sums", "--set", "max_completion_length=300")
     assert code == 2

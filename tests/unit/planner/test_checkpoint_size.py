@@ -133,6 +133,7 @@ def tiny_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
         "vocab_size": 522, "tie_word_embeddings": True, "max_position_embeddings": 512}))
     (model / "tokenizer.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"")  # weights: only their presence is read
     monkeypatch.setenv("HPC_GRPO_HOME", str(home))
     return home
 
