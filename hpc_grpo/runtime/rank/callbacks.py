@@ -188,7 +188,7 @@ class CheckpointMarkerCallback(TrainerCallback):
                 print(f"[checkpoint] removed {gone.name} (save_total_limit {self.keep})", flush=True)
         self.clock.add("marker_and_retention", time.perf_counter() - marking)
         parts = self.clock.rounded()
-        self.clock.step_ended()  # a second save at this step (epoch end) starts its own split
+        self.clock.step_ended()  # a later save at this step (none since on_epoch_end) starts anew
         print(f"[checkpoint] {save_parts.line(folder.name, parts)}", flush=True)
         if state.is_world_process_zero:
             rundir.update_state(

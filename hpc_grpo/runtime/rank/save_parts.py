@@ -13,10 +13,11 @@ Parts, seconds on this rank, for the last save:
 - ``model_files``: ``save_model`` (the model file; under ``deepspeed_save`` the config and
   tokenizer only; LoRA's adapter).
 - ``optimizer``: ``_save_optimizer_and_scheduler`` (DeepSpeed's ``save_checkpoint``, this
-  rank's partition; ``optimizer.pt`` without DeepSpeed).
+  rank's partition and the barriers DeepSpeed makes inside it, so a rank that writes fast also
+  waits here for the slowest; ``optimizer.pt`` without DeepSpeed).
 - ``rng``: ``_save_rng_state``.
-- ``rest_of_save``: the rest of ``_save_checkpoint`` (``trainer_state.json``, the pinned blocks'
-  release: ``pinned_save.py``).
+- ``rest_of_save``: the rest of ``_save_checkpoint`` (``store_flos``, TRL's model card,
+  ``trainer_state.json``, the pinned blocks' release: ``pinned_save.py``).
 - ``wait_for_ranks``: the barrier before the completion marker: how far this rank finished
   ahead of the slowest.
 - ``marker_and_retention``: rank 0's marker and the removal of older checkpoints.
