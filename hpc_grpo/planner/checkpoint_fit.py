@@ -81,6 +81,7 @@ def check_checkpoints(site: SiteProfile, spec: JobSpec, arch: ModelArch | None,
             keep, line = size_limit(size.one, free_bytes, DEFAULT_SAVE_TOTAL_LIMIT, where)
             size = size_checkpoint(replace(request, save_total_limit=max(1, keep)))
             problem, sized = ("", (keep, line)) if keep else (line, (1, ""))
+    verdict = ""
     if free_bytes is not None:
         verdict, warning = disk_verdict(size, free_bytes, where)
         problem = verdict or problem  # not even one checkpoint fits: that first
@@ -88,9 +89,12 @@ def check_checkpoints(site: SiteProfile, spec: JobSpec, arch: ModelArch | None,
             warnings.append(f"checkpoints: {warning}")
     if problem and not schedules_saves(spec):
         # save_strategy "no" (a benchmark, a run that wants no checkpoints): only a stop saves,
-        # and the rank skips a save that cannot fit (DiskSpaceCallback), so the run is not refused
-        warnings.append(f"checkpoints do not fit: {problem}: save_strategy is \"no\", so only a "
-                        "stop saves, and that save will be skipped: a requeue restarts from step 0")
+        # one checkpoint at a time, and the rank skips a save that cannot fit (DiskSpaceCallback)
+        warnings.append(
+            f"checkpoints do not fit: {problem}: save_strategy is \"no\", so only a stop saves, "
+            "and that save will be skipped: a requeue restarts from step 0" if verdict else
+            f"checkpoints: {problem}: save_strategy is \"no\": only stops save, and a stop's save "
+            "that does not fit beside the previous stop's checkpoint is skipped")
         problem = ""
     if problem:
         problem = f"checkpoints do not fit: {problem}"

@@ -37,7 +37,8 @@ def ensure_builtin_model(name: str, python: str) -> bool:
     if not name.startswith("builtin:"):
         return False
     target = inputs.builtin_model_dir(name, registry.home_dir())
-    if (target / "config.json").exists():
+    if (target / "config.json").exists() and inputs.has_weights(target):
         return False
+    # a build killed half-way (save_pretrained writes config.json first): built again
     write_example_model(name.split(":", 1)[1], target, python)
     return True

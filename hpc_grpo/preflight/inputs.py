@@ -57,7 +57,7 @@ def resolve_model(name: str, home: Path) -> ModelRef:
     """A local folder (checked), a built-in example model, a catalogue name or a hub id."""
     if name.startswith("builtin:"):
         folder = builtin_model_dir(name, home)
-        if (folder / "config.json").exists():
+        if (folder / "config.json").exists() and has_weights(folder):  # else built (again) by submit
             return _local_model(folder)
         # built by submit; planned from the shape it will be built with
         return ModelRef(str(folder), local=True, arch=builtin_arch(folder.name),
@@ -107,20 +107,28 @@ def _local_model(path: Path) -> ModelRef:
 
 
 # A model folder's weights as transformers reads them: safetensors or torch files, sharded or
-# not (the index names the shards), or a LoRA adapter's file
-_WEIGHT_FILES = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
+# not (the index names the shards), or a LoRA adapter's file. Named, not ``*.bin``: every Trainer
+# checkpoint holds training_args.bin, which is not weights
+_WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "adapter_model.bin",
+                 "*.safetensors.index.json", "*.bin.index.json")
+
+
+def has_weights(path: Path) -> bool:
+    return any(next(path.glob(pattern), None) for pattern in _WEIGHT_FILES)
 
 
 def _refuse_without_weights(path: Path) -> None:
     """A folder without weights would fail on the nodes after the queue wait. The common case is
     a full-parameter DeepSpeed checkpoint given as the model: its weights are ZeRO shards
     (``global_step*/``), which transformers cannot load; ``hpc-grpo export`` writes the model."""
-    if any(next(path.glob(pattern), None) for pattern in _WEIGHT_FILES):
+    if has_weights(path):
         return
     deepspeed = (path / "latest").is_file() or any(path.glob("global_step*"))
     if not deepspeed:
-        raise UserError(f"model folder {path} has no weights (no *.safetensors or *.bin files)",
-                        field="model", hint="give the folder save_pretrained wrote, or a hub id")
+        raise UserError(f"model folder {path} has no weights (no *.safetensors or "
+                        "pytorch_model*.bin files)", field="model",
+                        hint="give the folder save_pretrained wrote, or a hub id")
+    path = path.resolve()  # `--model .` inside the checkpoint still names its run
     checkpoint = re.fullmatch(r"checkpoint-(\d+)", path.name)
     run = path.parent.parent if checkpoint and path.parent.name == "checkpoints" else None
     command = (f"hpc-grpo export {run} --step {checkpoint.group(1)}" if run and checkpoint

@@ -207,7 +207,7 @@ def test_lora_cold_cache_restart() -> None:
     assert [s["step"] for s in steps] == [1, 2, 3, 4], steps  # no step lost, none twice
     assert steps[:2] == second["steps"][:2], (steps, second["steps"])  # warm: bit-equal
     assert pushes >= 2, f"{log}: the first weight push check on each attempt ({pushes})"
-    assert_cold_first_step(rows[2], second["rows"])
+    assert_cold_first_step(rows[2], second.get("rows") or [])
 
 
 def assert_cold_first_step(ours: dict[str, Any], control: list[dict[str, Any]]) -> None:
@@ -219,5 +219,8 @@ def assert_cold_first_step(ours: dict[str, Any], control: list[dict[str, Any]]) 
     if ours["reward_mean"] == theirs["reward_mean"]:
         assert abs(ours["loss"] - theirs["loss"]) <= LOSS_RTOL * abs(theirs["loss"]) + 1e-7, (
             ours, theirs)
-    widest = max(r["vllm_logp_diff_mean"] for r in control if r.get("vllm_logp_diff_mean"))
-    assert ours["vllm_logp_diff_mean"] <= LOGP_GAP_SLACK * widest, (ours, widest)
+    gaps = [r.get("vllm_logp_diff_mean") for r in control]
+    gaps = [g for g in gaps if g is not None]
+    assert gaps and ours.get("vllm_logp_diff_mean") is not None, (
+        "no vllm_logp_diff_mean in metrics.jsonl: TRL's importance-sampling correction is off?")
+    assert ours["vllm_logp_diff_mean"] <= LOGP_GAP_SLACK * max(gaps), (ours, max(gaps))

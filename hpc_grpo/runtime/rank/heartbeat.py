@@ -90,6 +90,10 @@ class Heartbeat:
                     steps_done=int(self.record["steps_done"]) + 1, mark=0, block="",
                     step_s=None if took is None else round(took, 3), slowest_s=slowest)
 
+    def saving(self) -> None:
+        """A save that starts outside a step end (an epoch end)."""
+        self._write(phase="saving")
+
     def saved(self) -> None:
         self.step_start = time.time()  # the next step's time starts after the save
         self._write(phase="training")
@@ -145,6 +149,13 @@ def install(trainer: Any) -> None:
 
         def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
             beat.step_end(int(state.global_step), bool(control.should_save))
+            return control
+
+        def on_epoch_end(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
+            # save_strategy epoch decides here (after the marker's dedupe and the disk check):
+            # the stall watchdog's limit then allows for the save
+            if control.should_save:
+                beat.saving()
             return control
 
         def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> Any:

@@ -8,6 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from hpc_grpo.cli import main
+from hpc_grpo.errors import UserError
+from hpc_grpo.preflight import builtin_model, inputs
 from tests.unit.slurmfake import FakeSlurm
 
 
@@ -106,6 +108,8 @@ def test_a_deepspeed_checkpoint_as_the_model_is_refused_with_the_export_command(
     (folder / "latest").write_text("global_step40")
     (folder / "config.json").write_text("{}")
     (folder / "tokenizer.json").write_text("{}")
+    for name in ("training_args.bin", "scheduler.pt", "rng_state_0.pth", "trainer_state.json"):
+        (folder / name).write_bytes(b"x")  # what every Trainer checkpoint holds beside
     code, err, root = run(tmp_path, "--site", "sandbox", "--model", str(folder))
     assert_refused(code, err, root, fake_slurm, "DeepSpeed checkpoint", "ZeRO shards",
                    f"hpc-grpo export {run_dir} --step 40")
@@ -186,3 +190,31 @@ def test_trl_spelling_of_train_by_epochs_is_accepted(tmp_path: Path) -> None:
                                        "--set", "max_steps=-1"])
     assert result.exit_code == 0, result.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_export_hint_names_the_run_from_a_relative_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "grpo-old-0002" / "checkpoints" / "checkpoint-7"
+    (folder / "global_step7").mkdir(parents=True)
+    for name in ("latest", "config.json", "tokenizer.json", "training_args.bin"):
+        (folder / name).write_text("{}")
+    monkeypatch.chdir(folder)
+    with pytest.raises(UserError) as caught:
+        inputs.resolve_model(".", tmp_path / "home")
+    assert f"hpc-grpo export {tmp_path / 'grpo-old-0002'} --step 7" in (caught.value.hint or "")
+
+
+def test_a_builtin_model_whose_build_was_killed_is_built_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HPC_GRPO_HOME", str(tmp_path / "home"))
+    target = inputs.builtin_model_dir("builtin:tiny", tmp_path / "home")
+    target.mkdir(parents=True)
+    (target / "config.json").write_text("{}")  # save_pretrained writes it first
+    built: list[str] = []
+    monkeypatch.setattr(builtin_model, "write_example_model",
+                        lambda shape, folder, python: built.append(shape) or folder)
+    assert builtin_model.ensure_builtin_model("builtin:tiny", "python3") is True
+    assert built == ["tiny"]
+    (target / "model.safetensors").write_bytes(b"")
+    assert builtin_model.ensure_builtin_model("builtin:tiny", "python3") is False
+    assert built == ["tiny"]

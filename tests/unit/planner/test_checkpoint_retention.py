@@ -117,3 +117,9 @@ def test_save_strategy_no_is_not_refused_when_no_checkpoint_fits(
     plan = api.prepare(_request(tmp_path / "runs", save_strategy="no", save_total_limit=1)).plan
     assert not plan.checkpoint_problem
     assert any("only a stop saves" in w and "no save can complete" in w for w in plan.warnings)
+    _free(monkeypatch, int(1.5 * one) + GIB)  # one fits, two do not: a first stop's save completes
+    plan = api.prepare(_request(tmp_path / "runs", save_strategy="no")).plan
+    assert not plan.checkpoint_problem
+    said = [w for w in plan.warnings if "save_strategy is \"no\"" in w]
+    assert said and "beside the previous stop's checkpoint" in said[0]
+    assert "restarts from step 0" not in said[0]

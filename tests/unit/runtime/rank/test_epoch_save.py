@@ -12,7 +12,8 @@ import pytest
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from hpc_grpo.runtime.rank import checkpoints
+from hpc_grpo.runtime.node import watchdog
+from hpc_grpo.runtime.rank import checkpoints, heartbeat
 from hpc_grpo.runtime.rank.callbacks import (
     CheckpointMarkerCallback,
     DiskSpaceCallback,
@@ -49,9 +50,8 @@ class Saves(TrainerCallback):
         return control
 
 
-def _train(tmp_path: Path, max_steps: int, flag: StopFlag | None = None, stop_at: int | None = None,
-           free: int | None = None, monkeypatch: pytest.MonkeyPatch | None = None,
-           ) -> tuple[Saves, list[str]]:
+def _trainer(tmp_path: Path, max_steps: int, flag: StopFlag | None = None,
+             stop_at: int | None = None) -> tuple[Trainer, Saves, Path]:
     data = [{"x": torch.tensor([float(i), 1.0]), "y": torch.tensor(float(i % 3))} for i in range(SAMPLES)]
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -62,9 +62,15 @@ def _train(tmp_path: Path, max_steps: int, flag: StopFlag | None = None, stop_at
     cpu = torch.device("cpu")
     callbacks = [GracefulStopCallback(run_dir, flag or StopFlag(), cpu),
                  CheckpointMarkerCallback(run_dir), saves, DiskSpaceCallback(run_dir, 1000, cpu)]
+    return Trainer(model=Line(), args=args, train_dataset=data, callbacks=callbacks), saves, run_dir
+
+
+def _train(tmp_path: Path, max_steps: int, flag: StopFlag | None = None, stop_at: int | None = None,
+           free: int | None = None, monkeypatch: pytest.MonkeyPatch | None = None,
+           ) -> tuple[Saves, list[str]]:
     if free is not None and monkeypatch is not None:
         monkeypatch.setattr(checkpoints, "free_bytes", lambda output: free)
-    trainer = Trainer(model=Line(), args=args, train_dataset=data, callbacks=callbacks)
+    trainer, saves, run_dir = _trainer(tmp_path, max_steps, flag, stop_at)
     trainer.train()
     folders = sorted(p.name for p in (run_dir / "checkpoints").glob("checkpoint-*"))
     return saves, folders
@@ -93,3 +99,23 @@ def test_an_epoch_end_save_that_does_not_fit_is_skipped(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     saves, folders = _train(tmp_path, max_steps=8, free=10, monkeypatch=monkeypatch)
     assert saves.steps == [] and folders == []
+
+
+def test_the_heartbeat_says_saving_during_an_epoch_end_save(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stall watchdog allows for a checkpoint only while the phase is "saving"; an epoch-end
+    save (no step end asked for it) was timed as training."""
+    trainer, _, run_dir = _trainer(tmp_path, max_steps=6)  # epoch 1 ends at 4: an epoch-end save
+    monkeypatch.setattr(heartbeat, "BEAT", heartbeat.Heartbeat(run_dir, 0, "a1"))
+    heartbeat.install(trainer)
+    phases: list[tuple[int, str]] = []
+    save = trainer._save_checkpoint
+
+    def noting(*args: Any, **kwargs: Any) -> Any:
+        beat = watchdog.read_beats(str(run_dir), 1)[0]
+        phases.append((trainer.state.global_step, beat.phase if beat else "none"))
+        return save(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "_save_checkpoint", noting)
+    trainer.train()
+    assert phases == [(4, "saving"), (6, "saving")], phases
