@@ -11,8 +11,8 @@ from tests.gpu.test_lora_7b import KEYS
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
 # the UTC day each session's files are named by, and the machine kind
-DAYS = {34: "2026-11-26", 35: "2026-11-27", 47: "2026-11-28"}
-MACHINES = {34: "h100x2", 35: "h100x2", 47: "h200"}
+DAYS = {34: "2026-11-26", 35: "2026-11-27", 47: "2026-11-28", 48: "2026-11-29"}
+MACHINES = {34: "h100x2", 35: "h100x2", 47: "h200", 48: "h200"}
 
 
 def load(kind: str, session: int) -> Any:
