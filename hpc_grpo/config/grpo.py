@@ -120,8 +120,27 @@ def report_to_problem(value: Any) -> tuple[str, str]:
     return "", ""
 
 
+def save_strategy_problem(value: Any) -> tuple[str, str]:
+    """(problem, hint) for save_strategy; ("", "") if fine.
+
+    Why "best" is refused: transformers saves under it only where an evaluation finds a new
+    best ``metric_for_best_model``, and hpc-grpo runs no evaluation during training (the eval
+    keys are ignored: recipe_format.IGNORED), so transformers' Trainer would refuse the missing
+    metric on every rank after the queue wait. Had it run, its decision comes after every
+    callback has spoken, past the disk check, the all-ranks stop save and the epoch-end dedupe
+    (runtime/rank/callbacks.py). Picking the best checkpoint afterwards from metrics.jsonl
+    (export/best.py) does what users ask of it."""
+    if value == "best":
+        return ("'best' saves only when an evaluation finds a new best metric, and hpc-grpo runs "
+                "no evaluation during training",
+                "save every save_steps (save_strategy: steps) and pick the best afterwards: "
+                "hpc-grpo export RUN --best reward_mean (or eval RUN --best KEY)")
+    return "", ""
+
+
 # Checks of one field's whole value beyond its kinds and choices: (problem, hint).
-VALUE_RULES: dict[str, Callable[[Any], tuple[str, str]]] = {"report_to": report_to_problem}
+VALUE_RULES: dict[str, Callable[[Any], tuple[str, str]]] = {
+    "report_to": report_to_problem, "save_strategy": save_strategy_problem}
 
 _WORDS = {"none": "null", "dict": "a mapping", "any": "anything"}
 

@@ -100,3 +100,28 @@ def test_qlora_on_a_cpu_site_is_refused_before_anything_is_written(fake: FakeSlu
     again = CliRunner().invoke(main, ["plan", "--site", "sandbox", "--nodes", "2", "--recipe",
                                       str(recipe)])
     assert again.exit_code == 0, again.output  # plain LoRA is fine on CPU
+
+
+def test_save_strategy_best_from_an_open_r1_style_recipe_is_refused_before_submit(
+        fake: FakeSlurm, tmp_path: Path) -> None:
+    """A recipe written for a trainer that evaluates (save_strategy best with its metric, as HF
+    fine-tuning recipes write it): hpc-grpo runs no evaluation, drops the eval keys with a note,
+    and transformers' Trainer would then refuse 'best' without a metric on every rank after the
+    queue wait. Refused here, in one line that names the way to the best checkpoint."""
+    recipe = tmp_path / "best.yaml"
+    recipe.write_text(f"model_name_or_path: {MODEL}\nmax_steps: 4\nsave_strategy: best\n"
+                      "eval_strategy: steps\neval_steps: 2\nmetric_for_best_model: reward\n"
+                      "load_best_model_at_end: true\n")
+    root = tmp_path / "runs"
+    result = CliRunner().invoke(main, ["submit", "--site", "sandbox", "--nodes", "2", "--recipe",
+                                       str(recipe), "--output-root", str(root), "--no-wait"])
+    assert result.exit_code == 2, result.output
+    said = [line for line in result.output.splitlines() if line.strip()]
+    refusals = [line for line in said if line.startswith("error:")]
+    assert len(refusals) == 1 and "save_strategy: 'best'" in refusals[0], said
+    assert "hpc-grpo export RUN --best reward_mean" in refusals[0]
+    assert "Traceback" not in result.output and fake.calls("sbatch") == []
+    assert not root.exists() or [p for p in root.iterdir() if not p.name.startswith(".")] == []
+    again = CliRunner().invoke(main, ["plan", "--site", "sandbox", "--nodes", "2", "--recipe",
+                                      str(recipe), "--set", "save_strategy=steps"])
+    assert again.exit_code == 0, again.output  # --set takes it back without editing the recipe

@@ -135,3 +135,28 @@ def test_a_single_problem_stays_one_user_error() -> None:
 def test_true_is_not_a_strategy_and_false_stays_false_where_no_is_no_choice() -> None:
     assert "got bool True" in one("save_strategy", True)[1]
     assert "got bool False" in one("lr_scheduler_type", False)[1]
+
+
+def test_save_strategy_best_is_refused_with_the_way_to_the_best_checkpoint() -> None:
+    _, problem, hint = one("save_strategy", "best")
+    assert "no evaluation during training" in problem
+    assert "--best reward_mean" in hint
+    for fine in ("steps", "epoch", "no"):
+        assert one("save_strategy", fine)[1] == "", fine
+
+
+def test_premise_transformers_decides_a_best_save_after_the_callbacks() -> None:
+    """Why 'best' cannot be planned like the others (config/grpo.py, save_strategy_problem):
+    transformers sets should_save from the evaluation in _maybe_log_save_evaluate, after the
+    step-end callbacks that check the disk and agree on the stop's save; and its Trainer
+    refuses 'best' without metric_for_best_model, a key hpc-grpo drops. If transformers
+    changes either, revisit the rule."""
+    import inspect
+
+    from transformers import Trainer
+
+    decide = inspect.getsource(Trainer._maybe_log_save_evaluate)
+    assert "self.control.should_save = is_new_best_metric" in decide
+    assert decide.index("should_evaluate") < decide.index("self._save_checkpoint")
+    assert "metric_for_best_model` must be provided when using 'best'" in \
+        inspect.getsource(Trainer.__init__) + inspect.getsource(Trainer)
