@@ -7,8 +7,10 @@ check reads the folder with transformers (fp32 arithmetic, on the GPU) and with 
 pass. Run with the same ``HPC_GRPO_RESULTS`` and ``HPC_GRPO_WORK`` as the test that left it:
 
 - ``-k zero3``: after ``tests/gpu/test_memory_phases.py -k "offload and 1.5b-2rank"`` (1.5B,
-  ZeRO-3 + optimizer offload, two ranks: DeepSpeed's shards only, no model file); then
-  ``hpc-grpo eval`` of the run (its export) on the run's dataset, generated through vLLM.
+  ZeRO-3 + optimizer offload, two ranks: DeepSpeed's shards only, no model file; on a one-GPU
+  machine ``-k "offload and 1.5b-1rank"``, the same with one rank); then ``hpc-grpo eval`` of
+  the run (its export) on the run's dataset, generated through vLLM, and of the checkpoint
+  itself (``--step``) through transformers, which reads the shards without an export.
 - ``-k lora``: after ``tests/gpu/test_lora_7b.py -k lora_reference`` (7B, LoRA on one GPU):
   the run's final adapter merged into the base.
 Each export folder is deleted at the end (the 7B's is 15 GB).
@@ -57,24 +59,35 @@ def _assert_checked(result: dict[str, Any]) -> None:
 
 @needs_gpu
 def test_zero3_offload_export_read_by_vllm_then_eval_through_vllm() -> None:
-    saved = _saved("memory-offload-1.5b-2ranks")
+    saved = _saved("memory-offload-1.5b-2ranks") or _saved("memory-offload-1.5b")
     assert saved, 'run tests/gpu/test_memory_phases.py -k "offload and 1.5b-2rank" first'
     run_dir = Path(saved["run_dir"])
     shards = sorted(p.name for p in run_dir.glob("checkpoints/checkpoint-*/*"))
-    result = {"source": saved["deepspeed"], "checkpoint_files": shards,
-              "export": _export(run_dir, "zero3-1.5b")}
-    started = time.time()
-    proc = _cli("eval", str(run_dir), "--limit", "32", "--num-samples", "4", "--json")
-    record = json.loads(Path(json.loads(proc.stdout)["path"]).read_text()) if proc.returncode == 0 else {}
-    result["eval"] = {"exit": proc.returncode, "wall_s": round(time.time() - started, 1),
-                      "record": record, "stderr_tail": proc.stderr[-2000:]}
-    _save("export-zero3-offload-1.5b", result)
+    steps = sorted(int(p.name.split("-")[1]) for p in run_dir.glob("checkpoints/checkpoint-*"))
+    assert steps, f"{run_dir} kept no checkpoint (tests/gpu/test_memory_phases.py KEEPS_CHECKPOINT)"
+    result = {"source": saved["deepspeed"], "ranks": saved.get("ranks"),
+              "checkpoint_files": shards, "export": _export(run_dir, "zero3-1.5b")}
+    result["eval"] = _eval(run_dir, "--limit", "32", "--num-samples", "4")
+    result["eval_shards"] = _eval(run_dir, "--step", str(steps[-1]), "--engine", "transformers",
+                                  "--limit", "8", "--num-samples", "1", "--max-new-tokens", "32")
+    _save("export-zero3-offload-1.5b" + ("-1rank" if saved.get("ranks") == 1 else ""), result)
     shutil.rmtree(result["export"]["target"], ignore_errors=True)
     assert not any(name == "model.safetensors" for name in shards), shards  # shards only
     _assert_checked(result["export"])
     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # kept for another try otherwise
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert record["engine"] == "vllm" and record["prompts"] == 32, record
+    for key, engine, prompts in (("eval", "vllm", 32), ("eval_shards", "transformers", 8)):
+        run = result[key]
+        assert run["exit"] == 0, run["stderr_tail"]
+        assert run["record"]["engine"] == engine and run["record"]["prompts"] == prompts, run
+
+
+def _eval(run_dir: Path, *args: str) -> dict[str, Any]:
+    started = time.time()
+    proc = _cli("eval", str(run_dir), *args, "--json")
+    record = json.loads(Path(json.loads(proc.stdout)["path"]).read_text()) \
+        if proc.returncode == 0 else {}
+    return {"args": list(args), "exit": proc.returncode, "wall_s": round(time.time() - started, 1),
+            "record": record, "stderr_tail": proc.stderr[-2000:]}
 
 
 @needs_gpu
