@@ -118,3 +118,29 @@ def test_the_docs_quote_the_json() -> None:
     section = docs_section(HEADING)
     missing = [q for q in quoted if q not in section]
     assert not missing, missing
+
+
+def test_the_zero3_checkpoint_was_evaluated_from_its_shards_and_exported() -> None:
+    run = _json("export-zero3-offload-1.5b-1rank")
+    assert run["ranks"] == 1 and run["source"]["zero_stage"] == 3
+    assert "global_step3" in run["checkpoint_files"]
+    assert "model.safetensors" not in run["checkpoint_files"]  # the shards alone
+    shards = run["eval_shards"]
+    assert shards["exit"] == 0 and "--step" in shards["args"]
+    assert shards["record"]["engine"] == "transformers"
+    assert shards["record"]["subject"]["layout"] == "zero"
+    assert run["eval"]["record"]["engine"] == "vllm"
+    assert run["eval"]["record"]["subject"]["label"] == "export step-3"  # the export, not the shards
+    check = run["export"]["entry"]["check"]
+    assert check["passed"] and check["vllm"]["passed"]
+    second = _json("memory-offload-1.5b-1rank-second")
+    node = second["host_peak_detail"]["node_used_peak_less_start_gib"]
+    assert abs(second["planned_host_gib"] - node) <= 0.10 * node
+    section = docs_section(HEADING)
+    for quoted in (f"{shards['wall_s']:.1f} s, reward mean {shards['record']['reward']['mean']}",
+                   f"mean {check['vllm']['mean_abs_diff']:.4f} (tolerance",
+                   f"{run['eval']['wall_s']:.1f} s, reward mean "
+                   f"{run['eval']['record']['reward']['mean']:.2f}",
+                   f"node {node:.2f}, PSS {second['measured_host_pss_peak_gib']:.2f} GiB",
+                   f"({run['export']['wall_s']:.1f} s, {run['export']['bytes'] / 1e9:.2f} GB folder)"):
+        assert quoted in section, quoted

@@ -8,7 +8,7 @@ Two kinds of saved measurement (docs/results):
   1.5B and 7B on 1 rank of a 2 x H100 node (2026-11-26, measured after that fit; the 7B one in
   session 32, 122.55 GiB against the plan's 126.43, whose pinned sub-group count was matched to
   the first 7B one-rank run's pinned allocator, not to this node total), and 1.5B on 1 rank of
-  a one-H200 machine (session 48, measured on a machine kind this case had not run on, with no
+  a one-H200 machine (session 48, twice, measured on a machine kind this case had not run on, with no
   change to the model). Held within 10 %.
 * The first 7B one-rank run on the H100 node, whose sampler was cut off (``RANK_PEAK``): only
   the rank's own peak RSS (VmHWM) is known, a lower bound of the node's count; the plan must lie
@@ -50,6 +50,8 @@ CLEAN = [
     ("2026-11-26-memory-offload-1.5b-1rank-h100x2.json", NODE, "qwen2-1.5b", 1, 3, True),
     ("2026-11-26-memory-offload-7b-1rank-h100x2.json", NODE, "qwen2-7b", 1, 3, True),
     ("2026-11-29-memory-offload-1.5b-1rank-h200-session48.json", NODE, "qwen2-1.5b", 1, 3, True),
+    ("2026-11-29-memory-offload-1.5b-1rank-second-h200-session48.json", NODE, "qwen2-1.5b", 1, 3,
+     True),
 ]
 RANK_PEAK = ("2026-11-26-memory-offload-7b-1rank-partial-h100x2.json",
              ("measured_rank_vmhwm_gib",), "qwen2-7b", 1, 3, True)
