@@ -9,6 +9,13 @@ imports are grouped as the rank groups them (rank/process_group.py, rank/train.p
 
 Run: ``python benchmarks/bench_rank_imports.py [--rounds 3] [--deepspeed] [--vllm]``
 (``--vllm`` on a GPU machine with vLLM installed: TRL's trainer then imports it).
+
+The interpreters get the ranks' bytecode environment (runtime/node/bytecode.py ``ranks_env``,
+under ``--output-root``, default a temporary folder; the first, untimed import fills it), as a
+node task gives it: where the packages were installed without bytecode and
+``PYTHONDONTWRITEBYTECODE`` is set (the lent GPU machines), an interpreter without it compiles
+every module from source at every import: session 48 measured that by mistake (20 s a round
+where the ranks spent 8-10 s). ``--as-installed`` leaves the environment as it is.
 """
 
 from __future__ import annotations
@@ -19,6 +26,10 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
+
+from hpc_grpo.runtime.node.bytecode import ranks_env
 
 RANK_IMPORTS = """
 import os, sys, time
@@ -41,8 +52,8 @@ print(round(time.perf_counter() - began, 3))
 """
 
 
-def timed(paused: bool, extra: list[str]) -> float:
-    env = dict(os.environ, HPC_GRPO_STARTUP_HEAP="1" if paused else "0")
+def timed(paused: bool, extra: list[str], base: dict[str, str]) -> float:
+    env = dict(base, HPC_GRPO_STARTUP_HEAP="1" if paused else "0")
     out = subprocess.run([sys.executable, "-c", RANK_IMPORTS, *extra], env=env, check=True,
                          capture_output=True, text=True).stdout
     return float(out.strip().splitlines()[-1])
@@ -53,22 +64,40 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--deepspeed", action="store_true")
     parser.add_argument("--vllm", action="store_true")
+    parser.add_argument("--output-root", type=Path, default=None,
+                        help="where the ranks' bytecode cache goes (default: a temporary folder)")
+    parser.add_argument("--as-installed", action="store_true",
+                        help="no bytecode cache: the environment as it is")
     args = parser.parse_args()
     extra = [name for name in ("deepspeed", "vllm") if getattr(args, name)]
-    timed(True, extra)  # a first import fills the page cache for both
-    running, paused = [], []
-    for round_ in range(1, args.rounds + 1):
+    with tempfile.TemporaryDirectory(prefix="bench-imports-") as scratch:
+        root = args.output_root or Path(scratch)
+        added = {} if args.as_installed else ranks_env(root, os.environ)
+        base = {**os.environ, **added}
+        shown = added or ("as installed (--as-installed)" if args.as_installed else
+                          "as installed (every package has its bytecode, or a prefix is set)")
+        print(f"bytecode: {shown}", flush=True)
+        result = _rounds(args.rounds, extra, base)
+    result["bytecode_env"] = added
+    result["as_installed"] = bool(args.as_installed)
+    print(json.dumps(result))
+
+
+def _rounds(rounds: int, extra: list[str], base: dict[str, str]) -> dict[str, object]:
+    timed(True, extra, base)  # a first import fills the page cache (and bytecode cache) for both
+    running: list[float] = []
+    paused: list[float] = []
+    for round_ in range(1, rounds + 1):
         order = (False, True) if round_ % 2 else (True, False)
         for is_paused in order:
-            (paused if is_paused else running).append(timed(is_paused, extra))
+            (paused if is_paused else running).append(timed(is_paused, extra, base))
         print(f"round {round_}: collector running {running[-1]:.2f} s, paused {paused[-1]:.2f} s",
               flush=True)
-    result = {"imports": ["torch", *extra, "trl GRPOConfig", "trl GRPOTrainer"],
-              "running_s": running, "paused_s": paused,
-              "running_mean_s": round(statistics.mean(running), 3),
-              "paused_mean_s": round(statistics.mean(paused), 3),
-              "paused_over_running": round(statistics.mean(paused) / statistics.mean(running), 3)}
-    print(json.dumps(result))
+    return {"imports": ["torch", *extra, "trl GRPOConfig", "trl GRPOTrainer"],
+            "running_s": running, "paused_s": paused,
+            "running_mean_s": round(statistics.mean(running), 3),
+            "paused_mean_s": round(statistics.mean(paused), 3),
+            "paused_over_running": round(statistics.mean(paused) / statistics.mean(running), 3)}
 
 
 if __name__ == "__main__":
