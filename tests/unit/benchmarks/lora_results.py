@@ -32,3 +32,30 @@ def docs_section(heading: str) -> str:
     text = (DOCS / "benchmarks.md").read_text()
     start = text.index(heading)
     return " ".join(text[start:text.index("\n## ", start)].split())
+
+
+def assert_warm_under_half_of_cold(session: int) -> None:
+    """#29's restart goal on a session's cold run: the warm restart (the fastest of the resumed
+    run's) to first new step at most half the cold one, and the saved ratio the one they give."""
+    cold = load("cold", session)
+    times = cold["restart_first_new_step_s"]
+    assert times["warm"] == min(load("resumed", session)["warm_restart_first_new_step_s"])
+    assert 0 < times["warm"] <= 0.5 * times["cold"]
+    assert cold["warm_over_cold"] == round(times["warm"] / times["cold"], 3)
+
+
+def assert_warm_chain_equal(session: int) -> None:
+    """A session's warm chain: stopped by SIGUSR2 after steps 2 and 4, resumed twice, every step
+    equal to the uninterrupted second run's, which the (cold-compiled) reference equals too, and
+    the final adapter's 112 tensors equal to both runs' bit for bit."""
+    resumed, second, reference = (load("resumed", session), load("second", session),
+                                  load("reference", session))
+    assert [(a["phase"], a["step"]) for a in resumed["attempts"]] == [
+        ("interrupted", 2), ("interrupted", 4), ("done", 6)]
+    assert {a["stop_cause"] for a in resumed["attempts"][:2]} == {"user signal"}
+    assert len(second["steps"]) == 6 and resumed["steps"] == second["steps"]
+    ref = [{k: r.get(k) for k in ("step", "reward_mean", "reward_std", "loss")}
+           for r in reference["steps"]]
+    assert ref == second["steps"]
+    equal = {"tensors": 112, "only_one": [], "unequal": 0, "max_abs_diff": 0.0}
+    assert resumed["adapter_against_second"] == equal == resumed["adapter_against_reference"]

@@ -8,7 +8,7 @@ step 1 is the warm runs' step 1 of session 34 and the other way round."""
 from __future__ import annotations
 
 from tests.gpu.test_lora_7b import LOSS_RTOL
-from tests.unit.benchmarks.lora_results import docs_section, load
+from tests.unit.benchmarks.lora_results import assert_warm_under_half_of_cold, docs_section, load
 
 
 def test_the_warm_chain_equals_the_second_run_bit_for_bit() -> None:
@@ -31,10 +31,7 @@ def test_the_cold_cache_restart_keeps_rewards_and_moves_the_loss() -> None:
 
 
 def test_restart_warm_under_half_of_cold() -> None:
-    times = load("cold", 35)["restart_first_new_step_s"]
-    assert times["warm"] == min(load("resumed", 35)["warm_restart_first_new_step_s"])
-    assert 0 < times["warm"] <= 0.5 * times["cold"]
-    assert load("cold", 35)["warm_over_cold"] == round(times["warm"] / times["cold"], 3)
+    assert_warm_under_half_of_cold(35)
 
 
 def test_the_two_engines_step_1_swapped_between_sessions() -> None:

@@ -11,7 +11,12 @@ from statistics import mean, median
 from typing import Any
 
 from tests.gpu.test_lora_7b import assert_cold_first_step
-from tests.unit.benchmarks.lora_results import docs_section, load
+from tests.unit.benchmarks.lora_results import (
+    assert_warm_chain_equal,
+    assert_warm_under_half_of_cold,
+    docs_section,
+    load,
+)
 from tests.unit.planner import test_speed_calibration as calibration
 
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
@@ -29,16 +34,7 @@ def _bench() -> dict[str, Any]:
 
 
 def test_the_warm_chain_and_the_cold_reference_equal_the_second_run() -> None:
-    resumed, second, reference = load("resumed", 47), load("second", 47), load("reference", 47)
-    assert [(a["phase"], a["step"]) for a in resumed["attempts"]] == [
-        ("interrupted", 2), ("interrupted", 4), ("done", 6)]
-    assert {a["stop_cause"] for a in resumed["attempts"][:2]} == {"user signal"}
-    assert len(second["steps"]) == 6 and resumed["steps"] == second["steps"]
-    ref = [{k: r.get(k) for k in ("step", "reward_mean", "reward_std", "loss")}
-           for r in reference["steps"]]
-    assert ref == second["steps"]  # the cold-compiled reference too, unlike sessions 34-35
-    equal = {"tensors": 112, "only_one": [], "unequal": 0, "max_abs_diff": 0.0}
-    assert resumed["adapter_against_second"] == equal == resumed["adapter_against_reference"]
+    assert_warm_chain_equal(47)  # the cold-compiled reference too, unlike sessions 34-35
 
 
 def test_the_cold_restart_moved_step_3_and_passes_the_variant_free_checks() -> None:
@@ -57,11 +53,7 @@ def test_the_cold_restart_moved_step_3_and_passes_the_variant_free_checks() -> N
 
 
 def test_restart_warm_under_half_of_cold() -> None:
-    cold = load("cold", 47)
-    times = cold["restart_first_new_step_s"]
-    assert times["warm"] == min(load("resumed", 47)["warm_restart_first_new_step_s"])
-    assert 0 < times["warm"] <= 0.5 * times["cold"]
-    assert cold["warm_over_cold"] == round(times["warm"] / times["cold"], 3)
+    assert_warm_under_half_of_cold(47)
 
 
 def test_hpc_grpo_beside_bare_trl_and_the_ratios_the_bench_printed() -> None:

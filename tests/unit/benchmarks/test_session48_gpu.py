@@ -12,7 +12,12 @@ from statistics import mean
 from typing import Any
 
 from tests.gpu.test_lora_7b import assert_cold_first_step
-from tests.unit.benchmarks.lora_results import docs_section, load
+from tests.unit.benchmarks.lora_results import (
+    assert_warm_chain_equal,
+    assert_warm_under_half_of_cold,
+    docs_section,
+    load,
+)
 
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 HEADING = "## 2026-11-29 (session 48), GPU"
@@ -28,16 +33,7 @@ def _cold_rows() -> list[dict[str, Any]]:
 
 
 def test_the_warm_chain_equals_the_uninterrupted_runs() -> None:
-    resumed, second, reference = load("resumed", 48), load("second", 48), load("reference", 48)
-    assert [(a["phase"], a["step"]) for a in resumed["attempts"]] == [
-        ("interrupted", 2), ("interrupted", 4), ("done", 6)]
-    assert {a["stop_cause"] for a in resumed["attempts"][:2]} == {"user signal"}
-    assert len(second["steps"]) == 6 and resumed["steps"] == second["steps"]
-    ref = [{k: r.get(k) for k in ("step", "reward_mean", "reward_std", "loss")}
-           for r in reference["steps"]]
-    assert ref == second["steps"]
-    equal = {"tensors": 112, "only_one": [], "unequal": 0, "max_abs_diff": 0.0}
-    assert resumed["adapter_against_second"] == equal == resumed["adapter_against_reference"]
+    assert_warm_chain_equal(48)
 
 
 def test_the_cold_restart_passes_the_new_checks_and_this_time_equals_the_second_run() -> None:
@@ -62,11 +58,7 @@ def test_the_two_sessions_cold_compiles_chose_different_numerics_from_step_1() -
 
 
 def test_restart_warm_under_half_of_cold() -> None:
-    cold = load("cold", 48)
-    times = cold["restart_first_new_step_s"]
-    assert times["warm"] == min(load("resumed", 48)["warm_restart_first_new_step_s"])
-    assert 0 < times["warm"] <= 0.5 * times["cold"]
-    assert cold["warm_over_cold"] == round(times["warm"] / times["cold"], 3)
+    assert_warm_under_half_of_cold(48)
 
 
 def test_the_merged_export_passed_both_checks() -> None:

@@ -80,6 +80,17 @@ def test_the_same_run_id_in_two_output_roots(fake: FakeSlurm, tmp_path: Path) ->
         str(second.run_dir)]
 
 
+def _refused_at_submit(fake: FakeSlurm, recipe: Path, root: Path) -> list[str]:
+    """``submit`` of ``recipe`` on the two-node sandbox: refused (exit 2) before sbatch, with no
+    traceback and nothing in the output root; the lines it said."""
+    result = CliRunner().invoke(main, ["submit", "--site", "sandbox", "--nodes", "2", "--recipe",
+                                       str(recipe), "--output-root", str(root), "--no-wait"])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and fake.calls("sbatch") == []
+    assert not root.exists() or [p for p in root.iterdir() if not p.name.startswith(".")] == []
+    return [line for line in result.output.splitlines() if line.strip()]
+
+
 def test_qlora_on_a_cpu_site_is_refused_before_anything_is_written(fake: FakeSlurm,
                                                                     tmp_path: Path) -> None:
     """An open-r1 style recipe asking for QLoRA on the (CPU) sandbox: bitsandbytes' 4-bit
@@ -87,15 +98,9 @@ def test_qlora_on_a_cpu_site_is_refused_before_anything_is_written(fake: FakeSlu
     recipe = tmp_path / "qlora.yaml"
     recipe.write_text(f"model_name_or_path: {MODEL}\nuse_peft: true\nload_in_4bit: true\n"
                       "lora_r: 16\nlora_alpha: 32\nmax_steps: 4\n")
-    root = tmp_path / "runs"
-    result = CliRunner().invoke(main, ["submit", "--site", "sandbox", "--nodes", "2", "--recipe",
-                                       str(recipe), "--output-root", str(root), "--no-wait"])
-    assert result.exit_code == 2, result.output
-    said = [line for line in result.output.splitlines() if line.strip()]
+    said = _refused_at_submit(fake, recipe, tmp_path / "runs")
     assert len(said) == 1 and "load_in_4bit (QLoRA) needs CUDA GPUs" in said[0], said
-    assert "drop load_in_4bit" in said[0] and "Traceback" not in result.output
-    assert fake.calls("sbatch") == []
-    assert not root.exists() or [p for p in root.iterdir() if not p.name.startswith(".")] == []
+    assert "drop load_in_4bit" in said[0]
     recipe.write_text(recipe.read_text().replace("load_in_4bit: true", "load_in_4bit: false"))
     again = CliRunner().invoke(main, ["plan", "--site", "sandbox", "--nodes", "2", "--recipe",
                                       str(recipe)])
@@ -112,16 +117,10 @@ def test_save_strategy_best_from_an_open_r1_style_recipe_is_refused_before_submi
     recipe.write_text(f"model_name_or_path: {MODEL}\nmax_steps: 4\nsave_strategy: best\n"
                       "eval_strategy: steps\neval_steps: 2\nmetric_for_best_model: reward\n"
                       "load_best_model_at_end: true\n")
-    root = tmp_path / "runs"
-    result = CliRunner().invoke(main, ["submit", "--site", "sandbox", "--nodes", "2", "--recipe",
-                                       str(recipe), "--output-root", str(root), "--no-wait"])
-    assert result.exit_code == 2, result.output
-    said = [line for line in result.output.splitlines() if line.strip()]
+    said = _refused_at_submit(fake, recipe, tmp_path / "runs")
     refusals = [line for line in said if line.startswith("error:")]
     assert len(refusals) == 1 and "save_strategy: 'best'" in refusals[0], said
     assert "hpc-grpo export RUN --best reward_mean" in refusals[0]
-    assert "Traceback" not in result.output and fake.calls("sbatch") == []
-    assert not root.exists() or [p for p in root.iterdir() if not p.name.startswith(".")] == []
     again = CliRunner().invoke(main, ["plan", "--site", "sandbox", "--nodes", "2", "--recipe",
                                       str(recipe), "--set", "save_strategy=steps"])
     assert again.exit_code == 0, again.output  # --set takes it back without editing the recipe
