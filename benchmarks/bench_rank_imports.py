@@ -14,8 +14,9 @@ The interpreters get the ranks' bytecode environment (runtime/node/bytecode.py `
 under ``--output-root``, default a temporary folder; the first, untimed import fills it), as a
 node task gives it: where the packages were installed without bytecode and
 ``PYTHONDONTWRITEBYTECODE`` is set (the lent GPU machines), an interpreter without it compiles
-every module from source at every import: session 48 measured that by mistake (20 s a round
-where the ranks spent 8-10 s). ``--as-installed`` leaves the environment as it is.
+every module from source at every import, likely what session 48's run without it measured
+(20 s a round where the ranks logged 8-10 s; not measured apart). ``--as-installed`` leaves the
+environment as it is.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def main() -> None:
         added = {} if args.as_installed else ranks_env(root, os.environ)
         base = {**os.environ, **added}
         shown = added or ("as installed (--as-installed)" if args.as_installed else
-                          "as installed (every package has its bytecode, or a prefix is set)")
+                          "as installed (ranks_env adds nothing here: see bytecode.py)")
         print(f"bytecode: {shown}", flush=True)
         result = _rounds(args.rounds, extra, base)
     result["bytecode_env"] = added

@@ -120,27 +120,53 @@ def report_to_problem(value: Any) -> tuple[str, str]:
     return "", ""
 
 
+def _named(value: Any) -> str:
+    """A choice as a user may type it ('Best', ' best'): the form the rules below compare; TRL
+    refuses any but the lower-case one, and the choices check then says which."""
+    return value.strip().lower() if isinstance(value, str) else ""
+
+
 def save_strategy_problem(value: Any) -> tuple[str, str]:
     """(problem, hint) for save_strategy; ("", "") if fine.
 
     Why "best" is refused: transformers saves under it only where an evaluation finds a new
     best ``metric_for_best_model``, and hpc-grpo runs no evaluation during training (the eval
-    keys are ignored: recipe_format.IGNORED), so transformers' Trainer would refuse the missing
-    metric on every rank after the queue wait. Had it run, its decision comes after every
+    keys are ignored: recipe_format.IGNORED). Without the metric (a key hpc-grpo drops)
+    transformers' Trainer refuses it on every rank after the queue wait; with one it has
+    anyway (``lr_scheduler_type`` reduce_lr_on_plateau or greedy set "loss"), no periodic
+    checkpoint is ever written. And were an evaluation run, its decision comes after every
     callback has spoken, past the disk check, the all-ranks stop save and the epoch-end dedupe
-    (runtime/rank/callbacks.py). Picking the best checkpoint afterwards from metrics.jsonl
-    (export/best.py) does what users ask of it."""
-    if value == "best":
+    (runtime/rank/callbacks.py). What is left is picking the best kept checkpoint afterwards
+    from metrics.jsonl (export/best.py), among the ``save_total_limit`` kept."""
+    if _named(value) == "best":
         return ("'best' saves only when an evaluation finds a new best metric, and hpc-grpo runs "
                 "no evaluation during training",
-                "save every save_steps (save_strategy: steps) and pick the best afterwards: "
-                "hpc-grpo export RUN --best reward_mean (or eval RUN --best KEY)")
+                "save every save_steps (save_strategy: steps), raise save_total_limit (default "
+                "3) to keep more to choose from, and pick the best afterwards: hpc-grpo export "
+                "RUN --best reward_mean (or eval RUN --best KEY)")
+    return "", ""
+
+
+# transformers steps these schedulers only after an evaluation, with its metric
+# (Trainer._evaluate); during training it skips them (its training loop).
+STEPPED_BY_EVALUATION = ("reduce_lr_on_plateau", "greedy")
+
+
+def lr_scheduler_problem(value: Any) -> tuple[str, str]:
+    """(problem, hint) for lr_scheduler_type; ("", "") if fine. Refused: the schedulers that
+    change the learning rate only on an evaluation's metric. hpc-grpo runs none, so the run
+    would train at the initial learning rate throughout, with nothing saying so."""
+    if _named(value) in STEPPED_BY_EVALUATION:
+        return (f"{_named(value)!r} changes the learning rate only after an evaluation, and "
+                "hpc-grpo runs no evaluation during training: it would stay constant",
+                "lr_scheduler_type: constant says that plainly; linear or cosine decay it by step")
     return "", ""
 
 
 # Checks of one field's whole value beyond its kinds and choices: (problem, hint).
 VALUE_RULES: dict[str, Callable[[Any], tuple[str, str]]] = {
-    "report_to": report_to_problem, "save_strategy": save_strategy_problem}
+    "report_to": report_to_problem, "save_strategy": save_strategy_problem,
+    "lr_scheduler_type": lr_scheduler_problem}
 
 _WORDS = {"none": "null", "dict": "a mapping", "any": "anything"}
 
@@ -199,11 +225,15 @@ def check_value(name: str, value: Any, field: FieldType) -> tuple[Any, str, str]
         return value, f"expected {_expected(field.kinds)}, got {shown}", ""
     if out is None and name in PLAN_NEEDS:
         return value, "must be a number: the plan sizes batches and vLLM's context from it", ""
-    if isinstance(out, str) and field.choices and out not in field.choices:
-        return value, f"{out!r} is not one of TRL's values", did_you_mean(out, field.choices)
+    # the value rules first: a choice TRL has but hpc-grpo refuses ('best', or 'Best') gets its
+    # reason, not a did-you-mean that would lead to it
     problem, hint = VALUE_RULES[name](out) if name in VALUE_RULES else ("", "")
     if problem:
         return value, problem, hint
+    if isinstance(out, str) and field.choices and out not in field.choices:
+        refused = {c for c in field.choices if name in VALUE_RULES and VALUE_RULES[name](c)[0]}
+        return value, f"{out!r} is not one of TRL's values", did_you_mean(
+            out, [c for c in field.choices if c not in refused])
     rule = RANGES.get(name)
     if rule is not None and isinstance(out, int | float) and not isinstance(out, bool) \
             and not rule.ok(out):

@@ -138,25 +138,42 @@ def test_true_is_not_a_strategy_and_false_stays_false_where_no_is_no_choice() ->
 
 
 def test_save_strategy_best_is_refused_with_the_way_to_the_best_checkpoint() -> None:
-    _, problem, hint = one("save_strategy", "best")
-    assert "no evaluation during training" in problem
-    assert "--best reward_mean" in hint
+    for typed in ("best", "Best", "BEST", " best"):
+        _, problem, hint = one("save_strategy", typed)
+        assert "no evaluation during training" in problem, typed
+        assert "--best reward_mean" in hint and "save_total_limit" in hint, typed
     for fine in ("steps", "epoch", "no"):
         assert one("save_strategy", fine)[1] == "", fine
+    _, problem, hint = one("save_strategy", "bset")  # a typo is not led to the refused value
+    assert "not one of TRL's values" in problem and "best" not in hint, hint
 
 
-def test_premise_transformers_decides_a_best_save_after_the_callbacks() -> None:
-    """Why 'best' cannot be planned like the others (config/grpo.py, save_strategy_problem):
-    transformers sets should_save from the evaluation in _maybe_log_save_evaluate, after the
-    step-end callbacks that check the disk and agree on the stop's save; and its Trainer
-    refuses 'best' without metric_for_best_model, a key hpc-grpo drops. If transformers
-    changes either, revisit the rule."""
+def test_schedulers_stepped_only_by_an_evaluation_are_refused() -> None:
+    """reduce_lr_on_plateau and greedy never step without an evaluation (transformers' training
+    loop skips them): the run would train at the initial learning rate throughout."""
+    for typed in ("reduce_lr_on_plateau", "greedy", "Greedy"):
+        _, problem, hint = one("lr_scheduler_type", typed)
+        assert "only after an evaluation" in problem and "constant" in hint, typed
+    for fine in ("linear", "cosine", "constant_with_warmup", "cosine_with_min_lr"):
+        assert one("lr_scheduler_type", fine)[1] == "", fine
+
+
+def test_premise_transformers_decides_a_best_save_and_a_plateau_step_on_evaluation() -> None:
+    """Why 'best' and the evaluation-stepped schedulers are refused (config/grpo.py): in the
+    training loop the step-end callbacks (the disk check, the agreed stop save) run before
+    _maybe_log_save_evaluate, which sets should_save from the evaluation under 'best'; the
+    Trainer refuses 'best' without metric_for_best_model (a key hpc-grpo drops); and the loop
+    skips ReduceLROnPlateau and GreedyLR, which only an evaluation steps. If transformers
+    changes any of these, revisit the rules."""
     import inspect
 
-    from transformers import Trainer
-
-    decide = inspect.getsource(Trainer._maybe_log_save_evaluate)
+    trainer = pytest.importorskip("transformers.trainer")
+    loop = inspect.getsource(trainer.Trainer._run_epoch)  # one epoch of the training loop
+    assert loop.index("callback_handler.on_step_end") < loop.index("self._maybe_log_save_evaluate(")
+    assert "(torch.optim.lr_scheduler.ReduceLROnPlateau, GreedyLR)" in loop
+    decide = inspect.getsource(trainer.Trainer._maybe_log_save_evaluate)
     assert "self.control.should_save = is_new_best_metric" in decide
-    assert decide.index("should_evaluate") < decide.index("self._save_checkpoint")
-    assert "metric_for_best_model` must be provided when using 'best'" in \
-        inspect.getsource(Trainer.__init__) + inspect.getsource(Trainer)
+    assert decide.index("if self.control.should_evaluate:") < \
+        decide.index("self.control.should_save = is_new_best_metric")
+    assert "must be provided when using 'best' save_strategy" in \
+        inspect.getsource(trainer.Trainer._validate_args)
