@@ -103,6 +103,14 @@ ONLY_DEFAULT: dict[str, tuple[Any, str]] = {
                         "datasets beforehand"),
     "dataset_streaming": (False, "the nodes read the dataset whole (staged for offline nodes)"),
     "ignore_bias_buffers": (False, "DDP buffer options are the plan's"),
+    # transformers would start a resumed epoch's batches over (Trainer._run_epoch's skip): a
+    # requeued run would train on them twice, where hpc-grpo resumes exactly
+    "ignore_data_skip": (False, "a requeued run resumes exactly where it stopped; with it, "
+                         "transformers would train the stopped epoch's first batches again"),
+    # transformers' should_save: every node's first rank, not rank 0 alone, would write the same
+    # checkpoint files into the one run directory every node sees (and mark it complete)
+    "save_on_each_node": (False, "the run directory is one folder every node sees and rank 0 "
+                          "writes each checkpoint; a writer per node would collide there"),
     "gradient_checkpointing_use_reentrant": (False, "use gradient_checkpointing_kwargs: "
                                              "{use_reentrant: true}"),
     "env": (None, "TRL's env: sets variables for the process; put them in the site profile's "

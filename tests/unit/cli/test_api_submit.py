@@ -124,3 +124,40 @@ def test_save_strategy_best_from_an_open_r1_style_recipe_is_refused_before_submi
     again = CliRunner().invoke(main, ["plan", "--site", "sandbox", "--nodes", "2", "--recipe",
                                       str(recipe), "--set", "save_strategy=steps"])
     assert again.exit_code == 0, again.output  # --set takes it back without editing the recipe
+
+
+def test_resume_and_save_options_that_break_exact_resume_are_refused_before_submit(
+        fake: FakeSlurm, tmp_path: Path) -> None:
+    """Two transformers options a multi-node recipe may carry: save_on_each_node (a writer per
+    node into the one shared run directory) and ignore_data_skip (a requeued run would train
+    the stopped epoch's first batches again). Both refused, each with its reason and the --set
+    that takes it back; with those, the same recipe plans."""
+    recipe = tmp_path / "multinode.yaml"
+    recipe.write_text(f"model_name_or_path: {MODEL}\nmax_steps: 4\nsave_on_each_node: true\n"
+                      "ignore_data_skip: true\n")
+    said = _refused_at_submit(fake, recipe, tmp_path / "runs")
+    text = "\n".join(said)
+    assert "'save_on_each_node: True' is not supported" in text
+    assert "a writer per node would collide" in text and "--set save_on_each_node=false" in text
+    assert "'ignore_data_skip: True' is not supported" in text
+    assert "first batches again" in text and "--set ignore_data_skip=false" in text
+    again = CliRunner().invoke(main, ["plan", "--site", "sandbox", "--nodes", "2", "--recipe",
+                                      str(recipe), "--set", "save_on_each_node=false",
+                                      "--set", "ignore_data_skip=false"])
+    assert again.exit_code == 0, again.output
+
+
+def test_premise_transformers_skips_data_and_saves_per_node_as_the_refusals_say() -> None:
+    """Why those two are refused (config/recipe_format.py ONLY_DEFAULT): transformers' resumed
+    epoch skips its trained batches only without ignore_data_skip, and save_on_each_node makes
+    each node's first rank a writer. If transformers changes either, revisit the refusals."""
+    import inspect
+
+    trainer = pytest.importorskip("transformers.trainer")
+    from transformers import TrainingArguments
+
+    epoch = inspect.getsource(trainer.Trainer._run_epoch)
+    assert "steps_trained_in_current_epoch > 0 and not self.args.ignore_data_skip" in epoch
+    assert "skip_first_batches" in epoch
+    writer = inspect.getsource(TrainingArguments.should_save.fget)  # type: ignore[attr-defined]
+    assert "if self.save_on_each_node:" in writer and "self.local_process_index == 0" in writer
