@@ -15,10 +15,25 @@ DAYS = {34: "2026-11-26", 35: "2026-11-27", 47: "2026-11-28", 48: "2026-11-29"}
 MACHINES = {34: "h100x2", 35: "h100x2", 47: "h200", 48: "h200"}
 
 
+def _saved(kind: str, session: int, suffix: str) -> Path:
+    name = f"{DAYS[session]}-7b-lora-resume-{kind}-{MACHINES[session]}-session{session}{suffix}"
+    return DOCS / "results" / name
+
+
 def load(kind: str, session: int) -> Any:
     """One run's JSON: kind is reference, second, resumed or cold."""
-    name = f"{DAYS[session]}-7b-lora-resume-{kind}-{MACHINES[session]}-session{session}.json"
-    return json.loads((DOCS / "results" / name).read_text())
+    return json.loads(_saved(kind, session, ".json").read_text())
+
+
+def cold_rows(session: int) -> list[dict[str, Any]]:
+    """The cold-cache run's metrics.jsonl rows of logged steps (saved beside its JSON)."""
+    text = _saved("cold-metrics", session, ".jsonl").read_text()
+    return [row for row in map(json.loads, text.splitlines()) if "reward_mean" in row]
+
+
+def cold_rank0_log(session: int) -> str:
+    """The cold-cache run's rank-0 log (saved beside its JSON)."""
+    return _saved("cold-rank0", session, ".log").read_text()
 
 
 def steps(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -14,6 +14,8 @@ from tests.gpu.test_lora_7b import assert_cold_first_step
 from tests.unit.benchmarks.lora_results import (
     assert_warm_chain_equal,
     assert_warm_under_half_of_cold,
+    cold_rank0_log,
+    cold_rows,
     docs_section,
     load,
 )
@@ -22,11 +24,6 @@ from tests.unit.planner import test_speed_calibration as calibration
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 HEADING = "## 2026-11-28 (session 47), GPU"
 BENCH = "2026-11-28-bench-one-7b-hpc-bare-h200-session47.json"
-
-
-def _cold_rows() -> list[dict[str, Any]]:
-    text = (RESULTS / "2026-11-28-7b-lora-resume-cold-metrics-h200-session47.jsonl").read_text()
-    return [row for row in map(json.loads, text.splitlines()) if "reward_mean" in row]
 
 
 def _bench() -> dict[str, Any]:
@@ -42,12 +39,12 @@ def test_the_cold_restart_moved_step_3_and_passes_the_variant_free_checks() -> N
     assert cold["steps"][:2] == second["steps"][:2]
     assert cold["steps"][2]["reward_mean"] != second["steps"][2]["reward_mean"]
     assert str(cold["attempts"][1]["resumed_from"]).endswith("checkpoint-2")
-    rows = _cold_rows()
+    rows = cold_rows(47)
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert [{k: r[k] for k in ("step", "reward_mean", "loss")} for r in rows] == [
         {k: s[k] for k in ("step", "reward_mean", "loss")} for s in cold["steps"]]
     assert_cold_first_step(rows[2], second["rows"])  # the GPU test's own check, on these runs
-    log = (RESULTS / "2026-11-28-7b-lora-resume-cold-rank0-h200-session47.log").read_text()
+    log = cold_rank0_log(47)
     assert log.count("first weight push filled all 198 parameters") == 2
     assert "training from /tmp/w/lora-site/runs/lora7-cold/checkpoints/checkpoint-2" in log
 
@@ -80,7 +77,7 @@ def test_the_step_time_model_holds_the_four_runs_within_2_1_percent() -> None:
 
 def test_the_docs_quote_the_json() -> None:
     bench, cold = _bench(), load("cold", 47)
-    rows = _cold_rows()
+    rows = cold_rows(47)
     times = cold["restart_first_new_step_s"]
     quoted = [f"warm **{times['warm']:.1f} s**", f"cold **{times['cold']:.1f} s: "
               f"{cold['warm_over_cold']}**", f"**{rows[2]['vllm_logp_diff_mean']:.4f}**",

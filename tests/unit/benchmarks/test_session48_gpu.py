@@ -15,6 +15,8 @@ from tests.gpu.test_lora_7b import assert_cold_first_step
 from tests.unit.benchmarks.lora_results import (
     assert_warm_chain_equal,
     assert_warm_under_half_of_cold,
+    cold_rank0_log,
+    cold_rows,
     docs_section,
     load,
 )
@@ -27,24 +29,19 @@ def _json(name: str) -> Any:
     return json.loads((RESULTS / f"2026-11-29-{name}-h200-session48.json").read_text())
 
 
-def _cold_rows() -> list[dict[str, Any]]:
-    text = (RESULTS / "2026-11-29-7b-lora-resume-cold-metrics-h200-session48.jsonl").read_text()
-    return [row for row in map(json.loads, text.splitlines()) if "reward_mean" in row]
-
-
 def test_the_warm_chain_equals_the_uninterrupted_runs() -> None:
     assert_warm_chain_equal(48)
 
 
 def test_the_cold_restart_passes_the_new_checks_and_this_time_equals_the_second_run() -> None:
     cold, second = load("cold", 48), load("second", 48)
-    rows = _cold_rows()
+    rows = cold_rows(48)
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert str(cold["attempts"][1]["resumed_from"]).endswith("checkpoint-2")
     assert_cold_first_step(rows[2], second["rows"])  # the GPU test's own check, on these runs
     assert cold["steps"] == second["steps"][:4]  # unlike session 47, where step 3 moved
     assert cold["logp_gap"] == cold["second_logp_gap"][:4]
-    log = (RESULTS / "2026-11-29-7b-lora-resume-cold-rank0-h200-session48.log").read_text()
+    log = cold_rank0_log(48)
     assert log.count("first weight push filled all 198 parameters") == cold["first_push_checks"] == 2
     assert "training from /tmp/w/lora-site/runs/lora7-cold/checkpoints/checkpoint-2" in log
 
@@ -89,7 +86,7 @@ def test_the_imports_bench_printed_its_means() -> None:
 
 def test_the_docs_quote_the_json() -> None:
     cold, resumed = load("cold", 48), load("resumed", 48)
-    rows = _cold_rows()
+    rows = cold_rows(48)
     times = cold["restart_first_new_step_s"]
     export = _json("export-lora-7b-merged")["export"]
     check = export["entry"]["check"]
