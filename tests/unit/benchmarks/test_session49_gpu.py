@@ -48,7 +48,7 @@ def test_the_one_gpu_tests_passed_and_only_the_two_gpu_ones_skipped() -> None:
     runs = _json("gpu-tests")["runs"]
     assert all(not run["failed"] for run in runs)
     passed = [name for run in runs for name in run["passed"]]
-    assert len(passed) == len(set(passed)) == 6
+    assert len(passed) == len(set(passed)) == 8
     skipped = [line for run in runs for line in run["skipped"]]
     assert skipped and all(line.endswith("needs 2 CUDA GPUs") for line in skipped)
 
