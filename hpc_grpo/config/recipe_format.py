@@ -111,6 +111,11 @@ ONLY_DEFAULT: dict[str, tuple[Any, str]] = {
     # checkpoint files into the one run directory every node sees (and mark it complete)
     "save_on_each_node": (False, "the run directory is one folder every node sees and rank 0 "
                           "writes each checkpoint; a writer per node would collide there"),
+    # transformers' _save_checkpoint then writes no optimizer, scheduler or RNG state, and its
+    # resume under DeepSpeed finds no global_step folder: a requeued run could not go on from it
+    "save_only_model": (False, "a requeued run resumes from its newest checkpoint, which needs "
+                        "the optimizer, scheduler and RNG states (transformers cannot resume "
+                        "from a model-only one); hpc-grpo export RUN writes the model folder"),
     "gradient_checkpointing_use_reentrant": (False, "use gradient_checkpointing_kwargs: "
                                              "{use_reentrant: true}"),
     "env": (None, "TRL's env: sets variables for the process; put them in the site profile's "

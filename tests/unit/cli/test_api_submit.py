@@ -128,29 +128,34 @@ def test_save_strategy_best_from_an_open_r1_style_recipe_is_refused_before_submi
 
 def test_resume_and_save_options_that_break_exact_resume_are_refused_before_submit(
         fake: FakeSlurm, tmp_path: Path) -> None:
-    """Two transformers options a multi-node recipe may carry: save_on_each_node (a writer per
-    node into the one shared run directory) and ignore_data_skip (a requeued run would train
-    the stopped epoch's first batches again). Both refused, each with its reason and the --set
-    that takes it back; with those, the same recipe plans."""
+    """Three transformers options a multi-node recipe may carry: save_on_each_node (a writer per
+    node into the one shared run directory), ignore_data_skip (a requeued run would train the
+    stopped epoch's first batches again) and save_only_model (checkpoints a requeued run cannot
+    resume from: under DeepSpeed the resume fails on every rank). Each refused with its reason
+    and the --set that takes it back; with those, the same recipe plans."""
     recipe = tmp_path / "multinode.yaml"
     recipe.write_text(f"model_name_or_path: {MODEL}\nmax_steps: 4\nsave_on_each_node: true\n"
-                      "ignore_data_skip: true\n")
+                      "ignore_data_skip: true\nsave_only_model: true\n")
     said = _refused_at_submit(fake, recipe, tmp_path / "runs")
     text = "\n".join(said)
     assert "'save_on_each_node: True' is not supported" in text
     assert "a writer per node would collide" in text and "--set save_on_each_node=false" in text
     assert "'ignore_data_skip: True' is not supported" in text
     assert "first batches again" in text and "--set ignore_data_skip=false" in text
+    assert "'save_only_model: True' is not supported" in text  # no state to resume from
+    assert "cannot resume from a model-only one" in text and "hpc-grpo export" in text
     again = CliRunner().invoke(main, ["plan", "--site", "sandbox", "--nodes", "2", "--recipe",
                                       str(recipe), "--set", "save_on_each_node=false",
-                                      "--set", "ignore_data_skip=false"])
+                                      "--set", "ignore_data_skip=false",
+                                      "--set", "save_only_model=false"])
     assert again.exit_code == 0, again.output
 
 
 def test_premise_transformers_skips_data_and_saves_per_node_as_the_refusals_say() -> None:
     """Why those two are refused (config/recipe_format.py ONLY_DEFAULT): transformers' resumed
-    epoch skips its trained batches only without ignore_data_skip, and save_on_each_node makes
-    each node's first rank a writer. If transformers changes either, revisit the refusals."""
+    epoch skips its trained batches only without ignore_data_skip, save_on_each_node makes
+    each node's first rank a writer, and save_only_model writes no optimizer state and no
+    global_step folder, without which DeepSpeed's resume fails. If transformers changes either, revisit the refusals."""
     import inspect
 
     trainer = pytest.importorskip("transformers.trainer")
@@ -161,3 +166,9 @@ def test_premise_transformers_skips_data_and_saves_per_node_as_the_refusals_say(
     assert "skip_first_batches" in epoch
     writer = inspect.getsource(TrainingArguments.should_save.fget)  # type: ignore[attr-defined]
     assert "if self.save_on_each_node:" in writer and "self.local_process_index == 0" in writer
+    save = inspect.getsource(trainer.Trainer._save_checkpoint)
+    assert "if not self.args.save_only_model:" in save and "_save_optimizer_and_scheduler" in save
+    deepspeed = pytest.importorskip("transformers.integrations.deepspeed")
+    resume = inspect.getsource(deepspeed.deepspeed_load_checkpoint)
+    assert 'glob.glob(f"{checkpoint_path}/global_step*")' in resume
+    assert "Can't find a valid checkpoint" in resume
