@@ -177,30 +177,41 @@ def truncate_metrics(path: str | os.PathLike[str], last_step: int) -> int:
     return dropped
 
 
-def request_stop(run_dir: str | os.PathLike[str], reason: str, signal: str = "") -> Path:
+def request_stop(run_dir: str | os.PathLike[str], reason: str, signal: str = "",
+                 attempt: str = "") -> Path:
     """Create the stop-request file that every rank polls at each step end. ``signal``: the
     signal the node task turned into this request (its cause is then the node task's to name);
-    empty for a request made for its own sake (``stop.request_cause``)."""
+    empty for a request made for its own sake (``stop.request_cause``). ``attempt``: the
+    attempt the request is for (the node task's), kept by that attempt's ranks however early
+    it came (``consume_stale_stop_request``)."""
     path = Path(run_dir) / STOP_REQUEST
     record: dict[str, Any] = {"reason": reason, "time": time.time(), "pid": os.getpid()}
     if signal:
         record["signal"] = signal
+    if attempt:
+        record["attempt"] = attempt
     path.write_text(json.dumps(record) + "\n")
     return path
 
 
-def consume_stale_stop_request(run_dir: str | os.PathLike[str], started_at: float) -> bool:
+def consume_stale_stop_request(run_dir: str | os.PathLike[str], started_at: float,
+                               attempt: str = "") -> bool:
     """Move away a stop-request older than this attempt, so a resumed run does not stop at once.
 
-    A request written after `started_at` (for example by this node's task during start-up) is
-    kept and honoured at the first step end. Returns True if a stale request was moved.
+    Kept and honoured at the first step end: a request for ``attempt`` (the node task's, which
+    may come before this rank's interpreter started: a signal while torchrun starts, the
+    rendezvous, a server's start), and one written after ``started_at`` (a person's, or one
+    without an attempt). Returns True if a stale request was moved.
     """
     path = Path(run_dir) / STOP_REQUEST
     try:
         mtime = path.stat().st_mtime
+        for_attempt = json.loads(path.read_text() or "{}").get("attempt") if attempt else None
     except FileNotFoundError:
         return False
-    if mtime >= started_at:
+    except (ValueError, AttributeError, OSError):  # a person's file: not JSON, or not a record
+        for_attempt = None
+    if mtime >= started_at or (attempt and for_attempt == attempt):
         return False
     logs = Path(run_dir) / LOGS
     logs.mkdir(parents=True, exist_ok=True)

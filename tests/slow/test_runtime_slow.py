@@ -187,6 +187,34 @@ def test_stop_and_resume_matches_uninterrupted(reference: Path, tiny_model: Path
     ]
 
 
+def test_a_signal_while_the_ranks_start_stops_the_run_at_its_first_step(
+        tiny_model: Path, tmp_path: Path) -> None:
+    """A stop signal to the node task after it started torchrun but before a rank's interpreter
+    began (Slurm's USR2 or a preemption while the ranks import, rendezvous or wait for a vLLM
+    server): the request is older than every rank, yet it is this attempt's, so rank 0 must
+    keep it and the run stop at its first step end, not train on until it is killed."""
+    import psutil
+
+    run_dir = tmp_path / "early"
+    write_run(run_dir, tiny_model)
+    proc = subprocess.Popen(node_cmd(run_dir), env=node_env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    task = psutil.Process(proc.pid)
+    deadline = time.time() + 60
+    while not task.children() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)  # torchrun started: the node task's handlers are in place
+    assert not (run_dir / "logs" / "rank-0.log").exists(), "a rank started before the signal"
+    proc.send_signal(signal.SIGUSR2)  # the node task alone: torchrun's agent ignores it
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    st = state(run_dir)
+    assert st["phase"] == "interrupted" and st["step"] < STEPS, st
+    assert st["last_checkpoint_step"] == st["step"]
+    rank0 = (run_dir / "logs" / "rank-0.log").read_text()
+    assert "moved a stop-request" not in rank0
+    assert f"[stop] step {st['step']}: stopping" in rank0
+
+
 def test_check_payload(tiny_model: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "check"
     write_run(run_dir, tiny_model, payload="check")

@@ -134,6 +134,7 @@ class NodeTask:
         self.chain_signals = chain_signals  # hand received signals on once torchrun has exited
         self._received: list[int] = []
         self._started_at = time.time()
+        self._attempt = ""  # the attempt being run; its ranks keep this task's stop requests
         self._stalled = False  # this attempt was ended by the hang watchdog
         self._facts: causes.JobFacts | None = None  # Slurm's answer at the first stop signal
 
@@ -144,7 +145,7 @@ class NodeTask:
         name = signal.Signals(signum).name
         self._received.append(signum)
         rundir.request_stop(self.run_dir, f"{name} to node task on {socket.gethostname()}",
-                            signal=name)
+                            signal=name, attempt=self._attempt)
         print(f"[node] {name}: stop requested; waiting for torchrun", flush=True)
         if len(self._received) == 1 and _first_node():
             self._record_cause(name)
@@ -181,6 +182,7 @@ class NodeTask:
         print(f"[node] {socket.gethostname()} attempt {attempt}: "
               f"{'vllm serve only, no trainer' if serves_only else ' '.join(argv)}", flush=True)
         self._received = []
+        self._attempt = attempt
         self._facts = None
         self._started_at = time.time()
         self._stalled = False

@@ -269,7 +269,7 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
     attempt = os.environ.get("HPC_GRPO_ATTEMPT", f"rank0-pid-{os.getpid()}")
     previous = rundir.load_state(run_dir) if lead else RunState()
     if lead:
-        if rundir.consume_stale_stop_request(run_dir, started):
+        if rundir.consume_stale_stop_request(run_dir, started, attempt):
             print("[train] moved a stop-request left by an earlier attempt", flush=True)
         rundir.update_state(run_dir, phase="starting", attempt=attempt, max_steps=run.max_steps,
                             started=started, message="", stop_reason=None, stop_cause=None)

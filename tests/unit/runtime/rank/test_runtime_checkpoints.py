@@ -67,6 +67,22 @@ def test_stale_stop_request_is_consumed_fresh_one_kept(tmp_path: Path) -> None:
     assert req.exists()
 
 
+def test_a_stop_request_for_this_attempt_is_kept_however_early_it_came(tmp_path: Path) -> None:
+    """The node task's request from before the ranks started is this attempt's: kept; the same
+    request met by the next attempt (a requeue: another restart count) is stale: moved."""
+    req = rundir.request_stop(tmp_path, "USR2 to node task on n1", signal="USR2",
+                              attempt="slurm-7.0")
+    old = time.time() - 100
+    os.utime(req, (old, old))
+    assert not rundir.consume_stale_stop_request(tmp_path, time.time(), "slurm-7.0")
+    assert req.exists()
+    assert rundir.consume_stale_stop_request(tmp_path, time.time(), "slurm-7.1")
+    assert not req.exists()
+    req.write_text("stop please\n")  # a person's file, not a record: its age decides
+    os.utime(req, (old, old))
+    assert rundir.consume_stale_stop_request(tmp_path, time.time(), "slurm-7.1")
+
+
 def test_update_state_merges_atomically(tmp_path: Path) -> None:
     rundir.update_state(tmp_path, phase="training", step=3)
     state = rundir.update_state(tmp_path, step=4)
