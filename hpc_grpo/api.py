@@ -193,20 +193,42 @@ def submit(request: Request) -> Submitted:
         prepared = prepare(request)  # again, now that the model's architecture can be read
     plan = prepared.plan
     refuse_if_no_fit(plan.checkpoint_problem)
-    record = run_record(plan, prepared.run_id, str(prepared.run_dir))  # with push_to_hub's block
-    files = {
-        RUN_JSON: json.dumps(record.to_dict(), indent=2) + "\n",
-        JOB_SBATCH: prepared.script,
-        PLAN_TXT: prepared.summary,
-        SPEC_JSON: prepared.spec_text(),
-    }
-    with registry.create_run_dir(prepared.root, prepared.run_id, files,
-                                 mode=plan.site.dir_mode) as run_dir:
-        job_id, known = _submit_job(prepared, run_dir)
-        registry.record_job(run_dir, job_id, "submitted", **known)
-        registry.register(prepared.run_id, run_dir)
+    for _ in range(RUN_ID_CLAIMS):
+        try:
+            with registry.create_run_dir(prepared.root, prepared.run_id, _run_files(prepared),
+                                         mode=plan.site.dir_mode) as run_dir:
+                job_id, known = _submit_job(prepared, run_dir)
+                registry.record_job(run_dir, job_id, "submitted", **known)
+                registry.register(prepared.run_id, run_dir)
+            break
+        except registry.RunIdTaken:
+            if request.run_id:  # the user's own name: theirs to change
+                raise
+            # A submit of the same job at the same time claimed the number: the next one, with
+            # the script and run.json written for it (both name the run directory).
+            prepared = _renamed(prepared, registry.next_run_id(prepared.root, plan.job_name))
+    else:
+        raise UserError(f"no free run id for {plan.job_name} after {RUN_ID_CLAIMS} tries under "
+                        f"{prepared.root}", field="run_id", hint="give one with --run-id")
     return Submitted(prepared.run_id, run_dir, job_id, plan.warnings,
                      backend_for(plan.site.scheduler).follow_by_default)
+
+
+RUN_ID_CLAIMS = 20  # submits of one job name racing for its next number: far more than a sweep
+
+
+def _run_files(prepared: Prepared) -> dict[str, str]:
+    """The launcher's files of a new run directory (run.json with push_to_hub's block)."""
+    record = run_record(prepared.plan, prepared.run_id, str(prepared.run_dir))
+    return {RUN_JSON: json.dumps(record.to_dict(), indent=2) + "\n", JOB_SBATCH: prepared.script,
+            PLAN_TXT: prepared.summary, SPEC_JSON: prepared.spec_text()}
+
+
+def _renamed(prepared: Prepared, run_id: str) -> Prepared:
+    """The same plan under another run id: the script rendered again for its directory."""
+    run_dir = prepared.root / run_id
+    return dataclasses.replace(prepared, run_id=run_id, run_dir=run_dir, script=render_script(
+        prepared.plan, run_id=run_id, run_dir=str(run_dir), python=prepared.python))
 
 
 def _submit_job(prepared: Prepared, run_dir: Path) -> tuple[str, dict[str, str]]:

@@ -7,6 +7,7 @@ so a failed submit never leaves a half-written run behind. The index (one line p
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -48,6 +49,11 @@ def next_run_id(root: Path, base: str) -> str:
     return f"{base}-{max(used, default=0) + 1:04d}"
 
 
+class RunIdTaken(UserError):
+    """The run directory's name was taken, by a run before or by a submit running at the same
+    time (``next_run_id`` looks, ``create_run_dir`` claims: another submit may claim between)."""
+
+
 @contextmanager
 def create_run_dir(root: Path, run_id: str, files: Mapping[str, str],
                    mode: int = 0o700) -> Iterator[Path]:
@@ -61,9 +67,10 @@ def create_run_dir(root: Path, run_id: str, files: Mapping[str, str],
     """
     root.mkdir(parents=True, exist_ok=True)
     final = root / run_id
+    taken = RunIdTaken(f"run directory {final} already exists", field="run_id",
+                       hint="choose another --run-id")
     if final.exists():
-        raise UserError(f"run directory {final} already exists", field="run_id",
-                        hint="choose another --run-id")
+        raise taken
     tmp = Path(tempfile.mkdtemp(prefix=f".{run_id}.", dir=root))
     try:
         for name, text in files.items():
@@ -71,9 +78,11 @@ def create_run_dir(root: Path, run_id: str, files: Mapping[str, str],
         for sub in (LOGS, SUBMITIT, CHECKPOINTS):
             (tmp / sub).mkdir()
         os.chmod(tmp, mode)
-        os.rename(tmp, final)
-    except BaseException:
+        os.rename(tmp, final)  # a non-empty directory there: EEXIST or ENOTEMPTY, not replaced
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError) and exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+            raise taken from exc  # claimed since the look above, by a submit at the same time
         raise
     try:
         yield final

@@ -155,7 +155,8 @@ def test_premise_transformers_skips_data_and_saves_per_node_as_the_refusals_say(
     """Why those two are refused (config/recipe_format.py ONLY_DEFAULT): transformers' resumed
     epoch skips its trained batches only without ignore_data_skip, save_on_each_node makes
     each node's first rank a writer, and save_only_model writes no optimizer state and no
-    global_step folder, without which DeepSpeed's resume fails. If transformers changes either, revisit the refusals."""
+    global_step folder, without which DeepSpeed's resume fails. If transformers changes any,
+    revisit the refusals."""
     import inspect
 
     trainer = pytest.importorskip("transformers.trainer")
@@ -172,3 +173,56 @@ def test_premise_transformers_skips_data_and_saves_per_node_as_the_refusals_say(
     resume = inspect.getsource(deepspeed.deepspeed_load_checkpoint)
     assert 'glob.glob(f"{checkpoint_path}/global_step*")' in resume
     assert "Can't find a valid checkpoint" in resume
+
+
+def test_two_submits_of_one_job_at_once_each_get_a_run(fake: FakeSlurm, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both submits look for the next number while planning, before either directory exists:
+    the second to claim it takes the number after, with its script and run.json rendered for
+    that directory. Before, it was refused ('already exists: choose another --run-id') though
+    the user never gave one."""
+    real = registry.create_run_dir
+    raced: list[api.Submitted] = []
+    claims: list[str] = []
+
+    def other_submit_claims_first(root: Path, run_id: str, files: dict[str, str],
+                                  mode: int = 0o700) -> object:
+        claims.append(run_id)
+        if len(claims) == 1:  # the other submit planned the same number and claims it now
+            raced.append(api.submit(_request(tmp_path / "runs")))
+        return real(root, run_id, files, mode=mode)
+
+    monkeypatch.setattr(registry, "create_run_dir", other_submit_claims_first)
+    ours = api.submit(_request(tmp_path / "runs"))
+    (other,) = raced
+    assert (other.run_dir.name, ours.run_dir.name) == ("grpo-qwen2.5-0.5b-0001",
+                                                        "grpo-qwen2.5-0.5b-0002")
+    for result in (other, ours):
+        record = json.loads((result.run_dir / "run.json").read_text())
+        assert (record["run_id"], record["run_dir"]) == (result.run_id, str(result.run_dir))
+        script = (result.run_dir / "job.sbatch").read_text()
+        assert str(result.run_dir) in script
+    assert str(other.run_dir) not in (ours.run_dir / "job.sbatch").read_text()
+    assert len(fake.calls("sbatch")) == 2
+    assert claims == [ours.run_id.replace("0002", "0001"), other.run_id, ours.run_id]
+    assert sorted(r.run_dir for r in registry.indexed_runs()) == [other.run_dir, ours.run_dir]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [other.run_id, ours.run_id]
+
+
+def test_a_run_id_given_and_taken_meanwhile_is_refused_in_one_line(
+        fake: FakeSlurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user's own --run-id claimed by another submit between the check and the rename
+    (os.rename onto a non-empty directory): refused as taken, not an OSError; nothing left."""
+    real_rename = registry.os.rename
+
+    def claimed_meanwhile(src: str, dst: str) -> None:
+        Path(dst).mkdir()
+        (Path(dst) / "run.json").write_text("{}")  # the other submit's
+        real_rename(src, dst)
+
+    monkeypatch.setattr(registry.os, "rename", claimed_meanwhile)
+    with pytest.raises(registry.RunIdTaken, match="already exists") as caught:
+        api.submit(_request(tmp_path / "runs", run_id="mine-0001"))
+    assert "choose another --run-id" in caught.value.one_line()
+    assert fake.calls("sbatch") == []
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["mine-0001"]  # the other's alone
