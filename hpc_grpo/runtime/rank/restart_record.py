@@ -38,5 +38,12 @@ def record_resume(run_dir: Path, previous: RunState, attempt: str, notes: list[s
             "time": time.time(), "attempt": attempt, "previous_attempt": previous.attempt,
             "cause": restart_cause(previous, run_dir), "previous_phase": previous.phase or None,
             "stopped_at_step": previous.step, "resumed_from_step": resume_step,
-            "steps_lost": dropped,
+            "steps_lost": steps_lost(previous.step, resume_step),
         })
+
+
+def steps_lost(stopped_at: int, resume_step: int) -> int:
+    """Steps the previous attempt trained past the checkpoint resumed from, as far as its last
+    metrics line tells (``stopped_at``: state.json's step, written with each line): not the
+    metric lines dropped, which under ``logging_steps: 10`` are a tenth of them."""
+    return max(0, stopped_at - resume_step)
