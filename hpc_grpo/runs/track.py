@@ -9,7 +9,7 @@ its number alone (``identity``), and one run directory never breaks the status o
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,12 +118,29 @@ def _after_training(run_dir: Path, record: dict[str, Any], phase: str) -> dict[s
 def _pending_restart(files: RunFiles, js: JobState) -> tuple[dict[str, Any], ...]:
     """The restart Slurm counts but no attempt has recorded yet (the requeued job still waits):
     its cause is what the stopped attempt's node task recorded in state.json (#27: a pending
-    requeue showed 2 restarts and one cause)."""
-    if js.finished or js.restarts <= len(files.restarts):
+    requeue showed 2 restarts and one cause). Slurm counts the current job's restarts only, so
+    only its attempts' lines answer them: after ``hpc-grpo resume``, restarts.jsonl also holds
+    the earlier jobs' lines and the resumed job's first one."""
+    if js.finished or js.restarts <= _requeued_attempts(files.restarts, files.job_id):
         return ()
     return ({"cause": files.progress.cause or "not recorded yet", "stopped_at_step":
              files.progress.step, "resumed_from_step": None, "steps_lost": None, "time": None,
              "pending": True},)
+
+
+def _requeued_attempts(restarts: Sequence[Mapping[str, Any]],
+                       job_id: str) -> int:
+    """The restart lines of Slurm's requeues of ``job_id``: attempts ``slurm-JOB.N`` with N
+    from 1 (runtime/node/task.py ``attempt_id``; N is SLURM_RESTART_COUNT)."""
+    prefix = f"slurm-{job_id}."
+
+    def requeue_of_job(line: Mapping[str, Any]) -> bool:
+        if "attempt" not in line:  # older lines: the attempt it followed was this job's
+            return str(line.get("previous_attempt", "")).startswith(prefix)
+        attempt = str(line["attempt"])
+        return attempt.startswith(prefix) and attempt[len(prefix):] not in ("", "0")
+
+    return sum(1 for line in restarts if requeue_of_job(line))
 
 
 def _broken(run_dir: Path, error: Exception) -> RunStatus:

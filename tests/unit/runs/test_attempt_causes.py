@@ -87,3 +87,29 @@ def test_a_pending_requeue_shows_its_cause(tmp_path: Path, fake: FakeSlurm) -> N
     assert row.requeues == 2 and len(row.restarts) == 2
     assert (row.restarts[-1]["cause"], row.restarts[-1]["pending"]) == ("preempted", True)
     assert views._requeue_causes(row) == "preempted -0, preempted (pending)"
+
+
+def test_a_pending_requeue_after_hpc_grpo_resume_still_shows(tmp_path: Path, fake: FakeSlurm) -> None:
+    """restarts.jsonl spans the run's jobs: job 5's requeue, then the line `hpc-grpo resume`'s
+    job 8 wrote at its start. Job 8 was then preempted and waits: Slurm counts 1 restart of job
+    8, and none of the 2 lines is one of job 8's requeues, so the pending one must show (it was
+    hidden: 1 restart against 2 lines of the run)."""
+    run_dir = tmp_path / "runs" / "grpo-tiny-0001"
+    job = identity(run_dir, "8")
+    make_run(tmp_path / "runs", "grpo-tiny-0001", phase="interrupted", step=9, job=job)
+    state = json.loads((run_dir / "state.json").read_text())
+    (run_dir / "state.json").write_text(json.dumps({**state, "stop_cause": "preempted"}))
+    (run_dir / "restarts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+        {"cause": "preempted", "attempt": "slurm-5.1", "previous_attempt": "slurm-5.0",
+         "steps_lost": 0},
+        {"cause": "failed", "attempt": "slurm-8.0", "previous_attempt": "slurm-5.1",
+         "steps_lost": 0}]))
+    ours = f"sbatch {job['script']}"
+    fake.answer("sacct", sacct_line("8", "PREEMPTED", "2026-01-02T10:00:00", submit_line=ours)
+                + sacct_line("8", "PENDING", "2026-01-02T10:20:00", submit_line=ours))
+    fake.answer("squeue", squeue_line("8", "PENDING", "2026-01-02T10:20:00",
+                                      command=str(job["script"])))
+    [row] = track.status()
+    assert len(row.restarts) == 3, row.restarts
+    assert (row.restarts[-1]["cause"], row.restarts[-1]["pending"]) == ("preempted", True)
+    assert row.restarts[-1]["stopped_at_step"] == 9
