@@ -70,10 +70,17 @@ def local_view(files: RunFiles, alive: bool) -> JobView:
         state = "RUNNING"
     elif training_ended(files):
         state = "COMPLETED"
+    elif files.progress.phase == "interrupted":  # cancel, the time limit or a signal: exit 0
+        return JobView(_state(job_id, "ENDED", True, INTERRUPTED_LOCAL, "localhost"), "local")
     else:
         state = "FAILED"
     finished, meaning = STATE_MEANINGS[state]
     return JobView(_state(job_id, state, finished, meaning, "localhost"), "local")
+
+
+# A local run has no requeue: its ranks saved a checkpoint and stopped, and nothing failed.
+INTERRUPTED_LOCAL = ("stopped at a checkpoint (cancel, its time limit or a signal); "
+                     "hpc-grpo resume RUN continues it")
 
 
 def slurm_view(files: RunFiles, records: JobRecords) -> JobView:

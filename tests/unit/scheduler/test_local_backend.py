@@ -124,6 +124,11 @@ def test_cancel_signals_only_its_own_runs_job_and_status_follows(tmp_path: Path)
             os.killpg(int(job.job_id), signal.SIGKILL)
     assert (mine / "signalled").read_text() == "SIGTERM\n"  # as scancel sends
     assert backend.views([files])[0].state.state == "FAILED"  # no phase done in state.json
+    # The real ranks save at the step end and write phase interrupted, exiting 0: not a failure.
+    (mine / "state.json").write_text(json.dumps({"phase": "interrupted", "step": 3}))
+    stopped = backend.views([read_run(mine)])[0].state
+    assert (stopped.state, stopped.finished) == ("ENDED", True)
+    assert "stopped at a checkpoint" in stopped.meaning and "hpc-grpo resume" in stopped.meaning
     backend.refuse_if_alive(files, "resumed")  # over: no refusal
     assert backend.cancel(files).done is False
 
