@@ -36,12 +36,31 @@ def load_yaml_text(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
 
 
-def read_yaml(path: Path, what: str) -> dict[str, Any]:
-    """Parse a YAML mapping, turning every parser complaint into one user-facing line."""
+def _read_text(path: Path, what: str) -> str:
+    """The file's text, or one line saying why it cannot be had: ``--site`` and ``--recipe``
+    name any path, so a folder, a file the user may not read or one saved in another encoding
+    (Latin-1 from an old editor) is bad input, not a reason for a traceback."""
     try:
-        data = load_yaml_text(path.read_text())
+        return path.read_text(encoding="utf-8")  # YAML is UTF-8, whatever the login's locale
     except FileNotFoundError:
         raise UserError(f"{what} {path} does not exist", field=what) from None
+    except IsADirectoryError:
+        raise UserError(f"{what} {path} is a directory, not a YAML file", field=what,
+                        hint="give the path of the .yaml file in it") from None
+    except UnicodeDecodeError as exc:
+        line = exc.object[:exc.start].count(b"\n") + 1
+        raise UserError(f"{what} {path} is not UTF-8 text: byte 0x{exc.object[exc.start]:02x} "
+                        f"on line {line}", field=what, hint="save it as UTF-8") from None
+    except OSError as exc:  # permission denied, an I/O error of the file system
+        raise UserError(f"{what} {path} cannot be read: {exc.strerror or exc}", field=what,
+                        hint="check that the file is yours to read") from None
+
+
+def read_yaml(path: Path, what: str) -> dict[str, Any]:
+    """Parse a YAML mapping, turning every parser complaint into one user-facing line."""
+    text = _read_text(path, what)
+    try:
+        data = load_yaml_text(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

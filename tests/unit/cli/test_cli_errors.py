@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -218,3 +219,68 @@ def test_a_builtin_model_whose_build_was_killed_is_built_again(
     (target / "model.safetensors").write_bytes(b"")
     assert builtin_model.ensure_builtin_model("builtin:tiny", "python3") is False
     assert built == ["tiny"]
+
+
+def test_a_recipe_not_in_utf8_is_one_line(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
+    """A recipe saved in Latin-1 (an accented comment) was a UnicodeDecodeError traceback."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_bytes(b"model: builtin:tiny\n# r\xe9glage\n")
+    code, err, root = run(tmp_path, "--site", "sandbox", "--recipe", str(recipe))
+    assert_refused(code, err, root, fake_slurm, "recipe", "not UTF-8", "0xe9 on line 2",
+                   "save it as UTF-8")
+
+
+def test_a_site_profile_not_in_utf8_is_one_line(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"partition: debug\ndescription: \xff\xfe\n")
+    code, err, root = run(tmp_path, "--site", str(bad), "--model", "builtin:tiny")
+    assert_refused(code, err, root, fake_slurm, "site profile", "not UTF-8", "line 2")
+
+
+def test_a_directory_as_the_site_is_one_line(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
+    """``--site /some/dir`` was an IsADirectoryError traceback (``--recipe`` one Click refuses)."""
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    code, err, root = run(tmp_path, "--site", str(folder), "--model", "builtin:tiny")
+    assert_refused(code, err, root, fake_slurm, "site profile", "is a directory", "hint")
+
+
+def test_an_unreadable_recipe_or_profile_is_one_line(
+        tmp_path: Path, fake_slurm: FakeSlurm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Permission denied (chmod 000 does not stop root, so the read is made to fail)."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model: builtin:tiny\n")
+    real = Path.read_text
+
+    def denied(self: Path, *args: Any, **kwargs: Any) -> str:
+        if self.name in ("r.yaml", "p.yaml"):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", denied)
+    code, err, root = run(tmp_path, "--site", "sandbox", "--recipe", str(recipe))
+    assert_refused(code, err, root, fake_slurm, "recipe", "cannot be read: Permission denied")
+    code, err, root = run(tmp_path, "--site", str(tmp_path / "p.yaml"), "--model", "builtin:tiny")
+    assert_refused(code, err, root, fake_slurm, "site profile", "cannot be read")
+
+
+def test_a_recipe_directory_through_the_api_is_one_line(tmp_path: Path) -> None:
+    """The CLI's --recipe is a click.Path(dir_okay=False); the api's Request is not."""
+    from hpc_grpo import api
+
+    with pytest.raises(UserError, match="is a directory"):
+        api.prepare(api.Request(site="sandbox", recipe=str(tmp_path)))
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_sites_with_a_profile_not_in_utf8_is_one_line(tmp_path: Path, as_json: bool) -> None:
+    """One bad user profile refuses the listing in one line, as a profile that does not parse
+    does (all_sites loads every profile, and `sites --json` prints each whole)."""
+    sites = tmp_path / "sites"  # HPC_GRPO_SITES (tests/conftest.py)
+    sites.mkdir()
+    (sites / "latin.yaml").write_bytes(b"description: caf\xe9\n")
+    result = CliRunner().invoke(main, ["sites", *(["--json"] if as_json else [])])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "latin.yaml is not UTF-8" in lines[0]
