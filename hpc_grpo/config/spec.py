@@ -171,6 +171,14 @@ def split_keys(values: Mapping[str, Any], source: str, problems: list[UserError]
                 problems.append(UserError(f"'{name}' is a job setting, not a GRPOConfig field",
                                           field=f"{source}: grpo", hint="move it to the top level"))
             grpo.update(nested)
+        elif not isinstance(key, str):
+            # YAML reads an unquoted 1:, 0.5:, true: or null: as a number, bool or null: no
+            # setting is named so, and the did-you-mean below compares names only.
+            kind = ("null" if key is None else "a boolean" if isinstance(key, bool)
+                    else "a number" if isinstance(key, int | float) else type(key).__name__)
+            problems.append(UserError(
+                f"key {shown(key)} is not a setting name (YAML reads it as {kind})",
+                field=source, hint="keys are job settings and GRPOConfig fields, e.g. max_steps"))
         else:
             problems.append(UserError(
                 f"unknown key '{key}': neither a job setting nor a GRPOConfig field",

@@ -284,3 +284,18 @@ def test_sites_with_a_profile_not_in_utf8_is_one_line(tmp_path: Path, as_json: b
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert "latin.yaml is not UTF-8" in lines[0]
+
+
+@pytest.mark.parametrize(("line", "words"), [
+    ("1: 2", ("recipe: key 1 is not a setting name", "a number")),
+    ("null: 2", ("recipe: key null is not a setting name", "null")),
+    ("true: 2", ("recipe: key true is not a setting name", "a boolean")),
+    ("grpo:\n  0.5: 2", ("recipe: key 0.5 is not a setting name",)),
+])
+def test_a_recipe_key_that_is_no_name_is_one_line(tmp_path: Path, fake_slurm: FakeSlurm,
+                                                  line: str, words: tuple[str, ...]) -> None:
+    """An unquoted 1:, null: or true: key was a TypeError in did_you_mean (it compares text)."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"model: builtin:tiny\n{line}\n")
+    code, err, root = run(tmp_path, "--site", "sandbox", "--recipe", str(recipe))
+    assert_refused(code, err, root, fake_slurm, *words)
