@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -102,7 +101,7 @@ def site_ref(site: str) -> str:
 def prepare(request: Request) -> Prepared:
     """Everything short of submitting: validated inputs, plan and the exact script."""
     site, spec = load_spec(request)
-    root = Path(os.path.expandvars(request.output_root or site.output_root)).expanduser().resolve()
+    root = registry.output_root(request.output_root, site.output_root)
     return _prepare(site, spec, root=root, run_id=request.run_id, python=request.python,
                     site_name=site_ref(request.site))
 

@@ -42,6 +42,24 @@ def index_path() -> Path:
     return home_dir() / "runs.jsonl"
 
 
+def output_root(given: str | None, site_default: str) -> Path:
+    """Where run directories go: ``--output-root``, else the site's, absolute. Refused in one
+    line when it is a file or lies under one: create_run_dir's mkdir would fail only at submit,
+    after the plan and its checks (FileExistsError, NotADirectoryError), and render would show a
+    script whose run directory cannot exist."""
+    root = Path(os.path.expandvars(given or site_default)).expanduser().resolve()
+    existing = root
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "is a file" if existing == root else f"is under the file {existing}"
+        raise UserError(f"output root {root} {where}, not a directory",
+                        field="--output-root" if given else "output_root",
+                        hint="give a directory, new or existing" if given
+                        else "fix the site profile's output_root or pass --output-root")
+    return root
+
+
 def next_run_id(root: Path, base: str) -> str:
     """``base-0001``, ``base-0002``...: the next number not yet used under ``root``."""
     pattern = re.compile(rf"^{re.escape(base)}-(\d+)$")

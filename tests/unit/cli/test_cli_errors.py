@@ -299,3 +299,25 @@ def test_a_recipe_key_that_is_no_name_is_one_line(tmp_path: Path, fake_slurm: Fa
     recipe.write_text(f"model: builtin:tiny\n{line}\n")
     code, err, root = run(tmp_path, "--site", "sandbox", "--recipe", str(recipe))
     assert_refused(code, err, root, fake_slurm, *words)
+
+
+@pytest.mark.parametrize("under", ["", "sub/runs"])
+def test_an_output_root_that_is_a_file_is_refused_before_planning(
+        tmp_path: Path, fake_slurm: FakeSlurm, monkeypatch: pytest.MonkeyPatch,
+        under: str) -> None:
+    """--output-root naming a file (or a path under one) was a FileExistsError
+    (NotADirectoryError) traceback from create_run_dir, after the whole plan was made."""
+    from hpc_grpo import api
+
+    def no_planning(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("planned despite an impossible output root")
+
+    monkeypatch.setattr(api, "check_inputs", no_planning)
+    blocker = tmp_path / "afile"
+    blocker.write_text("mine\n")
+    root = blocker / under if under else blocker
+    result = CliRunner().invoke(main, ["submit", "--site", "sandbox", "--model", "builtin:tiny",
+                                       "--output-root", str(root)], catch_exceptions=False)
+    words = ("--output-root", "is under the file" if under else "is a file", "not a directory")
+    assert_refused(result.exit_code, result.stderr, tmp_path / "nothing", fake_slurm, *words)
+    assert blocker.read_text() == "mine\n"

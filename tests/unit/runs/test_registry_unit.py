@@ -71,3 +71,16 @@ def test_measured_timings_skip_damaged_runs(tmp_path: Path) -> None:
     bad = make_run(tmp_path / "b", "grpo-tiny-0001")
     (bad / "state.json").write_text(json.dumps({"checkpoint_seconds": "slow"}))
     assert registry.measured_timings("grpo-tiny", "sandbox") == (4.0, 2.0, "grpo-tiny-0001")
+
+
+def test_the_output_root_is_a_directory_new_or_existing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A site's output_root that is a file is the profile's to fix (field and hint say so); a
+    new root, or one whose parents are still to be made, is fine."""
+    monkeypatch.setenv("RUNS_HERE", str(tmp_path))
+    assert registry.output_root(None, "$RUNS_HERE/new/runs") == tmp_path / "new" / "runs"
+    (tmp_path / "taken").write_text("")
+    with pytest.raises(UserError) as info:
+        registry.output_root(None, "$RUNS_HERE/taken")
+    assert info.value.field == "output_root" and "site profile" in info.value.hint
+    assert f"{tmp_path / 'taken'} is a file, not a directory" in info.value.message
