@@ -5,7 +5,6 @@ export/push.py for ``--push``."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -13,9 +12,8 @@ from pathlib import Path
 from hpc_grpo.export import evaluate as evaluation
 from hpc_grpo.export import push as hub
 from hpc_grpo.export import write
-from hpc_grpo.rundir.contract import RUN_JSON
 from hpc_grpo.rundir.hub import HubBlock, push_command
-from hpc_grpo.runs import registry
+from hpc_grpo.runs import registry, runfiles
 
 
 def export(name: str, *, step: int | None = None, to: str | None = None, dtype: str | None = None,
@@ -33,7 +31,7 @@ def export(name: str, *, step: int | None = None, to: str | None = None, dtype: 
         hub.check_repo_id(push)
         hub.require_hub(python)
         write.refuse_missing(run_dir)
-        record = json.loads((run_dir / RUN_JSON).read_text())
+        record = runfiles.read_record(run_dir, "exported")
         found = hub.existing(run_dir, record, step, best, to, adapter)
         if found is not None:
             the_plan, entry = found
@@ -63,7 +61,7 @@ def _as_job(run_dir: Path, *, step: int | None, best: str | None, to: str | None
     from hpc_grpo.export import plan
 
     write.refuse_missing(run_dir)
-    record = json.loads((run_dir / RUN_JSON).read_text())
+    record = runfiles.read_record(run_dir, "exported")
     picked = best_of.pick(run_dir, str(record.get("run_id") or run_dir.name), step, best)
     if push:
         hub.check_repo_id(push)

@@ -19,7 +19,6 @@ independent; samples of one prompt are not).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 import sys
@@ -35,6 +34,7 @@ from hpc_grpo.export import child, layout, records
 from hpc_grpo.export.plan import base_model
 from hpc_grpo.rundir import write_json_atomic
 from hpc_grpo.rundir.contract import EVAL_DIR, RUN_JSON, hub_snapshot
+from hpc_grpo.runs import runfiles
 
 MODULE = "hpc_grpo.runtime.posttrain.evaluate"
 Z95 = 1.959964
@@ -105,13 +105,13 @@ def subject(target: str, step: int | None, find_run: Any,
     is_model = (path / "config.json").is_file() or (path / layout.ADAPTER_CONFIG).is_file()
     if is_model and not (path / RUN_JSON).exists():
         run_dir = next((p for p in path.parents[:3] if (p / RUN_JSON).is_file()), None)
-        record = json.loads((run_dir / RUN_JSON).read_text()) if run_dir else {}
+        record = runfiles.read_record(run_dir, "evaluated") if run_dir else {}
         if best:
             raise UserError("--best picks a run's checkpoint, not a model folder's", field="best",
                             hint="name the run instead of the folder")
         return Subject(str(path), "", path.name, run_dir, None), record  # an export of a run?
     run_dir = find_run(target)
-    record = json.loads((run_dir / RUN_JSON).read_text())
+    record = runfiles.read_record(run_dir, "evaluated")
     picked = best_of.pick(run_dir, str(record.get("run_id") or run_dir.name), step, best)
     if picked is not None:
         chosen = _checkpoint_subject(run_dir, record, picked.step)

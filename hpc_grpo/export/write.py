@@ -11,7 +11,6 @@ is gone. A finished export is one line of the run's exports.jsonl (what `status`
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -29,6 +28,7 @@ from hpc_grpo.export import best as best_of
 from hpc_grpo.export import card, child, plan
 from hpc_grpo.rundir import append_jsonl, read_jsonl
 from hpc_grpo.rundir.contract import EXPORTS_JSONL, METRICS_JSONL, REWARD_CURVE, RUN_JSON
+from hpc_grpo.runs import runfiles
 
 if TYPE_CHECKING:
     from hpc_grpo.export.job import ExportJob
@@ -130,7 +130,7 @@ def export(run_dir: Path, step: int | None = None, to: str | None = None,
     ``announce`` gets the plan's line before the work starts. ``best``: the complete checkpoint
     whose step logged the highest value of that metrics key (export/best.py), not ``step``."""
     refuse_missing(run_dir)
-    record = json.loads((run_dir / RUN_JSON).read_text())
+    record = runfiles.read_record(run_dir, "exported")
     picked = best_of.pick(run_dir, str(record.get("run_id") or run_dir.name), step, best)
     step = picked.step if picked else step
     the_plan = plan.build(run_dir, record, step, to, dtype, adapter)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo import rundir
+from hpc_grpo.errors import UserError
 from hpc_grpo.rundir.contract import (
     CHECKPOINT_MARKER,
     CHECKPOINTS,
@@ -109,6 +110,19 @@ def _object(path: Path, problems: list[str], *, required: bool) -> dict[str, Any
         problems.append(f"{path.name} holds a {type(data).__name__}, not a JSON object")
         return {}
     return data
+
+
+def read_record(run_dir: Path, doing: str) -> dict[str, Any]:
+    """run.json read as ``status`` and ``resume`` read it (``_object``), for the commands that
+    need the record itself (export, eval): an empty, truncated or non-UTF-8 file or one that
+    holds no JSON object refuses them in the line resume gives, not a JSONDecodeError,
+    AttributeError or UnicodeDecodeError traceback."""
+    problems: list[str] = []
+    record = _object(run_dir / RUN_JSON, problems, required=True)
+    if problems:
+        raise UserError(f"run {run_dir.name} cannot be {doing}: {problems[0]}", field="run",
+                        hint="`hpc-grpo status` shows what is wrong with it")
+    return record
 
 
 def _jobs(path: Path, problems: list[str]) -> list[dict[str, Any]]:

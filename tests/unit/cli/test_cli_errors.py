@@ -321,3 +321,41 @@ def test_an_output_root_that_is_a_file_is_refused_before_planning(
     words = ("--output-root", "is under the file" if under else "is a file", "not a directory")
     assert_refused(result.exit_code, result.stderr, tmp_path / "nothing", fake_slurm, *words)
     assert blocker.read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("content", [b"", b'{"run_id": "grpo-x-0001", ', b"[1, 2]\n",
+                                     b'{"run_id": "caf\xe9"}\n'],
+                         ids=["empty", "truncated", "a list", "not UTF-8"])
+@pytest.mark.parametrize("command", [["export"], ["export", "--job"], ["eval"]])
+def test_export_and_eval_read_a_broken_run_json_as_resume_does(
+        tmp_path: Path, content: bytes, command: list[str]) -> None:
+    """They parsed run.json themselves: JSONDecodeError, AttributeError ('list' has no get) and
+    UnicodeDecodeError tracebacks where status shows the problem and resume refuses in one line
+    (runfiles.read_record: the same reader, the same line)."""
+    run_dir = tmp_path / "grpo-x-0001"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_bytes(content)
+    result = CliRunner().invoke(main, [*command, str(run_dir)], catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    doing = "evaluated" if command == ["eval"] else "exported"
+    assert lines[0].startswith(f"error: run: run grpo-x-0001 cannot be {doing}: run.json ")
+    assert "`hpc-grpo status` shows what is wrong" in lines[0]
+    resumed = CliRunner().invoke(main, ["resume", str(run_dir)], catch_exceptions=False)
+    assert lines[0].split(": run.json ")[1] == resumed.stderr.strip().split(": run.json ")[1]
+
+
+def test_eval_of_a_model_folder_in_a_run_with_a_broken_run_json_is_one_line(
+        tmp_path: Path) -> None:
+    """A folder of the run (an export) takes its defaults from the run's run.json."""
+    run_dir = tmp_path / "grpo-x-0001"
+    folder = run_dir / "export" / "step-4"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (run_dir / "run.json").write_text("[]")
+    result = CliRunner().invoke(main, ["eval", str(folder)], catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        "error: run: run grpo-x-0001 cannot be evaluated: run.json holds a list, not a JSON "
+        "object (hint: `hpc-grpo status` shows what is wrong with it)"]
