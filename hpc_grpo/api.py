@@ -26,15 +26,13 @@ from hpc_grpo.export.commands import export as export
 from hpc_grpo.export.hub_step import notes as hub_notes
 from hpc_grpo.export.hub_step import run_record
 from hpc_grpo.export.records import check_lines as check_lines  # the export check, as lines
-from hpc_grpo.planner.blocks import default_name
 from hpc_grpo.planner.checkpoint_fit import refuse_if_no_fit, resident_host_gib
 from hpc_grpo.planner.job import JobPlan, build_plan
 from hpc_grpo.planner.report import plan_report
-from hpc_grpo.planner.timing import Timings
-from hpc_grpo.planner.types import LinkFigures, ModelRef
 from hpc_grpo.preflight import inputs
 from hpc_grpo.preflight.builtin_model import ensure_builtin_model
 from hpc_grpo.preflight.builtin_model import write_example_model as write_example_model
+from hpc_grpo.preflight.checked import check_inputs
 from hpc_grpo.rundir.contract import (
     ATTEMPTS,
     JOB_SBATCH,
@@ -106,52 +104,6 @@ def prepare(request: Request) -> Prepared:
                     site_name=site_ref(request.site))
 
 
-@dataclass(frozen=True)
-class CheckedInputs:
-    """What the plan is made from, checked and measured on the login node first: the spec with
-    its dataset resolved and prompt bound measured, the model as staged, what earlier runs of
-    the job measured, the output file system's free space, and what to warn about or refuse."""
-
-    spec: JobSpec
-    model: ModelRef
-    dataset_commit: str
-    timings: Timings | None
-    free: tuple[int | None, str]
-    notes: tuple[str, ...]
-    refused: tuple[UserError, ...]
-    links: LinkFigures | None = None  # declared in the profile or measured by doctor, else assumed
-
-
-def check_inputs(site: SiteProfile, spec: JobSpec, *, root: Path, python: str,
-                 site_name: str) -> CheckedInputs:
-    """Step one of ``prepare``: every login-node check and measurement, before any planning."""
-    from hpc_grpo.preflight import stage
-
-    model = inputs.resolve_model(spec.model, registry.home_dir())
-    dataset = inputs.check_dataset(spec.dataset, spec.prompt_column)
-    for reward in spec.reward_funcs:
-        inputs.check_reward(reward)
-    spec = dataclasses.replace(spec, dataset=dataset)
-    staging = stage.check(site, model, spec.model_revision, dataset)  # commit, staged config.json
-    # Rewards called on a sample row, the longest prompt measured; what is not staged cannot be
-    # read on this machine either (offline), and the stage warning or refusal already says so.
-    probed = (inputs.Probed() if staging.missing
-              else inputs.probe_inputs(spec, staging.model, python, staging.dataset_commit))
-    measured = registry.measured_timings(spec.name or default_name(model.source), site.name)
-    refused, notes = staging.problems(site, site_name)
-    return CheckedInputs(inputs.with_prompt_bound(spec, probed), staging.model,
-                         staging.dataset_commit, Timings(*measured) if measured else None,
-                         inputs.free_space(root), notes + tuple(probed.notes), refused,
-                         _links_for_plan(site))
-
-
-def _links_for_plan(site: SiteProfile) -> LinkFigures | None:
-    from hpc_grpo.preflight.links import site_links
-
-    facts = site_links(site)
-    return facts.for_plan() if facts else None
-
-
 def _prepare(site: SiteProfile, spec: JobSpec, *, root: Path, run_id: str | None,
              python: str | None, site_name: str) -> Prepared:
     """inputs -> plan -> run directory -> script: each step a function of the one before."""
@@ -192,28 +144,23 @@ def submit(request: Request) -> Submitted:
         prepared = prepare(request)  # again, now that the model's architecture can be read
     plan = prepared.plan
     refuse_if_no_fit(plan.checkpoint_problem)
-    for _ in range(RUN_ID_CLAIMS):
+    claims = 20  # submits of one job racing for its next number: far more than a sweep's
+    while True:
         try:
             with registry.create_run_dir(prepared.root, prepared.run_id, _run_files(prepared),
                                          mode=plan.site.dir_mode) as run_dir:
                 job_id, known = _submit_job(prepared, run_dir)
                 registry.record_job(run_dir, job_id, "submitted", **known)
                 registry.register(prepared.run_id, run_dir)
-            break
+            return Submitted(prepared.run_id, run_dir, job_id, plan.warnings,
+                             backend_for(plan.site.scheduler).follow_by_default)
         except registry.RunIdTaken:
-            if request.run_id:  # the user's own name: theirs to change
+            claims -= 1
+            if request.run_id or not claims:  # the user's own name: theirs to change
                 raise
-            # A submit of the same job at the same time claimed the number: the next one, with
-            # the script and run.json written for it (both name the run directory).
+            # Another submit of the job claimed the number meanwhile: the next, its script and
+            # run.json written for it (both name the run directory).
             prepared = _renamed(prepared, registry.next_run_id(prepared.root, plan.job_name))
-    else:
-        raise UserError(f"no free run id for {plan.job_name} after {RUN_ID_CLAIMS} tries under "
-                        f"{prepared.root}", field="run_id", hint="give one with --run-id")
-    return Submitted(prepared.run_id, run_dir, job_id, plan.warnings,
-                     backend_for(plan.site.scheduler).follow_by_default)
-
-
-RUN_ID_CLAIMS = 20  # submits of one job name racing for its next number: far more than a sweep
 
 
 def _run_files(prepared: Prepared) -> dict[str, str]:

@@ -1,0 +1,65 @@
+"""Step one of ``api.prepare``: every login-node check and measurement of a job's inputs,
+before any planning (the model resolved and staged, the dataset and rewards checked and probed,
+earlier runs' timings, free space, the site's links), as one frozen value the plan is made from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpc_grpo.config.site import SiteProfile
+from hpc_grpo.config.spec import JobSpec
+from hpc_grpo.errors import UserError
+from hpc_grpo.planner.blocks import default_name
+from hpc_grpo.planner.timing import Timings
+from hpc_grpo.planner.types import LinkFigures, ModelRef
+from hpc_grpo.preflight import inputs
+from hpc_grpo.runs import registry
+
+
+@dataclass(frozen=True)
+class CheckedInputs:
+    """What the plan is made from, checked and measured on the login node first: the spec with
+    its dataset resolved and prompt bound measured, the model as staged, what earlier runs of
+    the job measured, the output file system's free space, and what to warn about or refuse."""
+
+    spec: JobSpec
+    model: ModelRef
+    dataset_commit: str
+    timings: Timings | None
+    free: tuple[int | None, str]
+    notes: tuple[str, ...]
+    refused: tuple[UserError, ...]
+    links: LinkFigures | None = None  # declared in the profile or measured by doctor, else assumed
+
+
+def check_inputs(site: SiteProfile, spec: JobSpec, *, root: Path, python: str,
+                 site_name: str) -> CheckedInputs:
+    """Step one of ``prepare``: every login-node check and measurement, before any planning."""
+    from hpc_grpo.preflight import stage
+
+    model = inputs.resolve_model(spec.model, registry.home_dir())
+    dataset = inputs.check_dataset(spec.dataset, spec.prompt_column)
+    for reward in spec.reward_funcs:
+        inputs.check_reward(reward)
+    spec = dataclasses.replace(spec, dataset=dataset)
+    staging = stage.check(site, model, spec.model_revision, dataset)  # commit, staged config.json
+    # Rewards called on a sample row, the longest prompt measured; what is not staged cannot be
+    # read on this machine either (offline), and the stage warning or refusal already says so.
+    probed = (inputs.Probed() if staging.missing
+              else inputs.probe_inputs(spec, staging.model, python, staging.dataset_commit))
+    measured = registry.measured_timings(spec.name or default_name(model.source), site.name)
+    refused, notes = staging.problems(site, site_name)
+    return CheckedInputs(inputs.with_prompt_bound(spec, probed), staging.model,
+                         staging.dataset_commit, Timings(*measured) if measured else None,
+                         inputs.free_space(root), notes + tuple(probed.notes), refused,
+                         _links_for_plan(site))
+
+
+def _links_for_plan(site: SiteProfile) -> LinkFigures | None:
+    from hpc_grpo.preflight.links import site_links
+
+    facts = site_links(site)
+    return facts.for_plan() if facts else None
