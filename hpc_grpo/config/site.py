@@ -30,22 +30,31 @@ from hpc_grpo.rundir.contract import (
 # job script, run.json or plan.txt; the job gets them from the submitting environment instead.
 DEFAULT_SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY")
 
-_TIME = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)$|^(\d+)$")
+_NUMBER = re.compile(r"[0-9]+")
+TIME_FORMS = ("minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
+              "days-hours:minutes", "days-hours:minutes:seconds")
 
 
 def minutes(value: str, where: str) -> int:
-    """Slurm time string (``MM``, ``HH:MM:SS``, ``D-HH:MM:SS``) in whole minutes, rounded up."""
-    match = _TIME.match(value.strip())
-    if not match:
-        raise UserError(
-            f"'{value}' is not a Slurm time", field=where, hint="use HH:MM:SS or D-HH:MM:SS"
-        )
-    if match.group(5) is not None:
-        return int(match.group(5))
-    days, hours, mins, secs = (int(g) if g else 0 for g in match.groups()[:4])
-    if match.group(2) is None:  # "MM:SS"
-        hours, mins, secs = 0, mins, secs
-        return days * 1440 + mins + (1 if secs else 0)
+    """A Slurm time limit in whole minutes, seconds rounded up as Slurm does.
+
+    Exactly sbatch's forms (``TIME_FORMS``): without a day the colon-separated parts are
+    minutes[:seconds] or hours:minutes:seconds, but after ``D-`` they are hours[:minutes[:seconds]]
+    (``1-12:30`` is 36 h 30 min, not 24 h 12 min 30 s)."""
+    text = value.strip()
+    days_text, dash, rest = text.rpartition("-")
+    parts = rest.split(":")
+    numbers = [days_text] * bool(dash) + parts
+    if len(parts) > 3 or not all(_NUMBER.fullmatch(n) for n in numbers):
+        raise UserError(f"'{value}' is not a Slurm time", field=where,
+                        hint=f"Slurm's forms: {', '.join(TIME_FORMS)}; e.g. 04:00:00 or 1-12:00")
+    ints = [int(p) for p in parts]
+    if dash:  # days-hours[:minutes[:seconds]]
+        days, (hours, mins, secs) = int(days_text), (ints + [0, 0])[:3]
+    elif len(ints) == 3:  # hours:minutes:seconds
+        days, (hours, mins, secs) = 0, ints
+    else:  # minutes[:seconds]
+        days, hours, (mins, secs) = 0, 0, (ints + [0])[:2]
     return days * 1440 + hours * 60 + mins + (1 if secs else 0)
 
 

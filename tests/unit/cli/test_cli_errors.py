@@ -184,6 +184,20 @@ def test_every_bad_grpo_value_is_listed_at_once(tmp_path: Path, fake_slurm: Fake
     assert fake_slurm.calls("sbatch") == []
 
 
+@pytest.mark.parametrize(("time", "rendered"), [("1-12:30", "36:30:00"), ("2-0:30", "48:30:00"),
+                                                ("1-12", "36:00:00"), ("90", "01:30:00")])
+def test_days_hours_time_is_rendered_as_slurm_reads_it(tmp_path: Path, time: str,
+                                                      rendered: str) -> None:
+    """After ``D-`` Slurm reads hours[:minutes[:seconds]]: ``1-12:30`` is 36.5 hours, which the
+    script's ``--time`` must say (it once said 24:13:00, minutes:seconds after the day)."""
+    site = tmp_path / "week.yaml"
+    site.write_text("partition: debug\ncpus_per_node: 4\ncpu_memory_gib: 8\nmax_time: 7-00:00:00\n")
+    result = CliRunner().invoke(main, ["render", "--site", str(site), "--model", "builtin:tiny",
+                                       "--output-root", str(tmp_path / "runs"), "--time", time])
+    assert result.exit_code == 0, result.stderr
+    assert f"#SBATCH --time={rendered}\n" in result.output
+
+
 def test_trl_spelling_of_train_by_epochs_is_accepted(tmp_path: Path) -> None:
     """open-r1 recipes write max_steps: -1; render shows the script, nothing is created."""
     result = CliRunner().invoke(main, ["render", "--site", "sandbox", "--model", "builtin:tiny",

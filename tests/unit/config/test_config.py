@@ -50,15 +50,23 @@ def test_profile_type_errors(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("30", 30), ("01:00:00", 60), ("00:10:30", 11), ("2-00:00:00", 2880), ("45:00", 45)],
+    [("30", 30),  # minutes
+     ("45:00", 45), ("0:30", 1),  # minutes:seconds, seconds rounded up
+     ("01:00:00", 60), ("00:10:30", 11),  # hours:minutes:seconds
+     ("1-12", 2160),  # days-hours
+     ("1-12:30", 2190), ("2-0:30", 2910),  # days-hours:minutes (not minutes:seconds)
+     ("2-00:00:00", 2880), ("1-12:30:05", 2191)],  # days-hours:minutes:seconds
 )
 def test_slurm_time(text: str, expected: int) -> None:
     assert minutes(text, "time") == expected
 
 
-def test_bad_time() -> None:
-    with pytest.raises(UserError, match="not a Slurm time"):
-        minutes("one hour", "time")
+@pytest.mark.parametrize("text", ["one hour", "", "1:2:3:4", "1-2:3:4:5", "-5", "1-2-3", "1-",
+                                  "-1:00", "1.5", "1:", "٣"])
+def test_bad_time(text: str) -> None:
+    with pytest.raises(UserError, match="not a Slurm time") as info:
+        minutes(text, "time")
+    assert "days-hours:minutes" in info.value.hint
 
 
 def test_precedence_flags_over_set_over_recipe() -> None:
