@@ -40,7 +40,9 @@ def minutes(value: str, where: str) -> int:
 
     Exactly sbatch's forms (``TIME_FORMS``): without a day the colon-separated parts are
     minutes[:seconds] or hours:minutes:seconds, but after ``D-`` they are hours[:minutes[:seconds]]
-    (``1-12:30`` is 36 h 30 min, not 24 h 12 min 30 s)."""
+    (``1-12:30`` is 36 h 30 min, not 24 h 12 min 30 s). Whatever amounts to zero (``0``, ``0:0``)
+    is refused: Slurm takes ``--time=0`` as no limit at all, which would bypass the site's
+    max_time (a profile's max_time of zero would cap nothing either)."""
     text = value.strip()
     days_text, dash, rest = text.rpartition("-")
     parts = rest.split(":")
@@ -55,7 +57,12 @@ def minutes(value: str, where: str) -> int:
         days, (hours, mins, secs) = 0, ints
     else:  # minutes[:seconds]
         days, hours, (mins, secs) = 0, 0, (ints + [0])[:2]
-    return days * 1440 + hours * 60 + mins + (1 if secs else 0)
+    total = days * 1440 + hours * 60 + mins + (1 if secs else 0)
+    if total == 0:
+        raise UserError(f"a time limit of '{value}' is zero, which Slurm takes as no limit at all",
+                        field=where, hint="give the time the job needs, e.g. 04:00:00 or 1-00:00; "
+                        "requeues continue the run")
+    return total
 
 
 @dataclass(frozen=True)

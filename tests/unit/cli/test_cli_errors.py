@@ -151,6 +151,18 @@ def test_time_over_site_maximum(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
     assert_refused(code, err, root, fake_slurm, "time", "maximum")
 
 
+@pytest.mark.parametrize("command", ["submit", "render", "plan"])
+@pytest.mark.parametrize("time", ["0", "0:0", "00:00:00"])
+def test_a_zero_time_limit_is_refused(tmp_path: Path, fake_slurm: FakeSlurm, command: str,
+                                      time: str) -> None:
+    """``--time=0`` is no limit to Slurm (it once rendered ``#SBATCH --time=00:00:00``)."""
+    root = tmp_path / "runs"
+    result = CliRunner().invoke(main, [command, "--site", "sandbox", "--model", "builtin:tiny",
+                                       "--output-root", str(root), "--time", time])
+    assert_refused(result.exit_code, result.stderr, root, fake_slurm, "time", "no limit", "hint")
+    assert "--time" not in result.output
+
+
 @pytest.mark.parametrize(("setting", "words"), [
     ("max_steps=abc", ("--set: max_steps", "expected int, got str 'abc'")),  # issue #13
     ("max_steps=0", ("max_steps", "positive number of steps, or -1")),

@@ -147,6 +147,9 @@ def test_what_a_checkpoint_cannot_follow_is_refused_with_the_reason(fake: FakeSl
     assert "max_steps" in caught.value.one_line() and "'abc'" in caught.value.one_line()
     with pytest.raises(UserError, match="exceeds the site's maximum"):
         api.resume(str(run_dir), time="03:00:00")
+    for zero in ("0", "0:0"):  # no limit to Slurm: once stored in spec.json and submitted
+        with pytest.raises(UserError, match="zero, which Slurm takes as no limit"):
+            api.resume(str(run_dir), time=zero)
     with pytest.raises(UserError, match="set by hpc-grpo"):
         api.resume(str(run_dir), sets=("deepspeed=ds.json",))
     assert _snapshot(run_dir) == before and not (run_dir / "attempts").exists()

@@ -69,6 +69,19 @@ def test_bad_time(text: str) -> None:
     assert "days-hours:minutes" in info.value.hint
 
 
+@pytest.mark.parametrize("text", ["0", "00", "0:0", "00:00:00", "0-0", "0-00:00", "0-0:0:0"])
+def test_a_zero_time_limit_is_refused(text: str, tmp_path: Path) -> None:
+    """Slurm reads a zero limit as none at all: the job would run past the site's max_time."""
+    with pytest.raises(UserError, match="zero, which Slurm takes as no limit") as info:
+        minutes(text, "time")
+    assert info.value.field == "time" and "04:00:00" in info.value.hint
+    path = tmp_path / "c.yaml"
+    path.write_text(f"max_time: '{text}'\n")
+    with pytest.raises(UserError, match="zero") as info:
+        load_site(str(path), [])
+    assert info.value.field == "c.yaml: max_time"
+
+
 def test_precedence_flags_over_set_over_recipe() -> None:
     recipe = {"model": "a", "nodes": 2, "learning_rate": 0.1, "max_steps": 5}
     sets = parse_set(["nodes=3", "learning_rate=0.2"])
