@@ -6,6 +6,7 @@ Profiles ship in ``site_configs/`` and users add their own in ``~/.config/hpc-gr
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Sequence
@@ -30,6 +31,11 @@ from hpc_grpo.rundir.contract import (
 # job script, run.json or plan.txt; the job gets them from the submitting environment instead.
 DEFAULT_SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY")
 
+# How to find a profile's memory figures, for the lines that refuse one that is wrong or missing.
+CPU_MEMORY_HINT = ("the memory a job may use per node, in GiB: RealMemory of `scontrol show node "
+                   "NODE` divided by 1024, which `hpc-grpo site init` writes")
+GPU_MEMORY_HINT = ("the memory of one GPU, in GiB (80 for an H100 80GB), which `hpc-grpo site init` "
+                   "guesses from the Gres type")
 _NUMBER = re.compile(r"[0-9]+")
 TIME_FORMS = ("minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
               "days-hours:minutes", "days-hours:minutes:seconds")
@@ -132,6 +138,7 @@ class SiteProfile:
                 field="requeue_signal",
             )
         minutes(self.max_time, "max_time")
+        self._refuse_numbers_a_job_cannot_use()
         if self.scheduler == "local":
             self._refuse_what_a_local_run_cannot_apply()
         for key in ("watchdog_startup_s", "watchdog_min_s"):
@@ -153,6 +160,32 @@ class SiteProfile:
             raise UserError(f"run_dir_mode {self.run_dir_mode!r} is not an octal mode from 0700 to "
                             "0777", field="run_dir_mode",
                             hint="e.g. 0700 (you only) or 0750 (your group may read)")
+
+    def _refuse_numbers_a_job_cannot_use(self) -> None:
+        """The profile's counts and sizes go into #SBATCH lines and the plan as they are: a
+        negative or zero count rendered ``--cpus-per-task=-4`` or ``--signal=USR2@-5`` (sbatch
+        refuses it, or worse takes it), and surfaced later as "world_size is -2" or "use --nodes
+        -3 or fewer", naming no profile key. Refused here, naming the key."""
+        for key, least, what, hint in (
+                ("cpus_per_node", 1, "a positive integer", "the CPUs of a node the job may use"),
+                ("gpus_per_node", 0, "0 or a positive integer", "0 on a CPU-only partition"),
+                ("procs_per_node", 0, "0 or a positive integer",
+                 "0: one training process per GPU, or 1 on a CPU site"),
+                ("max_nodes", 0, "0 or a positive integer", "0: ask Slurm at submit"),
+                ("max_requeues", 0, "0 or a positive integer",
+                 "automatic retries after a crash; 0: none"),
+                ("signal_lead_s", 1, "from 1 to 65535",
+                 "seconds before the time limit that the job is signalled to checkpoint (sbatch's "
+                 "--signal range)")):
+            value = getattr(self, key)
+            if value < least or (key == "signal_lead_s" and value > 65535):
+                raise UserError(f"{key} must be {what}, got {value}", field=key, hint=hint)
+        for key, per, hint in (("gpu_memory_gib", "GPU", GPU_MEMORY_HINT),
+                               ("cpu_memory_gib", "node", CPU_MEMORY_HINT)):
+            value = getattr(self, key)
+            if not 0 <= value < math.inf:
+                raise UserError(f"{key} must be 0 (not declared) or a positive number of GiB "
+                                f"per {per}, got {value:g}", field=key, hint=hint)
 
     def _refuse_what_a_local_run_cannot_apply(self) -> None:
         """A local run is this machine running the rendered script: no Slurm to load modules

@@ -77,6 +77,18 @@ def read_yaml(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
+def _scalar_text(value: Any, where: str) -> str:
+    """A string-valued mapping's value (a profile's env): text, a number or true/false as YAML
+    wrote it. Anything else has no one text form: ``KEY:`` left empty is null and was exported as
+    ``KEY=None``, a list or mapping as its Python repr."""
+    if isinstance(value, str | int | float):  # bool is an int
+        return str(value)
+    hint = ("an empty value is YAML's null: write '' for an empty string, or leave the key out"
+            if value is None else "quote it to pass it as text")
+    raise UserError(f"expected a string, number or true/false, got {value!r}", field=where,
+                    hint=hint)
+
+
 def _check_type(value: Any, annotation: Any, where: str) -> Any:
     """Return ``value`` converted to ``annotation`` where lossless, else raise UserError."""
     origin = typing.get_origin(annotation)
@@ -109,7 +121,7 @@ def _check_type(value: Any, annotation: Any, where: str) -> Any:
         if not isinstance(value, dict):
             raise UserError(f"expected a mapping, got {value!r}", field=where)
         if args and args[1] is str:
-            return {str(k): str(v) for k, v in value.items()}
+            return {str(k): _scalar_text(v, f"{where}.{k}") for k, v in value.items()}
         return dict(value)
     if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
         if not isinstance(value, dict):

@@ -246,8 +246,9 @@ def link_lines(measured: Measured | None) -> list[str]:
 
 def lead_within_grace(default_s: int, grace_s: int) -> int:
     """The signal lead for a preemptible partition: a quarter below its GraceTime (60 -> 45),
-    so the checkpoint the signal starts is written before Slurm's kill; never above the default."""
-    return min(default_s, grace_s * 3 // 4) if grace_s > 0 else default_s
+    so the checkpoint the signal starts is written before Slurm's kill; never above the default,
+    and at least 1 s, the least lead a profile may have (a GraceTime of 1 s gave 0)."""
+    return max(1, min(default_s, grace_s * 3 // 4)) if grace_s > 0 else default_s
 
 
 def requeue_lines(preemptible: Partition | None) -> list[str]:

@@ -163,6 +163,21 @@ def test_a_zero_time_limit_is_refused(tmp_path: Path, fake_slurm: FakeSlurm, com
     assert "--time" not in result.output
 
 
+@pytest.mark.parametrize(("line", "words"), [
+    ("cpus_per_node: -4", ("mycluster.yaml: cpus_per_node", "positive integer, got -4", "hint")),
+    ("signal_lead_s: -5", ("mycluster.yaml: signal_lead_s", "got -5")),
+    ("env: {PATH: null}", ("mycluster.yaml: env.PATH", "got None", "hint")),
+    ("max_nodes: -3", ("mycluster.yaml: max_nodes", "got -3")),
+])
+def test_bad_profile_numbers_are_refused_naming_the_key(tmp_path: Path, fake_slurm: FakeSlurm,
+                                                        line: str, words: tuple[str, ...]) -> None:
+    """Once rendered as #SBATCH --cpus-per-task=-4, --signal=USR2@-5 and export PATH=None."""
+    site = tmp_path / "mycluster.yaml"
+    site.write_text(f"partition: debug\ncpu_memory_gib: 8\n{line}\n")
+    code, err, root = run(tmp_path, "--site", str(site), "--model", "builtin:tiny")
+    assert_refused(code, err, root, fake_slurm, *words)
+
+
 @pytest.mark.parametrize(("setting", "words"), [
     ("max_steps=abc", ("--set: max_steps", "expected int, got str 'abc'")),  # issue #13
     ("max_steps=0", ("max_steps", "positive number of steps, or -1")),

@@ -48,6 +48,50 @@ def test_profile_type_errors(tmp_path: Path) -> None:
         load_site(str(path), [])
 
 
+@pytest.mark.parametrize(("line", "words"), [
+    ("cpus_per_node: 0", "cpus_per_node must be a positive integer, got 0"),
+    ("cpus_per_node: -4", "cpus_per_node must be a positive integer, got -4"),
+    ("gpus_per_node: -2", "gpus_per_node must be 0 or a positive integer, got -2"),
+    ("procs_per_node: -2", "procs_per_node must be 0 or a positive integer, got -2"),
+    ("max_nodes: -3", "max_nodes must be 0 or a positive integer, got -3"),
+    ("max_requeues: -1", "max_requeues must be 0 or a positive integer, got -1"),
+    ("signal_lead_s: -5", "signal_lead_s must be from 1 to 65535, got -5"),
+    ("signal_lead_s: 0", "signal_lead_s must be from 1 to 65535, got 0"),
+    ("signal_lead_s: 65536", "signal_lead_s must be from 1 to 65535, got 65536"),
+    ("gpu_memory_gib: -1", "gpu_memory_gib must be 0 (not declared) or a positive number"),
+    ("cpu_memory_gib: -8", "cpu_memory_gib must be 0 (not declared) or a positive number"),
+    ("cpu_memory_gib: .nan", "cpu_memory_gib must be"),
+    ("gpu_memory_gib: .inf", "gpu_memory_gib must be"),
+])
+def test_profile_numbers_are_checked_at_load(tmp_path: Path, line: str, words: str) -> None:
+    """Counts and sizes go into #SBATCH lines and the plan as written: a negative one rendered
+    --cpus-per-task=-4 or --signal=USR2@-5, or failed later naming no profile key."""
+    path = tmp_path / "mycluster.yaml"
+    path.write_text(f"partition: gpu\n{line}\n")
+    with pytest.raises(UserError) as info:
+        load_site(str(path), [])
+    assert words in info.value.message and info.value.hint
+    assert info.value.field == f"mycluster.yaml: {line.split(':')[0]}"
+
+
+@pytest.mark.parametrize(("value", "hint"), [
+    ("", "write '' for an empty string"), ("null", "write '' for an empty string"),
+    ("[1, 2]", "quote it"), ("{b: 1}", "quote it")])
+def test_profile_env_values_must_be_scalars(tmp_path: Path, value: str, hint: str) -> None:
+    """An empty value (YAML's null) was exported as PATH=None, a list or mapping as its repr."""
+    path = tmp_path / "mycluster.yaml"
+    path.write_text(f"env:\n  OMP_NUM_THREADS: 1\n  PATH: {value}\n")
+    with pytest.raises(UserError, match="expected a string, number or true/false") as info:
+        load_site(str(path), [])
+    assert info.value.field == "mycluster.yaml: env.PATH" and hint in info.value.hint
+
+
+def test_profile_env_scalars_are_text(tmp_path: Path) -> None:
+    path = tmp_path / "mycluster.yaml"
+    path.write_text("env: {A: x, B: 1, C: 0.5, D: true, E: ''}\n")
+    assert load_site(str(path), []).env == {"A": "x", "B": "1", "C": "0.5", "D": "True", "E": ""}
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [("30", 30),  # minutes

@@ -239,6 +239,7 @@ def test_requeue_settings_written_with_the_lead_below_grace_time(
     ("0", 120, "GraceTime=0: a preempted job is killed at once"),
     ("600", 120, "below GraceTime=600s"),
     ("20", 15, "below GraceTime=20s"),
+    ("1", 1, "below GraceTime=1s"),  # a quarter below 1 s was 0, a lead no profile may have
 ])
 def test_lead_follows_grace_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grace: str,
                                  lead: int, why: str) -> None:
