@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Literal
 
-from hpc_grpo.config.site import SiteProfile
+from hpc_grpo.config.site import CPU_MEMORY_HINT, GPU_MEMORY_HINT, SiteProfile
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner.bounds import grpo_value
@@ -29,6 +29,7 @@ def plan_request(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int,
     measured by doctor), the rest assumed; ``nodes``: the nodes that train, where not all of
     the job's do (a dedicated server node)."""
     assert model.arch is not None
+    _refuse_undeclared_memory(site)
     links = links or LinkFigures()
     return PlanRequest(
         arch=model.arch, nodes=spec.nodes if nodes is None else nodes, gpus_per_node=procs,
@@ -53,6 +54,18 @@ def plan_request(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int,
         intra_node_gbs=links.intra_node_gbs, inter_node_gbs=links.inter_node_gbs,
         link_source=links.source,
     )
+
+
+def _refuse_undeclared_memory(site: SiteProfile) -> None:
+    """A GPU profile may leave its memory figures out (doctor and the ranks then compare
+    nothing), but the memory plan sizes vLLM, ZeRO, offloads and checkpoint saves from them:
+    say which profile key is missing and where its number comes from (the plan request's own
+    check named cpu_memory_gib_per_node, which no profile has, and gave no hint)."""
+    for key, hint in (("gpu_memory_gib", GPU_MEMORY_HINT), ("cpu_memory_gib", CPU_MEMORY_HINT)):
+        if not getattr(site, key) > 0:
+            raise UserError(f"site '{site.name}' does not set {key}, which the memory plan of a "
+                            "GPU job needs", field=key,
+                            hint=f"add {key}: to the profile: {hint}")
 
 
 def check_server_zero(spec: JobSpec) -> None:

@@ -178,6 +178,21 @@ def test_bad_profile_numbers_are_refused_naming_the_key(tmp_path: Path, fake_slu
     assert_refused(code, err, root, fake_slurm, *words)
 
 
+@pytest.mark.parametrize(("missing", "kept"), [("cpu_memory_gib", "gpu_memory_gib: 80"),
+                                               ("gpu_memory_gib", "cpu_memory_gib: 500")])
+@pytest.mark.parametrize("mode", ["colocate", "server"])
+def test_a_gpu_profile_without_its_memory_names_the_profile_key(
+        tmp_path: Path, fake_slurm: FakeSlurm, missing: str, kept: str, mode: str) -> None:
+    """The memory plan's own check named cpu_memory_gib_per_node, which no profile has, with
+    no hint; the line names the profile's key and where its number comes from."""
+    site = tmp_path / "mycluster.yaml"
+    site.write_text(f"partition: gpu\ngpus_per_node: 2\n{kept}\n")
+    code, err, root = run(tmp_path, "--site", str(site), "--model", "Qwen/Qwen2.5-0.5B",
+                          "--vllm-mode", mode)
+    assert_refused(code, err, root, fake_slurm, f"error: {missing}: site 'mycluster' does not "
+                   f"set {missing}", f"add {missing}: to the profile", "hpc-grpo site init")
+
+
 @pytest.mark.parametrize(("setting", "words"), [
     ("max_steps=abc", ("--set: max_steps", "expected int, got str 'abc'")),  # issue #13
     ("max_steps=0", ("max_steps", "positive number of steps, or -1")),
