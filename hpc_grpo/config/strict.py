@@ -32,6 +32,15 @@ _Loader.add_implicit_resolver(
 )
 
 
+# YAML 1.1's base-60 numbers: an unquoted ``max_time: 1:30:00`` would be the int 5400, read as
+# 5400 minutes (Slurm's "minutes" form), not 90. YAML 1.2 has none: they stay strings here.
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, re.compile("^(?!.*:)" + regexp.pattern.removeprefix("^"), regexp.flags)
+             if tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float") else regexp)
+            for tag, regexp in resolvers]
+    for first, resolvers in _Loader.yaml_implicit_resolvers.items()}
+
+
 def load_yaml_text(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
 

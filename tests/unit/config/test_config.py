@@ -126,6 +126,17 @@ def test_a_zero_time_limit_is_refused(text: str, tmp_path: Path) -> None:
     assert info.value.field == "c.yaml: max_time"
 
 
+def test_an_unquoted_time_is_read_as_written_not_as_a_base_60_number(tmp_path: Path) -> None:
+    """YAML 1.1 reads ``1:30:00`` as the int 5400 (base 60), which Slurm's "minutes" form
+    would make 5400 minutes (90 hours); the profile means 90 minutes."""
+    path = tmp_path / "c.yaml"
+    path.write_text("max_time: 1:30:00\n")
+    assert minutes(load_site(str(path), []).max_time, "max_time") == 90
+    path.write_text("max_time: 5400\n")  # a bare number is still minutes, as Slurm reads it
+    assert minutes(str(load_site(str(path), []).max_time), "max_time") == 5400  # minutes
+    assert parse_set(["time=2:00:00"])["time"] == "2:00:00"
+
+
 def test_precedence_flags_over_set_over_recipe() -> None:
     recipe = {"model": "a", "nodes": 2, "learning_rate": 0.1, "max_steps": 5}
     sets = parse_set(["nodes=3", "learning_rate=0.2"])
