@@ -287,6 +287,30 @@ def model_load_problems(site: SiteProfile, spec: JobSpec) -> list[UserError]:
     return problems
 
 
+# Job settings that name a thing to load; their hint on what may be given instead.
+NAMES = {
+    "model": "give a model folder, a hub id, a catalogue name or builtin:tiny",
+    "dataset": "give builtin:digits or builtin:sums, a .jsonl/.json/.csv/.parquet file, a "
+               "save_to_disk folder or a hub id, or leave it out for builtin:digits",
+}
+
+
+def blank_names(spec: JobSpec, origins: Mapping[str, str]) -> list[UserError]:
+    """An empty (or blank) model or dataset name, refused. Why: as a path, "" is the current
+    directory (``Path("")`` is ``.``), so ``--dataset "$UNSET"`` or ``--set dataset=`` trained
+    on whatever folder the command ran in, and ``--model ''`` loaded the model from it.
+    ``origins``: where each key came from (its flag, ``--set`` or the recipe)."""
+    problems = []
+    for key, how in NAMES.items():
+        if not str(getattr(spec, key)).strip():
+            problems.append(UserError(
+                f"an empty {key} name would mean the current directory",
+                field=origins.get(key, f"recipe: {key}"),
+                hint=how + ("; an empty shell variable gives an empty name"
+                            if origins.get(key, "").startswith("--") else "")))
+    return problems
+
+
 def _changes(recipe: Mapping[str, Any], sets: Mapping[str, Any],
              flags: Mapping[str, Any]) -> list[str]:
     """One line per recipe value the command line replaced, naming the flag or --set."""
@@ -369,6 +393,10 @@ def build_spec(
             spec = from_mapping(JobSpec, merged, "")
         except UserError as err:
             problems.append(err)
+    if spec is not None:
+        origins = {**{k: f"--set: {k}" for k in set_spec},
+                   **{k: FLAGS.get(k, f"--{k}") for k in given}}
+        problems += blank_names(spec, origins)
     if spec is not None and spec.nodes < 1:
         problems.append(UserError(f"nodes must be at least 1, got {spec.nodes}", field="nodes"))
     if spec is not None and site is not None:
