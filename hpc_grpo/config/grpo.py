@@ -58,6 +58,12 @@ _POSITIVE = Range(lambda v: v > 0, "greater than 0")
 _NOT_NEGATIVE = Range(lambda v: v >= 0, "0 or more")
 _UNIT = Range(lambda v: 0 <= v <= 1, "between 0 and 1")
 _BELOW_ONE = Range(lambda v: 0 <= v < 1, "at least 0 and below 1")
+# transformers' and accelerate's set_seed hand the seed to numpy's np.random.seed, which refuses
+# anything outside [0, 2**32 - 1] ("Seed must be between 0 and 2**32 - 1") on every rank after
+# the queue wait. data_seed seeds the data sampler's generator: held to the same range, a seed
+# that any of the libraries may pass on (tests/unit/config/test_grpo_values.py's premise test).
+SEED_MAX = 2**32 - 1
+SEED = Range(lambda v: 0 <= v <= SEED_MAX, "between 0 and 2**32 - 1 (numpy's seed range)")
 
 RANGES: dict[str, Range] = {
     # TRL's -1 (the default) means "train num_train_epochs epochs"; 0 and below trains nothing
@@ -89,6 +95,8 @@ RANGES: dict[str, Range] = {
     "entropy_coef": _NOT_NEGATIVE,
     "top_k": _NOT_NEGATIVE,  # 0: no top-k filtering
     "dataloader_num_workers": _NOT_NEGATIVE,
+    "seed": SEED,  # the job spec's seed (config/spec.py checks it there)
+    "data_seed": SEED,
     **{name: _at_least(1) for name in (
         "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
         "num_generations_eval", "generation_batch_size", "steps_per_generation", "num_iterations",

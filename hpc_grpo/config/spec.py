@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import yaml
 
-from hpc_grpo.config.grpo import check_values, field_types
+from hpc_grpo.config.grpo import SEED, check_values, field_types
 from hpc_grpo.config.recipe_format import (
     CLAIMS,
     IGNORED,
@@ -397,6 +397,9 @@ def build_spec(
         origins = {**{k: f"--set: {k}" for k in set_spec},
                    **{k: FLAGS.get(k, f"--{k}") for k in given}}
         problems += blank_names(spec, origins)
+        if not SEED.ok(spec.seed):  # numpy's range: transformers' set_seed raises on every rank
+            problems.append(UserError(f"seed must be {SEED.text}, got {spec.seed}",
+                                      field=origins.get("seed", "recipe: seed")))
     if spec is not None and spec.nodes < 1:
         problems.append(UserError(f"nodes must be at least 1, got {spec.nodes}", field="nodes"))
     if spec is not None and site is not None:

@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 
-from hpc_grpo.config.grpo import PLAN_NEEDS, RANGES, check_value, check_values, field_types
+from hpc_grpo.config.grpo import (
+    PLAN_NEEDS,
+    RANGES,
+    SEED_MAX,
+    check_value,
+    check_values,
+    field_types,
+)
 from hpc_grpo.config.spec import build_spec, parse_set
 from hpc_grpo.errors import UserError, UserErrors
 
@@ -36,6 +43,7 @@ def one(name: str, value: Any) -> tuple[Any, str, str]:
     ("reward_weights", [1, 0.5], [1.0, 0.5]),
     ("lr_scheduler_type", "cosine", "cosine"),
     ("top_k", 0, 0),
+    ("data_seed", 0, 0), ("data_seed", 2**32 - 1, 2**32 - 1), ("data_seed", None, None),
 ])
 def test_accepted_values_come_out_as_trl_takes_them(name: str, value: Any, expected: Any) -> None:
     out, problem, _ = one(name, value)
@@ -65,6 +73,7 @@ def test_wrong_kinds_name_the_expected_type(name: str, value: Any, words: str) -
     ("max_completion_length", 0), ("beta", -0.01), ("temperature", 0), ("top_p", 0),
     ("top_p", 1.5), ("min_p", 2), ("adam_beta2", 1), ("num_train_epochs", 0), ("save_steps", 0),
     ("num_iterations", 0), ("top_k", -1), ("epsilon", -0.2),
+    ("data_seed", -1), ("data_seed", 2**32),  # numpy's seed range
 ])
 def test_out_of_range_numbers_are_refused(name: str, value: Any) -> None:
     _, problem, _ = one(name, value)
@@ -177,3 +186,26 @@ def test_premise_transformers_decides_a_best_save_and_a_plateau_step_on_evaluati
         decide.index("self.control.should_save = is_new_best_metric")
     assert "must be provided when using 'best' save_strategy" in \
         inspect.getsource(trainer.Trainer._validate_args)
+
+
+def test_premise_every_rank_hands_the_seed_plus_its_rank_to_numpy() -> None:
+    """Why seeds are held to [0, 2**32 - 1] and seed + the last rank too (config/grpo.py SEED,
+    planner/job.py _check_seed): numpy refuses any other seed, transformers' set_seed passes the
+    seed to it, and TRL's GRPOTrainer seeds every process with accelerate's set_seed(seed,
+    device_specific=True), which adds the process index. If any of this changes, revisit."""
+    import inspect
+
+    np = pytest.importorskip("numpy")
+    np.random.seed(SEED_MAX)
+    for bad in (-1, SEED_MAX + 1):
+        with pytest.raises(ValueError, match="between 0 and 2\\*\\*32 - 1"):
+            np.random.seed(bad)
+    trainer_utils = pytest.importorskip("transformers.trainer_utils")
+    assert "np.random.seed(seed)" in inspect.getsource(trainer_utils.set_seed)
+    accelerate_random = pytest.importorskip("accelerate.utils.random")
+    source = inspect.getsource(accelerate_random.set_seed)
+    assert "seed += AcceleratorState().process_index" in source
+    assert "np.random.seed(seed)" in source
+    grpo = pytest.importorskip("trl.trainer.grpo_trainer")
+    assert "set_seed(args.seed, device_specific=True)" in inspect.getsource(grpo.GRPOTrainer)
+    assert grpo.set_seed is accelerate_random.set_seed
