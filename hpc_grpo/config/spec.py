@@ -9,6 +9,7 @@ Precedence: command-line flags > ``--set`` > recipe > defaults.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -311,6 +312,33 @@ def blank_names(spec: JobSpec, origins: Mapping[str, str]) -> list[UserError]:
     return problems
 
 
+def reward_problems(spec: JobSpec, origins: Mapping[str, str]) -> list[UserError]:
+    """The rewards as the ranks will take them, defaults applied: at least one reward, and
+    reward_weights either empty (every reward weighs 1) or one finite number per reward. Why
+    here: the ranks refuse an empty reward_funcs (rewards.py) and a weight count that differs
+    (grpo_args.py, TRL) only after the queue wait, and a NaN or infinite weight makes every
+    advantage NaN with nothing refusing it. ``origins`` as for blank_names."""
+    funcs = origins.get("reward_funcs", "recipe: reward_funcs")
+    where = origins.get("reward_weights", "recipe: reward_weights")
+    if not spec.reward_funcs:
+        return [UserError("lists no reward: GRPO needs at least one", field=funcs,
+                          hint="builtin:NAME, module:function or an open-r1 name (accuracy, "
+                               "format, ...); leave reward_funcs out for builtin:length")]
+    weights = spec.reward_weights
+    bad = [w for w in weights if not math.isfinite(w)]
+    if bad:
+        return [UserError(f"must be finite numbers, got {shown(list(weights))}",
+                          field=where)]
+    count = len(spec.reward_funcs)
+    if weights and len(weights) != count:
+        return [UserError(
+            f"{len(weights)} weight{'s' * (len(weights) != 1)} for {count} "
+            f"reward{'s' * (count != 1)} ({', '.join(spec.reward_funcs)})", field=where,
+            hint=f"one weight per reward, e.g. --set reward_weights={shown([1.0] * count)}; "
+                 "--set reward_weights=[] weighs every reward 1")]
+    return []
+
+
 def _changes(recipe: Mapping[str, Any], sets: Mapping[str, Any],
              flags: Mapping[str, Any]) -> list[str]:
     """One line per recipe value the command line replaced, naming the flag or --set."""
@@ -396,7 +424,7 @@ def build_spec(
     if spec is not None:
         origins = {**{k: f"--set: {k}" for k in set_spec},
                    **{k: FLAGS.get(k, f"--{k}") for k in given}}
-        problems += blank_names(spec, origins)
+        problems += blank_names(spec, origins) + reward_problems(spec, origins)
         if not SEED.ok(spec.seed):  # numpy's range: transformers' set_seed raises on every rank
             problems.append(UserError(f"seed must be {SEED.text}, got {spec.seed}",
                                       field=origins.get("seed", "recipe: seed")))

@@ -89,3 +89,57 @@ def test_the_last_rank_s_seed_must_be_in_numpy_s_range_too() -> None:
     result = CliRunner().invoke(main, ["render", "--site", "h100-pyxis", "--model",
                                        "builtin:tiny", "--seed", str(2**32 - 8)])
     assert result.exit_code == 0, result.stderr
+
+
+# --- rewards ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("recipe", "sets", "flags", "field", "words"), [
+    ({"model": "m", "reward_weights": [1.0, 2.0]}, [], {}, "recipe: reward_weights",
+     "2 weights for 1 reward (builtin:length)"),  # the default reward counts
+    ({"model": "m"}, ["reward_weights=[1, 0.5]"], {"reward_funcs": ["accuracy"]},
+     "--set: reward_weights", "2 weights for 1 reward (builtin:accuracy)"),
+    ({"model": "m", "reward_weights": [1.0]}, [], {"reward_funcs": ["accuracy", "format"]},
+     "recipe: reward_weights", "1 weight for 2 rewards (builtin:accuracy, builtin:format)"),
+    ({"model": "m"}, ["reward_funcs=[]"], {}, "--set: reward_funcs",
+     "lists no reward: GRPO needs at least one"),
+    ({"model": "m", "reward_funcs": []}, [], {}, "recipe: reward_funcs", "lists no reward"),
+    ({"model": "m"}, ["reward_weights=[.nan]"], {}, "--set: reward_weights",
+     "must be finite numbers, got [nan]"),
+    ({"model": "m"}, ["reward_weights=[1, -.inf]"], {"reward_funcs": ["accuracy", "format"]},
+     "--set: reward_weights", "must be finite numbers, got [1.0, -inf]"),
+])
+def test_reward_problems_the_ranks_would_find_are_refused(
+        recipe: dict[str, Any], sets: list[str], flags: dict[str, Any], field: str,
+        words: str) -> None:
+    """The ranks refuse an empty reward_funcs (rewards.py) and a weight count unlike the
+    rewards' (grpo_args.py, TRL) only after the queue wait; a NaN weight refuses nothing."""
+    error = refused(recipe, sets, flags)
+    assert error.field == field and words in error.message, error.one_line()
+
+
+def test_weights_that_fit_the_rewards_pass() -> None:
+    spec = build_spec({"model": "m", "reward_weights": [1, -0.5]}, {},
+                      {"reward_funcs": ["accuracy", "format"]})
+    assert spec.reward_weights == (1.0, -0.5)  # a negative weight is a penalty: TRL takes it
+    assert build_spec({"model": "m", "reward_weights": [1.0, 2.0]},
+                      parse_set(["reward_weights=[]"]), {}).reward_weights == ()
+
+
+def test_a_weight_count_unlike_the_rewards_is_refused_on_a_slurm_site() -> None:
+    line = render_error("--model", "builtin:tiny", "--set", "reward_weights=[1.0, 2.0]")
+    assert line == ("error: --set: reward_weights: 2 weights for 1 reward (builtin:length) (hint: "
+                    "one weight per reward, e.g. --set reward_weights=[1.0]; --set "
+                    "reward_weights=[] weighs every reward 1)")
+
+
+def test_premise_trl_wants_one_weight_per_reward_and_at_least_one_reward() -> None:
+    """Why reward_problems refuses: TRL's GRPOTrainer raises on a weight count unlike the
+    rewards' and on no reward at all (and multiplies the rewards by the weights, so a NaN one
+    spreads). If TRL changes this, revisit config/spec.py reward_problems."""
+    import inspect
+
+    grpo = pytest.importorskip("trl.trainer.grpo_trainer")
+    source = inspect.getsource(grpo.GRPOTrainer.__init__)
+    assert "if len(args.reward_weights) != len(reward_funcs):" in source
+    assert "if not self.reward_funcs:" in source
+    assert "torch.ones(len(reward_funcs)" in source  # no weights: every reward weighs 1
