@@ -21,6 +21,7 @@ paths) map onto ``builtin:NAME`` and ``module:function``. Pure: values in, value
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -243,6 +244,22 @@ def _only_default(key: str, value: Any, source: str, out: Translation) -> None:
                                       hint=why + fix))
 
 
+def warmup_ratio_problem(value: Any, source: str) -> UserError | None:
+    """warmup_ratio outside [0, 1), refused. Why: it is renamed to transformers 5's warmup_steps
+    (RENAMED), which reads a value below 1 as a ratio of the training steps and one of 1 or more
+    as a count of steps, so ``warmup_ratio: 1.0`` (all of the run, as a ratio) would warm up for
+    one step and ``2`` for two. A value that is not a number is warmup_steps' check's."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or 0 <= value < 1:
+        return None
+    meaning = f" (transformers would read {value} as {int(value)} warmup " \
+              f"step{'s' * (int(value) != 1)})" if math.isfinite(value) and value >= 1 else ""
+    steps, ratio = ("--set warmup_steps=", "--set warmup_ratio=") if source == "--set" else \
+        ("warmup_steps: ", "warmup_ratio: ")
+    return UserError(f"must be a ratio of the training steps, at least 0 and below 1, got "
+                     f"{value!r}{meaning}", field=f"{source}: warmup_ratio",
+                     hint=f"for a number of warmup steps use {steps}N; a ratio is e.g. {ratio}0.1")
+
+
 def translate(values: Mapping[str, Any], source: str) -> Translation:
     """Rename, sort and check every key; keys that are neither stay in ``values`` as they are."""
     out = Translation()
@@ -250,7 +267,10 @@ def translate(values: Mapping[str, Any], source: str) -> Translation:
     listed = {str(r) for r in values.get("reward_funcs") or () if isinstance(r, str)}
     ignored: dict[str, list[str]] = {}
     for key, value in values.items():
-        if key in RENAMED:
+        refused = warmup_ratio_problem(value, source) if key == "warmup_ratio" else None
+        if refused is not None:
+            out.problems.append(refused)
+        elif key in RENAMED:
             _set(out, origin, RENAMED[key], key, value, source)
         elif key == "reward_funcs":
             _set(out, origin, key, key, map_rewards(value, f"{source}: reward_funcs",

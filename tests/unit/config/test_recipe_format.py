@@ -244,3 +244,44 @@ def test_shipped_recipes_plan_and_render(name: str, nodes: int, lora: bool,
     code, out, err = cli("render", "--site", "h100-pyxis", "--recipe", recipe)
     assert code == 0, err
     assert f"#SBATCH --nodes={nodes}" in out
+
+
+@pytest.mark.parametrize(("value", "source", "words"), [
+    (1.0, "--set", "got 1.0 (transformers would read 1.0 as 1 warmup step)"),
+    (2, "recipe", "got 2 (transformers would read 2 as 2 warmup steps)"),
+    (-0.1, "recipe", "got -0.1"), (float("inf"), "--set", "got inf"),
+    (float("nan"), "--set", "got nan"),
+])
+def test_a_warmup_ratio_outside_0_1_is_refused(value: float, source: str, words: str) -> None:
+    """warmup_ratio becomes transformers 5's warmup_steps, which counts steps from 1 up: a
+    ratio of 1.0 would warm up for one step, not the whole run."""
+    out = translate({"warmup_ratio": value}, source)
+    assert "warmup_steps" not in out.values
+    (problem,) = out.problems
+    assert problem.field == f"{source}: warmup_ratio"
+    assert problem.message.startswith("must be a ratio of the training steps, at least 0 and "
+                                      "below 1, ") and problem.message.endswith(words)
+    steps = "--set warmup_steps=N" if source == "--set" else "warmup_steps: N"
+    assert f"for a number of warmup steps use {steps}" in problem.hint
+
+
+def test_a_warmup_ratio_in_0_1_stays_a_ratio_and_a_refused_one_stops_submit() -> None:
+    for ratio in (0, 0.0, 0.1, 0.999):
+        assert build_spec({"model": "m", "warmup_ratio": ratio}, {}, {}).grpo == {
+            "warmup_steps": ratio}
+    code, _, err = cli("render", "--site", "local", "--model", "builtin:tiny", "--set",
+                       "warmup_ratio=1.0")
+    assert code == 2 and err.count("error: ") == 1 and "--set: warmup_ratio" in err, err
+
+
+def test_premise_transformers_counts_warmup_steps_of_1_or_more_and_has_no_warmup_ratio() -> None:
+    """Why warmup_ratio is renamed to warmup_steps only below 1 (config/recipe_format.py
+    warmup_ratio_problem): transformers reads a warmup_steps below 1 as a ratio of the steps and
+    one of 1 or more as a count, and has no warmup_ratio of its own. If that changes, revisit."""
+    from types import SimpleNamespace
+
+    training_args = pytest.importorskip("transformers.training_args")
+    steps = training_args.TrainingArguments.get_warmup_steps
+    assert [steps(SimpleNamespace(warmup_steps=w), 200) for w in (0, 0.1, 0.5, 1.0, 2, 2.0)] == \
+        [0, 20, 100, 1, 2, 2]
+    assert "warmup_ratio" not in training_args.TrainingArguments.__dataclass_fields__
