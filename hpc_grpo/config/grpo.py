@@ -10,6 +10,7 @@ Pure: values in, (values, problems) out.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -103,6 +104,10 @@ RANGES: dict[str, Range] = {
         "max_completion_length", "save_total_limit", "ref_model_sync_steps",
         "torch_empty_cache_steps", "eval_accumulation_steps", "ddp_timeout")},
 }
+# What an infinite value was likely meant to say, and how to say it.
+NOT_FINITE_HINTS = {
+    "max_grad_norm": "max_grad_norm: 0 turns gradient clipping off (transformers clips only "
+                     "above 0)"}
 # Fields the plan computes with (batch rules, vLLM context): TRL's null would leave it guessing.
 PLAN_NEEDS = ("num_generations", "max_completion_length")
 
@@ -243,9 +248,15 @@ def check_value(name: str, value: Any, field: FieldType) -> tuple[Any, str, str]
         return value, f"{out!r} is not one of TRL's values", did_you_mean(
             out, [c for c in field.choices if c not in refused])
     rule = RANGES.get(name)
-    if rule is not None and isinstance(out, int | float) and not isinstance(out, bool) \
-            and not rule.ok(out):
-        return value, f"must be {rule.text}, got {out!r}", ""
+    if rule is not None and isinstance(out, int | float) and not isinstance(out, bool):
+        # every range refuses NaN (no comparison holds); infinity passed "> 0" and ">= 0", and
+        # TRL or torch then fail on it (int(inf) for warmup_steps) or train on it: an infinite
+        # learning_rate, a max_grad_norm that clips nothing
+        if not math.isfinite(out):
+            return value, f"must be finite and {rule.text}, got {out!r}", NOT_FINITE_HINTS.get(
+                name, "")
+        if not rule.ok(out):
+            return value, f"must be {rule.text}, got {out!r}", ""
     return out, "", ""
 
 

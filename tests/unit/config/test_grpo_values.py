@@ -74,11 +74,40 @@ def test_wrong_kinds_name_the_expected_type(name: str, value: Any, words: str) -
     ("top_p", 1.5), ("min_p", 2), ("adam_beta2", 1), ("num_train_epochs", 0), ("save_steps", 0),
     ("num_iterations", 0), ("top_k", -1), ("epsilon", -0.2),
     ("data_seed", -1), ("data_seed", 2**32),  # numpy's seed range
+    ("learning_rate", float("inf")), ("max_grad_norm", float("inf")),
+    ("warmup_steps", float("inf")), ("beta", float("-inf")),
 ])
 def test_out_of_range_numbers_are_refused(name: str, value: Any) -> None:
     _, problem, _ = one(name, value)
     assert problem.startswith("must be ") and problem.endswith(f"got {value!r}") or \
         problem.endswith(f"got {float(value)!r}"), problem
+
+
+def test_every_range_refuses_infinity_as_it_refuses_nan() -> None:
+    """No comparison holds for NaN, so every range refused it; infinity passed "> 0" and
+    ">= 0" (learning_rate, max_grad_norm, warmup_steps: transformers' int() of it raises)."""
+    floats = [name for name in RANGES if "float" in field_types()[name].kinds]
+    assert {"learning_rate", "max_grad_norm", "warmup_steps", "beta"} <= set(floats)
+    for name in floats:
+        for value in (float("nan"), float("inf"), float("-inf")):
+            _, problem, _ = one(name, value)
+            assert problem.startswith("must be finite and "), (name, value, problem)
+    _, problem, hint = one("max_grad_norm", float("inf"))
+    assert problem == "must be finite and 0 or more, got inf"
+    assert hint.startswith("max_grad_norm: 0 turns gradient clipping off")
+    with pytest.raises(UserError) as info:  # as typed: YAML's .inf
+        build_spec({"model": "m"}, parse_set(["learning_rate=.inf"]), {})
+    assert info.value.lines() == [
+        "error: --set: learning_rate: must be finite and greater than 0, got inf"]
+
+
+def test_premise_transformers_clips_gradients_only_above_a_max_grad_norm_of_0() -> None:
+    """The hint for an infinite max_grad_norm (config/grpo.py NOT_FINITE_HINTS): transformers'
+    training loop clips only where max_grad_norm > 0. If that changes, revisit the hint."""
+    import inspect
+
+    trainer = pytest.importorskip("transformers.trainer")
+    assert "if self.args.max_grad_norm > 0:" in inspect.getsource(trainer.Trainer._run_epoch)
 
 
 def test_strings_trl_fixes_get_a_did_you_mean() -> None:
