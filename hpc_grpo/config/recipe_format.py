@@ -182,7 +182,9 @@ def reward_spec(name: Any, where: str) -> tuple[str, UserError | None]:
     if text in UNSUPPORTED_REWARDS:
         return text, UserError(f"reward '{text}' is not built into hpc-grpo", field=where,
                                hint=how)
-    close = did_you_mean(text, [*OPEN_R1_REWARDS, *TRL_REWARDS, *UNSUPPORTED_REWARDS])
+    # suggested only from names taken here: 'soft_format' led to open-r1's 'code_format',
+    # which the next try then refused as not built in
+    close = did_you_mean(text, [*OPEN_R1_REWARDS, *TRL_REWARDS])
     return text, UserError(f"unknown reward '{text}'", field=where,
                            hint=f"{close}; {how}" if close.startswith("did") else how)
 

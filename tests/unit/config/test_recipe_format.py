@@ -4,13 +4,19 @@ exits 2 with every problem listed, nothing submitted and no run directory left."
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from hpc_grpo.cli import main
-from hpc_grpo.config.recipe_format import OPEN_R1_REWARDS, translate
+from hpc_grpo.config.recipe_format import (
+    OPEN_R1_REWARDS,
+    UNSUPPORTED_REWARDS,
+    reward_spec,
+    translate,
+)
 from hpc_grpo.config.spec import build_spec, grpo_fields
 from hpc_grpo.errors import did_you_mean
 from hpc_grpo.preflight import inputs
@@ -285,3 +291,18 @@ def test_premise_transformers_counts_warmup_steps_of_1_or_more_and_has_no_warmup
     assert [steps(SimpleNamespace(warmup_steps=w), 200) for w in (0, 0.1, 0.5, 1.0, 2, 2.0)] == \
         [0, 20, 100, 1, 2, 2]
     assert "warmup_ratio" not in training_args.TrainingArguments.__dataclass_fields__
+
+
+@pytest.mark.parametrize("typed", ["soft_format", "cosin", "code_formats", "reasoning_step",
+                                   "acuracy", "formatt", "tagcount"])
+def test_a_misspelt_reward_is_led_only_to_a_reward_hpc_grpo_takes(typed: str) -> None:
+    """'soft_format' suggested open-r1's 'code_format', which the next try refused as not built
+    into hpc-grpo: a suggestion must be a name reward_spec accepts."""
+    _, problem = reward_spec(typed, "--reward")
+    assert problem is not None and problem.message == f"unknown reward '{typed}'"
+    close = re.findall(r"did you mean '([^']+)'", problem.hint)
+    assert not set(close) & set(UNSUPPORTED_REWARDS), problem.hint
+    for name in close:
+        assert reward_spec(name, "--reward")[1] is None, (name, problem.hint)
+    if typed in ("soft_format", "formatt"):
+        assert close == ["format"], problem.hint
