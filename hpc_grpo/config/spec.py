@@ -9,14 +9,13 @@ Precedence: command-line flags > ``--set`` > recipe > defaults.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import yaml
 
-from hpc_grpo.config.grpo import SEED, check_values, field_types
+from hpc_grpo.config.grpo import check_values, field_types
 from hpc_grpo.config.recipe_format import (
     CLAIMS,
     IGNORED,
@@ -31,6 +30,7 @@ from hpc_grpo.config.recipe_format import (
     unknown_key_hint,
 )
 from hpc_grpo.config.site import SiteProfile
+from hpc_grpo.config.spec_checks import spec_problems
 from hpc_grpo.config.strict import from_mapping, load_yaml_text
 from hpc_grpo.errors import UserError, UserErrors, did_you_mean
 from hpc_grpo.rundir.contract import DEFAULT_SEED, world_size
@@ -288,57 +288,6 @@ def model_load_problems(site: SiteProfile, spec: JobSpec) -> list[UserError]:
     return problems
 
 
-# Job settings that name a thing to load; their hint on what may be given instead.
-NAMES = {
-    "model": "give a model folder, a hub id, a catalogue name or builtin:tiny",
-    "dataset": "give builtin:digits or builtin:sums, a .jsonl/.json/.csv/.parquet file, a "
-               "save_to_disk folder or a hub id, or leave it out for builtin:digits",
-}
-
-
-def blank_names(spec: JobSpec, origins: Mapping[str, str]) -> list[UserError]:
-    """An empty (or blank) model or dataset name, refused. Why: as a path, "" is the current
-    directory (``Path("")`` is ``.``), so ``--dataset "$UNSET"`` or ``--set dataset=`` trained
-    on whatever folder the command ran in, and ``--model ''`` loaded the model from it.
-    ``origins``: where each key came from (its flag, ``--set`` or the recipe)."""
-    problems = []
-    for key, how in NAMES.items():
-        if not str(getattr(spec, key)).strip():
-            problems.append(UserError(
-                f"an empty {key} name would mean the current directory",
-                field=origins.get(key, f"recipe: {key}"),
-                hint=how + ("; an empty shell variable gives an empty name"
-                            if origins.get(key, "").startswith("--") else "")))
-    return problems
-
-
-def reward_problems(spec: JobSpec, origins: Mapping[str, str]) -> list[UserError]:
-    """The rewards as the ranks will take them, defaults applied: at least one reward, and
-    reward_weights either empty (every reward weighs 1) or one finite number per reward. Why
-    here: the ranks refuse an empty reward_funcs (rewards.py) and a weight count that differs
-    (grpo_args.py, TRL) only after the queue wait, and a NaN or infinite weight makes every
-    advantage NaN with nothing refusing it. ``origins`` as for blank_names."""
-    funcs = origins.get("reward_funcs", "recipe: reward_funcs")
-    where = origins.get("reward_weights", "recipe: reward_weights")
-    if not spec.reward_funcs:
-        return [UserError("lists no reward: GRPO needs at least one", field=funcs,
-                          hint="builtin:NAME, module:function or an open-r1 name (accuracy, "
-                               "format, ...); leave reward_funcs out for builtin:length")]
-    weights = spec.reward_weights
-    bad = [w for w in weights if not math.isfinite(w)]
-    if bad:
-        return [UserError(f"must be finite numbers, got {shown(list(weights))}",
-                          field=where)]
-    count = len(spec.reward_funcs)
-    if weights and len(weights) != count:
-        return [UserError(
-            f"{len(weights)} weight{'s' * (len(weights) != 1)} for {count} "
-            f"reward{'s' * (count != 1)} ({', '.join(spec.reward_funcs)})", field=where,
-            hint=f"one weight per reward, e.g. --set reward_weights={shown([1.0] * count)}; "
-                 "--set reward_weights=[] weighs every reward 1")]
-    return []
-
-
 def _changes(recipe: Mapping[str, Any], sets: Mapping[str, Any],
              flags: Mapping[str, Any]) -> list[str]:
     """One line per recipe value the command line replaced, naming the flag or --set."""
@@ -424,10 +373,7 @@ def build_spec(
     if spec is not None:
         origins = {**{k: f"--set: {k}" for k in set_spec},
                    **{k: FLAGS.get(k, f"--{k}") for k in given}}
-        problems += blank_names(spec, origins) + reward_problems(spec, origins)
-        if not SEED.ok(spec.seed):  # numpy's range: transformers' set_seed raises on every rank
-            problems.append(UserError(f"seed must be {SEED.text}, got {spec.seed}",
-                                      field=origins.get("seed", "recipe: seed")))
+        problems += spec_problems(spec, origins)
     if spec is not None and spec.nodes < 1:
         problems.append(UserError(f"nodes must be at least 1, got {spec.nodes}", field="nodes"))
     if spec is not None and site is not None:

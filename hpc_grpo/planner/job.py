@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from hpc_grpo.config.grpo import SEED_MAX
 from hpc_grpo.config.site import SiteProfile, minutes
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
@@ -33,6 +32,7 @@ from hpc_grpo.planner.timeouts import collective_timeout
 from hpc_grpo.planner.timing import Timings, signal_lead
 from hpc_grpo.planner.topology import (
     ServerSplit,
+    check_rank_seeds,
     layout_notes,
     processes,
     rank_table,
@@ -173,17 +173,6 @@ def _check_batches(spec: JobSpec, world_size: int) -> None:
     )
 
 
-def _check_seed(seed: int, world_size: int) -> None:
-    """TRL seeds each training process with seed + its rank (accelerate's set_seed with
-    device_specific=True, in GRPOTrainer's __init__), and numpy refuses a seed past 2**32 - 1:
-    a seed that is fine alone (config/spec.py) must leave room for the last rank."""
-    if world_size > 1 and seed + world_size - 1 > SEED_MAX:
-        raise UserError(
-            f"seed {seed} + rank {world_size - 1} is past numpy's 2**32 - 1: TRL seeds each of "
-            f"the {world_size} training processes with seed + its rank", field="seed",
-            hint=f"--seed {SEED_MAX - world_size + 1} or lower")
-
-
 def _memory_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int,
                  links: LinkFigures | None) -> MemoryPlan | None:
     """The colocated memory plan; None on CPU sites and for an unknown architecture."""
@@ -225,7 +214,7 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
     procs, server = processes(site, spec)
     nodes = training_nodes(spec.nodes, server)
     _check_batches(spec, world_size(nodes, procs))
-    _check_seed(spec.seed, world_size(nodes, procs))
+    check_rank_seeds(spec.seed, world_size(nodes, procs))
     memory = None if server is not None else _memory_plan(site, spec, model, procs, links)
     served = server_plan(site, spec, model, server, links) if server is not None else None
     warnings += [mode_note] * bool(mode_note) + (

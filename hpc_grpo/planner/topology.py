@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hpc_grpo.config.grpo import SEED_MAX
 from hpc_grpo.config.site import SiteProfile
 from hpc_grpo.config.spec import JobSpec, server_trainers
 from hpc_grpo.errors import UserError
@@ -31,6 +32,17 @@ def check_layout(nodes: int, procs_per_node: int, tp: int) -> None:
         hint = (f"a TP group must stay inside one node: use at most {procs_per_node} or more "
                 "GPUs per node" if tp > procs_per_node else f"use one of {divisors}")
         raise UserError(problem, field="tensor_parallel_size", hint=hint)
+
+
+def check_rank_seeds(seed: int, world_size: int) -> None:
+    """TRL seeds each training process with seed + its rank (accelerate's set_seed with
+    device_specific=True, in GRPOTrainer's __init__), and numpy refuses a seed past 2**32 - 1:
+    a seed that is fine alone (config/spec_checks.py) must leave room for the last rank."""
+    if world_size > 1 and seed + world_size - 1 > SEED_MAX:
+        raise UserError(
+            f"seed {seed} + rank {world_size - 1} is past numpy's 2**32 - 1: TRL seeds each of "
+            f"the {world_size} training processes with seed + its rank", field="seed",
+            hint=f"--seed {SEED_MAX - world_size + 1} or lower")
 
 
 def rank_table(nodes: int, procs_per_node: int, tp: int) -> tuple[RankRow, ...]:

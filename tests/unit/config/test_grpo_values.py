@@ -219,7 +219,7 @@ def test_premise_transformers_decides_a_best_save_and_a_plateau_step_on_evaluati
 
 def test_premise_every_rank_hands_the_seed_plus_its_rank_to_numpy() -> None:
     """Why seeds are held to [0, 2**32 - 1] and seed + the last rank too (config/grpo.py SEED,
-    planner/job.py _check_seed): numpy refuses any other seed, transformers' set_seed passes the
+    planner/topology.py check_rank_seeds): numpy refuses any other seed, transformers' set_seed passes the
     seed to it, and TRL's GRPOTrainer seeds every process with accelerate's set_seed(seed,
     device_specific=True), which adds the process index. If any of this changes, revisit."""
     import inspect

@@ -135,7 +135,7 @@ def test_a_weight_count_unlike_the_rewards_is_refused_on_a_slurm_site() -> None:
 def test_premise_trl_wants_one_weight_per_reward_and_at_least_one_reward() -> None:
     """Why reward_problems refuses: TRL's GRPOTrainer raises on a weight count unlike the
     rewards' and on no reward at all (and multiplies the rewards by the weights, so a NaN one
-    spreads). If TRL changes this, revisit config/spec.py reward_problems."""
+    spreads). If TRL changes this, revisit config/spec_checks.py reward_problems."""
     import inspect
 
     grpo = pytest.importorskip("trl.trainer.grpo_trainer")
