@@ -6,10 +6,11 @@ Profiles ship in ``site_configs/`` and users add their own in ``~/.config/hpc-gr
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -71,6 +72,21 @@ def minutes(value: str, where: str) -> int:
     return total
 
 
+def _strings(value: object) -> Iterator[str]:
+    """Every string in a profile value: itself, or inside its list, mapping or container."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, tuple | list):
+        for item in value:
+            yield from _strings(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+    elif dataclasses.is_dataclass(value):
+        yield from _strings(vars(value))
+
+
 @dataclass(frozen=True)
 class Container:
     runtime: Literal["pyxis", "apptainer"]
@@ -124,6 +140,7 @@ class SiteProfile:
     intra_node_gbs: float | None = None
 
     def __post_init__(self) -> None:
+        self._refuse_what_no_script_can_carry()
         if (len(self.port_range) != 2 or not 1024 <= self.port_range[0] < 65536
                 or not self.port_range[0] + PORTS_PER_JOB - 1 <= self.port_range[1] < 65536):
             raise UserError(
@@ -186,6 +203,19 @@ class SiteProfile:
             if not 0 <= value < math.inf:
                 raise UserError(f"{key} must be 0 (not declared) or a positive number of GiB "
                                 f"per {per}, got {value:g}", field=key, hint=hint)
+
+    def _refuse_what_no_script_can_carry(self) -> None:
+        """The name is written into the job script's header comment, unquoted: a line break in
+        it would start a line bash runs as a command (above the #SBATCH lines, so sbatch would
+        also stop reading them). A NUL byte fits no shell word, argument or environment value:
+        anywhere in the script it makes bash refuse the whole file as binary."""
+        if not self.name.isprintable():
+            raise UserError(f"{self.name!r} holds a line break or control character",
+                            field="name", hint="a single line of printable characters")
+        for key, value in vars(self).items():
+            if any("\0" in text for text in _strings(value)):
+                raise UserError("a value holds a NUL character, which no shell script can carry",
+                                field=key, hint="remove the \\0 from the profile")
 
     def _refuse_what_a_local_run_cannot_apply(self) -> None:
         """A local run is this machine running the rendered script: no Slurm to load modules

@@ -26,9 +26,11 @@ from hpc_grpo.rundir.contract import (
 )
 from hpc_grpo.scheduler.slurm_backend import submitit_folder
 
-# sbatch parses #SBATCH lines itself (no shell), so their values must be plain tokens.
-_DIRECTIVE_SAFE = re.compile(r"^[A-Za-z0-9_.,:@%+=/-]+$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# sbatch parses #SBATCH lines itself (no shell), so their values must be plain tokens. Both are
+# used with fullmatch: ``$`` also matches before a trailing newline, which let 'x\n' through
+# into the script, ending its line there.
+_DIRECTIVE_SAFE = re.compile(r"[A-Za-z0-9_.,:@%+=/-]+")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _port_slots(plan: JobPlan) -> int:
@@ -58,13 +60,34 @@ def _environment() -> jinja2.Environment:
 
 
 def _directive(value: str, field: str) -> str:
-    if value and not _DIRECTIVE_SAFE.match(value):
+    """A value for an #SBATCH line, where no shell quoting applies: a plain token or refused."""
+    if value and not _DIRECTIVE_SAFE.fullmatch(value):
         raise UserError(
             f"{value!r} cannot go into an #SBATCH line",
             field=field,
             hint="use letters, digits and . _ - : / only",
         )
     return value
+
+
+def _comment(value: str, field: str) -> str:
+    """A value for the header comment (above the #SBATCH lines): a line break in it would start
+    a line bash runs as a command, and sbatch stops reading directives at it."""
+    if not value.isprintable():
+        raise UserError(f"{value!r} holds a line break or control character", field=field,
+                        hint="a single line of printable characters")
+    return value
+
+
+def _output_dir(run_dir: str) -> str:
+    """The run directory for #SBATCH --output and srun --output, which read % as a file-name
+    pattern (%j the job id...): a % in it sends the logs to another directory than status
+    reads them from."""
+    _directive(run_dir, "output_root")
+    if "%" in run_dir:
+        raise UserError(f"{run_dir!r} holds a %, which Slurm reads as a log file-name pattern",
+                        field="output_root", hint="an output root without %")
+    return run_dir
 
 
 def _container_prefix(plan: JobPlan) -> str:
@@ -82,13 +105,14 @@ def _container_prefix(plan: JobPlan) -> str:
 
 def render_script(plan: JobPlan, *, run_id: str, run_dir: str, python: str) -> str:
     """The exact text ``submit`` hands to sbatch (or, for the local site, runs)."""
-    _directive(run_dir, "output_root")
+    _comment(run_id, "run_id")
+    _output_dir(run_dir)
     for value, field in ((plan.site.account, "account"), (plan.site.qos, "qos"),
                          (plan.site.gpu_type, "gpu_type")):
         _directive(value, field)
     for key in plan.site.env:
-        if not _ENV_NAME.match(key):
-            raise UserError(f"'{key}' is not a valid environment variable name", field="env")
+        if not _ENV_NAME.fullmatch(key):
+            raise UserError(f"{key!r} is not a valid environment variable name", field="env")
     low = plan.site.port_range[0]
     hours, mins = divmod(plan.time_min, 60)
     template = "local.sh.j2" if plan.site.scheduler == "local" else "slurm.sbatch.j2"
@@ -96,7 +120,7 @@ def render_script(plan: JobPlan, *, run_id: str, run_dir: str, python: str) -> s
         version=__version__,
         run_id=run_id,
         run_dir=run_dir,
-        site=plan.site,
+        site=plan.site,  # its name, in the header comment: one line (SiteProfile checks it)
         job_name=_directive(plan.job_name, "name"),
         partition=_directive(plan.spec.partition or plan.site.partition, "partition"),
         nodes=plan.nodes,

@@ -145,6 +145,16 @@ def test_job_name_with_metacharacters(tmp_path: Path, fake_slurm: FakeSlurm) -> 
     assert_refused(code, err, root, fake_slurm, "name", "#SBATCH")
 
 
+def test_site_name_with_a_line_break(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
+    """The profile's name goes into the script's header comment: its line break rendered a
+    command above the #SBATCH lines and sbatch took the job. Refused, naming the profile."""
+    bad = tmp_path / "evil.yaml"
+    bad.write_text(f'name: "evil\\ntouch {tmp_path}/pwned #"\nscheduler: slurm\npartition: debug\n')
+    code, err, root = run(tmp_path, "--site", str(bad), "--model", "builtin:tiny")
+    assert_refused(code, err, root, fake_slurm, "evil.yaml: name", "line break")
+    assert not (tmp_path / "pwned").exists()
+
+
 def test_time_over_site_maximum(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
     code, err, root = run(tmp_path, "--site", "sandbox", "--model", "builtin:tiny",
                           "--time", "10:00:00")

@@ -7,12 +7,15 @@ change.
 from __future__ import annotations
 
 import difflib
+import json
+import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from hpc_grpo import api
+from hpc_grpo.errors import UserError
 from hpc_grpo.preflight import inputs
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"
@@ -91,3 +94,81 @@ def test_shell_metacharacters_are_quoted_never_run(tmp_path: Path) -> None:
                           capture_output=True, text=True)
     assert proc.stdout.startswith("$(touch")
     assert not marker.exists()
+
+
+def _hostile_site(tmp_path: Path, body: str) -> str:
+    """A slurm profile (the sandbox's CPU nodes) with ``body`` appended, as a path for --site."""
+    sites = tmp_path / "sites"
+    sites.mkdir(exist_ok=True)
+    path = sites / "hostile.yaml"
+    path.write_text("scheduler: slurm\npartition: debug\ncpus_per_node: 4\ncpu_memory_gib: 4\n"
+                    "procs_per_node: 1\n" + body)
+    return str(path)
+
+
+def test_hostile_values_render_valid_bash_with_every_payload_inside_its_quotes(
+        tmp_path: Path) -> None:
+    """Line breaks and command substitutions in every free-text profile value the script
+    carries: bash -n passes, the header comment and #SBATCH block stay whole (sbatch stops
+    reading directives at the first command line), and every copy of the payload is inside the
+    shell-quoted word of its value, so no line of it can run."""
+    payload = f"\ntouch {tmp_path}/pwned #$(touch {tmp_path}/pwned)"
+    values = {"env": f"A{payload}", "module": f"cuda{payload}", "nic": f"ib0{payload}",
+              "image": f"/img.sif{payload}", "mount": f"/scratch{payload}",
+              "python": f"/opt/python{payload}"}
+    site = _hostile_site(tmp_path, "\n".join([
+        f"env: {{EVIL: {json.dumps(values['env'])}}}",
+        f"modules: [{json.dumps(values['module'])}]",
+        f"network_interface: {json.dumps(values['nic'])}",
+        "container: {runtime: apptainer, image: " + json.dumps(values["image"])
+        + ", mounts: [" + json.dumps(values["mount"]) + "]}",
+        f"python: {json.dumps(values['python'])}"]) + "\n")
+    script = api.prepare(api.Request(site=site, flags={"model": "builtin:tiny"}, run_id="x-0001",
+                                     output_root=str(tmp_path / "runs"))).script
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    proc = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    lines = script.splitlines()
+    head = lines[:lines.index("")]  # up to the blank line after the directives
+    assert all(line.startswith("#") for line in head), head
+    assert [line for line in lines if line.startswith("#SBATCH")] == \
+        [line for line in head if line.startswith("#SBATCH")]
+    rest = script
+    for value in values.values():
+        assert shlex.quote(value) in rest, value
+        rest = rest.replace(shlex.quote(value), "")
+    assert "touch" not in rest and "pwned" not in rest
+
+
+@pytest.mark.parametrize(("body", "flags", "run_id", "field"), [
+    ('name: "evil\\ntouch /tmp/pwned #"\n', {}, "x-0001", "name"),
+    ('partition: "debug\\n"\n', {}, "x-0001", "partition"),
+    ('account: "acct\\n"\n', {}, "x-0001", "account"),
+    ('qos: "normal\\ntouch /tmp/pwned"\n', {}, "x-0001", "qos"),
+    ("env: {\"A\\n\": x}\n", {}, "x-0001", "env"),
+    ('env: {A: "x\\0y"}\n', {}, "x-0001", "env"),
+    ("", {"partition": "debug\n"}, "x-0001", "partition"),
+    ("", {"name": "job\n"}, "x-0001", "name"),
+    ("", {}, "nl\n", "run"),
+])
+def test_a_line_break_or_nul_where_no_quote_helps_is_refused_in_one_line(
+        tmp_path: Path, body: str, flags: dict[str, str], run_id: str, field: str) -> None:
+    """Values written unquoted (the header comment, #SBATCH lines, export NAME=) with a line
+    break, and a NUL anywhere: refused in one line naming the key. Before, ``$`` matched before
+    a trailing newline and 'debug\\n' passed; a name's line break rendered as a command."""
+    site = _hostile_site(tmp_path, body)
+    with pytest.raises(UserError) as caught:
+        api.prepare(api.Request(site=site, flags={"model": "builtin:tiny", **flags},
+                                run_id=run_id, output_root=str(tmp_path / "runs")))
+    assert field in caught.value.field
+    assert "\n" not in caught.value.one_line()
+
+
+def test_a_percent_in_the_output_root_is_refused(tmp_path: Path) -> None:
+    """sbatch and srun read % in --output as a file-name pattern (%j the job id): the logs would
+    go to another directory than the one status reads."""
+    with pytest.raises(UserError, match="holds a %") as caught:
+        api.prepare(api.Request(site=_hostile_site(tmp_path, ""), flags={"model": "builtin:tiny"},
+                                run_id="x-0001", output_root=str(tmp_path / "a%jb")))
+    assert caught.value.field == "output_root"
