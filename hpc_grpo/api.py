@@ -40,7 +40,7 @@ from hpc_grpo.rundir.contract import (
     RUN_JSON,
     SPEC_JSON,
 )
-from hpc_grpo.runs import registry
+from hpc_grpo.runs import names, registry
 from hpc_grpo.scheduler import envvars
 from hpc_grpo.scheduler.backend import backend_for
 from hpc_grpo.scheduler.render import render_script, summary_text
@@ -97,7 +97,12 @@ def site_ref(site: str) -> str:
 
 
 def prepare(request: Request) -> Prepared:
-    """Everything short of submitting: validated inputs, plan and the exact script."""
+    """Everything short of submitting: validated inputs, plan and the exact script.
+
+    A given run id is checked first: it names the run directory, and one that is not a single
+    directory name would put it outside the output root (or fail there with a traceback)."""
+    if request.run_id is not None:
+        names.check_run_id(request.run_id, "--run-id")
     site, spec = load_spec(request)
     root = registry.output_root(request.output_root, site.output_root)
     return _prepare(site, spec, root=root, run_id=request.run_id, python=request.python,

@@ -31,6 +31,7 @@ from hpc_grpo.rundir.contract import (
     RUN_JSON,
     SUBMITIT,
 )
+from hpc_grpo.runs import names
 
 
 def home_dir() -> Path:
@@ -81,8 +82,10 @@ def create_run_dir(root: Path, run_id: str, files: Mapping[str, str],
     others should not read) before it appears under its name.
 
     The body is the submission: if it fails, the directory goes with it, so nothing is left
-    that looks like a run but has no job.
+    that looks like a run but has no job. A ``run_id`` that is not one directory name is refused
+    before anything is made (names.py): ``root / run_id`` would be somewhere else.
     """
+    names.check_run_id(run_id, "run_id")
     root.mkdir(parents=True, exist_ok=True)
     final = root / run_id
     taken = RunIdTaken(f"run directory {final} already exists", field="run_id",

@@ -155,6 +155,25 @@ def test_site_name_with_a_line_break(tmp_path: Path, fake_slurm: FakeSlurm) -> N
     assert not (tmp_path / "pwned").exists()
 
 
+@pytest.mark.parametrize("run_id", ["{tmp}/outside/deep/x", "../../sibling/x", "a/b", "..",
+                                    "nl\n", "my run", "a" * 300])
+@pytest.mark.parametrize("command", ["submit", "render"])
+def test_run_id_that_is_not_one_directory_name(tmp_path: Path, fake_slurm: FakeSlurm,
+                                               run_id: str, command: str) -> None:
+    """A run id names one directory under the output root: a path in it put the run elsewhere
+    (and made its parents: /abs/x, ../../sibling/x, a/b under runs/a) before a FileNotFoundError
+    traceback; 300 characters gave 'File name too long'; 'nl\\n' was submitted into a directory
+    whose name ended in a newline. Refused in one line naming --run-id, nothing created."""
+    run_id = run_id.format(tmp=tmp_path)
+    root = tmp_path / "out" / "runs"
+    result = CliRunner().invoke(main, [command, "--site", "sandbox", "--model", "builtin:tiny",
+                                       "--output-root", str(root), "--run-id", run_id],
+                                catch_exceptions=False)
+    assert_refused(result.exit_code, result.stderr, root, fake_slurm, "--run-id:",
+                   "is too long" if len(run_id) > 200 else "is not a run id")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fake-bin", "fake-state"]
+
+
 def test_time_over_site_maximum(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
     code, err, root = run(tmp_path, "--site", "sandbox", "--model", "builtin:tiny",
                           "--time", "10:00:00")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hpc_grpo.errors import UserError
-from hpc_grpo.runs import registry
+from hpc_grpo.runs import names, registry
 from tests.unit.slurmfake import make_run
 
 
@@ -84,3 +84,26 @@ def test_the_output_root_is_a_directory_new_or_existing(
         registry.output_root(None, "$RUNS_HERE/taken")
     assert info.value.field == "output_root" and "site profile" in info.value.hint
     assert f"{tmp_path / 'taken'} is a file, not a directory" in info.value.message
+
+
+@pytest.mark.parametrize("run_id", ["a/b", "../sibling", "/abs/x", "..", ".hidden", "nl\n",
+                                    "a" * (names.RUN_ID_MAX + 1)])
+def test_create_run_dir_refuses_a_run_id_that_is_not_one_directory_name(
+        tmp_path: Path, run_id: str) -> None:
+    """``root / run_id`` must be a new directory directly under the root: a path in the id put
+    it elsewhere and made its parents before failing (FileNotFoundError), a long one failed with
+    'File name too long'. Refused before anything is made."""
+    with pytest.raises(UserError) as caught, \
+            registry.create_run_dir(tmp_path / "runs", run_id, {"run.json": "{}"}):
+        pass
+    assert caught.value.field == "run_id" and "\n" not in caught.value.one_line()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_longest_run_id_and_its_hidden_twin_fit_a_file_name(tmp_path: Path) -> None:
+    """RUN_ID_MAX leaves room for create_run_dir's temporary name (.<id>.<8 random>)."""
+    run_id = "r" * names.RUN_ID_MAX
+    assert len(run_id) + names.TEMP_NAME_EXTRA <= names.FILE_NAME_MAX
+    with registry.create_run_dir(tmp_path, run_id, {"run.json": "{}"}) as run_dir:
+        assert (run_dir / "run.json").read_text() == "{}"
+    assert [p.name for p in tmp_path.iterdir()] == [run_id]
