@@ -20,6 +20,8 @@ FILE_NAME_MAX = 255  # bytes in one path component (ext4, XFS, Lustre, GPFS, NFS
 # (tempfile.mkdtemp): 10 bytes more than the run id, so a run id must stay under 245 bytes.
 TEMP_NAME_EXTRA = len("..") + 8
 RUN_ID_MAX = 200  # under FILE_NAME_MAX - TEMP_NAME_EXTRA, with room to spare
+# A job's run ids are "<name>-0001", "<name>-0002"...: room for the dash and up to 9 digits.
+JOB_NAME_MAX = RUN_ID_MAX - 10
 # Letters, digits and a few punctuation marks sbatch takes in a directive and a shell never
 # splits; not / (a path), % (Slurm's file-name patterns in --output), and not . or - first (a
 # hidden file, . and .., a name that reads as a command-line option).
@@ -46,3 +48,10 @@ def check_run_id(value: str, field: str = "--run-id") -> str:
     """A run id the user gave: one directory name the output root can hold, or refused."""
     return _check(value, field, "a run id (one directory name under the output root)",
                   RUN_ID_MAX, "my-run-0001")
+
+
+def check_job_name(value: str, field: str = "--name") -> str:
+    """A job name: the #SBATCH --job-name, and what its run ids are made from (NAME-NNNN), so
+    it follows the run id's rule, with room for the number."""
+    return _check(value, field, "a job name (#SBATCH --job-name; its runs are NAME-NNNN)",
+                  JOB_NAME_MAX, "my-grpo-job")

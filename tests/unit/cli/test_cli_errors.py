@@ -10,7 +10,9 @@ from click.testing import CliRunner
 
 from hpc_grpo.cli import main
 from hpc_grpo.errors import UserError
+from hpc_grpo.planner.blocks import default_name
 from hpc_grpo.preflight import builtin_model, inputs
+from hpc_grpo.runs.names import check_job_name
 from tests.unit.slurmfake import FakeSlurm
 
 
@@ -172,6 +174,35 @@ def test_run_id_that_is_not_one_directory_name(tmp_path: Path, fake_slurm: FakeS
     assert_refused(result.exit_code, result.stderr, root, fake_slurm, "--run-id:",
                    "is too long" if len(run_id) > 200 else "is not a run id")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fake-bin", "fake-state"]
+
+
+@pytest.mark.parametrize(("given", "origin"), [
+    (("--name", "my job"), "--name:"),
+    (("--name", "a/b"), "--name:"),
+    (("--name", "x" * 300), "--name:"),
+    (("--set", "name=../../x"), "--set: name:"),
+    (("--recipe", "RECIPE"), "recipe: name:"),
+])
+def test_a_bad_job_name_is_blamed_on_where_it_was_given(
+        tmp_path: Path, fake_slurm: FakeSlurm, given: tuple[str, str], origin: str) -> None:
+    """Run ids are made from the job name (NAME-0001): 'my job' was reported as 'output_root:
+    .../my job-0001 cannot go into an #SBATCH line', 'a/b' nested the run under runs/a and 300
+    characters raised 'File name too long'. Refused in one line naming --name, --set or the
+    recipe, whichever gave it."""
+    if given[1] == "RECIPE":
+        recipe = tmp_path / "recipe.yaml"
+        recipe.write_text("name: my job\n")
+        given = (given[0], str(recipe))
+    code, err, root = run(tmp_path, "--site", "sandbox", "--model", "builtin:tiny", *given)
+    assert_refused(code, err, root, fake_slurm, f"error: {origin}", "job name")
+    assert "output_root" not in err
+
+
+def test_a_default_job_name_is_ascii() -> None:
+    """The name made from a model folder when --name is not given keeps ASCII letters only:
+    'modèle' made 'grpo-modèle', which the script refused as if the user had given it."""
+    assert default_name("/models/Modèle-7B") == "grpo-mod-le-7b"
+    assert check_job_name(default_name("/models/模型")) == "grpo---"
 
 
 def test_time_over_site_maximum(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
