@@ -88,8 +88,9 @@ def test_profile_env_values_must_be_scalars(tmp_path: Path, value: str, hint: st
 
 def test_profile_env_scalars_are_text(tmp_path: Path) -> None:
     path = tmp_path / "mycluster.yaml"
-    path.write_text("env: {A: x, B: 1, C: 0.5, D: true, E: ''}\n")
-    assert load_site(str(path), []).env == {"A": "x", "B": "1", "C": "0.5", "D": "True", "E": ""}
+    path.write_text("env: {A: x, B: 1, C: 0.5, D: true, E: '', F: off}\n")
+    assert load_site(str(path), []).env == {"A": "x", "B": "1", "C": "0.5", "D": "true", "E": "",
+                                           "F": "false"}  # YAML's booleans, not Python's True
 
 
 @pytest.mark.parametrize(
