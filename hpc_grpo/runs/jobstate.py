@@ -70,12 +70,22 @@ def local_view(files: RunFiles, alive: bool) -> JobView:
         state = "RUNNING"
     elif training_ended(files):
         state = "COMPLETED"
-    elif files.progress.phase == "interrupted":  # cancel, the time limit or a signal: exit 0
+    elif files.progress.phase == "interrupted" and _stopped_by_this_job(files):
         return JobView(_state(job_id, "ENDED", True, INTERRUPTED_LOCAL, "localhost"), "local")
     else:
         state = "FAILED"
     finished, meaning = STATE_MEANINGS[state]
     return JobView(_state(job_id, state, finished, meaning, "localhost"), "local")
+
+
+def _stopped_by_this_job(files: RunFiles) -> bool:
+    """state.json's attempt started after the current job was submitted: the phase is its own
+    (cancel, the time limit or a signal; exit 0). A resume that died before its rank 0 wrote
+    the phase leaves the previous job's ``interrupted`` there: that job stopped, this one failed."""
+    submitted = files.jobs[-1].get("time") if files.jobs else None
+    started = files.state.get("started")
+    return isinstance(submitted, int | float) and isinstance(started, int | float) \
+        and started >= submitted
 
 
 # A local run has no requeue: its ranks saved a checkpoint and stopped, and nothing failed.

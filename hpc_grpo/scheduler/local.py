@@ -20,7 +20,7 @@ import signal as _signal
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,6 +42,14 @@ def node_log(run_dir: Path) -> Path:
     return Path(run_dir) / LOGS / LOCAL_NODE_LOG
 
 
+def without_slurm(env: Mapping[str, str]) -> dict[str, str]:
+    """The caller's environment less Slurm's: submitted from inside an allocation (``salloc``,
+    an interactive ``srun``), a local run would take that job for its own: the node task names
+    its attempts after SLURM_JOB_ID (every local run and resume one id, so a cancel's stop
+    request is kept as the next run's own) and asks Slurm to requeue that job after a crash."""
+    return {k: v for k, v in env.items() if not k.startswith("SLURM_")}
+
+
 def start_script(run_dir: Path) -> str:
     """Run ``run_dir/job.sbatch`` with bash in a new session; returns the leader's pid.
 
@@ -54,7 +62,7 @@ def start_script(run_dir: Path) -> str:
     with log.open("ab") as out:
         proc = subprocess.Popen(["bash", str(Path(run_dir) / JOB_SBATCH)], cwd=str(run_dir),
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, env=without_slurm(os.environ))
     job_id = str(proc.pid)
     # Until the child has exec'd bash, /proc shows this process's argv under its pid: wait for
     # it, so that a status right after submit never reads a starting run as ended.

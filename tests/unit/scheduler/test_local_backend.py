@@ -54,7 +54,8 @@ def _run_dir(tmp_path: Path, name: str = "run-1", *, live_s: float = 120, env: s
 
 
 def _files_with_job(run_dir: Path, job_id: str):  # noqa: ANN202 - RunFiles
-    (run_dir / JOBS_JSONL).write_text(json.dumps({"job_id": job_id, "event": "submitted"}) + "\n")
+    (run_dir / JOBS_JSONL).write_text(json.dumps({"job_id": job_id, "event": "submitted",
+                                                  "time": time.time()}) + "\n")
     return read_run(run_dir)
 
 
@@ -66,7 +67,13 @@ def _wait(predicate, timeout_s: float = 60) -> None:  # noqa: ANN001
         time.sleep(0.05)
 
 
-def test_submit_runs_the_written_script_with_the_env_it_exports(tmp_path: Path) -> None:
+def test_submit_runs_the_written_script_with_the_env_it_exports(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """...and without the caller's Slurm variables: submitted from inside an allocation, the
+    node task would name every local attempt after that job (slurm-777.0: a cancel's stop
+    request kept as the next run's own) and ask Slurm to requeue it after a crash."""
+    monkeypatch.setenv("SLURM_JOB_ID", "777")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
     run_dir = _run_dir(tmp_path, env="export HPC_GRPO_TEST_MARK=from-profile\n")
     job = backend_for("local").submit(script="ignored: the file is what runs", run_dir=run_dir,
                                       plan=None, python=sys.executable)  # type: ignore[arg-type]
@@ -74,6 +81,7 @@ def test_submit_runs_the_written_script_with_the_env_it_exports(tmp_path: Path) 
         _wait(lambda: (run_dir / "env.json").exists())
         env = json.loads((run_dir / "env.json").read_text())
         assert env["HPC_GRPO_TEST_MARK"] == "from-profile"
+        assert not [k for k in env if k.startswith("SLURM_")]
         assert local.local_job_alive(job.job_id, run_dir)
         assert os.getpgid(int(job.job_id)) == int(job.job_id)  # its own process group
         assert "stand-in started" in local.node_log(run_dir).read_text()
@@ -125,10 +133,16 @@ def test_cancel_signals_only_its_own_runs_job_and_status_follows(tmp_path: Path)
     assert (mine / "signalled").read_text() == "SIGTERM\n"  # as scancel sends
     assert backend.views([files])[0].state.state == "FAILED"  # no phase done in state.json
     # The real ranks save at the step end and write phase interrupted, exiting 0: not a failure.
-    (mine / "state.json").write_text(json.dumps({"phase": "interrupted", "step": 3}))
+    submitted = json.loads((mine / JOBS_JSONL).read_text())["time"]
+    (mine / "state.json").write_text(json.dumps({"phase": "interrupted", "step": 3,
+                                                 "started": submitted + 1}))
     stopped = backend.views([read_run(mine)])[0].state
     assert (stopped.state, stopped.finished) == ("ENDED", True)
     assert "stopped at a checkpoint" in stopped.meaning and "hpc-grpo resume" in stopped.meaning
+    # An earlier job's interrupted phase, this job (a resume) dead before its rank 0 wrote one:
+    (mine / "state.json").write_text(json.dumps({"phase": "interrupted", "step": 3,
+                                                 "started": submitted - 60}))
+    assert backend.views([read_run(mine)])[0].state.state == "FAILED"
     backend.refuse_if_alive(files, "resumed")  # over: no refusal
     assert backend.cancel(files).done is False
 
