@@ -301,9 +301,8 @@ def _changes(recipe: Mapping[str, Any], sets: Mapping[str, Any],
             origin = f"--set {key}={shown(after)}"
         else:
             continue
-        if after != before and not (isinstance(after, list | tuple)
-                                    and isinstance(before, list | tuple)
-                                    and list(after) == list(before)):
+        both_lists = isinstance(after, list | tuple) and isinstance(before, list | tuple)
+        if after != before and not (both_lists and list(after) == list(before)):
             out.append(f"{key}: {shown(before)} -> {shown(after)} ({origin})")
     return out
 
@@ -322,9 +321,11 @@ def _overlay(recipe: Mapping[str, Any], sets: Mapping[str, Any]) -> tuple[dict[s
     key back, lines for those). A recipe's key that --set gives is never checked: its refusal
     (a plan-owned value, an option only at TRL's default) would stand against the override."""
     back = [k for k, v in sets.items() if v is None and k in recipe and _takes_back(k)]
-    lines = [f"{k}: {shown(recipe[k])} dropped (--set {k}=null)" for k in back]
-    return ({k: v for k, v in recipe.items() if k not in sets},
-            {k: v for k, v in sets.items() if k not in back}, lines)
+    kept = {k: v for k, v in recipe.items() if k not in sets}
+    if isinstance(kept.get("grpo"), Mapping):  # a nested block (spec.json's, a recipe's) too
+        kept["grpo"] = {k: v for k, v in kept["grpo"].items() if k not in sets}
+    return (kept, {k: v for k, v in sets.items() if k not in back},
+            [f"{k}: {shown(recipe[k])} dropped (--set {k}=null)" for k in back])
 
 
 def _name_problems(name: str, origin: str) -> list[UserError]:

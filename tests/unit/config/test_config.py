@@ -76,19 +76,20 @@ def test_profile_numbers_are_checked_at_load(tmp_path: Path, line: str, words: s
 
 @pytest.mark.parametrize(("value", "hint"), [
     ("", "write '' for an empty string"), ("null", "write '' for an empty string"),
-    ("[1, 2]", "quote it"), ("{b: 1}", "quote it")])
+    ("[1, 2]", "quote it"), ("{b: 1}", "quote it"),
+    ("3.10", "quote it: YAML read it as float 3.1"), ("2024-01-01", "quote it")])
 def test_profile_env_values_must_be_scalars(tmp_path: Path, value: str, hint: str) -> None:
     """An empty value (YAML's null) was exported as PATH=None, a list or mapping as its repr."""
     path = tmp_path / "mycluster.yaml"
     path.write_text(f"env:\n  OMP_NUM_THREADS: 1\n  PATH: {value}\n")
-    with pytest.raises(UserError, match="expected a string, number or true/false") as info:
+    with pytest.raises(UserError, match="expected text, an integer or true/false") as info:
         load_site(str(path), [])
     assert info.value.field == "mycluster.yaml: env.PATH" and hint in info.value.hint
 
 
 def test_profile_env_scalars_are_text(tmp_path: Path) -> None:
     path = tmp_path / "mycluster.yaml"
-    path.write_text("env: {A: x, B: 1, C: 0.5, D: true, E: '', F: off}\n")
+    path.write_text("env: {A: x, B: 1, C: '0.5', D: true, E: '', F: off}\n")
     assert load_site(str(path), []).env == {"A": "x", "B": "1", "C": "0.5", "D": "true", "E": "",
                                            "F": "false"}  # YAML's booleans, not Python's True
 
@@ -136,6 +137,16 @@ def test_an_unquoted_time_is_read_as_written_not_as_a_base_60_number(tmp_path: P
     path.write_text("max_time: 5400\n")  # a bare number is still minutes, as Slurm reads it
     assert minutes(str(load_site(str(path), []).max_time), "max_time") == 5400  # minutes
     assert parse_set(["time=2:00:00"])["time"] == "2:00:00"
+
+
+def test_a_set_replaces_a_key_of_the_nested_grpo_block_too() -> None:
+    """spec.json keeps GRPOConfig keys under grpo:, as a recipe may: a run saved with a value
+    refused since (save_only_model: true) is resumed with the --set the refusal names."""
+    recipe = {"model": "a", "grpo": {"save_only_model": True, "max_steps": 3}}
+    with pytest.raises(UserError, match="save_only_model"):
+        build_spec(recipe, {}, {})
+    spec = build_spec(recipe, parse_set(["save_only_model=false"]), {})
+    assert spec.grpo == {"max_steps": 3}
 
 
 def test_precedence_flags_over_set_over_recipe() -> None:
