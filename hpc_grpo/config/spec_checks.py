@@ -61,7 +61,7 @@ def reward_problems(spec: JobSpec, origins: Mapping[str, str]) -> list[UserError
         return [UserError(
             f"{len(weights)} weight{'s' * (len(weights) != 1)} for {count} "
             f"reward{'s' * (count != 1)} ({', '.join(spec.reward_funcs)})", field=where,
-            hint=f"one weight per reward, e.g. --set reward_weights={shown([1.0] * count)}; "
+            hint=f"one weight per reward, e.g. --set reward_weights=[{','.join(['1.0'] * count)}]; "
                  "--set reward_weights=[] weighs every reward 1")]
     return []
 

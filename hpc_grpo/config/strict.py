@@ -87,18 +87,18 @@ def read_yaml(path: Path, what: str) -> dict[str, Any]:
 
 
 def _scalar_text(value: Any, where: str) -> str:
-    """A string-valued mapping's value (a profile's env): text, a number or true/false as YAML
-    wrote it. Anything else has no one text form: ``KEY:`` left empty is null and was exported as
-    ``KEY=None``, a list or mapping as its Python repr. A YAML boolean (``true``, ``yes``, ``on``)
-    is exported as ``true``/``false``, not Python's ``True``, which programs reading the variable
-    (``TOKENIZERS_PARALLELISM``, ``NCCL_*``) do not all take."""
+    """A string-valued mapping's value (a profile's env): text, an integer or a boolean.
+    Anything else has no one text form: ``KEY:`` left empty is null and was exported as
+    ``KEY=None``, a list or mapping as its Python repr, and an unquoted ``3.10`` is the float
+    3.1. A YAML boolean (``true``, ``yes``, ``on``) is exported as ``true``/``false``, not
+    Python's ``True``, which programs reading the variable do not all take."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, str | int | float):
+    if isinstance(value, str | int):
         return str(value)
     hint = ("an empty value is YAML's null: write '' for an empty string, or leave the key out"
-            if value is None else "quote it to pass it as text")
-    raise UserError(f"expected a string, number or true/false, got {value!r}", field=where,
+            if value is None else f"quote it: YAML read it as {type(value).__name__} {value!s}")
+    raise UserError(f"expected text, an integer or true/false, got {value!r}", field=where,
                     hint=hint)
 
 

@@ -206,9 +206,10 @@ def consume_stale_stop_request(run_dir: str | os.PathLike[str], started_at: floa
     path = Path(run_dir) / STOP_REQUEST
     try:
         mtime = path.stat().st_mtime
-        for_attempt = json.loads(path.read_text() or "{}").get("attempt") if attempt else None
     except FileNotFoundError:
         return False
+    try:
+        for_attempt = json.loads(path.read_text() or "{}").get("attempt") if attempt else None
     except (ValueError, AttributeError, OSError):  # a person's file: not JSON, or not a record
         for_attempt = None
     if mtime >= started_at or (attempt and for_attempt == attempt):
