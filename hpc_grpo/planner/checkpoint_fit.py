@@ -42,9 +42,7 @@ def checkpoint_request(spec: JobSpec, arch: ModelArch, device: str,
         device=device, world_size=world_size,
         save_total_limit=int(limit) if limit is not None else None,
         weight_bytes=2 if load_dtype(model_block(spec), deepspeed is not None) in HALF_PRECISION
-        else 4,
-        tied_params=arch.embedding_params if arch.tie_word_embeddings else 0,
-        save_only_model=bool(spec.grpo.get("save_only_model")))
+        else 4)
 
 
 def schedules_saves(spec: JobSpec) -> bool:

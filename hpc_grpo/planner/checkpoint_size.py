@@ -17,17 +17,13 @@ complete, so save_total_limit + 1 exist while the next is written):
   twice: measured on builtin:tiny, docs/results/2026-11-24-ckpt-tiny-cpu.json), which a resume
   under DeepSpeed never reads; full-parameter checkpoints leave it out
   (runtime/rank/deepspeed_save.py; re-measured 2026-11-28, the ``zero2`` layout of that JSON).
-  ``save_only_model`` writes it and nothing else.
 * ZeRO-3: the module states hold placeholders only (parameter shapes, buffers: 14 KiB a rank
   for builtin:tiny, 16 KiB allowed); the optimizer files hold 12 B/trainable param.
-  ``model.safetensors`` (2 B/param, gathered on rank 0 into host memory first) is written only
-  with ``stage3_gather_16bit_weights_on_model_save``, which the runtime sets for
-  ``save_only_model`` without optimizer offload alone (runtime/rank/grpo_args.py): a
-  full-parameter checkpoint holds DeepSpeed's files, what an exact resume needs; ``hpc-grpo
-  export`` writes the model (tiny, re-measured 2026-11-28: the ``zero3`` layout of the JSON
-  above). LoRA's adapter file is gathered by transformers whatever the setting.
-* ``save_only_model``: the model file alone, no optimizer, scheduler or DeepSpeed files (under
-  ZeRO-3 with offload transformers falls back to DeepSpeed's whole checkpoint instead).
+  No ``model.safetensors``: the runtime never sets ``stage3_gather_16bit_weights_on_model_save``
+  (runtime/rank/grpo_args.py), so a full-parameter checkpoint holds DeepSpeed's files, what an
+  exact resume needs; ``hpc-grpo export`` writes the model (tiny, re-measured 2026-11-28: the
+  ``zero3`` layout of the JSON above). LoRA's adapter file is gathered by transformers.
+  (``save_only_model``, a checkpoint without optimizer state, is refused: config/recipe_format.py.)
 * LoRA: the model file is the adapter only (fp32 without DeepSpeed, 4 B per adapter param;
   DeepSpeed skips frozen weights), optimizer state covers the adapters alone.
 * Small files: scheduler.pt, trainer_state.json, config, tokenizer: 32 MiB allowance; one RNG
@@ -62,8 +58,6 @@ class CheckpointRequest:
     world_size: int
     save_total_limit: int | None  # None: TRL keeps every checkpoint
     weight_bytes: int = 4  # the dtype the model is loaded in, used without DeepSpeed
-    tied_params: int = 0  # a tied embedding, written twice in ZeRO-1/2's model.safetensors
-    save_only_model: bool = False  # TRL's save_only_model: no optimizer, no DeepSpeed files
 
 
 @dataclass(frozen=True)
@@ -83,34 +77,24 @@ class CheckpointSize:
         return None if self.at_once is None else self.one * self.at_once
 
 
-def gathers_16bit_weights(zero_stage: int, offload_optimizer: bool, save_only_model: bool) -> bool:
-    """ZeRO-3 gathers a bf16 model file for ``save_only_model`` without offload only (the model
-    is all that checkpoint holds); full-parameter checkpoints resume from DeepSpeed's files, and
-    LoRA's adapter is gathered by transformers whatever the setting."""
-    return zero_stage == 3 and save_only_model and not offload_optimizer
-
-
 def size_checkpoint(req: CheckpointRequest) -> CheckpointSize:
     """The files of one checkpoint and the host memory its save needs (assumptions above)."""
     trainable = req.trainable_params
     items: list[tuple[str, int]] = []
     if req.zero_stage == 0:
         model = req.weight_bytes * (trainable if req.lora else req.num_params)
-        optimizer = 0 if req.save_only_model else ADAM_STATE_BYTES * req.weight_bytes // 4 * trainable
+        optimizer = ADAM_STATE_BYTES * req.weight_bytes // 4 * trainable
         items += [("model weights (own master copy)", model), ("optimizer (Adam m, v)", optimizer)]
         host = min(model, SHARD_BYTES)
     else:
         dtype = 2 if req.device == "cuda" else 4
         saved = trainable if req.lora else req.num_params
-        gather = gathers_16bit_weights(req.zero_stage, req.offload_optimizer, req.save_only_model)
-        # full parameters resume from DeepSpeed's files alone (runtime/rank/deepspeed_save.py)
-        writes_model = req.lora or gather or (req.zero_stage < 3 and req.save_only_model)
-        model = dtype * (saved + (0 if req.lora or req.zero_stage == 3 else req.tied_params)) \
-            if writes_model else 0
-        only_model = req.save_only_model and writes_model  # no DeepSpeed save follows
-        module = 0 if only_model else (
-            dtype * saved if req.zero_stage < 3 else ZERO3_MODULE_BYTES_PER_RANK * req.world_size)
-        optimizer = 0 if only_model else DS_OPTIM_BYTES * trainable
+        # full parameters resume from DeepSpeed's files alone (runtime/rank/deepspeed_save.py);
+        # LoRA's adapter file is written beside them
+        model = dtype * saved if req.lora else 0
+        module = dtype * saved if req.zero_stage < 3 else \
+            ZERO3_MODULE_BYTES_PER_RANK * req.world_size
+        optimizer = DS_OPTIM_BYTES * trainable
         items += [("model weights (safetensors)", model),
                   ("DeepSpeed module states", module),
                   ("DeepSpeed optimizer (fp32 master, m, v)", optimizer)]

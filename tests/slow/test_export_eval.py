@@ -120,22 +120,3 @@ def test_deepspeed_zero3_exports_from_its_shards_alone(tmp_path: Path, model: Pa
     assert set(exported) <= set(gathered) and exported
     for name, tensor in exported.items():  # DeepSpeed's fp32 file, rounded as the export was
         assert tensor.equal(gathered[name].bfloat16()), name
-
-
-def test_zero3_save_only_model_keeps_the_gathered_model_file(tmp_path: Path, model: Path) -> None:
-    """save_only_model under ZeRO-3: the model file is all a checkpoint holds, so the runtime
-    gathers it there (grpo_args.deepspeed_config) and DeepSpeed writes nothing; the export reads
-    it as the full layout."""
-    run = trained(tmp_path, model, "only", grpo={"save_only_model": True}, deepspeed={
-        "zero_stage": 3, "offload_optimizer": False, "overlap_comm": True,
-        "contiguous_gradients": True})
-    ds = json.loads((run / "deepspeed.json").read_text())["zero_optimization"]
-    assert ds["stage3_gather_16bit_weights_on_model_save"] is True
-    checkpoint = run / "checkpoints" / f"checkpoint-{STEPS}"
-    names = {p.name for p in checkpoint.iterdir()}
-    assert "model.safetensors" in names and not any(n.startswith("global_step") for n in names)
-    assert "latest" not in names and "optimizer.pt" not in names, names
-    assert "writes DeepSpeed's files once" not in (run / "logs" / "rank-0.log").read_text()
-    done = cli("export", str(run), "--dtype", "bf16")
-    assert done.returncode == 0, done.stderr
-    assert "(full layout, weights, bfloat16)" in done.stderr, done.stderr

@@ -21,9 +21,8 @@ writing rank only, as transformers 5.17 and 5.24 both do; the placeholder model 
 and leaves the weights to DeepSpeed's save that follows. ``hpc-grpo export`` and ``eval`` read
 such a checkpoint through ``zero_to_fp32`` (``posttrain/weights.py``). Unchanged: a
 ``save_model`` called from anywhere else (the user's; transformers' push_to_hub and Ray Tune
-save, internal calls with no optimizer save after them), ``save_only_model`` (no optimizer save
-follows: the model file is the checkpoint), LoRA (the adapter file is what it resumes from),
-and ZeRO-3 that gathers the model file.
+save, internal calls with no optimizer save after them) and LoRA (the adapter file is what it
+resumes from).
 """
 
 from __future__ import annotations
@@ -38,19 +37,15 @@ from hpc_grpo.runtime.rank.grpo_args import deepspeed_config
 
 def leaves_out_model_file(run: RunRecord) -> bool:
     """The run's checkpoints are DeepSpeed's files alone: full parameters under ZeRO-1, 2, or 3
-    without the gathered model file."""
+    (ZeRO-3 never gathers a model file: runtime/rank/grpo_args.py)."""
     if run.deepspeed is None or run.peft is not None:
         return False
-    model_file = bool(run.grpo_config.get("save_only_model"))
-    zero = deepspeed_config(dataclasses.asdict(run.deepspeed), model_file)["zero_optimization"]
-    if zero["stage"] in (1, 2):
-        return not model_file  # save_only_model: the model file is the whole checkpoint
-    return zero["stage"] == 3 and not zero.get("stage3_gather_16bit_weights_on_model_save", False)
+    return deepspeed_config(dataclasses.asdict(run.deepspeed))["zero_optimization"]["stage"] > 0
 
 
 def install(trainer: Any, run: RunRecord) -> str | None:
     """Wrap ``trainer.save_model`` where the fallback applies; returns the rank log's line."""
-    if not leaves_out_model_file(run) or trainer.args.save_only_model:
+    if not leaves_out_model_file(run):
         return None
     saving = _within(trainer)
     trainer.save_model = _checkpoint_save_model(trainer, trainer.save_model, saving)

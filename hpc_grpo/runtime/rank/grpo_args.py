@@ -55,10 +55,8 @@ def unknown_keys(keys: Iterable[str], known: Iterable[str]) -> list[str]:
     return out
 
 
-def deepspeed_config(ds: Mapping[str, Any], model_file: bool = False) -> dict[str, Any]:
-    """A DeepSpeed JSON with "auto" where the Trainer fills in batch sizes and precision.
-    ``model_file``: the checkpoints need a gathered model file under ZeRO-3 (``save_only_model``:
-    it is all the checkpoint holds; LoRA's adapter is gathered by transformers either way)."""
+def deepspeed_config(ds: Mapping[str, Any]) -> dict[str, Any]:
+    """A DeepSpeed JSON with "auto" where the Trainer fills in batch sizes and precision."""
     stage = int(ds.get("zero_stage", 2))
     if stage not in (0, 1, 2, 3):
         raise ConfigError(f"deepspeed zero_stage must be 0-3, got {stage}")
@@ -77,11 +75,9 @@ def deepspeed_config(ds: Mapping[str, Any], model_file: bool = False) -> dict[st
         # the stop's path to the next attempt (the 1.5B two-node sandbox: 3 GB gathered over
         # the nodes' link and written by rank 0 while the other ranks wait), and with optimizer
         # offload the host is what runs out (a 7B save was OOM-killed on a 126 GiB host, issue
-        # #15). Kept where the checkpoint needs it (``model_file``), without offload. LoRA does
-        # not need it: under ZeRO-3 transformers' save_model gathers the adapter itself
-        # (``_zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True)``).
-        zero["stage3_gather_16bit_weights_on_model_save"] = (
-            model_file and not ds.get("offload_optimizer"))
+        # #15). LoRA does not need it: under ZeRO-3 transformers' save_model gathers the adapter
+        # itself (``_zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True)``).
+        zero["stage3_gather_16bit_weights_on_model_save"] = False
     return {
         "zero_optimization": zero,
         "bf16": {"enabled": "auto"},
@@ -135,9 +131,7 @@ def grpo_kwargs(
             notes.append("use_vllm=False: vLLM needs CUDA; generating with transformers on CPU")
     if run.deepspeed is not None:
         path = run_dir / contract.DEEPSPEED_JSON
-        model_file = bool(user.get("save_only_model"))
-        rundir.write_json_atomic(path, deepspeed_config(dataclasses.asdict(run.deepspeed),
-                                                        model_file))
+        rundir.write_json_atomic(path, deepspeed_config(dataclasses.asdict(run.deepspeed)))
         owned["deepspeed"] = str(path)
     for key in OWNED:
         if key in user and key in owned and user[key] != owned[key]:

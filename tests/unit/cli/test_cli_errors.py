@@ -116,7 +116,7 @@ def test_a_deepspeed_checkpoint_as_the_model_is_refused_with_the_export_command(
     code, err, root = run(tmp_path, "--site", "sandbox", "--model", str(folder))
     assert_refused(code, err, root, fake_slurm, "DeepSpeed checkpoint", "ZeRO shards",
                    f"hpc-grpo export {run_dir} --step 40")
-    (folder / "model.safetensors").write_bytes(b"")  # save_only_model's gathered file: a model
+    (folder / "model.safetensors").write_bytes(b"")  # a model file beside them: a model folder
     code, err, _ = run(tmp_path, "--site", "sandbox", "--model", str(folder))
     assert "DeepSpeed checkpoint" not in err and "has no weights" not in err
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import errno
 import gc
-import itertools
 import json
 import os
 import subprocess
@@ -19,12 +18,11 @@ from hpc_grpo.planner import dense_arch
 from hpc_grpo.planner.checkpoint_size import (
     CheckpointRequest,
     disk_verdict,
-    gathers_16bit_weights,
     host_verdict,
     size_checkpoint,
 )
 from hpc_grpo.preflight import inputs
-from hpc_grpo.runtime.rank import checkpoints, grpo_args
+from hpc_grpo.runtime.rank import checkpoints
 
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 TINY = json.loads((RESULTS / "2026-11-24-ckpt-tiny-cpu.json").read_text())
@@ -35,8 +33,7 @@ BIG_FILES = (".safetensors", ".pt", ".bin")  # weights and optimizer states, not
 def _tiny(zero: int) -> CheckpointRequest:
     return CheckpointRequest(num_params=TINY["num_params"], trainable_params=TINY["num_params"],
                              zero_stage=zero, offload_optimizer=False, lora=False, device="cpu",
-                             world_size=TINY["world_size"], save_total_limit=1,
-                             tied_params=522 * 64)  # builtin:tiny ties its 522 x 64 embedding
+                             world_size=TINY["world_size"], save_total_limit=1)
 
 
 @pytest.mark.parametrize("zero", [0, 2, 3])
@@ -68,26 +65,10 @@ def test_full_7b_needs_12_bytes_a_parameter_and_cannot_fit_64_gib() -> None:
     assert H200["memory_plan"]["zero_stage"] == 0
 
 
-def test_gather_rule_agrees_with_the_runtime() -> None:
-    seen = set()
-    for stage, offload, only in itertools.product((3, 2), (False, True), (False, True)):
-        ds = grpo_args.deepspeed_config({"zero_stage": stage, "offload_optimizer": offload}, only)
-        gathers = ds["zero_optimization"].get("stage3_gather_16bit_weights_on_model_save", False)
-        assert gathers == gathers_16bit_weights(stage, offload, only)
-        seen.add(gathers)
-    assert seen == {True, False}  # only save_only_model without offload at ZeRO-3 gathers
-
-
-def test_save_only_model_sizes_the_model_file_alone() -> None:
+def test_a_lora_checkpoint_holds_its_adapter_and_a_full_one_deepspeed_s_files_alone() -> None:
     full = CheckpointRequest(10**9, 10**9, 3, False, False, "cuda", 8, 1)
-    only = CheckpointRequest(10**9, 10**9, 3, False, False, "cuda", 8, 1, save_only_model=True)
     assert dict(size_checkpoint(full).items)["model weights (safetensors)"] == 0
-    sized = dict(size_checkpoint(only).items)
-    assert sized["model weights (safetensors)"] == 2 * 10**9  # gathered, bf16
-    assert sized["DeepSpeed optimizer (fp32 master, m, v)"] == sized["DeepSpeed module states"] == 0
-    assert size_checkpoint(only).host_bytes > size_checkpoint(full).host_bytes  # the gather
-    offloaded = CheckpointRequest(10**9, 10**9, 3, True, False, "cuda", 8, 1, save_only_model=True)
-    assert dict(size_checkpoint(offloaded).items)["DeepSpeed optimizer (fp32 master, m, v)"] > 0
+    assert dict(size_checkpoint(full).items)["DeepSpeed optimizer (fp32 master, m, v)"] == 12 * 10**9
     lora = CheckpointRequest(10**9, 10**7, 3, False, True, "cuda", 8, 1)
     assert dict(size_checkpoint(lora).items)["model weights (safetensors)"] == 2 * 10**7  # adapter
 
@@ -109,10 +90,9 @@ def test_host_memory_of_a_save_warns_over_the_node() -> None:
     assert zero3.host_bytes == 0  # no gathered model file (pinned copies: checked at each save)
     zero2 = size_checkpoint(CheckpointRequest(7 * 10**9, 7 * 10**9, 2, False, False, "cuda", 8, 1))
     assert zero2.host_bytes == 0 and dict(zero2.items)["model weights (safetensors)"] == 0
-    big = size_checkpoint(CheckpointRequest(7 * 10**9, 7 * 10**9, 2, False, False, "cuda", 8, 1,
-                                            save_only_model=True))
+    big = size_checkpoint(CheckpointRequest(7 * 10**9, 7 * 10**9, 0, False, False, "cuda", 1, 1,
+                                            weight_bytes=2))  # ZeRO off: the model file, bf16
     assert big.host_bytes == 5 * 10**9  # safetensors builds one 5 GB shard in memory
-    assert big.one < zero2.one  # the model file alone: no DeepSpeed files after it
     assert "host memory" in host_verdict(big, 100.0, 104)
     assert host_verdict(big, 10.0, 512) == ""
 

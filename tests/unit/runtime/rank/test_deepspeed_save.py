@@ -41,12 +41,6 @@ def test_where_it_applies(deepspeed: dict[str, Any] | None, peft: dict[str, Any]
     assert deepspeed_save.leaves_out_model_file(_run(deepspeed, peft)) is expected
 
 
-@pytest.mark.parametrize("stage", [2, 3])
-def test_save_only_model_keeps_its_model_file_and_is_left_alone(stage: int) -> None:
-    only = _run({"zero_stage": stage}, grpo_config={"save_only_model": True, "max_steps": 2})
-    assert not deepspeed_save.leaves_out_model_file(only)
-
-
 class _Engine:
     """DeepSpeed's engine as transformers' save path sees it."""
 
@@ -108,12 +102,6 @@ def test_a_save_model_of_its_own_is_unchanged(trainer: Any, tmp_path: Path) -> N
     deepspeed_save.install(trainer, _run(OFFLOAD3))
     trainer.save_model(str(tmp_path / "final"))
     assert trainer.model_wrapped.saves == [str(tmp_path / "final")]
-
-
-def test_not_installed_with_save_only_model(trainer: Any) -> None:
-    trainer.args.save_only_model = True
-    assert deepspeed_save.install(trainer, _run(OFFLOAD3)) is None
-    assert "save_model" not in vars(trainer)
 
 
 def test_a_rank_that_does_not_write_leaves_the_files_to_the_one_that_does(

@@ -13,8 +13,7 @@ from hpc_grpo.runtime.rank.grpo_args import ConfigError, deepspeed_config, grpo_
 from hpc_grpo.runtime.rank.summary import summarize
 
 KNOWN = ["max_steps", "learning_rate", "bf16", "fp16", "output_dir", "seed", "use_cpu",
-         "use_vllm", "vllm_mode", "deepspeed", "logging_steps", "num_generations",
-         "save_only_model"]  # fmt: skip
+         "use_vllm", "vllm_mode", "deepspeed", "logging_steps", "num_generations"]  # fmt: skip
 
 
 def run(**over: Any) -> RunRecord:
@@ -73,10 +72,8 @@ def test_deepspeed_file(tmp_path: Path) -> None:
     ({"zero_stage": 3}, None, {}, False),  # DeepSpeed's files resume it; export writes a model
     ({"zero_stage": 3, "offload_optimizer": True}, None, {}, False),
     ({"zero_stage": 3}, {"r": 8}, {}, False),  # transformers gathers the adapter itself
-    ({"zero_stage": 3}, None, {"save_only_model": True}, True),  # the model is all it keeps
-    ({"zero_stage": 3, "offload_optimizer": True}, None, {"save_only_model": True}, False),
 ])
-def test_zero3_gathers_a_model_file_only_where_a_checkpoint_needs_one(
+def test_zero3_never_gathers_a_model_file(
         tmp_path: Path, deepspeed: dict[str, Any], peft: dict[str, Any] | None,
         user: dict[str, Any], gathers: bool) -> None:
     kwargs, _ = grpo_kwargs(run(deepspeed=deepspeed, peft=peft, grpo_config=user), tmp_path, KNOWN)
