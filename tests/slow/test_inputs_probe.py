@@ -65,7 +65,7 @@ def submit(workdir: Path, *args: str) -> tuple[int, str, Path]:
                                "no column 'solution'")),
     ({"reward_kwargs": {"builtin:format": {"strict": True}}},
      ("reward_kwargs for 'builtin:format': unexpected strict",)),
-    ({"reward_weights": [1.0, 2.0, 3.0]}, ("reward_weights has 3 values for 2 rewards",)),
+    ({"reward_weights": [1.0, 2.0, 3.0]}, ("reward_weights: 3 weights for 2 rewards",)),
     ({"prompt_column": "question", "dataset": "math.parquet"},  # the launcher cannot read Parquet
      ("dataset", "no prompt column 'question'", "problem, solution")),
 ])
