@@ -265,6 +265,9 @@ def stage(name: str, site_name: str, revision: str = "", dataset: bool = False) 
     on the login node, and record its commit (``preflight.stage.Staged``)."""
     from hpc_grpo.preflight import stage as staging
 
+    if not name.strip():  # as a path, "" is the current directory
+        raise UserError("an empty name would mean the current directory", field="stage",
+                        hint="give a hub id (Qwen/Qwen2.5-0.5B) or a catalogue name")
     site = find_site(site_name)
     if not dataset:
         model = inputs.resolve_model(name, registry.home_dir())

@@ -255,3 +255,14 @@ def test_without_huggingface_hub_stage_names_the_extra(tmp_path: Path,
     assert "huggingface_hub" in exc.value.message and "hpc-grpo[stage]" in exc.value.hint
     with pytest.raises(UserError, match="no hf_home"):
         stage.stage(_site_obj(""), MODEL)
+
+
+@pytest.mark.parametrize("name", ["", "  "])
+def test_stage_of_an_empty_name_is_refused_as_empty(name: str) -> None:
+    """`hpc-grpo stage "$UNSET"`: the empty name resolved to "." and was refused as a model
+    folder without config.json; say what is wrong instead."""
+    from hpc_grpo import api
+
+    with pytest.raises(UserError, match="empty name") as exc:
+        api.stage(name, "sandbox")
+    assert exc.value.field == "stage" and "hub id" in exc.value.hint
