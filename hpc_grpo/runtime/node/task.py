@@ -282,7 +282,9 @@ class NodeTask:
         if code == 0 or names or not job or state.phase == "done":
             return ""
         path = Path(self.run_dir) / contract.RETRIES_JSONL
-        earlier = rundir.read_jsonl(path)
+        # This job's retries: `hpc-grpo resume` (a new job, after the user saw it fail) starts a
+        # fresh count, as Slurm counts requeues per job; lines without a job id count as ours.
+        earlier = [e for e in rundir.read_jsonl(path) if str(e.get("job_id", job)) == job]
         step = state.last_checkpoint_step or 0
         stalled = self._stalled or (state.is_attempt(attempt) and state.stop_cause == STALLED)
         setup = setup_failure.records(Path(self.run_dir), attempt)  # what the ranks raised

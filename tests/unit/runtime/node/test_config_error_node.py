@@ -149,6 +149,19 @@ def test_a_crash_is_still_requeued_and_spent_retries_fail_the_job(
     assert rundir.read_state(run_dir)["phase"] == "failed"
 
 
+def test_hpc_grpo_resume_starts_a_fresh_retry_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Job 6 spent its retries and ended FAILED; the user fixed the cause and ran `hpc-grpo
+    resume`, job 7. Its first crash is requeued: the earlier job's retries are not its own."""
+    run_dir, called = _node_task(tmp_path, monkeypatch, phase="training", step=3)
+    for _ in range(3):
+        rundir.append_jsonl(run_dir / RETRIES_JSONL, {"checkpoint_step": 0, "job_id": "6"})
+    assert node.NodeTask(str(run_dir))() == 1  # requeued
+    assert [argv for argv in called if argv[1] == "requeue"] == [["scontrol", "requeue", "7"]]
+    assert rundir.read_jsonl(run_dir / RETRIES_JSONL)[-1]["job_id"] == "7"
+
+
 def test_a_requeue_slurm_refuses_fails_the_job_with_slurms_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
