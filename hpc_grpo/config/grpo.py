@@ -96,8 +96,7 @@ RANGES: dict[str, Range] = {
     "entropy_coef": _NOT_NEGATIVE,
     "top_k": _NOT_NEGATIVE,  # 0: no top-k filtering
     "dataloader_num_workers": _NOT_NEGATIVE,
-    "seed": SEED,  # the job spec's seed (config/spec.py checks it there)
-    "data_seed": SEED,
+    "data_seed": SEED,  # the job spec's seed is not a GRPOConfig value: config/spec_checks.py
     **{name: _at_least(1) for name in (
         "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
         "num_generations_eval", "generation_batch_size", "steps_per_generation", "num_iterations",
