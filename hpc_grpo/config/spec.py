@@ -34,7 +34,6 @@ from hpc_grpo.config.spec_checks import spec_problems
 from hpc_grpo.config.strict import from_mapping, load_yaml_text
 from hpc_grpo.errors import UserError, UserErrors, did_you_mean
 from hpc_grpo.rundir.contract import DEFAULT_SEED, world_size
-from hpc_grpo.runs import names
 
 # The dtypes TRL's create_model_from_path loads (its ValueError on every rank otherwise).
 DTYPES = ("auto", "bfloat16", "float16", "float32")
@@ -328,17 +327,6 @@ def _overlay(recipe: Mapping[str, Any], sets: Mapping[str, Any]) -> tuple[dict[s
             [f"{k}: {shown(recipe[k])} dropped (--set {k}=null)" for k in back])
 
 
-def _name_problems(name: str, origin: str) -> list[UserError]:
-    """The job name, checked where the user gave it (``origin``: --name, --set or the recipe):
-    its run ids are made from it, so a name that fails there was reported against the run
-    directory ('output_root: .../my job-0001'), or not at all ('a/b' nested the run)."""
-    try:
-        names.check_job_name(name, origin)
-    except UserError as err:
-        return [err]
-    return []
-
-
 def build_spec(
     recipe: Mapping[str, Any], sets: Mapping[str, Any], flags: Mapping[str, Any],
     site: SiteProfile | None = None,
@@ -387,9 +375,6 @@ def build_spec(
         origins = {**{k: f"--set: {k}" for k in set_spec},
                    **{k: FLAGS.get(k, f"--{k}") for k in given}}
         problems += spec_problems(spec, origins)
-    if spec is not None and spec.name:
-        problems += _name_problems(spec.name, "--name" if "name" in given
-                                   else "--set: name" if "name" in set_spec else "recipe: name")
     if spec is not None and spec.nodes < 1:
         problems.append(UserError(f"nodes must be at least 1, got {spec.nodes}", field="nodes"))
     if spec is not None and site is not None:

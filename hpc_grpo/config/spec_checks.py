@@ -1,8 +1,8 @@
 """Job settings of a built JobSpec that the ranks would refuse, or take wrongly, after the queue
 wait: an empty model or dataset name, rewards and their weights as the ranks take them, a seed
-numpy refuses. Each problem is one UserError naming where the value came from (its flag,
-``--set`` or the recipe). Pure: a spec in, problems out (config/spec.py build_spec reports them
-with the others)."""
+numpy refuses, a job name no run id can be made from. Each problem is one UserError naming
+where the value came from (its flag, ``--set`` or the recipe). Pure: a spec in, problems out
+(config/spec.py build_spec reports them with the others)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from hpc_grpo.config.grpo import SEED
 from hpc_grpo.config.recipe_format import shown
 from hpc_grpo.errors import UserError
+from hpc_grpo.runs import names
 
 if TYPE_CHECKING:
     from hpc_grpo.config.spec import JobSpec
@@ -76,8 +77,21 @@ def seed_problems(spec: JobSpec, origins: Mapping[str, str]) -> list[UserError]:
                       field=origins.get("seed", "recipe: seed"))]
 
 
+def name_problems(spec: JobSpec, origins: Mapping[str, str]) -> list[UserError]:
+    """The job name, checked where the user gave it: its run ids are made from it, so a name
+    that fails there was reported against the run directory ('output_root: .../my job-0001'),
+    or not at all ('a/b' nested the run). ``origins`` as for blank_names."""
+    if not spec.name:
+        return []
+    try:
+        names.check_job_name(spec.name, origins.get("name", "recipe: name"))
+    except UserError as err:
+        return [err]
+    return []
+
+
 def spec_problems(spec: JobSpec, origins: Mapping[str, str]) -> list[UserError]:
     """Every problem of this module's checks; ``origins``: where each key came from, its flag
     or ``--set: KEY`` (a key in neither came from the recipe)."""
     return blank_names(spec, origins) + reward_problems(spec, origins) + \
-        seed_problems(spec, origins)
+        seed_problems(spec, origins) + name_problems(spec, origins)
