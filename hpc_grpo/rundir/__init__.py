@@ -208,11 +208,8 @@ def consume_stale_stop_request(run_dir: str | os.PathLike[str], started_at: floa
         mtime = path.stat().st_mtime
     except FileNotFoundError:
         return False
-    try:
-        for_attempt = json.loads(path.read_text() or "{}").get("attempt") if attempt else None
-    except (ValueError, AttributeError, OSError):  # a person's file: not JSON, or not a record
-        for_attempt = None
-    if mtime >= started_at or (attempt and for_attempt == attempt):
+    # a person's file (not JSON, or not a record) has no attempt: its age alone decides
+    if mtime >= started_at or (attempt and read_json_object(path).get("attempt") == attempt):
         return False
     logs = Path(run_dir) / LOGS
     logs.mkdir(parents=True, exist_ok=True)
