@@ -5,9 +5,9 @@ files, so the login node can plan and explain a job before anything is submitted
 of the memory model are listed in ``hpc_grpo.planner.memory.estimate``.
 """
 
-from hpc_grpo.planner.arch import ModelArch, arch_from_config, dense_arch
 from hpc_grpo.planner.batch import check_batch_rules
 from hpc_grpo.planner.catalogue import catalogue_names, lookup_model
+from hpc_grpo.planner.memory.arch import ModelArch, arch_from_config, dense_arch
 from hpc_grpo.planner.memory.plan import plan_memory
 from hpc_grpo.planner.types import MemoryPlan, PlanRequest
 

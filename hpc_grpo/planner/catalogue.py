@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from hpc_grpo.planner.arch import ModelArch, dense_arch
+from hpc_grpo.planner.memory.arch import ModelArch, dense_arch
 
 _QWEN_VOCAB_SMALL = 151936  # Qwen2.5 <= 3B (tied embeddings), every Qwen3
 _QWEN_VOCAB_LARGE = 152064  # Qwen2.5 >= 7B

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from hpc_grpo.planner.arch import ModelArch
+from hpc_grpo.planner.memory.arch import ModelArch
 from hpc_grpo.rundir.contract import world_size
 
 if TYPE_CHECKING:

@@ -6,8 +6,8 @@ from dataclasses import replace
 from typing import Any
 
 from hpc_grpo.errors import UserError
-from hpc_grpo.planner.arch import ModelArch
 from hpc_grpo.planner.batch import check_batch_rules
+from hpc_grpo.planner.memory.arch import ModelArch
 from hpc_grpo.planner.memory.estimate import Estimate, sequence_length
 from hpc_grpo.planner.memory.hints import smallest_change
 from hpc_grpo.planner.memory.lora import check_targets

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from hpc_grpo.planner.arch import arch_from_config
 from hpc_grpo.planner.catalogue import builtin_arch
 from hpc_grpo.planner.memory import host
+from hpc_grpo.planner.memory.arch import arch_from_config
 from hpc_grpo.planner.memory.subgroups import _split, _tensors, sub_group_elements
 
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
