@@ -12,9 +12,10 @@ from hpc_grpo.planner.memory.estimate import Estimate, sequence_length
 from hpc_grpo.planner.memory.hints import smallest_change
 from hpc_grpo.planner.memory.lora import check_targets
 from hpc_grpo.planner.memory.reasons import checkpointing_choice, explain
+from hpc_grpo.planner.memory.request import PlanRequest
 from hpc_grpo.planner.memory.search import search, tp_divisibility, valid_tps
 from hpc_grpo.planner.speed.choose import SpeedPlan, fastest, label
-from hpc_grpo.planner.types import MemoryPlan, PlanRequest
+from hpc_grpo.planner.types import MemoryPlan
 from hpc_grpo.rundir.contract import DEFAULT_VLLM_GPU_MEMORY_UTILIZATION
 
 

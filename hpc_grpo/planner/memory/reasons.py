@@ -14,9 +14,9 @@ from hpc_grpo.planner.memory.estimate import (
     vllm_need,
 )
 from hpc_grpo.planner.memory.lora import lora_reason
+from hpc_grpo.planner.memory.request import PlanRequest
 from hpc_grpo.planner.memory.search import share_for, valid_tps
 from hpc_grpo.planner.speed.choose import SpeedPlan, label
-from hpc_grpo.planner.types import PlanRequest
 
 MEASURED_CKPT = ("measured at 1.5B on 2 x H200, ZeRO-2: 1.253 s/step without against 1.449 "
                  "with, docs/results/2026-11-26-bench-two-1.5b-layouts-h200x2-call1.json")

@@ -19,10 +19,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hpc_grpo.planner.memory.estimate import Estimate, Layout
+from hpc_grpo.planner.memory.request import PlanRequest
 from hpc_grpo.planner.memory.search import candidates
 from hpc_grpo.planner.speed.hardware import card, links
 from hpc_grpo.planner.speed.predict import StepTime, predict
-from hpc_grpo.planner.types import PlanRequest
 
 CLEAR_WIN = 0.10
 
