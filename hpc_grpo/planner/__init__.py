@@ -8,9 +8,8 @@ of the memory model are listed in ``hpc_grpo.planner.memory.estimate``.
 from hpc_grpo.planner.batch import check_batch_rules
 from hpc_grpo.planner.catalogue import catalogue_names, lookup_model
 from hpc_grpo.planner.memory.arch import ModelArch, arch_from_config, dense_arch
-from hpc_grpo.planner.memory.plan import plan_memory
 from hpc_grpo.planner.memory.request import PlanRequest
-from hpc_grpo.planner.types import MemoryPlan
+from hpc_grpo.planner.memory_plan import MemoryPlan, plan_memory
 
 __all__ = [
     "MemoryPlan",

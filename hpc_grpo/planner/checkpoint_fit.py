@@ -22,8 +22,8 @@ from hpc_grpo.planner.checkpoint_size import (
     size_limit,
 )
 from hpc_grpo.planner.memory.arch import ModelArch
+from hpc_grpo.planner.memory_plan import MemoryPlan
 from hpc_grpo.planner.speed.server import ServerPlan
-from hpc_grpo.planner.types import MemoryPlan
 from hpc_grpo.rundir.contract import DEFAULT_SAVE_TOTAL_LIMIT, DeepSpeedBlock
 from hpc_grpo.rundir.precision import load_dtype
 

@@ -17,8 +17,8 @@ from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner.bounds import grpo_value
 from hpc_grpo.planner.engines import SERVER_GPU_MEMORY_UTILIZATION
-from hpc_grpo.planner.memory.plan import check_zero_stage, plan_memory
 from hpc_grpo.planner.memory.request import PlanRequest
+from hpc_grpo.planner.memory_plan import check_zero_stage, plan_memory
 from hpc_grpo.planner.speed.server import ServerPlan, plan_server
 from hpc_grpo.planner.topology import ServerSplit, server_split
 from hpc_grpo.planner.types import LinkFigures, ModelRef

@@ -1,16 +1,12 @@
-"""The planner's shared types: the model it plans for (ModelRef), the link figures the launcher
-found (LinkFigures) and what the memory plan answers (MemoryPlan). Plain frozen values; what the
-memory plan is asked (PlanRequest) is memory/request.py's."""
+"""The planner's shared types: the model it plans for (ModelRef) and the link figures the
+launcher found (LinkFigures). Plain frozen values; what the memory plan is asked (PlanRequest)
+is memory/request.py's, what it answers (MemoryPlan) memory_plan.py's."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from hpc_grpo.planner.memory.arch import ModelArch
-
-if TYPE_CHECKING:
-    from hpc_grpo.planner.speed.choose import SpeedPlan
 
 
 @dataclass(frozen=True)
@@ -34,51 +30,3 @@ class LinkFigures:
     intra_node_gbs: float | None = None
     inter_node_gbs: float | None = None
     source: str = ""
-
-
-@dataclass(frozen=True)
-class MemoryPlan:
-    """The chosen layout, its per-GPU memory estimate in GiB and one reason per choice."""
-
-    tensor_parallel_size: int
-    zero_stage: int
-    offload_optimizer: bool
-    offload_params: bool
-    gradient_checkpointing: bool
-    vllm_gpu_memory_utilization: float
-    enable_sleep_mode: bool
-    max_num_seqs: int
-    vllm_max_model_length: int
-    breakdown: tuple[tuple[str, float], ...]
-    reasons: tuple[tuple[str, str], ...]
-    speed: SpeedPlan | None = None  # predicted step time and the layouts it beat (not in run.json)
-
-    def gib(self, item: str) -> float:
-        """One breakdown line by name (KeyError when absent)."""
-        for name, value in self.breakdown:
-            if name == item:
-                return value
-        raise KeyError(item)
-
-    def reason(self, choice: str) -> str:
-        return dict(self.reasons)[choice]
-
-    @property
-    def peak_gib(self) -> float:
-        return max(self.gib("total during training"), self.gib("total during generation"))
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: breakdown and reasons as ordered mappings."""
-        return {
-            "tensor_parallel_size": self.tensor_parallel_size,
-            "zero_stage": self.zero_stage,
-            "offload_optimizer": self.offload_optimizer,
-            "offload_params": self.offload_params,
-            "gradient_checkpointing": self.gradient_checkpointing,
-            "vllm_gpu_memory_utilization": self.vllm_gpu_memory_utilization,
-            "enable_sleep_mode": self.enable_sleep_mode,
-            "max_num_seqs": self.max_num_seqs,
-            "vllm_max_model_length": self.vllm_max_model_length,
-            "breakdown_gib": dict(self.breakdown),
-            "reasons": dict(self.reasons),
-        }
