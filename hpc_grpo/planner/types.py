@@ -25,7 +25,7 @@ class ModelRef:
 class LinkFigures:
     """The link bandwidths a plan uses (GB/s, an all-reduce's bus bandwidth), found by the
     launcher (the profile's declared figures, else doctor's cached measurement:
-    preflight/links.py); None for a figure that is assumed (planner/speed/hardware.py)."""
+    preflight/links.py); None for a figure that is assumed (planner/speed/hardware_figures.py)."""
 
     intra_node_gbs: float | None = None
     inter_node_gbs: float | None = None

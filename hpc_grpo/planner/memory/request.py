@@ -42,8 +42,9 @@ class PlanRequest:
     enable_sleep_mode: bool | None = None
     vllm_gpu_memory_utilization: float | None = None
     pure_bf16: bool = False  # without DeepSpeed: bf16 weights, gradients and Adam states
-    # Step-time inputs (planner/speed/hardware.py): link bus bandwidths in GB/s, None = assumed
-    # there; where they came from ("measured by doctor 2026-11-25", "assumed"); the card's name.
+    # Step-time inputs (planner/speed/hardware_figures.py): link bus bandwidths in GB/s, None =
+    # assumed there; where they came from ("measured by doctor 2026-11-25", "assumed"); the
+    # card's name.
     intra_node_gbs: float | None = None
     inter_node_gbs: float | None = None
     link_source: str = ""

@@ -23,7 +23,7 @@ from hpc_grpo.planner.memory.activations import activations_gib
 from hpc_grpo.planner.memory.estimate import Estimate, Layout
 from hpc_grpo.planner.memory.request import PlanRequest
 from hpc_grpo.planner.memory.search import candidates
-from hpc_grpo.planner.speed.hardware import card, links
+from hpc_grpo.planner.speed.hardware_figures import card, links
 from hpc_grpo.planner.speed.predict import StepTime, predict
 
 CLEAR_WIN = 0.10
