@@ -71,7 +71,7 @@ def _refuse_undeclared_memory(site: SiteProfile) -> None:
 
 def check_server_zero(spec: JobSpec) -> None:
     """Server mode's trainers run the ZeRO stage the spec gives (0, bare TRL's DDP, when unset),
-    with no search: refuse what the colocated plan refuses (memory/plan.py), rather than plan
+    with no search: refuse what the colocated plan refuses (memory_plan.py), rather than plan
     an offload the runtime would not run (no DeepSpeed block without ZeRO: engines.py)."""
     zero = spec.zero_stage
     check_zero_stage(zero)

@@ -19,7 +19,8 @@ from hpc_grpo.planner.memory.search import share_for, valid_tps
 
 
 def checkpointing(req: PlanRequest) -> str:
-    """The recipe's value (plan_request marks an unset one: speed/choose.py checkpointing_choice says why)."""
+    """The recipe's value (plan_request marks an unset one: speed/choose.py's
+    checkpointing_choice says why)."""
     return f"{req.gradient_checkpointing}: set by you"
 
 

@@ -95,7 +95,7 @@ def _variants(req: PlanRequest) -> tuple[PlanRequest, ...]:
 
 def fastest(req: PlanRequest) -> tuple[Estimate | None, SpeedPlan | None]:
     """The fitting layout predicted fastest (None when none fits) and the table of the others;
-    SpeedPlan.checkpointing says whether it recomputes (planner/memory/plan.py applies it)."""
+    SpeedPlan.checkpointing says whether it recomputes (planner/memory_plan.py applies it)."""
     variants = _variants(req)
     per_variant = [candidates(one) for one in variants]
     tried = [(one, est, predict(one, est.layout, est.util))
