@@ -120,7 +120,7 @@ def count_params(kind: str, checkpoint: Path, base: str) -> int:
     files = layout.weight_files(folder)
     if files:
         return sum(layout.safetensors_elements(f) for f in files)
-    from hpc_grpo.planner.arch import arch_from_config
+    from hpc_grpo.planner.memory.arch import arch_from_config
 
     config = json.loads((checkpoint / "config.json").read_text())
     try:

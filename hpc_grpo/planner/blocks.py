@@ -4,14 +4,10 @@ carry the user's choices to the ranks."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from hpc_grpo.config.site import SiteProfile
 from hpc_grpo.config.spec import JobSpec
+from hpc_grpo.planner.types import ModelRef
 from hpc_grpo.rundir.contract import DatasetBlock, HardwareBlock, ModelBlock, PeftBlock
-
-if TYPE_CHECKING:
-    from hpc_grpo.planner.types import ModelRef
 
 
 def dataset_block(spec: JobSpec, max_prompt_length: int, commit: str = "") -> DatasetBlock:

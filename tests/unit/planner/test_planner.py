@@ -25,6 +25,7 @@ from hpc_grpo.planner import (
     lookup_model,
     plan_memory,
 )
+from hpc_grpo.rundir.shapes import SHAPES
 
 CHOICES = {"tensor_parallel_size", "zero_stage", "offload_optimizer", "offload_params",
            "gradient_checkpointing", "vllm_gpu_memory_utilization", "enable_sleep_mode",
@@ -448,8 +449,6 @@ def test_recomputation_saving_matches_the_gpu_measurement() -> None:
     """The planner's activations with and without gradient checkpointing, against two runs of
     one GPU job that differed only in that (docs/results, 2 x H200): the rise of torch's
     allocated peak is what turning recomputation off costs."""
-    from hpc_grpo.runtime.models.shapes import SHAPES
-
     saved = Path(__file__).resolve().parents[3] / "docs/results/2026-11-23-bench-two-16-steps.json"
     runs = json.loads(saved.read_text())
     measured = (runs["no_grad_ckpt"]["torch_peaks_gib"]["torch_alloc_peak_gib"]

@@ -23,9 +23,9 @@ import pytest
 
 from hpc_grpo.planner.catalogue import builtin_arch
 from hpc_grpo.planner.memory.estimate import Layout
+from hpc_grpo.planner.memory.request import PlanRequest
 from hpc_grpo.planner.speed import terms
 from hpc_grpo.planner.speed.predict import StepTime, predict, predict_server
-from hpc_grpo.planner.types import PlanRequest
 
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 TOLERANCE = 0.20
