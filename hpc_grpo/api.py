@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo import rundir
+from hpc_grpo.config import names
 from hpc_grpo.config.site import SiteProfile, all_sites, find_site
 from hpc_grpo.config.spec import JobSpec, build_spec, parse_set
 from hpc_grpo.config.strict import read_yaml
@@ -42,7 +43,7 @@ from hpc_grpo.rundir.contract import (
     SPEC_JSON,
 )
 from hpc_grpo.rundir.view import append_job_line
-from hpc_grpo.runs import names, registry
+from hpc_grpo.runs import registry
 from hpc_grpo.scheduler import envvars
 from hpc_grpo.scheduler.backend import backend_for
 from hpc_grpo.scheduler.render import render_script, summary_text

@@ -18,6 +18,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpc_grpo.config import names
 from hpc_grpo.errors import UserError, did_you_mean
 from hpc_grpo.rundir import load_state, read_json_object, tail_jsonl
 from hpc_grpo.rundir.contract import (
@@ -28,7 +29,6 @@ from hpc_grpo.rundir.contract import (
     RUN_JSON,
     SUBMITIT,
 )
-from hpc_grpo.runs import names
 
 
 def home_dir() -> Path:
