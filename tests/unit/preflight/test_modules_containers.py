@@ -22,10 +22,10 @@ from hpc_grpo import api
 from hpc_grpo.cli import main
 from hpc_grpo.config.site import Container, SiteProfile
 from hpc_grpo.preflight import doctor
-from hpc_grpo.preflight.doctor import Expect, pyxis_found
+from hpc_grpo.preflight.doctor import Expect
 from hpc_grpo.runs import joberror
 from hpc_grpo.runtime import probe
-from hpc_grpo.scheduler.jobscript import node_command
+from hpc_grpo.scheduler.jobscript import node_command, pyxis_found
 from tests.unit.preflight.test_doctor import REPO, install_fake_srun, report
 
 # A `module` that fails for any name containing "missing", exported into `bash -c`.
