@@ -142,7 +142,7 @@ def shortfall_line(found: Sequence[tuple[str, Shortfall]], hint: bool = True) ->
     """One line for every node's shortfalls (``(host, shortfall)`` pairs from all ranks): per
     quantity the least any node has, the hosts, and the profile key. The same gathered pairs give
     the same line on every rank, which is what makes it a configuration error
-    (runtime/rank/setup_failure.py compares the ranks' lines)."""
+    (runtime/shared/setup_failure.py compares the ranks' lines)."""
     by_what: dict[str, list[tuple[str, Shortfall]]] = {}
     for host, item in found:
         by_what.setdefault(item.what, []).append((host, item))

@@ -24,8 +24,9 @@ from typing import Any
 from hpc_grpo import __version__
 from hpc_grpo.rundir.contract import DEFAULT_PORT_RANGE, PORTS_PER_JOB, job_port, port_slots
 from hpc_grpo.rundir.hardware import slurm_memory_gib
-from hpc_grpo.runtime.node import slurm_facts
 from hpc_grpo.runtime.probe_lines import report_lines
+from hpc_grpo.runtime.shared.host_memory import memory
+from hpc_grpo.runtime.shared.scontrol import scontrol
 
 PACKAGES = ("torch", "trl", "vllm", "transformers", "deepspeed", "accelerate", "peft")
 _BRACKET = re.compile(r"^(.*?)\[([^\]]+)\](.*)$")
@@ -111,7 +112,7 @@ def controller(path: str, job_id: int) -> dict[str, Any]:
 def _scontrol(argv: list[str]) -> tuple[str, str]:
     """``argv`` (the scontrol found on PATH, then its arguments) through the runtime's one
     runner, with the probe's longer bound."""
-    return slurm_facts.scontrol(argv[1:], timeout_s=20, binary=argv[0])
+    return scontrol(argv[1:], timeout_s=20, binary=argv[0])
 
 
 def resolve(names: list[str]) -> dict[str, dict[str, Any]]:
@@ -288,24 +289,6 @@ def disk(path: str) -> dict[str, Any]:
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     return {"free": shutil.disk_usage(probe).free, "path": str(probe)}
-
-
-def memory(meminfo: Path = Path("/proc/meminfo")) -> dict[str, Any]:
-    """The node's memory and this job's cgroup limit (v2 memory.max, v1 limit_in_bytes)."""
-    fields = {line.split(":")[0]: int(line.split()[1]) * 1024
-              for line in meminfo.read_text().splitlines() if line.endswith("kB")}
-    limit = None
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        _, controllers, rel = line.split(":", 2)
-        base = Path("/sys/fs/cgroup")
-        path = base / rel.lstrip("/") / "memory.max" if controllers == "" else \
-            base / "memory" / rel.lstrip("/") / "memory.limit_in_bytes"
-        if (controllers == "" or "memory" in controllers.split(",")) and path.exists():
-            text = path.read_text().strip()
-            if text.isdigit() and int(text) < fields["MemTotal"]:
-                limit = int(text)
-    return {"total": fields["MemTotal"], "available": fields.get("MemAvailable"),
-            "cgroup_limit": limit}
 
 
 def _safely(check: Callable[..., Any], *args: Any) -> Any:

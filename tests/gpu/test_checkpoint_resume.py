@@ -83,7 +83,7 @@ class HostPeak:
 
     @staticmethod
     def _node_used() -> int:
-        from hpc_grpo.runtime.probe import memory
+        from hpc_grpo.runtime.shared.host_memory import memory
 
         node = memory()
         return int(node["total"]) - int(node["available"])

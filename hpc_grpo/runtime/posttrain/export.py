@@ -23,7 +23,7 @@ from typing import Any
 
 from hpc_grpo.runtime.child_answer import serve
 from hpc_grpo.runtime.posttrain import check, engine, vllm_check, weights
-from hpc_grpo.runtime.rank.setup_failure import exception_line
+from hpc_grpo.runtime.shared.setup_failure import exception_line
 
 
 def _tokenizer(checkpoint: str, base: str) -> Any:

@@ -18,7 +18,7 @@ from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
 from hpc_grpo.runtime.rank import checkpoints, hostmem, phases, save_parts
 from hpc_grpo.runtime.rank.gpumem import GpuMemorySampler, physical_gpu
-from hpc_grpo.runtime.rank.stop import StopFlag, request_reason
+from hpc_grpo.runtime.shared.signals import StopFlag, request_reason
 
 # Fault injection for tests: a file of this name in the run directory holds the next save open
 # (files written, completion marker not yet) for that many seconds, once.

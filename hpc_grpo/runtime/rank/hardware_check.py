@@ -29,6 +29,7 @@ from hpc_grpo.rundir.hardware import (
     slurm_memory_gib,
     usable_memory,
 )
+from hpc_grpo.runtime.shared.host_memory import memory
 
 __all__ = ["HardwareShortfall", "check", "host_memory", "probe", "slurm_memory_gib"]
 
@@ -40,8 +41,6 @@ class HardwareShortfall(ValueError):
 def host_memory(env: Mapping[str, str]) -> tuple[float | None, float | None, str]:
     """MemTotal (GiB), the tightest job limit (GiB) and its source: Slurm's number or the
     cgroup's memory.max, whichever is smaller."""
-    from hpc_grpo.runtime.probe import memory
-
     try:
         seen = memory()
     except (OSError, ValueError, KeyError, IndexError):

@@ -8,11 +8,10 @@ step), when a step ends (its duration feeds the bound) and when a save ends. A f
 writes a step; GRPO steps take seconds. A write that fails is reported once and skipped: the
 watchdog judges the run by its most recent progress on any rank, so one silent rank is no stall.
 
-``start`` registers ``faulthandler`` on SIGQUIT: the watchdog sends it to every rank before
-ending the attempt, and each rank's Python stack (all threads) goes to its own log, written by
-the C-level handler even while the rank is blocked in a collective or a sleep. SIGQUIT because
-the stop signals (USR2, TERM, a site's USR1) are taken, it is the JVM's thread-dump signal,
-and Slurm never sends it; its default action (quit with a core file) is only replaced.
+``start`` registers ``faulthandler`` on SIGQUIT (``DUMP_SIGNAL``, runtime/shared/signals.py):
+the watchdog sends it to every rank before ending the attempt, and each rank's Python stack
+(all threads) goes to its own log, written by the C-level handler even while the rank is
+blocked in a collective or a sleep.
 
 Stdlib only at import: ``start`` runs before torch is imported.
 """
@@ -21,7 +20,6 @@ from __future__ import annotations
 
 import faulthandler
 import os
-import signal
 import socket
 import sys
 import time
@@ -31,8 +29,8 @@ from typing import Any
 
 from hpc_grpo import rundir
 from hpc_grpo.rundir.contract import HEARTBEATS
+from hpc_grpo.runtime.shared.signals import DUMP_SIGNAL
 
-DUMP_SIGNAL = signal.SIGQUIT
 WINDOW = 20  # the bound follows the slowest of this many recent steps
 # TRL's generation blocks: "transformers.generate", "transformers.generate_batch", "vLLM.generate"
 GENERATE_BLOCK_SUFFIXES = ("generate", "generate_batch")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.rundir.contract import DatasetBlock, ModelBlock
-from hpc_grpo.runtime.rank.setup_failure import exception_line
+from hpc_grpo.runtime.shared.setup_failure import exception_line
 
 # attn_implementation values that need a package of their own: the package's import name.
 ATTENTION_PACKAGES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}

@@ -30,7 +30,7 @@ def init_kwargs(block: ModelBlock) -> dict[str, Any]:
     """``from_pretrained`` keyword arguments from the ModelBlock; only what the user set."""
     out: dict[str, Any] = {}
     if block.commit and block.hf_home:
-        pass  # staged: the ranks load the pinned commit's snapshot folder (rank/staged.py)
+        pass  # staged: the ranks load the pinned commit's snapshot folder (runtime/shared/staged.py)
     elif block.commit or block.revision:
         out["revision"] = block.commit or block.revision  # the pinned commit wins
     if block.dtype:

@@ -35,7 +35,8 @@ from hpc_grpo.runtime.rank import (
 )
 from hpc_grpo.runtime.rank.placement import RuntimeCheckError
 from hpc_grpo.runtime.rank.process_group import device_problems, setup_distributed
-from hpc_grpo.runtime.rank.stop import StopFlag, request_cause
+from hpc_grpo.runtime.shared import vllm_address
+from hpc_grpo.runtime.shared.signals import StopFlag, request_cause
 
 
 def _pick_resume(run_dir: Path) -> Path | None:
@@ -56,14 +57,13 @@ def _grpo_args(run: RunRecord, run_dir: Path, rank: int) -> tuple[Any, list[str]
     """TRL's GRPOConfig for this rank; rank 0 records the exact keyword arguments TRL got."""
     with startup_heap.collector_paused(os.environ):
         from trl import GRPOConfig  # transformers, accelerate, datasets
-    from hpc_grpo.runtime.node import vllm_server
     from hpc_grpo.runtime.rank import grpo_args
 
     known = [f.name for f in dataclasses.fields(GRPOConfig)]
     kwargs, notes = grpo_args.grpo_kwargs(run, run_dir, known)
-    if vllm_server.server_mode(run):
-        kwargs.update(vllm_server.grpo_server_fields(os.environ,  # a recipe's own timeout stays
-                                                     kwargs.get("vllm_server_timeout")))
+    if vllm_address.server_mode(run):
+        kwargs.update(vllm_address.grpo_server_fields(os.environ,  # a recipe's own timeout stays
+                                                      kwargs.get("vllm_server_timeout")))
     args = GRPOConfig(**kwargs)
     if rank == 0:  # to reproduce or compare a run without hpc-grpo
         rundir.write_json_atomic(run_dir / contract.GRPO_CONFIG_JSON, kwargs)
@@ -74,11 +74,11 @@ def _inputs(run: RunRecord) -> tuple[Any, Any, Any]:
     """Rewards, prompts (with the columns the rewards need) and tokenizer, and QLoRA's needs,
     checked before the model loads (every rank fails alike). The rewards are not called here:
     user rewards may have side effects per call; the login node called them once (inputs_probe).
-    A staged model or dataset loads from its pinned snapshot folder (rank/staged.py)."""
+    A staged model or dataset loads from its pinned snapshot folder (shared/staged.py)."""
     from hpc_grpo.runtime.rank.data import check_prompt_bound, longest_prompt_tokens
     from hpc_grpo.runtime.rank.job_inputs import load_inputs
     from hpc_grpo.runtime.rank.model_load import check_quantization
-    from hpc_grpo.runtime.rank.staged import dataset_name, describe, model_source
+    from hpc_grpo.runtime.shared.staged import dataset_name, describe, model_source
 
     print(f"[train] {describe(run)}", flush=True)
     check_quantization(run.peft, run.device)
@@ -113,7 +113,7 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
         GracefulStopCallback,
         MetricsCallback,
     )
-    from hpc_grpo.runtime.rank.staged import model_source
+    from hpc_grpo.runtime.shared.staged import model_source
 
     if not phases.install(profiling):  # metrics lines then carry no step split
         print("[train] this TRL has no ProfilingContext hook: no per-phase step times", flush=True)
@@ -132,7 +132,7 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
     with engine_weights.engine_from_pushed_weights(os.environ), \
             startup.timed_calls(within, targets):
         trainer = GRPOTrainer(
-            model=model_source(run),  # a staged commit's snapshot folder (rank/staged.py)
+            model=model_source(run),  # a staged commit's snapshot folder (shared/staged.py)
             reward_funcs=rewards,
             args=args,
             train_dataset=dataset,
@@ -259,7 +259,7 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
     """Check, resume, train, and record how it ended; returns the process exit code."""
     import torch.distributed as dist
 
-    from hpc_grpo.runtime.rank import setup_failure
+    from hpc_grpo.runtime.shared import setup_failure
 
     clock = startup.StartupClock(started)
     device = setup_distributed(run)

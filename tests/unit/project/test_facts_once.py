@@ -33,7 +33,7 @@ RULES: dict[str, tuple[str, set[str]]] = {
                               {"rundir/contract.py", "planner/topology.py"}),
     # The runtime's one runner; the launcher's argv lists go through scheduler/slurm.run_slurm.
     "an scontrol runner": (r"\[\s*\"scontrol\"|\(\s*\[\s*binary\b",
-                           {"runtime/node/slurm_facts.py", "scheduler/slurm.py"}),
+                           {"runtime/shared/scontrol.py", "scheduler/slurm.py"}),
     "a run-directory JSON-lines reader": (r"def (read_jsonl|tail_jsonl|last_jsonl)\b",
                                           {"rundir/__init__.py"}),
     # Export and push after training (#28): the --dtype flag of a written dtype, whether a

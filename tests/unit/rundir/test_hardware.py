@@ -12,8 +12,9 @@ import pytest
 
 from hpc_grpo.rundir.contract import HardwareBlock, RunRecord
 from hpc_grpo.rundir.hardware import NodeFacts, compare, gpus_needed, shortfall_line
-from hpc_grpo.runtime.rank import hardware_check, setup_failure
+from hpc_grpo.runtime.rank import hardware_check
 from hpc_grpo.runtime.rank.hardware_check import HardwareShortfall, slurm_memory_gib
+from hpc_grpo.runtime.shared import setup_failure
 
 H100_GIB = 85_029_158_912 / 2**30  # what CUDA reports for an "80 GB" H100: 79.19 GiB
 SANDBOX_GPU = HardwareBlock(gpus_per_node=1, gpu_memory_gib=139, cpu_memory_gib=120)

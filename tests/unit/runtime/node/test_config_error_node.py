@@ -17,8 +17,8 @@ from hpc_grpo.rundir.contract import CONFIGURATION_ERROR, RETRIES_JSONL
 from hpc_grpo.rundir.state import RunState
 from hpc_grpo.runtime.node import retry
 from hpc_grpo.runtime.node import task as node
-from hpc_grpo.runtime.rank import setup_failure
-from hpc_grpo.runtime.rank.setup_failure import common_error, exception_line, settle
+from hpc_grpo.runtime.shared import setup_failure
+from hpc_grpo.runtime.shared.setup_failure import common_error, exception_line, settle
 from tests.unit.nodefake import fake_node, minimal_run
 
 LINE = "ValueError: log_completions_hub_repo is set, but log_completions is False."

@@ -208,7 +208,7 @@ def test_a_parameter_the_first_push_missed_ends_the_attempt_in_one_line() -> Non
                        r"unfilled \(lm_head.weight\); set HPC_GRPO_ENGINE_DUMMY_WEIGHTS=0"):
         trainer.vllm_generation.sync_weights()
     assert "load_weights" not in vars(engine_weights.engine_model(trainer.vllm_generation))
-    from hpc_grpo.runtime.rank import setup_failure
+    from hpc_grpo.runtime.shared import setup_failure
 
     # every rank alike: a configuration error, not retried
     assert setup_failure.looks_like_configuration(engine_weights.EngineNotFilled("x"))

@@ -19,7 +19,7 @@ from hpc_grpo.runtime.rank.callbacks import (
     DiskSpaceCallback,
     GracefulStopCallback,
 )
-from hpc_grpo.runtime.rank.stop import StopFlag
+from hpc_grpo.runtime.shared.signals import StopFlag
 
 SAMPLES = 8  # batch 2: 4 steps an epoch
 

@@ -1,5 +1,8 @@
-"""The stop flag a signal handler sets (stdlib only, so ranks install it before heavy imports),
-and what a stop-request file says about why the ranks stopped.
+"""Signals between the node task and its ranks (stdlib only, so ranks install them before heavy
+imports): the stop flag a rank's signal handler sets, what a stop-request file (the node task's
+or a person's) says about why the ranks stopped, and ``DUMP_SIGNAL``, which the node task's
+watchdog sends (runtime/node/watchdog.py) and each rank answers with its Python stack
+(runtime/rank/observe/heartbeat.py).
 """
 
 from __future__ import annotations
@@ -10,6 +13,11 @@ from collections.abc import Iterable
 from types import FrameType
 
 from hpc_grpo.rundir.contract import STOP_REQUEST, STOP_REQUESTED
+
+# SIGQUIT because the stop signals (USR2, TERM, a site's USR1) are taken, it is the JVM's
+# thread-dump signal, and Slurm never sends it; its default action (quit with a core file) is
+# only replaced.
+DUMP_SIGNAL = signal.SIGQUIT
 
 
 def request_reason(text: str) -> str:
