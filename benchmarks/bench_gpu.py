@@ -92,7 +92,7 @@ def host_gib() -> float:
     """This machine's host memory as the ranks' hardware check reads it (MemTotal or a smaller
     job limit): 7B layouts with optimizer offload need more than the 100 GiB once written here
     (126 GiB on one rank), and only offload layouts read it."""
-    from hpc_grpo.runtime.rank.hardware_check import usable_host_gib
+    from hpc_grpo.runtime.rank.setup.hardware_check import usable_host_gib
 
     return usable_host_gib({}) or 100.0
 

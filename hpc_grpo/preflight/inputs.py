@@ -39,7 +39,7 @@ BUILTIN_REWARDS = ("builtin:accuracy", "builtin:digits", "builtin:format", "buil
                    "builtin:length_penalty", "builtin:sum_correct", "builtin:tag_count")
 # Built-in rewards of smoke runs: on a built-in dataset nothing is left for the probe to learn.
 SMOKE_REWARDS = ("builtin:digits", "builtin:length", "builtin:sum_correct")
-PROBE_MODULE = "hpc_grpo.runtime.rank.inputs_probe"
+PROBE_MODULE = "hpc_grpo.runtime.rank.data.inputs_probe"
 PROBE_TIMEOUT_S = 900  # tokenising a large dataset's prompts takes a while; a hang must not
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")

@@ -4,7 +4,7 @@ The plan (TP size, ZeRO stage, offload, vLLM's memory share, how many checkpoint
 memory) is computed from the site profile's GPUs per node, GPU memory and CPU memory, never
 from the nodes. A profile that promises more than the nodes have (139 GiB GPUs on 80 GB
 cards) would otherwise run out of memory hours later, or just run slower than planned with
-nothing saying why. Every rank compares before the model loads (runtime/rank/hardware_check.py)
+nothing saying why. Every rank compares before the model loads (runtime/rank/setup/hardware_check.py)
 and ``hpc-grpo doctor`` compares what its probe saw (preflight/doctor.py), both through
 ``compare`` here, so the two say the same thing.
 

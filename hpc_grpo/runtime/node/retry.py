@@ -38,7 +38,7 @@ def configuration_error(state: RunState, attempt: str,
     return common_error(records, world_size, attempt) if records and world_size else ""
 
 
-RESOURCE_CAUSES = ("out of memory", "disk full")  # node/oom.py, rank/checkpoints.py
+RESOURCE_CAUSES = ("out of memory", "disk full")  # node/oom.py, rank/checkpoints/folders.py
 
 
 def repeated_resource_failure(earlier: Sequence[Mapping[str, Any]], checkpoint_step: int,

@@ -268,7 +268,7 @@ def _no_log(*_: Any, **__: Any) -> None:
 def run(request: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    from hpc_grpo.runtime.rank import job_inputs
+    from hpc_grpo.runtime.rank.data import job_inputs
 
     name, note, rank = choose(str(request.get("engine") or "auto"), request.get("adapter") or "",
                               str(request.get("layout") or ""))

@@ -16,8 +16,10 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
-from hpc_grpo.runtime.rank import checkpoints, hostmem, phases, save_parts
-from hpc_grpo.runtime.rank.gpumem import GpuMemorySampler, physical_gpu
+from hpc_grpo.runtime.rank.checkpoints import folders as checkpoints
+from hpc_grpo.runtime.rank.checkpoints import save_parts
+from hpc_grpo.runtime.rank.observe import hostmem, phases
+from hpc_grpo.runtime.rank.observe.gpumem import GpuMemorySampler, physical_gpu
 from hpc_grpo.runtime.shared.signals import StopFlag, request_reason
 
 # Fault injection for tests: a file of this name in the run directory holds the next save open
@@ -284,7 +286,7 @@ class MetricsCallback(TrainerCallback):
             row["gpu_mem_peak_by_phase_gib"] = self.memory.phase_peaks_gib()  # run so far
             row.update(_torch_memory(None))
         if host := hostmem.sample(torch):
-            row["host_mem_gib"] = host  # rank 0's process (rank/hostmem.py)
+            row["host_mem_gib"] = host  # rank 0's process (rank/observe/hostmem.py)
         row.update({k: v for k, v in logs.items() if k.startswith("rewards/")})
         row.update({ours: logs[trl] for trl, ours in LOGP_DIFF.items() if logs.get(trl) is not None})
         if split:

@@ -4,7 +4,7 @@ Order matters: signal handlers first (a stop during start-up is not lost), then 
 group, the rank checks and the hardware check (a bad layout, or nodes with less GPU or host
 memory than the plan assumed, fail before the model loads), then resume selection, then TRL.
 Rank 0 is the only writer of state.json, metrics.jsonl, startup.jsonl and summary.json. An error
-before the first step that every rank raises alike is a configuration error (setup_failure.py),
+before the first step that every rank raises alike is a configuration error (shared/setup_failure.py),
 not retried by the node task.
 """
 
@@ -23,18 +23,13 @@ from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.contract import RunRecord, rank_row
 from hpc_grpo.rundir.state import RunState
-from hpc_grpo.runtime.rank import (
-    checkpoints,
-    engine_weights,
-    heartbeat,
-    restart_record,
-    startup,
-    startup_heap,
-    startup_profile,
-    tracking,
-)
-from hpc_grpo.runtime.rank.placement import RuntimeCheckError
-from hpc_grpo.runtime.rank.process_group import device_problems, setup_distributed
+from hpc_grpo.runtime.rank.checkpoints import folders, restart_record
+from hpc_grpo.runtime.rank.generation import engine_weights
+from hpc_grpo.runtime.rank.observe import heartbeat, startup_profile, tracking
+from hpc_grpo.runtime.rank.observe import startup_times as startup
+from hpc_grpo.runtime.rank.setup import startup_heap
+from hpc_grpo.runtime.rank.setup.placement import RuntimeCheckError
+from hpc_grpo.runtime.rank.setup.process_group import device_problems, setup_distributed
 from hpc_grpo.runtime.shared import vllm_address
 from hpc_grpo.runtime.shared.signals import StopFlag, request_cause
 
@@ -46,8 +41,8 @@ def _pick_resume(run_dir: Path) -> Path | None:
     choice: list[Any] = [None]
     if dist.get_rank() == 0:
         # a killed save's folder: never resumed from, and in the way of this attempt's saves
-        checkpoints.remove_incomplete(run_dir / contract.CHECKPOINTS)
-        found = checkpoints.newest_complete(run_dir / contract.CHECKPOINTS)
+        folders.remove_incomplete(run_dir / contract.CHECKPOINTS)
+        found = folders.newest_complete(run_dir / contract.CHECKPOINTS)
         choice[0] = str(found) if found else None
     dist.broadcast_object_list(choice, src=0)
     return Path(choice[0]) if choice[0] else None
@@ -57,7 +52,7 @@ def _grpo_args(run: RunRecord, run_dir: Path, rank: int) -> tuple[Any, list[str]
     """TRL's GRPOConfig for this rank; rank 0 records the exact keyword arguments TRL got."""
     with startup_heap.collector_paused(os.environ):
         from trl import GRPOConfig  # transformers, accelerate, datasets
-    from hpc_grpo.runtime.rank import grpo_args
+    from hpc_grpo.runtime.rank.setup import grpo_args
 
     known = [f.name for f in dataclasses.fields(GRPOConfig)]
     kwargs, notes = grpo_args.grpo_kwargs(run, run_dir, known)
@@ -75,9 +70,9 @@ def _inputs(run: RunRecord) -> tuple[Any, Any, Any]:
     checked before the model loads (every rank fails alike). The rewards are not called here:
     user rewards may have side effects per call; the login node called them once (inputs_probe).
     A staged model or dataset loads from its pinned snapshot folder (shared/staged.py)."""
-    from hpc_grpo.runtime.rank.data import check_prompt_bound, longest_prompt_tokens
-    from hpc_grpo.runtime.rank.job_inputs import load_inputs
-    from hpc_grpo.runtime.rank.model_load import check_quantization
+    from hpc_grpo.runtime.rank.data.dataset import check_prompt_bound, longest_prompt_tokens
+    from hpc_grpo.runtime.rank.data.job_inputs import load_inputs
+    from hpc_grpo.runtime.rank.setup.model_load import check_quantization
     from hpc_grpo.runtime.shared.staged import dataset_name, describe, model_source
 
     print(f"[train] {describe(run)}", flush=True)
@@ -91,7 +86,7 @@ def _inputs(run: RunRecord) -> tuple[Any, Any, Any]:
 
 def _finish(run_dir: Path, run: RunRecord, **state: Any) -> None:
     """Rank 0: summary.json, reward_curve.png and state.json phase "done"."""
-    from hpc_grpo.runtime.rank.summary import write_summary
+    from hpc_grpo.runtime.rank.observe.summary import write_summary
 
     summary = write_summary(run_dir, {"run_id": run.run_id})
     rundir.update_state(run_dir, phase="done", reward_delta=summary["reward_delta"], **state)
@@ -101,18 +96,19 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
              flag: StopFlag, device: Any, within: dict[str, float]) -> tuple[Any, Any]:
     """GRPOTrainer with the project's callbacks; returns it and the graceful-stop callback.
     The imports, the model load and the engine start inside it are timed into ``within``
-    (rank/startup.py)."""
+    (rank/observe/startup_times.py)."""
     began = time.perf_counter()
     with startup_heap.collector_paused(os.environ):
         from trl import GRPOTrainer  # and vLLM on GPU nodes
         from trl.extras import profiling
-    from hpc_grpo.runtime.rank import model_load, phases
     from hpc_grpo.runtime.rank.callbacks import (
         CheckpointMarkerCallback,
         DiskSpaceCallback,
         GracefulStopCallback,
         MetricsCallback,
     )
+    from hpc_grpo.runtime.rank.observe import phases
+    from hpc_grpo.runtime.rank.setup import model_load
     from hpc_grpo.runtime.shared.staged import model_source
 
     if not phases.install(profiling):  # metrics lines then carry no step split
@@ -122,7 +118,7 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
         print("[train] this TRL's vLLM engine class is not known: no GPU memory per phase", flush=True)
     rewards, dataset, tokenizer = inputs
     stop = GracefulStopCallback(run_dir, flag, device)
-    keep = checkpoints.retention_limit(run.grpo_config)  # applied after each marker, not by TRL
+    keep = folders.retention_limit(run.grpo_config)  # applied after each marker, not by TRL
     targets = startup.trainer_targets(run.vllm.mode)  # TRL's trainer module imports vLLM
     within["trainer_import"] = (imported := time.perf_counter()) - began
     frozen = startup_heap.freeze_imported_heap(os.environ)  # before the engine's collections
@@ -181,22 +177,15 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     is already at max_steps (rank 0 has recorded it as done). ``within``: see ``_trainer``."""
     importing = time.perf_counter()
     with startup_heap.collector_paused(os.environ):  # transformers and peft come in here
-        from hpc_grpo.runtime.rank import (
-            checkpoint_prefetch,
-            checkpoint_read,
-            deepspeed_save,
-            epoch_order,
-            generation_buffer,
-            generation_record,
-            hardware_check,
-            lora_sync,
-            pinned_save,
-            placement,
-            save_parts,
-            save_speed,
-        )
+        from hpc_grpo.runtime.rank.checkpoints import deepspeed_save, pinned_save, save_parts, save_speed
+        from hpc_grpo.runtime.rank.checkpoints import prefetch as checkpoint_prefetch
+        from hpc_grpo.runtime.rank.checkpoints import read as checkpoint_read
+        from hpc_grpo.runtime.rank.data import epoch_order
         from hpc_grpo.runtime.rank.faults import hang as hang_fault
         from hpc_grpo.runtime.rank.faults import stale_weights
+        from hpc_grpo.runtime.rank.generation import buffer, lora_sync
+        from hpc_grpo.runtime.rank.generation import record as generation_record
+        from hpc_grpo.runtime.rank.setup import hardware_check, placement
 
     lead = rank == 0
     began = time.perf_counter()
@@ -216,7 +205,7 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     logged = tracking.prepare(run.run_id, run_dir, trackers, previous, lead)  # before the cut
 
     resume = _pick_resume(run_dir)
-    resume_step = (checkpoints.checkpoint_step(resume) or 0) if resume else 0
+    resume_step = (folders.checkpoint_step(resume) or 0) if resume else 0
     if lead:
         restart_record.record_resume(run_dir, previous, attempt, notes, resume, resume_step)
     if resume is not None and 0 < args.max_steps <= resume_step:
@@ -232,7 +221,7 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     checkpoint_prefetch.install(trainer, prefetch)  # stopped at train begin, with its line
     engine_weights.check_first_push(trainer)  # an engine from random weights: all filled?
     epoch_order.install(trainer)  # each epoch's data order as an uninterrupted run has it
-    if line := generation_buffer.install(trainer, rank, run.world_size, resume):
+    if line := buffer.install(trainer, rank, run.world_size, resume):
         print(f"[train] {line}", flush=True)  # a block's completions, saved inside the block
     heartbeat.install(trainer)  # progress for the node task's hang watchdog
     seed = rank_row(rank, run.procs_per_node, run.vllm.tensor_parallel_size).vllm_seed
@@ -278,7 +267,7 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
         ready = _prepare(run, run_dir, flag, device, rank, previous, attempt, clock.within)
     except RuntimeCheckError:
         raise  # every rank saw the same gathered problems already
-    except Exception as exc:  # no step yet: did every rank fail alike? (setup_failure.py)
+    except Exception as exc:  # no step yet: did every rank fail alike? (shared/setup_failure.py)
         traceback.print_exc()
         startup_profile.write_after_failure(profiler, run_dir)
         agreed = setup_failure.settle(run_dir, attempt, rank, run.world_size, exc)
@@ -355,12 +344,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         traceback.print_exc()
         tracking.finish()
-        full = checkpoints.disk_full_message(
-            exc, checkpoints.free_bytes_or_none(run_dir / contract.CHECKPOINTS))
+        full = folders.disk_full_message(
+            exc, folders.free_bytes_or_none(run_dir / contract.CHECKPOINTS))
         if full:
             print(f"[train] {full}", flush=True)
             if rank == 0:  # frees the space the record of why needs
-                checkpoints.remove_incomplete(run_dir / contract.CHECKPOINTS)
+                folders.remove_incomplete(run_dir / contract.CHECKPOINTS)
         if rank == 0:
             rundir.update_state(run_dir, phase="failed",
                                 message=full.removeprefix("disk full: ")

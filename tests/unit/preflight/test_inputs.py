@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from hpc_grpo.preflight import inputs
-from hpc_grpo.runtime.rank import data, rewards
+from hpc_grpo.runtime.rank.data import dataset, rewards
 
 
 def test_builtin_datasets_match_runtime() -> None:
-    assert set(inputs.BUILTIN_DATASETS) == {f"builtin:{n}" for n in data.BUILTIN}
+    assert set(inputs.BUILTIN_DATASETS) == {f"builtin:{n}" for n in dataset.BUILTIN}
 
 
 def test_builtin_rewards_match_runtime() -> None:

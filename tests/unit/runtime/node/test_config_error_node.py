@@ -267,7 +267,7 @@ def test_a_run_that_ended_failed_names_its_cause_for_the_resume(
     """Issue #27: a resume after a FAILED job recorded its restart as "killed (no stop
     recorded)". The node task now leaves the last attempt's cause in state.json beside the
     line, and a failed phase without one still reads "failed"."""
-    from hpc_grpo.runtime.rank import restart_record
+    from hpc_grpo.runtime.rank.checkpoints import restart_record
 
     run_dir, _ = _node_task(tmp_path, monkeypatch, phase="training", step=3)
     for _ in range(3):

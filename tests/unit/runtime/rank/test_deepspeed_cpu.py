@@ -1,10 +1,10 @@
-"""runtime/rank/deepspeed_cpu.py: DeepSpeed's CPU shared-memory op is not built for training."""
+"""runtime/rank/setup/deepspeed_cpu.py: DeepSpeed's CPU shared-memory op is not built for training."""
 
 from __future__ import annotations
 
 import pytest
 
-from hpc_grpo.runtime.rank import deepspeed_cpu
+from hpc_grpo.runtime.rank.setup import deepspeed_cpu
 
 
 def test_the_op_is_marked_incompatible_and_deepspeed_then_builds_nothing(

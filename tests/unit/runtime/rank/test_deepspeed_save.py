@@ -1,4 +1,4 @@
-"""Full-parameter DeepSpeed checkpoints of DeepSpeed's files alone (runtime/rank/deepspeed_save.py):
+"""Full-parameter DeepSpeed checkpoints of DeepSpeed's files alone (rank/checkpoints/deepspeed_save.py):
 transformers' own ``Trainer._save_checkpoint``, run on a real Trainer whose DeepSpeed engine is
 stood in for (it counts ``save_checkpoint`` calls), writes DeepSpeed's checkpoint twice under
 ZeRO-3 without the gathered model file, and a model.safetensors beside it under ZeRO-2, without
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hpc_grpo.runtime.rank import deepspeed_save
+from hpc_grpo.runtime.rank.checkpoints import deepspeed_save
 from tests.unit.runtime.rank.test_runtime_checks import make_run, record
 
 OFFLOAD3 = {"zero_stage": 3, "offload_optimizer": True}

@@ -1,4 +1,4 @@
-"""The colocated engine's start without reading the model files (runtime/rank/engine_weights.py).
+"""The colocated engine's start without reading the model files (runtime/rank/generation/engine_weights.py).
 
 vLLM does not run on this machine, so TRL's generation module is stood in for by a module whose
 ``LLM`` records its keyword arguments; the real TRL is checked for the names the wrapper needs,
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from hpc_grpo.runtime.rank import engine_weights
+from hpc_grpo.runtime.rank.generation import engine_weights
 
 
 class _Generation:

@@ -1,11 +1,11 @@
-"""rank/hostmem.py: /proc status fields and torch's pinned-allocator figures, in GiB."""
+"""rank/observe/hostmem.py: /proc status fields and torch's pinned-allocator figures, in GiB."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
 
-from hpc_grpo.runtime.rank import hostmem
+from hpc_grpo.runtime.rank.observe import hostmem
 
 STATUS = """Name:\tpython3
 VmPeak:\t123456789 kB

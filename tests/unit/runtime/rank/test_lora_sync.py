@@ -1,4 +1,4 @@
-"""LoRA's weight push (runtime/rank/lora_sync.py) against TRL's own walk, on a tiny bf16 Qwen2
+"""LoRA's weight push (runtime/rank/generation/lora_sync.py) against TRL's own walk, on a tiny bf16 Qwen2
 with a trained-looking adapter: the same names and merged tensors on the first push, and a base
 that stays bit for bit what it was over many pushes (TRL's merge/unmerge moves it)."""
 
@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 vllm_generation = pytest.importorskip("trl.generation.vllm_generation")
 
-from hpc_grpo.runtime.rank import lora_sync  # noqa: E402
+from hpc_grpo.runtime.rank.generation import lora_sync  # noqa: E402
 
 TARGETS = ["q_proj", "v_proj", "up_proj", "down_proj"]
 

@@ -1,4 +1,4 @@
-"""Pinned checkpoint copies (runtime/rank/pinned_save.py): the page-locked bytes a save holds,
+"""Pinned checkpoint copies (runtime/rank/checkpoints/pinned_save.py): the page-locked bytes a save holds,
 the check against the node's room, the largest storage found through optimizers (torch's AdamW
 in a wrapper as accelerate's, DeepSpeed-shaped partitions), and the save wrapper that sets
 torch's switch per save, says once when a save goes pageable and releases after every save."""
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from hpc_grpo.runtime.rank import pinned_save
+from hpc_grpo.runtime.rank.checkpoints import pinned_save
 
 GIB = 2**30
 

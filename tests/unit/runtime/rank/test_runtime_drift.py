@@ -16,7 +16,7 @@ from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.contract import RunRecord
 from hpc_grpo.runtime.rank.faults import stale_weights
-from hpc_grpo.runtime.rank.grpo_args import grpo_kwargs
+from hpc_grpo.runtime.rank.setup.grpo_args import grpo_kwargs
 from hpc_grpo.runtime.shared.signals import StopFlag, request_cause, request_reason
 
 KNOWN = ["max_steps", "learning_rate", "bf16", "output_dir", "seed", "use_cpu", "use_vllm",

@@ -11,7 +11,7 @@ pytest.importorskip("trl")
 from transformers import TrainerControl, TrainerState, TrainingArguments  # noqa: E402
 from trl.trainer.utils import RepeatSampler  # noqa: E402
 
-from hpc_grpo.runtime.rank import epoch_order  # noqa: E402
+from hpc_grpo.runtime.rank.data import epoch_order  # noqa: E402
 
 DATA = list(range(10))
 

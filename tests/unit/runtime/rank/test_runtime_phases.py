@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from hpc_grpo.runtime.rank import phases
+from hpc_grpo.runtime.rank.observe import phases
 
 
 def test_blocks_sum_per_phase_and_take_starts_afresh() -> None:
@@ -89,7 +89,7 @@ def test_the_real_trl_engine_class_can_be_tagged() -> None:
 
 
 def test_sampler_keeps_a_peak_per_phase() -> None:
-    from hpc_grpo.runtime.rank.gpumem import GpuMemorySampler
+    from hpc_grpo.runtime.rank.observe.gpumem import GpuMemorySampler
 
     used = iter([10, 30, 20, 25])
     phase = iter(["training", "generation", "training", "training"])

@@ -1,4 +1,4 @@
-"""A checkpoint's time split by part (runtime/rank/save_parts.py), on transformers' own
+"""A checkpoint's time split by part (runtime/rank/checkpoints/save_parts.py), on transformers' own
 ``Trainer._save_checkpoint`` with a stood-in DeepSpeed engine whose save takes a known time,
 and through the marker callback that records it."""
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from hpc_grpo import rundir
-from hpc_grpo.runtime.rank import checkpoints, deepspeed_save, save_parts
+from hpc_grpo.runtime.rank.checkpoints import deepspeed_save, folders, save_parts
 from tests.unit.runtime.rank.test_deepspeed_save import OFFLOAD3, _run
 from tests.unit.runtime.rank.test_deepspeed_save import trainer as trainer  # noqa: F401 (fixture)
 
@@ -120,4 +120,4 @@ def test_the_marker_callback_records_rank_0_s_split(tmp_path: Path,
     assert set(recorded) == {"optimizer", "wait_for_ranks", "marker_and_retention"}
     assert recorded["optimizer"] == 2.0
     assert "[checkpoint] checkpoint-4 saved in" in capsys.readouterr().out
-    assert checkpoints.is_complete(out / "checkpoint-4")
+    assert folders.is_complete(out / "checkpoint-4")

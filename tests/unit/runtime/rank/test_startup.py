@@ -1,4 +1,4 @@
-"""runtime/rank/startup.py: the kernel's start time of a process and the parts of a line."""
+"""runtime/rank/observe/startup_times.py: the kernel's start time of a process and the parts of a line."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from hpc_grpo.runtime.rank import startup
+from hpc_grpo.runtime.rank.observe import startup_times as startup
 
 
 def test_process_start_is_the_kernel_s() -> None:
@@ -16,7 +16,7 @@ def test_process_start_is_the_kernel_s() -> None:
     before = time.time()
     out = subprocess.run(
         [sys.executable, "-c", "import time; time.sleep(1.5); "
-         "from hpc_grpo.runtime.rank.startup import process_start_time as p; print(p(-1.0))"],
+         "from hpc_grpo.runtime.rank.observe.startup_times import process_start_time as p; print(p(-1.0))"],
         capture_output=True, text=True, check=True, env={**os.environ}).stdout
     started = float(out)
     assert before - 0.5 <= started <= before + 1.0, (before, started)

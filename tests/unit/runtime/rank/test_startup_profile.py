@@ -1,4 +1,4 @@
-"""The start-up profile (runtime/rank/startup_profile.py): only rank 0 and only when asked, and
+"""The start-up profile (runtime/rank/observe/startup_profile.py): only rank 0 and only when asked, and
 what runs between its start and the Trainer's on_train_begin is named in the rank's logs."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runtime.rank import startup_profile
+from hpc_grpo.runtime.rank.observe import startup_profile
 
 
 class FakeTrainer:

@@ -123,7 +123,7 @@ def install(trainer: Any, rank: int, world_size: int, resume: Path | None) -> st
     the start-up allowance until a generating step has been measured, or the watchdog would
     judge the first generation by training-only steps (heartbeat.py ``hold_reference``).
     """
-    from hpc_grpo.runtime.rank import heartbeat
+    from hpc_grpo.runtime.rank.observe import heartbeat
 
     line = load(trainer, resume, rank, world_size, trainer.accelerator.device) if resume else ""
     restored = line.startswith(RESTORED)

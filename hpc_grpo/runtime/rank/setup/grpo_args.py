@@ -170,7 +170,7 @@ def _run_fields(run: RunRecord, user: Mapping[str, Any]) -> dict[str, Any]:
     per reward, checked here because TRL checks only once the model has loaded) and
     model_init_kwargs (the model block merged into the recipe's own)."""
     from hpc_grpo.rundir.precision import load_dtype
-    from hpc_grpo.runtime.rank.model_load import merge_init_kwargs
+    from hpc_grpo.runtime.rank.setup.model_load import merge_init_kwargs
 
     out: dict[str, Any] = {}
     weights = [float(w) for w in run.reward_weights or user.get("reward_weights") or ()]

@@ -1,5 +1,5 @@
 """The login node's look at the job's inputs, with the runtime's own code:
-``python -m hpc_grpo.runtime.rank.inputs_probe ANSWER.json < request.json``.
+``python -m hpc_grpo.runtime.rank.data.inputs_probe ANSWER.json < request.json``.
 
 The launcher (preflight/inputs_probe.py) runs this in a child process with the site's python,
 so it never imports torch itself. The request holds run.json's dataset and model blocks, the
@@ -41,10 +41,10 @@ def attention_problem(attn: str) -> str:
 
 def probe(request: dict[str, Any]) -> dict[str, Any]:
     """Load and check what the ranks will load; see the module docstring for the answer."""
-    from hpc_grpo.runtime.rank import job_inputs
-    from hpc_grpo.runtime.rank.data import DatasetError, longest_prompt_tokens
-    from hpc_grpo.runtime.rank.model_load import load_tokenizer
-    from hpc_grpo.runtime.rank.rewards import RewardError
+    from hpc_grpo.runtime.rank.data import job_inputs
+    from hpc_grpo.runtime.rank.data.dataset import DatasetError, longest_prompt_tokens
+    from hpc_grpo.runtime.rank.data.rewards import RewardError
+    from hpc_grpo.runtime.rank.setup.model_load import load_tokenizer
 
     block = DatasetBlock(**request["dataset"])
     specs = list(request["reward_funcs"])
@@ -85,7 +85,7 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m hpc_grpo.runtime.rank.inputs_probe ANSWER.json < request.json",
+        print("usage: python -m hpc_grpo.runtime.rank.data.inputs_probe ANSWER.json < request.json",
               file=sys.stderr)
         return 2
     request = json.load(sys.stdin)

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpc_grpo.runtime.rank.startup import timed
+from hpc_grpo.runtime.rank.observe.startup_times import timed
 
 # (trainer attribute, part): the calls inside _save_checkpoint, timed separately
 _INNER = (("save_model", "model_files"), ("_save_optimizer_and_scheduler", "optimizer"),

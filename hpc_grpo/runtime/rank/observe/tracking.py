@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.rundir.state import RunState
-from hpc_grpo.runtime.rank import wandb_log
+from hpc_grpo.runtime.rank.observe import wandb_log
 
 WANDB_DIR = "wandb"  # W&B writes RUN_DIR/wandb/offline-run-<time>-<id> (one per attempt)
 TENSORBOARD_DIR = "tensorboard"

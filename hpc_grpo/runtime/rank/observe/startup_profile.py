@@ -7,7 +7,7 @@ DeepSpeed's prepare and a resume's checkpoint load), and writes what it found to
 ``logs/startup-profile-rank-0.txt`` (the entries with the most cumulative and the most own
 time) and ``logs/startup-profile-rank-0.pstats`` (for ``python -m pstats``).
 
-Why: ``startup.jsonl`` (rank/startup.py) times the parts and a few calls inside them, but part
+Why: ``startup.jsonl`` (rank/observe/startup_times.py) times the parts and a few calls inside them, but part
 of the trainer part fell outside every timed call: about 18 s of 40 at 7B (2 x H200, session
 40), 9-16 s of 45-100 at 0.5B on one H100 (session 41). Timing one more call per guess costs a
 GPU loan per guess; one profile names them all.

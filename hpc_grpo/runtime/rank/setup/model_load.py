@@ -5,7 +5,7 @@ LoRA through TRL: ``GRPOTrainer(peft_config=...)`` wraps the model with ``get_pe
 vLLM receives each step is the merged weights: TRL's weight sync (trl/generation/
 vllm_generation.py ``_iter_named_params``) calls ``merge_adapter()``, sends the base names and
 ``unmerge_adapter()`` after; in bf16 that rounds the frozen base a little every step, so the
-runtime swaps in a walk that merges each layer from a copy and restores it (rank/lora_sync.py).
+runtime swaps in a walk that merges each layer from a copy and restores it (rank/generation/lora_sync.py).
 A resumed run loads the checkpoint's ``adapter_model.safetensors``
 into the same "default" adapter (transformers' ``Trainer._load_from_checkpoint``:
 ``model.load_adapter(checkpoint, active_adapter, is_trainable=True)``), so a requeue continues

@@ -115,7 +115,7 @@ def start(run_dir: Path, rank: int, attempt: str) -> Heartbeat:
 
 def _hook_blocks(profiling: Any, beat: Heartbeat) -> None:
     """Mark the end of each TRL profiled block (chained onto whatever ``_log_metrics`` is now,
-    e.g. runtime/rank/phases.py's; idempotent)."""
+    e.g. runtime/rank/observe/phases.py's; idempotent)."""
     context = getattr(profiling, "ProfilingContext", None)
     original = getattr(context, "_log_metrics", None)
     if context is None or original is None or getattr(original, "_hpc_grpo_beat", False):

@@ -110,7 +110,7 @@ def install(trainer: Any, env: Mapping[str, str], ranks_on_node: int,
     if env.get(ENV, "1") == "0" or not torch.cuda.is_available() or not set_pinned(False):
         return None
     if available is None:
-        from hpc_grpo.runtime.rank.checkpoint_prefetch import cacheable_bytes
+        from hpc_grpo.runtime.rank.checkpoints.prefetch import cacheable_bytes
 
         available = cacheable_bytes
     original, said = trainer._save_checkpoint, list[bool]()

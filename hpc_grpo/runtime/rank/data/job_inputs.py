@@ -25,7 +25,7 @@ class Inputs:
 def load_rewards(specs: Sequence[str], kwargs: Mapping[str, Mapping[str, Any]],
                  weights: Sequence[float], solution_column: str) -> list[Callable[..., Any]]:
     """The reward callables with their keyword arguments bound; weights checked against them."""
-    from hpc_grpo.runtime.rank.rewards import check_weights, resolve_rewards
+    from hpc_grpo.runtime.rank.data.rewards import check_weights, resolve_rewards
 
     check_weights(weights, specs)
     return resolve_rewards(specs, kwargs, solution_column)
@@ -33,8 +33,8 @@ def load_rewards(specs: Sequence[str], kwargs: Mapping[str, Mapping[str, Any]],
 
 def load_dataset(block: DatasetBlock, specs: Sequence[str]) -> Any:
     """The prompts, with the solution column checked when a reward compares with it."""
-    from hpc_grpo.runtime.rank.data import check_solution_column, load_prompts
-    from hpc_grpo.runtime.rank.rewards import NEEDS_SOLUTION
+    from hpc_grpo.runtime.rank.data.dataset import check_solution_column, load_prompts
+    from hpc_grpo.runtime.rank.data.rewards import NEEDS_SOLUTION
 
     dataset = load_prompts(dataclasses.asdict(block))
     check_solution_column(list(dataset.column_names), block.solution_column, specs, NEEDS_SOLUTION,
@@ -45,7 +45,7 @@ def load_dataset(block: DatasetBlock, specs: Sequence[str]) -> Any:
 def load_inputs(block: DatasetBlock, specs: Sequence[str], kwargs: Mapping[str, Mapping[str, Any]],
                 weights: Sequence[float], model: str, model_load: ModelBlock) -> Inputs:
     """Rewards, prompts and tokenizer, in the order a typo is cheapest to find."""
-    from hpc_grpo.runtime.rank.model_load import load_tokenizer
+    from hpc_grpo.runtime.rank.setup.model_load import load_tokenizer
 
     rewards = load_rewards(specs, kwargs, weights, block.solution_column)
     dataset = load_dataset(block, specs)

@@ -5,7 +5,7 @@ rundir/hardware.py's).
 Each rank probes what it can see (its own GPU's total memory, the visible GPU count, the
 host's MemTotal and the job's memory limit from Slurm or the cgroup), the ranks gather their
 shortfalls, and every rank raises the same one-line ``HardwareShortfall``, a ValueError: the
-ranks agree on it, so setup_failure.py records a configuration error and the node task does
+ranks agree on it, so shared/setup_failure.py records a configuration error and the node task does
 not retry it (the next allocation of the same partition has the same cards). A node with more
 than planned is a note in the rank log.
 """

@@ -1,7 +1,7 @@
 """The rank's process group and device: the first thing a rank does after its signal handlers,
 and the CUDA checks that need both (two ranks on one GPU, a Trainer on another device than the
 rank pinned). torch and DeepSpeed are imported here, with the collector paused
-(rank/startup_heap.py)."""
+(rank/setup/startup_heap.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from hpc_grpo.rundir.contract import RunRecord
-from hpc_grpo.runtime.rank import startup_heap
+from hpc_grpo.runtime.rank.setup import startup_heap
 
 
 def setup_distributed(run: RunRecord) -> Any:
@@ -31,7 +31,7 @@ def setup_distributed(run: RunRecord) -> Any:
         with startup_heap.collector_paused(os.environ):
             import deepspeed  # its comm layer must wrap our group, or zero.Init sees world size 1
 
-        from hpc_grpo.runtime.rank.deepspeed_cpu import skip_inference_op
+        from hpc_grpo.runtime.rank.setup.deepspeed_cpu import skip_inference_op
 
         if run.device != "cuda":  # no JIT build of an op training never calls
             skip_inference_op()
@@ -45,7 +45,7 @@ def device_problems(run: RunRecord, args: Any, device: Any) -> tuple[str, list[s
         return "", []
     import torch
 
-    from hpc_grpo.runtime.rank.placement import cuda_problems
+    from hpc_grpo.runtime.rank.setup.placement import cuda_problems
 
     local_rank = int(os.environ["LOCAL_RANK"])
     problems = cuda_problems(args.n_gpu, args.device.index, local_rank, torch.cuda.device_count())

@@ -3,7 +3,7 @@
 Why: an exact resume under DeepSpeed reads DeepSpeed's files only. transformers 5.x resumes
 through ``deepspeed_load_checkpoint``: the module from ``mp_rank_00_model_states.pt``, each rank's
 fp32 master partition and Adam's m and v from its optimizer file; it never reads the
-checkpoint's ``model.safetensors`` (``checkpoint_prefetch.py`` reads ahead what it does read).
+checkpoint's ``model.safetensors`` (``prefetch.py`` reads ahead what it does read).
 What ``Trainer._save_checkpoint``'s first call, ``save_model``, adds is then either a copy or
 a second write:
 - ZeRO-1/2: ``model.safetensors``, the bf16 weights that DeepSpeed's module states hold again
@@ -32,12 +32,12 @@ from collections.abc import Callable
 from typing import Any
 
 from hpc_grpo.rundir.contract import RunRecord
-from hpc_grpo.runtime.rank.grpo_args import deepspeed_config
+from hpc_grpo.runtime.rank.setup.grpo_args import deepspeed_config
 
 
 def leaves_out_model_file(run: RunRecord) -> bool:
     """The run's checkpoints are DeepSpeed's files alone: full parameters under ZeRO-1, 2, or 3
-    (ZeRO-3 never gathers a model file: runtime/rank/grpo_args.py)."""
+    (ZeRO-3 never gathers a model file: runtime/rank/setup/grpo_args.py)."""
     if run.deepspeed is None or run.peft is not None:
         return False
     return deepspeed_config(dataclasses.asdict(run.deepspeed))["zero_optimization"]["stage"] > 0

@@ -8,10 +8,10 @@ writes. Measured on this project's 2-core machine (``benchmarks/bench_checkpoint
 a 2 GiB tensor to memory: 0.32-0.42 GiB/s with the CRC against 2.1-2.8 GiB/s without.
 
 Why it loses nothing: the CRC is never read back on the resume path. ``torch.load`` maps the
-records (``checkpoint_read.py``) or reads them through PyTorch's own zip reader, and neither
+records (``read.py``) or reads them through PyTorch's own zip reader, and neither
 compares a record with its CRC; both load a file without it to the same bytes (tests in
 ``tests/unit/runtime/rank/test_save_speed.py``). What tells a complete save from a partial one
-is the completion marker (``checkpoints.py``), written after every rank's save, not the CRC.
+is the completion marker (``folders.py``), written after every rank's save, not the CRC.
 Tools that check a zip archive's CRCs (``unzip -t``, Python's ``ZipFile.testzip``) will report
 the records as damaged: ``HPC_GRPO_CHECKPOINT_CRC32=1`` writes them again.
 

@@ -6,7 +6,7 @@ Why: a resume reads the checkpoint only after the model is loaded, the vLLM engi
 DeepSpeed initialised (transformers loads it in ``train()``). At 7B on 2 x H200 the trainer part
 alone took 40.75 s of a warm resume (rank 0's start-up record, session 39), and the read then
 went through 61.9 GiB a rank (the module states twice, then the rank's optimizer partition):
-7.6 s from a warm page cache (checkpoint_read.py's mappings). A requeue onto another node meets
+7.6 s from a warm page cache (read.py's mappings). A requeue onto another node meets
 a cold page cache, where those bytes come from the file system at its read speed (not measured
 on the GPU machines). Reading them during the wait takes that time off the restart wherever
 the reading ends before the load begins; where it does not, the load finds part of it cached.

@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from hpc_grpo.runtime.rank import math_rewards
+from hpc_grpo.runtime.rank.data import math_rewards
 
 RewardFunc = Callable[..., list[Any]]  # floats, None where a reward skips a row
 LENGTH_TARGET = 16  # characters

@@ -18,7 +18,7 @@ that, in order:
   in TRL's barrier, so rank 0's figure includes waiting for the slowest rank. Three stretches
   of the part are timed as well: ``checks_and_inputs`` (GRPOConfig, the rank and hardware
   checks, rewards, dataset and tokenizer), ``trainer_import`` (TRL's trainer module, which
-  imports vLLM) and ``heap_freeze`` (rank/startup_heap.py: one full collection, then
+  imports vLLM) and ``heap_freeze`` (rank/setup/startup_heap.py: one full collection, then
   ``gc.freeze``; counted in ``trainer_import`` through session 43's GPU runs), and, since
   session 45 (where 4.55 s of the sandbox restart's 21.6 s trainer part had no name), three
   that complete the split: ``runtime_imports`` (the rank's modules for its checks, transformers'
@@ -97,7 +97,7 @@ def trainer_targets(vllm_mode: str) -> dict[str, tuple[Any, str]]:
     what it does in ``vllm_mode``."""
     import trl.trainer.grpo_trainer as grpo
 
-    from hpc_grpo.runtime.rank.phases import engine_class
+    from hpc_grpo.runtime.rank.observe.phases import engine_class
 
     vllm = "server_connect" if vllm_mode == "server" else "engine_start"
     return {"model_load": (grpo, "create_model_from_path"), vllm: (engine_class(), "_init_vllm")}
