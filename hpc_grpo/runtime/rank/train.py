@@ -21,12 +21,12 @@ from typing import Any
 
 from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
-from hpc_grpo.rundir.contract import RunRecord, rank_row
+from hpc_grpo.rundir.contract import RunRecord
 from hpc_grpo.rundir.state import RunState
 from hpc_grpo.runtime.rank.checkpoints import folders, restart_record
+from hpc_grpo.runtime.rank.context import HookContext
 from hpc_grpo.runtime.rank.generation import engine_weights
-from hpc_grpo.runtime.rank.observe import heartbeat, startup_profile, tracking
-from hpc_grpo.runtime.rank.observe import startup_times as startup
+from hpc_grpo.runtime.rank.observe import heartbeat, startup_profile, startup_times, tracking
 from hpc_grpo.runtime.rank.setup import startup_heap
 from hpc_grpo.runtime.rank.setup.placement import RuntimeCheckError
 from hpc_grpo.runtime.rank.setup.process_group import device_problems, setup_distributed
@@ -111,7 +111,7 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
     from hpc_grpo.runtime.rank.setup import model_load
     from hpc_grpo.runtime.shared.staged import model_source
 
-    if not phases.install(profiling):  # metrics lines then carry no step split
+    if not phases.patch_profiling(profiling):  # metrics lines then carry no step split
         print("[train] this TRL has no ProfilingContext hook: no per-phase step times", flush=True)
     tagged = phases.tag_engine(phases.engine_class())  # on CPU too: CPU runs take the GPU path
     if run.device == "cuda" and not tagged:
@@ -119,14 +119,14 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
     rewards, dataset, tokenizer = inputs
     stop = GracefulStopCallback(run_dir, flag, device)
     keep = folders.retention_limit(run.grpo_config)  # applied after each marker, not by TRL
-    targets = startup.trainer_targets(run.vllm.mode)  # TRL's trainer module imports vLLM
+    targets = startup_times.trainer_targets(run.vllm.mode)  # TRL's trainer module imports vLLM
     within["trainer_import"] = (imported := time.perf_counter()) - began
     frozen = startup_heap.freeze_imported_heap(os.environ)  # before the engine's collections
     within["heap_freeze"] = time.perf_counter() - imported  # its full collection, apart
     print(f"[train] imports done; {frozen} objects frozen out of the collector's walks", flush=True)
     constructing, timed_before = time.perf_counter(), sum(within.values())
     with engine_weights.engine_from_pushed_weights(os.environ), \
-            startup.timed_calls(within, targets):
+            startup_times.timed_calls(within, targets):
         trainer = GRPOTrainer(
             model=model_source(run),  # a staged commit's snapshot folder (shared/staged.py)
             reward_funcs=rewards,
@@ -172,34 +172,29 @@ class SetupFailed(Exception):
 
 
 def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: int,
-             previous: RunState, attempt: str, within: dict[str, float]) -> Ready | None:
-    """Arguments, rank checks, inputs, resume and the trainer; None when the newest checkpoint
-    is already at max_steps (rank 0 has recorded it as done). ``within``: see ``_trainer``."""
+             previous: RunState, attempt: str, clock: startup_times.StartupClock,
+             profiler: Any) -> Ready | None:
+    """Arguments, rank checks, inputs, resume, the trainer and its hooks (hooks.py); None when
+    the newest checkpoint is already at max_steps (rank 0 has recorded it as done). The parts
+    are timed into ``clock.within`` (see ``_trainer``)."""
+    within = clock.within
     importing = time.perf_counter()
     with startup_heap.collector_paused(os.environ):  # transformers and peft come in here
-        from hpc_grpo.runtime.rank.checkpoints import deepspeed_save, pinned_save, save_parts, save_speed
-        from hpc_grpo.runtime.rank.checkpoints import prefetch as checkpoint_prefetch
-        from hpc_grpo.runtime.rank.checkpoints import read as checkpoint_read
-        from hpc_grpo.runtime.rank.data import epoch_order
-        from hpc_grpo.runtime.rank.faults import hang as hang_fault
-        from hpc_grpo.runtime.rank.faults import stale_weights
-        from hpc_grpo.runtime.rank.generation import buffer, lora_sync
-        from hpc_grpo.runtime.rank.generation import record as generation_record
+        # here, not at the top: timed as runtime_imports, with the collector paused
+        from hpc_grpo.runtime.rank import hooks
+        from hpc_grpo.runtime.rank.checkpoints import prefetch
         from hpc_grpo.runtime.rank.setup import hardware_check, placement
 
     lead = rank == 0
     began = time.perf_counter()
     within["runtime_imports"] = began - importing  # epoch_order: transformers' trainer utilities
     args, notes = _grpo_args(run, run_dir, rank)
-    if stale_weights.enabled(os.environ):
-        notes.append(stale_weights.NOTE)
     device_id, problems = device_problems(run, args, device)
     placement.run_rank_checks(run, run_dir, device_id=device_id, extra=problems)
     print(f"[train] rank checks passed; notes: {notes or 'none'}", flush=True)
     for note in hardware_check.check(run, device):  # less than planned raises on every rank
         print(f"[hardware] {note}", flush=True)
-    rewards, dataset, tokenizer = _inputs(run)
-    inputs = (hang_fault.wrap_rewards(rewards, os.environ, run_dir, rank), dataset, tokenizer)
+    inputs = _inputs(run)
     within["checks_and_inputs"] = (checked := time.perf_counter()) - began
     trackers = tracking.reporters(args.report_to)
     logged = tracking.prepare(run.run_id, run_dir, trackers, previous, lead)  # before the cut
@@ -214,32 +209,14 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
             _finish(run_dir, run, step=resume_step, max_steps=args.max_steps)
         return None
 
-    prefetch = checkpoint_prefetch.start(run, resume, rank, os.environ)  # while it is built
+    reading = prefetch.start(run, resume, rank, os.environ)  # while the trainer is built
     before_trainer = time.perf_counter() - checked
     trainer, stop = _trainer(run, run_dir, args, inputs, flag, device, within)
     built = time.perf_counter()
-    checkpoint_prefetch.install(trainer, prefetch)  # stopped at train begin, with its line
-    engine_weights.check_first_push(trainer)  # an engine from random weights: all filled?
-    epoch_order.install(trainer)  # each epoch's data order as an uninterrupted run has it
-    if line := buffer.install(trainer, rank, run.world_size, resume):
-        print(f"[train] {line}", flush=True)  # a block's completions, saved inside the block
-    heartbeat.install(trainer)  # progress for the node task's hang watchdog
-    seed = rank_row(rank, run.procs_per_node, run.vllm.tensor_parallel_size).vllm_seed
-    generation_record.install(trainer, run_dir, rank, seed=seed)
-    if push := lora_sync.install(trainer):  # before the fault, which wraps whatever walk is set
-        print(f"[train] {push}", flush=True)
-    if read := checkpoint_read.install(trainer, run, resume, os.environ):
-        print(f"[train] {read}", flush=True)
-    print(f"[train] {save_speed.configure(os.environ)}", flush=True)  # CRC-32s off by default
-    if pinned := pinned_save.install(trainer, os.environ, run.procs_per_node):
-        print(f"[train] {pinned}", flush=True)
-    if once := deepspeed_save.install(trainer, run):  # DeepSpeed's files alone, written once
-        print(f"[train] {once}", flush=True)
-    save_parts.install(trainer, _marker(trainer).clock)  # outermost: each part as it runs
-    if stale_weights.install(trainer, os.environ):
-        print(f"[train] {stale_weights.NOTE}", flush=True)
-    for note in tracking.install(trainer, trackers, resume_step, logged):
-        print(f"[train] {note}", flush=True)
+    hooks.install(trainer, HookContext(
+        run=run, run_dir=run_dir, rank=rank, env=os.environ, attempt=attempt, resume=resume,
+        resume_step=resume_step, prefetch=reading, trackers=trackers, logged=logged,
+        save_clock=_marker(trainer).clock, clock=clock, profiler=profiler))
     within["resume_and_hooks"] = before_trainer + time.perf_counter() - built
     return Ready(trainer, stop, args, resume, resume_step)
 
@@ -250,7 +227,7 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
 
     from hpc_grpo.runtime.shared import setup_failure
 
-    clock = startup.StartupClock(started)
+    clock = startup_times.StartupClock(started)
     device = setup_distributed(run)
     clock.mark()
     rank = dist.get_rank()
@@ -264,7 +241,7 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
                             started=started, message="", stop_reason=None, stop_cause=None)
     profiler = startup_profile.start(run_dir, rank, os.environ)  # HPC_GRPO_STARTUP_PROFILE=1
     try:
-        ready = _prepare(run, run_dir, flag, device, rank, previous, attempt, clock.within)
+        ready = _prepare(run, run_dir, flag, device, rank, previous, attempt, clock, profiler)
     except RuntimeCheckError:
         raise  # every rank saw the same gathered problems already
     except Exception as exc:  # no step yet: did every rank fail alike? (shared/setup_failure.py)
@@ -278,12 +255,11 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
     trainer, stop, args, resume = ready.trainer, ready.stop, ready.args, ready.resume
     clock.mark()
     if lead:
-        startup.install(trainer, clock, run_dir, attempt, ready.resume_step if resume else None)
-        startup_profile.install(trainer, profiler, run_dir)
         rundir.update_state(run_dir, phase="training", max_steps=args.max_steps)
     print(f"[train] training from {resume or 'scratch'} to step {args.max_steps}", flush=True)
     try:
-        with startup.timed_calls(clock.preparing, startup.prepare_targets()):  # prepare_parts_s
+        with startup_times.timed_calls(clock.preparing,  # prepare_parts_s
+                                       startup_times.prepare_targets()):
             trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     except engine_weights.EngineNotFilled as exc:  # every rank alike, before its first step
         agreed = setup_failure.settle(run_dir, attempt, rank, run.world_size, exc)

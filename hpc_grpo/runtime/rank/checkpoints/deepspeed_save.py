@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hpc_grpo.rundir.contract import RunRecord
+from hpc_grpo.runtime.rank.context import HookContext
 from hpc_grpo.runtime.rank.setup.grpo_args import deepspeed_config
 
 
@@ -43,7 +44,13 @@ def leaves_out_model_file(run: RunRecord) -> bool:
     return deepspeed_config(dataclasses.asdict(run.deepspeed))["zero_optimization"]["stage"] > 0
 
 
-def install(trainer: Any, run: RunRecord) -> str | None:
+def install(trainer: Any, ctx: HookContext) -> list[str]:
+    """The hook: ``save_files_once``; its line where the fallback applies."""
+    line = save_files_once(trainer, ctx.run)
+    return [line] if line else []
+
+
+def save_files_once(trainer: Any, run: RunRecord) -> str | None:
     """Wrap ``trainer.save_model`` where the fallback applies; returns the rank log's line."""
     if not leaves_out_model_file(run):
         return None

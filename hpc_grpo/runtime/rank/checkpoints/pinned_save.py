@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from hpc_grpo.runtime.rank.context import HookContext
+
 ENV = "HPC_GRPO_CHECKPOINT_PINNED"
 HOST_FRACTION = 0.5  # of the node's available memory, for all its ranks' pinned blocks
 _OPTIMIZER_TENSOR_LISTS = (  # DeepSpeed's saved partitions: ZeRO-1/2, ZeRO-3, bf16 ZeRO-1
@@ -101,8 +103,14 @@ def release() -> None:
         empty()
 
 
-def install(trainer: Any, env: Mapping[str, str], ranks_on_node: int,
-            available: Callable[[], int] | None = None) -> str | None:
+def install(trainer: Any, ctx: HookContext) -> list[str]:
+    """The hook: ``pin_saves`` with this node's ranks; its line where saves change."""
+    line = pin_saves(trainer, ctx.env, ctx.run.procs_per_node)
+    return [line] if line else []
+
+
+def pin_saves(trainer: Any, env: Mapping[str, str], ranks_on_node: int,
+              available: Callable[[], int] | None = None) -> str | None:
     """Wrap ``trainer._save_checkpoint``: each save pinned where it fits, its blocks released
     after it (also when it raises). Returns the rank log's line, None where nothing changes."""
     import torch

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.rundir.contract import RunRecord
+from hpc_grpo.runtime.rank.context import HookContext
 
 ENV = "HPC_GRPO_CHECKPOINT_PREFETCH"
 CHUNK = 16 << 20
@@ -291,10 +292,11 @@ def start(run: RunRecord, resume: Path | None, rank: int, env: Mapping[str, str]
                     {folder / names[i]: pages[i] for i in kept}).start()
 
 
-def install(trainer: Any, prefetch: Prefetch | None) -> None:
+def install(trainer: Any, ctx: HookContext) -> list[str]:
     """At train begin (the checkpoint is read by then) stop the thread and print its line."""
+    prefetch: Prefetch | None = ctx.prefetch
     if prefetch is None:
-        return
+        return []
     from transformers import TrainerCallback
 
     running = prefetch
@@ -305,3 +307,4 @@ def install(trainer: Any, prefetch: Prefetch | None) -> None:
             return control
 
     trainer.add_callback(PrefetchCallback())
+    return []

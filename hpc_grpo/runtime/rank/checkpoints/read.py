@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.rundir.contract import RunRecord
+from hpc_grpo.runtime.rank.context import HookContext
 
 SMALL_BYTES = 1 << 20
 ENV = "HPC_GRPO_CHECKPOINT_MMAP"
@@ -127,7 +128,14 @@ def still_mapped(folder: Path, maps: Path = Path("/proc/self/maps")) -> list[str
     return sorted(p for p in paths if p.startswith(prefix + os.sep))
 
 
-def install(trainer: Any, run: RunRecord, resume: Path | None, env: Mapping[str, str]) -> str | None:
+def install(trainer: Any, ctx: HookContext) -> list[str]:
+    """The hook: ``read_through_mappings``; its line on a mapped resume."""
+    line = read_through_mappings(trainer, ctx.run, ctx.resume, ctx.env)
+    return [line] if line else []
+
+
+def read_through_mappings(trainer: Any, run: RunRecord, resume: Path | None,
+                          env: Mapping[str, str]) -> str | None:
     """On a resume this run reads through mappings: patch DeepSpeed's checkpoint engine for the
     read, and at train begin put it back and say what was read and what is still mapped."""
     if resume is None or not wanted(run, env):

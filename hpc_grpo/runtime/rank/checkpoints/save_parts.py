@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpc_grpo.runtime.rank.context import HookContext
 from hpc_grpo.runtime.rank.observe.startup_times import timed
 
 # (trainer attribute, part): the calls inside _save_checkpoint, timed separately
@@ -70,7 +71,13 @@ def line(folder_name: str, parts: dict[str, float]) -> str:
     return f"{folder_name} saved in {total:.2f} s on this rank: {split}"
 
 
-def install(trainer: Any, clock: SaveClock) -> None:
+def install(trainer: Any, ctx: HookContext) -> list[str]:
+    """The hook: ``time_saves`` into the checkpoint marker's clock, silent."""
+    time_saves(trainer, ctx.save_clock)
+    return []
+
+
+def time_saves(trainer: Any, clock: SaveClock) -> None:
     """Wrap the trainer's save calls (on the instance, after every other wrapper, so each part
     includes what ``deepspeed_save`` and ``pinned_save`` do there) to time them into ``clock``."""
     inner = [(name, part) for name, part in _INNER if callable(getattr(trainer, name, None))]

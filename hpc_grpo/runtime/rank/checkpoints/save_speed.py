@@ -21,8 +21,16 @@ Pinned device-to-host copies, the other half of a save's speed: ``pinned_save.py
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
+
+from hpc_grpo.runtime.rank.context import HookContext
 
 ENV = "HPC_GRPO_CHECKPOINT_CRC32"
+
+
+def install(trainer: Any, ctx: HookContext) -> list[str]:
+    """The hook: ``configure`` for this process (the trainer is not touched); its line."""
+    return [configure(ctx.env)]
 
 
 def configure(env: Mapping[str, str]) -> str:

@@ -26,6 +26,8 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from hpc_grpo.runtime.rank.context import HookContext
+
 
 def position(sampler: Any, epoch: int) -> bool:
     """Put ``sampler``'s generator where an uninterrupted run has it before epoch ``epoch``'s draw.
@@ -61,7 +63,13 @@ class EpochOrderCallback(TrainerCallback):
         return control
 
 
-def install(trainer: Any) -> EpochOrderCallback:
+def install(trainer: Any, ctx: HookContext) -> list[str]:
+    """The hook: ``position_sampler``, silent."""
+    position_sampler(trainer)
+    return []
+
+
+def position_sampler(trainer: Any) -> EpochOrderCallback:
     """Record the train sampler the trainer builds and position it at every epoch start."""
     callback = EpochOrderCallback()
     build = trainer._get_train_sampler

@@ -23,6 +23,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from hpc_grpo.runtime.rank.context import HookContext
+
 FOLDER = "generation-buffer"
 RESTORED = "generation buffer"  # how load's line starts when it set the buffer back
 
@@ -115,7 +117,13 @@ def steps_to_generation(trainer: Any) -> int:
     return -(-left // int(trainer.args.gradient_accumulation_steps)) + 1
 
 
-def install(trainer: Any, rank: int, world_size: int, resume: Path | None) -> str:
+def install(trainer: Any, ctx: HookContext) -> list[str]:
+    """The hook: ``save_with_checkpoints``; its line where it has one."""
+    line = save_with_checkpoints(trainer, ctx.rank, ctx.run.world_size, ctx.resume)
+    return [line] if line else []
+
+
+def save_with_checkpoints(trainer: Any, rank: int, world_size: int, resume: Path | None) -> str:
     """Save the buffer with every checkpoint, inside ``_save_checkpoint``: before the callbacks'
     ``on_save``, whose barrier and completion marker then cover it too; restore it from resume.
 

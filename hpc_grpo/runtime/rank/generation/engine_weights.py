@@ -37,6 +37,8 @@ import functools
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from hpc_grpo.runtime.rank.context import HookContext
+
 ENV = "HPC_GRPO_ENGINE_DUMMY_WEIGHTS"
 NOTE = "vLLM engine started without reading the model files (the first push fills it)"
 QUANTIZED_LAYERS = ("Linear4bit", "Linear8bitLt")
@@ -124,6 +126,12 @@ def engine_model(generation: Any) -> Any:
         return generation.llm.llm_engine.model_executor.driver_worker.model_runner.model
     except AttributeError:
         return None
+
+
+def install(trainer: Any, ctx: HookContext) -> list[str]:
+    """The hook: ``check_first_push``, silent."""
+    check_first_push(trainer)
+    return []
 
 
 def check_first_push(trainer: Any) -> bool:

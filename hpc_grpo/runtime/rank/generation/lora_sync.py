@@ -29,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from hpc_grpo.runtime.rank.context import HookContext
+
 NOTE = ("LoRA weight push merges each layer from a copy of its base weight and restores it "
         "(TRL's merge_adapter/unmerge_adapter would round the frozen bf16 base every step)")
 FLOAT_DTYPES = ("torch.bfloat16", "torch.float16", "torch.float32")
@@ -88,7 +90,13 @@ def exact_walk(generation: Any) -> Iterator[tuple[str, Any]]:
             yield name, (param.data if layer is None else _merged_copy(layer, param))
 
 
-def install(trainer: Any) -> str | None:
+def install(trainer: Any, ctx: HookContext) -> list[str]:
+    """The hook: ``exact_push``; its line where it changed something or kept TRL's."""
+    line = exact_push(trainer)
+    return [line] if line else []
+
+
+def exact_push(trainer: Any) -> str | None:
     """Put the exact push on this trainer's engine; a line for the log (None: nothing to do)."""
     generation = getattr(trainer, "vllm_generation", None)
     if generation is None:

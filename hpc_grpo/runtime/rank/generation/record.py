@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.rundir.contract import GENERATIONS
+from hpc_grpo.rundir.contract import GENERATIONS, rank_row
+from hpc_grpo.runtime.rank.context import HookContext
 
 
 def digest(outputs: Any) -> tuple[str, int]:
@@ -26,7 +27,14 @@ def digest(outputs: Any) -> tuple[str, int]:
     return sha.hexdigest(), count
 
 
-def install(trainer: Any, run_dir: Path, rank: int, seed: int, calls: int = 3) -> bool:
+def install(trainer: Any, ctx: HookContext) -> list[str]:
+    """The hook: ``record_first`` with this rank's vLLM seed, silent."""
+    seed = rank_row(ctx.rank, ctx.run.procs_per_node, ctx.run.vllm.tensor_parallel_size).vllm_seed
+    record_first(trainer, ctx.run_dir, ctx.rank, seed=seed)
+    return []
+
+
+def record_first(trainer: Any, run_dir: Path, rank: int, seed: int, calls: int = 3) -> bool:
     """Wrap the colocated engine's ``generate`` to log its first ``calls`` results."""
     generation = getattr(trainer, "vllm_generation", None)
     llm = getattr(generation, "llm", None)

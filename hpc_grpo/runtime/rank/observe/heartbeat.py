@@ -29,6 +29,7 @@ from typing import Any
 
 from hpc_grpo import rundir
 from hpc_grpo.rundir.contract import HEARTBEATS
+from hpc_grpo.runtime.rank.context import HookContext
 from hpc_grpo.runtime.shared.signals import DUMP_SIGNAL
 
 WINDOW = 20  # the bound follows the slowest of this many recent steps
@@ -130,7 +131,13 @@ def _hook_blocks(profiling: Any, beat: Heartbeat) -> None:
     context._log_metrics = _log_metrics
 
 
-def install(trainer: Any) -> None:
+def install(trainer: Any, ctx: HookContext) -> list[str]:
+    """The hook: ``watch``, silent."""
+    watch(trainer)
+    return []
+
+
+def watch(trainer: Any) -> None:
     """Add the heartbeat callback to the trainer (last: it sees the final ``should_save``) and
     mark TRL's blocks. Nothing when ``start`` was not called."""
     from transformers import TrainerCallback

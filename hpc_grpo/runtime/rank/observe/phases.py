@@ -63,7 +63,7 @@ class MemoryPhase:
 MEMORY_PHASE = MemoryPhase()
 
 
-def install(profiling: Any) -> bool:
+def patch_profiling(profiling: Any) -> bool:
     """Route ``profiling.ProfilingContext``'s durations into ``STEP`` as well (idempotent).
     False when this TRL has no such hook: the step split is then simply absent."""
     context = getattr(profiling, "ProfilingContext", None)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.rundir import contract
+from hpc_grpo.runtime.rank.context import HookContext
 
 ENV = "HPC_GRPO_STARTUP_PROFILE"
 NAME = "startup-profile-rank-0"
@@ -73,7 +74,13 @@ def write_after_failure(profiler: cProfile.Profile | None, run_dir: Path) -> Non
         print(f"[train] start-up profile not written: {exc}", flush=True)
 
 
-def install(trainer: Any, profiler: cProfile.Profile | None, run_dir: Path) -> None:
+def install(trainer: Any, ctx: HookContext) -> list[str]:
+    """The hook: rank 0's profiler (None elsewhere and when not asked for), silent."""
+    write_at_train_begin(trainer, ctx.profiler, ctx.run_dir)
+    return []
+
+
+def write_at_train_begin(trainer: Any, profiler: cProfile.Profile | None, run_dir: Path) -> None:
     """Stop and write the profile at the Trainer's ``on_train_begin`` (once)."""
     if profiler is None:
         return

@@ -52,6 +52,7 @@ from typing import Any
 from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.startup import PART_NAMES
+from hpc_grpo.runtime.rank.context import HookContext
 
 PARTS = tuple(PART_NAMES)  # the order the marks are taken in
 
@@ -150,9 +151,13 @@ def timed(call: Callable[..., Any], within: dict[str, float], key: str) -> Calla
     return wrapper
 
 
-def install(trainer: Any, clock: StartupClock, run_dir: Path, attempt: str,
-            resumed_from_step: int | None) -> None:
+def install(trainer: Any, ctx: HookContext) -> list[str]:
     """Rank 0: mark train begin and the first step's end, then write the line once."""
+    if not ctx.lead:
+        return []
+    clock: StartupClock = ctx.clock
+    run_dir, attempt = ctx.run_dir, ctx.attempt
+    resumed_from_step = ctx.resume_step if ctx.resume else None
     from transformers import TrainerCallback
 
     class StartupCallback(TrainerCallback):  # type: ignore[misc]
@@ -174,3 +179,4 @@ def install(trainer: Any, clock: StartupClock, run_dir: Path, attempt: str,
             return control
 
     trainer.add_callback(StartupCallback())
+    return []

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.rundir.state import RunState
+from hpc_grpo.runtime.rank.context import HookContext
 from hpc_grpo.runtime.rank.observe import wandb_log
 
 WANDB_DIR = "wandb"  # W&B writes RUN_DIR/wandb/offline-run-<time>-<id> (one per attempt)
@@ -127,9 +128,9 @@ def finish() -> None:
         wandb.finish()
 
 
-def install(trainer: Any, names: Iterable[str], resume_step: int, through: int) -> list[str]:
+def install(trainer: Any, ctx: HookContext) -> list[str]:
     """Replace transformers' W&B and TensorBoard callbacks by the resuming ones; returns notes."""
-    names = tuple(names)
+    names, resume_step, through = ctx.trackers, ctx.resume_step, ctx.logged
     notes = []
     if uses(names, "tensorboard"):
         from transformers.integrations import TensorBoardCallback

@@ -141,13 +141,13 @@ def test_deepspeeds_engine_is_patched_for_the_read_only(tmp_path: Path,
 
     original = TorchCheckpointEngine.load
     trainer = _Trainer()
-    assert checkpoint_read.install(trainer, _run(), None, {}) is None  # not a resume
-    assert checkpoint_read.install(trainer, _run("cpu"), tmp_path, {}) is None
+    assert checkpoint_read.read_through_mappings(trainer, _run(), None, {}) is None  # not a resume
+    assert checkpoint_read.read_through_mappings(trainer, _run("cpu"), tmp_path, {}) is None
     assert trainer.callbacks == [] and TorchCheckpointEngine.load is original
     path = tmp_path / "states.pt"
     expected = _saved(path)
     try:
-        assert "mappings" in (checkpoint_read.install(trainer, _run(), tmp_path, {}) or "")
+        assert "mappings" in (checkpoint_read.read_through_mappings(trainer, _run(), tmp_path, {}) or "")
         assert TorchCheckpointEngine.load is not original
         loaded = TorchCheckpointEngine(None).load(str(path), map_location="cpu")
         assert _equal(loaded, expected)

@@ -108,7 +108,7 @@ def test_the_heartbeat_says_saving_during_an_epoch_end_save(tmp_path: Path,
     save (no step end asked for it) was timed as training."""
     trainer, _, run_dir = _trainer(tmp_path, max_steps=6)  # epoch 1 ends at 4: an epoch-end save
     monkeypatch.setattr(heartbeat, "BEAT", heartbeat.Heartbeat(run_dir, 0, "a1"))
-    heartbeat.install(trainer)
+    heartbeat.watch(trainer)
     phases: list[tuple[int, str]] = []
     save = trainer._save_checkpoint
 

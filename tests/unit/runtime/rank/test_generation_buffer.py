@@ -218,10 +218,11 @@ def test_all_ranks_restore_or_none_does(tmp_path: Path, monkeypatch: Any) -> Non
 
     monkeypatch.setattr(generation_buffer, "_everywhere", lambda flag: True)
     alone = resumed()
-    assert generation_buffer.install(alone, 0, 2, tmp_path).startswith(generation_buffer.RESTORED)
+    line = generation_buffer.save_with_checkpoints(alone, 0, 2, tmp_path)
+    assert line.startswith(generation_buffer.RESTORED)
     assert alone._step == 5 and alone._buffered_inputs is not None
     monkeypatch.setattr(generation_buffer, "_everywhere", lambda flag: False)  # rank 1 failed
     dropped = resumed()
-    line = generation_buffer.install(dropped, 0, 2, tmp_path)
+    line = generation_buffer.save_with_checkpoints(dropped, 0, 2, tmp_path)
     assert line.endswith("then dropped: another rank could not restore its own")
     assert dropped._step == 0 and dropped._buffered_inputs is None

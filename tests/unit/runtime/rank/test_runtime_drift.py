@@ -87,14 +87,14 @@ def test_the_fault_is_off_unless_the_environment_asks() -> None:
             _iter_named_params=lambda: iter([("w", 1.0)])))
 
     untouched = trainer()
-    assert not stale_weights.install(untouched, {})
-    assert not stale_weights.install(untouched, {stale_weights.FAULT_ENV: "0"})
+    assert not stale_weights.apply(untouched, {})
+    assert not stale_weights.apply(untouched, {stale_weights.FAULT_ENV: "0"})
     assert not isinstance(untouched.vllm_generation._iter_named_params,
                           stale_weights.FirstPushForever)
     faulty = trainer()
-    assert stale_weights.install(faulty, {stale_weights.FAULT_ENV: "1"})
+    assert stale_weights.apply(faulty, {stale_weights.FAULT_ENV: "1"})
     assert isinstance(faulty.vllm_generation._iter_named_params, stale_weights.FirstPushForever)
-    assert not stale_weights.install(types.SimpleNamespace(), {stale_weights.FAULT_ENV: "1"})
+    assert not stale_weights.apply(types.SimpleNamespace(), {stale_weights.FAULT_ENV: "1"})
 
 
 def test_the_server_reports_processed_log_probabilities() -> None:

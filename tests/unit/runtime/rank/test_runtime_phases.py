@@ -32,18 +32,18 @@ def test_install_routes_a_profiling_class_and_keeps_its_own_logging() -> None:
 
     module = types.SimpleNamespace(ProfilingContext=Context)
     phases.STEP.take()
-    assert phases.install(module) and phases.install(module)  # the second call is a no-op
+    assert phases.patch_profiling(module) and phases.patch_profiling(module)  # the second call is a no-op
     Context("GRPOTrainer.compute_loss")._log_metrics(0.5)
     assert seen == [("GRPOTrainer.compute_loss", 0.5)]  # counted once, still logged
     assert phases.STEP.take() == {"loss_forward_s": 0.5}
-    assert not phases.install(types.SimpleNamespace())  # no hook: nothing routed
+    assert not phases.patch_profiling(types.SimpleNamespace())  # no hook: nothing routed
 
 
 def test_install_on_the_real_trl_profiling_context() -> None:
     from trl.extras import profiling
 
     phases.STEP.take()
-    assert phases.install(profiling)
+    assert phases.patch_profiling(profiling)
     context: Any = profiling.ProfilingContext(name="GRPOTrainer.vLLM.generate", report_to=[])
     with context:
         pass

@@ -42,10 +42,10 @@ def test_transformers_save_checkpoint_calls_the_parts_it_is_split_into() -> None
 
 
 def test_the_optimizer_save_is_timed_apart_from_the_rest(trainer: Any) -> None:  # noqa: F811
-    deepspeed_save.install(trainer, _run(OFFLOAD3))
+    deepspeed_save.save_files_once(trainer, _run(OFFLOAD3))
     _slow_engine(trainer)
     clock = save_parts.SaveClock()
-    save_parts.install(trainer, clock)
+    save_parts.time_saves(trainer, clock)
     clock.step_ended()
     trainer._save_checkpoint(trainer.model, trial=None)
     parts = clock.rounded()
@@ -61,7 +61,7 @@ def test_without_deepspeed_save_the_model_files_part_holds_the_first_deepspeed_w
     split shows it as model files' time equal to the optimizer's."""
     _slow_engine(trainer)
     clock = save_parts.SaveClock()
-    save_parts.install(trainer, clock)
+    save_parts.time_saves(trainer, clock)
     clock.step_ended()
     trainer._save_checkpoint(trainer.model, trial=None)
     assert clock.parts["model_files"] >= ENGINE_SAVE_S
@@ -75,7 +75,7 @@ def test_a_save_that_raises_still_counts_its_time(trainer: Any) -> None:  # noqa
 
     trainer._save_optimizer_and_scheduler = broken
     clock = save_parts.SaveClock()
-    save_parts.install(trainer, clock)
+    save_parts.time_saves(trainer, clock)
     clock.step_ended()
     with pytest.raises(OSError):
         trainer._save_checkpoint(trainer.model, trial=None)
