@@ -485,7 +485,7 @@ def main() -> None:
     os.environ.setdefault("HPC_GRPO_HOME", str(out / "home"))
     model = Path(os.environ["HPC_GRPO_HOME"]) / "models" / SHAPE
     if not (model / "config.json").exists():  # the bare baseline needs it before any submit
-        sh([sys.executable, "-m", "hpc_grpo.runtime.models.shapes", SHAPE, str(model)])
+        sh([sys.executable, "-m", "hpc_grpo.runtime.models.build", SHAPE, str(model)])
     saved = out / f"bench-{part}{'' if SHAPE == DEFAULT_SHAPE else '-' + SHAPE}.json"
     results = json.loads(saved.read_text()) if saved.exists() else {}
     name, _, count = gpu_info()

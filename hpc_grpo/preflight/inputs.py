@@ -29,7 +29,7 @@ from hpc_grpo.planner.catalogue import builtin_arch
 from hpc_grpo.planner.types import ModelRef
 from hpc_grpo.rundir.contract import CHECKPOINTS, hub_snapshot
 
-# runtime/models/shapes.py SHAPES (the launcher may not import it; a unit test keeps them equal)
+# runtime/models/build.py SHAPES (the launcher may not import it; a unit test keeps them equal)
 BUILTIN_MODELS = ("builtin:tiny", "builtin:qwen2-0.5b", "builtin:qwen2-1.5b", "builtin:qwen2-7b")
 # Their max_position_embeddings (shapes.py too), so that the context is checked before they are built.
 BUILTIN_CONTEXT = {"builtin:tiny": 512, "builtin:qwen2-0.5b": 4096, "builtin:qwen2-1.5b": 4096,

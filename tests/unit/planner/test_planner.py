@@ -448,7 +448,7 @@ def test_recomputation_saving_matches_the_gpu_measurement() -> None:
     """The planner's activations with and without gradient checkpointing, against two runs of
     one GPU job that differed only in that (docs/results, 2 x H200): the rise of torch's
     allocated peak is what turning recomputation off costs."""
-    from hpc_grpo.runtime.models.shapes import SHAPES
+    from hpc_grpo.runtime.models.build import SHAPES
 
     saved = Path(__file__).resolve().parents[3] / "docs/results/2026-11-23-bench-two-16-steps.json"
     runs = json.loads(saved.read_text())

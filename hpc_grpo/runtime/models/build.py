@@ -34,10 +34,10 @@ def build_model(out_dir: Path, shape_name: str, *, seed: int = 0) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m hpc_grpo.runtime.models.shapes SHAPE DIR``."""
+    """``python -m hpc_grpo.runtime.models.build SHAPE DIR``."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] not in SHAPES:
-        print(f"usage: python -m hpc_grpo.runtime.models.shapes {{{','.join(SHAPES)}}} DIR",
+        print(f"usage: python -m hpc_grpo.runtime.models.build {{{','.join(SHAPES)}}} DIR",
               file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="hpc-grpo-build-") as tmp:

@@ -1,6 +1,6 @@
 """Upload an exported model folder to the Hugging Face hub: ``create_repo`` then ``upload_folder``.
 
-Run as a child (``python -m hpc_grpo.runtime.posttrain.push ANSWER`` with the request on stdin)
+Run as a child (``python -m hpc_grpo.runtime.posttrain.hub_upload ANSWER`` with the request on stdin)
 by `hpc-grpo export --push` on the login node and by the rank-0 node task at the end of a run
 whose recipe asked for ``push_to_hub`` on a site whose nodes are online. No torch: only
 ``huggingface_hub`` (the ``hub`` extra).

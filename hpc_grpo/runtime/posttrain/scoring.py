@@ -1,5 +1,5 @@
 """Generate for a dataset's prompts and score the completions with the training rewards:
-``python -m hpc_grpo.runtime.posttrain.evaluate ANSWER.json < request.json``.
+``python -m hpc_grpo.runtime.posttrain.scoring ANSWER.json < request.json``.
 
 Two engines, as TRL's GRPOTrainer has (``engine``: "auto" takes vLLM where
 ``engine.unavailable()`` is "", else transformers; "vllm" where it cannot run is a one-line
@@ -301,8 +301,8 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m hpc_grpo.runtime.posttrain.evaluate ANSWER.json < request.json`."""
-    return serve("hpc_grpo.runtime.posttrain.evaluate", run, argv)
+    """`python -m hpc_grpo.runtime.posttrain.scoring ANSWER.json < request.json`."""
+    return serve("hpc_grpo.runtime.posttrain.scoring", run, argv)
 
 if __name__ == "__main__":
     sys.exit(main())
