@@ -9,11 +9,13 @@ stack still reports why it cannot train instead of crashing before it says anyth
 from __future__ import annotations
 
 import argparse
+import fcntl
 import importlib.metadata
 import os
 import re
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -24,6 +26,7 @@ from typing import Any
 from hpc_grpo import __version__
 from hpc_grpo.rundir.contract import DEFAULT_PORT_RANGE, PORTS_PER_JOB, job_port, port_slots
 from hpc_grpo.rundir.hardware import slurm_memory_gib
+from hpc_grpo.runtime import probe_gpus
 from hpc_grpo.runtime.probe_lines import report_lines
 from hpc_grpo.runtime.shared.host_memory import memory
 from hpc_grpo.runtime.shared.scontrol import scontrol
@@ -149,8 +152,6 @@ def interface(spec: str) -> dict[str, Any]:
 
 
 def _is_up(name: str) -> bool:
-    import fcntl
-    import struct
 
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         request = struct.pack("16sH14s", name.encode()[:15], 0, b"")
@@ -242,7 +243,7 @@ def gpus(expected: int, env: dict[str, str] | None = None) -> dict[str, Any]:
             return {"count": 0, "source": f"nvidia-smi failed: {err}"}
     if expected:
         try:
-            import torch
+            import torch  # here: the module imports without torch
 
             return {"count": int(torch.cuda.device_count()), "source": "torch.cuda.device_count()"}
         except Exception as err:  # any import-time failure of torch is the finding
@@ -300,7 +301,6 @@ def _safely(check: Callable[..., Any], *args: Any) -> Any:
 
 
 def collect(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
-    from hpc_grpo.runtime import probe_gpus  # here: doctor imports this module for PACKAGES only
 
     node_id = int(env.get("SLURM_NODEID", "0"))
     num_nodes = int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or "1")

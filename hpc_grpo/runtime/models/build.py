@@ -14,14 +14,13 @@ import tempfile
 from pathlib import Path
 
 from hpc_grpo.rundir.shapes import SHAPES, Shape
+from hpc_grpo.runtime.models.tiny import build_tiny_model, write_qwen2
 
 __all__ = ["SHAPES", "Shape", "build_model"]
 
 
 def build_model(out_dir: Path, shape_name: str, *, seed: int = 0) -> Path:
     """Write a randomly initialised Qwen2 model of ``shape_name`` and its tokenizer."""
-    from hpc_grpo.runtime.models.tiny import build_tiny_model, write_qwen2
-
     if shape_name == "tiny":
         return build_tiny_model(out_dir, seed=seed)
     shape = SHAPES[shape_name]

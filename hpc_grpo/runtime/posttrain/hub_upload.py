@@ -34,8 +34,8 @@ def _refusal(exc: Exception) -> tuple[str, int]:
 
 def push(request: dict[str, Any]) -> dict[str, Any]:
     try:
-        from huggingface_hub import HfApi, get_token
-        from huggingface_hub.errors import HfHubHTTPError
+        from huggingface_hub import HfApi, get_token  # here: an optional package, imported where it is used
+        from huggingface_hub.errors import HfHubHTTPError  # here: kept out of the module's import
     except ImportError:
         return {"ok": False, "status": 0,
                 "error": "huggingface_hub is not installed: pip install 'hpc-grpo[hub]'"}

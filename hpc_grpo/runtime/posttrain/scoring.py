@@ -47,7 +47,9 @@ from typing import Any
 
 from hpc_grpo.rundir.contract import DatasetBlock
 from hpc_grpo.runtime.child_answer import serve
+from hpc_grpo.runtime.models.tiny import load_tokenizer
 from hpc_grpo.runtime.posttrain import engine, weights
+from hpc_grpo.runtime.rank.data import job_inputs
 
 ENGINES = ("auto", "vllm", "transformers")
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's MaxLoRARanks
@@ -100,8 +102,6 @@ def choose(asked: str, adapter: str, layout: str = "") -> tuple[str, str, int]:
 
 def _tokenizer(request: dict[str, Any]) -> Any:
     """The adapter's tokenizer where it saved one, else the model's; left padding."""
-    from hpc_grpo.runtime.models.tiny import load_tokenizer
-
     adapter = request.get("adapter") or ""
     folder = adapter if adapter and (Path(adapter) / "tokenizer.json").exists() else request["model"]
     tokenizer = load_tokenizer(folder)
@@ -132,8 +132,8 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[Any], request: dict[s
              ) -> list[list[int]]:
     """transformers: ``num_samples`` completions per prompt (prompt-major), each cut after its
     first EOS."""
-    import torch
-    from transformers import GenerationConfig
+    import torch  # here: the module imports without torch
+    from transformers import GenerationConfig  # here: the module imports without the training stack
 
     eos = _eos_ids(model.generation_config, tokenizer)
     config = GenerationConfig(
@@ -183,14 +183,14 @@ def model_len(folder: str, longest: int, max_new_tokens: int) -> int:
 
 def _gpus(tensor_parallel: int) -> int:
     """The plan's TP, or its largest divisor this node has GPUs for."""
-    import torch
+    import torch  # here: the module imports without torch
 
     have = torch.cuda.device_count()
     return max(d for d in range(1, tensor_parallel + 1) if tensor_parallel % d == 0 and d <= max(have, 1))
 
 
 def _generation_config(folder: str) -> Any:
-    from transformers import GenerationConfig
+    from transformers import GenerationConfig  # here: the module imports without the training stack
 
     try:
         return GenerationConfig.from_pretrained(folder)
@@ -203,7 +203,7 @@ def vllm_completions(request: dict[str, Any], rows: Sequence[dict[str, Any]], to
     """Every prompt's completions through one vLLM engine of ``tensor_parallel`` GPUs
     (prompt-major, cut after the first EOS), the adapter through vLLM's LoRA (``rank``: its
     max_lora_rank)."""
-    from vllm import SamplingParams
+    from vllm import SamplingParams  # here: only where vLLM runs
 
     ids = prompt_ids(tokenizer, [r["prompt"] for r in rows])
     eos = _eos_ids(_generation_config(request["model"]), tokenizer)
@@ -211,7 +211,7 @@ def vllm_completions(request: dict[str, Any], rows: Sequence[dict[str, Any]], to
     lora: Any = None
     extra: dict[str, Any] = {}
     if adapter:
-        from vllm.lora.request import LoRARequest
+        from vllm.lora.request import LoRARequest  # here: only where vLLM runs
 
         lora, extra = LoRARequest("adapter", 1, adapter), {"enable_lora": True, "max_lora_rank": rank}
     length = model_len(request["model"], max(map(len, ids)), int(request["max_new_tokens"]))
@@ -244,7 +244,7 @@ def score(rewards: Sequence[Callable[..., Any]], rows: Sequence[dict[str, Any]],
           ids: list[list[int]], samples: int) -> list[list[float | None]]:
     """Each reward's value for each completion (None where a reward skips one), as TRL calls
     them: prompts and completions repeated per sample, every other column by name."""
-    from transformers import TrainerState
+    from transformers import TrainerState  # here: the module imports without the training stack
 
     prompts = [row["prompt"] for row in rows for _ in range(samples)]
     completions: list[Any] = [t if isinstance(p, str) else [{"role": "assistant", "content": t}]
@@ -266,9 +266,7 @@ def _no_log(*_: Any, **__: Any) -> None:
 
 
 def run(request: dict[str, Any]) -> dict[str, Any]:
-    import torch
-
-    from hpc_grpo.runtime.rank.data import job_inputs
+    import torch  # here: the module imports without torch
 
     name, note, rank = choose(str(request.get("engine") or "auto"), request.get("adapter") or "",
                               str(request.get("layout") or ""))

@@ -23,20 +23,25 @@ from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.contract import RunRecord
 from hpc_grpo.rundir.state import RunState
-from hpc_grpo.runtime.rank.checkpoints import folders, restart_record
+from hpc_grpo.runtime.rank.checkpoints import folders, prefetch, restart_record
 from hpc_grpo.runtime.rank.context import HookContext
+from hpc_grpo.runtime.rank.data.dataset import check_prompt_bound, longest_prompt_tokens
+from hpc_grpo.runtime.rank.data.job_inputs import load_inputs
 from hpc_grpo.runtime.rank.generation import engine_weights
-from hpc_grpo.runtime.rank.observe import heartbeat, startup_profile, startup_times, tracking
-from hpc_grpo.runtime.rank.setup import startup_heap
+from hpc_grpo.runtime.rank.observe import heartbeat, phases, startup_profile, startup_times, tracking
+from hpc_grpo.runtime.rank.observe.summary import write_summary
+from hpc_grpo.runtime.rank.setup import grpo_args, hardware_check, model_load, placement, startup_heap
+from hpc_grpo.runtime.rank.setup.model_load import check_quantization
 from hpc_grpo.runtime.rank.setup.placement import RuntimeCheckError
 from hpc_grpo.runtime.rank.setup.process_group import device_problems, setup_distributed
-from hpc_grpo.runtime.shared import vllm_address
+from hpc_grpo.runtime.shared import setup_failure, vllm_address
 from hpc_grpo.runtime.shared.signals import StopFlag, request_cause
+from hpc_grpo.runtime.shared.staged import dataset_name, describe, model_source
 
 
 def _pick_resume(run_dir: Path) -> Path | None:
     """Rank 0 picks the newest complete checkpoint and tells everyone, so all ranks agree."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # here: the module imports without torch
 
     choice: list[Any] = [None]
     if dist.get_rank() == 0:
@@ -51,8 +56,7 @@ def _pick_resume(run_dir: Path) -> Path | None:
 def _grpo_args(run: RunRecord, run_dir: Path, rank: int) -> tuple[Any, list[str]]:
     """TRL's GRPOConfig for this rank; rank 0 records the exact keyword arguments TRL got."""
     with startup_heap.collector_paused(os.environ):
-        from trl import GRPOConfig  # transformers, accelerate, datasets
-    from hpc_grpo.runtime.rank.setup import grpo_args
+        from trl import GRPOConfig  # transformers, accelerate, datasets: the collector paused
 
     known = [f.name for f in dataclasses.fields(GRPOConfig)]
     kwargs, notes = grpo_args.grpo_kwargs(run, run_dir, known)
@@ -70,11 +74,6 @@ def _inputs(run: RunRecord) -> tuple[Any, Any, Any]:
     checked before the model loads (every rank fails alike). The rewards are not called here:
     user rewards may have side effects per call; the login node called them once (inputs_probe).
     A staged model or dataset loads from its pinned snapshot folder (shared/staged.py)."""
-    from hpc_grpo.runtime.rank.data.dataset import check_prompt_bound, longest_prompt_tokens
-    from hpc_grpo.runtime.rank.data.job_inputs import load_inputs
-    from hpc_grpo.runtime.rank.setup.model_load import check_quantization
-    from hpc_grpo.runtime.shared.staged import dataset_name, describe, model_source
-
     print(f"[train] {describe(run)}", flush=True)
     check_quantization(run.peft, run.device)
     found = load_inputs(dataclasses.replace(run.dataset, name=dataset_name(run)), run.reward_funcs,
@@ -86,8 +85,6 @@ def _inputs(run: RunRecord) -> tuple[Any, Any, Any]:
 
 def _finish(run_dir: Path, run: RunRecord, **state: Any) -> None:
     """Rank 0: summary.json, reward_curve.png and state.json phase "done"."""
-    from hpc_grpo.runtime.rank.observe.summary import write_summary
-
     summary = write_summary(run_dir, {"run_id": run.run_id})
     rundir.update_state(run_dir, phase="done", reward_delta=summary["reward_delta"], **state)
 
@@ -101,15 +98,14 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
     with startup_heap.collector_paused(os.environ):
         from trl import GRPOTrainer  # and vLLM on GPU nodes
         from trl.extras import profiling
+    # here, not at the top: it imports transformers, which must come after main's
+    # startup_heap.share_package_map (TRL has imported it by now)
     from hpc_grpo.runtime.rank.callbacks import (
         CheckpointMarkerCallback,
         DiskSpaceCallback,
         GracefulStopCallback,
         MetricsCallback,
     )
-    from hpc_grpo.runtime.rank.observe import phases
-    from hpc_grpo.runtime.rank.setup import model_load
-    from hpc_grpo.runtime.shared.staged import model_source
 
     if not phases.patch_profiling(profiling):  # metrics lines then carry no step split
         print("[train] this TRL has no ProfilingContext hook: no per-phase step times", flush=True)
@@ -144,7 +140,7 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
 
 def _marker(trainer: Any) -> Any:
     """The trainer's CheckpointMarkerCallback (``_trainer`` gives it every trainer)."""
-    from hpc_grpo.runtime.rank.callbacks import CheckpointMarkerCallback
+    from hpc_grpo.runtime.rank.callbacks import CheckpointMarkerCallback  # transformers: see _trainer
 
     return next(callback for callback in trainer.callback_handler.callbacks
                 if isinstance(callback, CheckpointMarkerCallback))
@@ -182,8 +178,6 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     with startup_heap.collector_paused(os.environ):  # transformers and peft come in here
         # here, not at the top: timed as runtime_imports, with the collector paused
         from hpc_grpo.runtime.rank import hooks
-        from hpc_grpo.runtime.rank.checkpoints import prefetch
-        from hpc_grpo.runtime.rank.setup import hardware_check, placement
 
     lead = rank == 0
     began = time.perf_counter()
@@ -223,9 +217,7 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
 
 def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
     """Check, resume, train, and record how it ended; returns the process exit code."""
-    import torch.distributed as dist
-
-    from hpc_grpo.runtime.shared import setup_failure
+    import torch.distributed as dist  # here: the module imports without torch
 
     clock = startup_times.StartupClock(started)
     device = setup_distributed(run)
@@ -281,7 +273,7 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
 
 def _shutdown() -> None:
     """Barrier, then destroy the group: exiting with it alive intermittently aborts (SIGABRT)."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # here: the module imports without torch
 
     if dist.is_available() and dist.is_initialized():
         try:

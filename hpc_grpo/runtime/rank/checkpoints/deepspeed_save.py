@@ -82,8 +82,8 @@ def _within(trainer: Any) -> list[bool]:
 
 def _checkpoint_save_model(trainer: Any, original: Callable[..., Any],
                            saving: list[bool]) -> Callable[..., Any]:
-    from transformers.trainer_pt_utils import remove_dummy_checkpoint
-    from transformers.utils import SAFE_WEIGHTS_NAME, WEIGHTS_NAME
+    from transformers.trainer_pt_utils import remove_dummy_checkpoint  # here: kept out of the module's import
+    from transformers.utils import SAFE_WEIGHTS_NAME, WEIGHTS_NAME  # here: kept out of the module's import
 
     def save_model(output_dir: str | None = None, _internal_call: bool = False) -> None:
         if not (_internal_call and saving[0]):

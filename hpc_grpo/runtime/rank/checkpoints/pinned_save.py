@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from hpc_grpo.runtime.rank.checkpoints.prefetch import cacheable_bytes
 from hpc_grpo.runtime.rank.context import HookContext
 
 ENV = "HPC_GRPO_CHECKPOINT_PINNED"
@@ -66,7 +67,7 @@ def largest_device_storage(trainer: Any, on_device: Callable[[Any], bool] | None
     """Bytes of the largest device storage a checkpoint of ``trainer`` writes with torch.save:
     the optimizers' tensors and the model's parameters and buffers (a view saves its whole
     storage: ZeRO-1/2's parameters are views into one flat buffer)."""
-    import torch
+    import torch  # here: the module imports without torch
 
     device = on_device or (lambda t: t.is_cuda)
     seen: set[int] = set()
@@ -82,7 +83,7 @@ def largest_device_storage(trainer: Any, on_device: Callable[[Any], bool] | None
 def set_pinned(on: bool) -> bool:
     """torch.save's pinned copy on or off; False (and nothing set) on a torch without it."""
     try:
-        from torch.utils.serialization import config
+        from torch.utils.serialization import config  # here: the module imports without torch
     except ImportError:
         return False
     if not hasattr(config.save, "use_pinned_memory_for_d2h"):
@@ -93,7 +94,7 @@ def set_pinned(on: bool) -> bool:
 
 def release() -> None:
     """Give the caching host allocator's page-locked blocks back (after a save's copies)."""
-    import torch
+    import torch  # here: the module imports without torch
 
     if not torch.cuda.is_available():
         return  # no device: nothing was pinned
@@ -113,12 +114,11 @@ def pin_saves(trainer: Any, env: Mapping[str, str], ranks_on_node: int,
               available: Callable[[], int] | None = None) -> str | None:
     """Wrap ``trainer._save_checkpoint``: each save pinned where it fits, its blocks released
     after it (also when it raises). Returns the rank log's line, None where nothing changes."""
-    import torch
+    import torch  # here: the module imports without torch
 
     if env.get(ENV, "1") == "0" or not torch.cuda.is_available() or not set_pinned(False):
         return None
     if available is None:
-        from hpc_grpo.runtime.rank.checkpoints.prefetch import cacheable_bytes
 
         available = cacheable_bytes
     original, said = trainer._save_checkpoint, list[bool]()

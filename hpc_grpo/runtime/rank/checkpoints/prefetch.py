@@ -297,7 +297,7 @@ def install(trainer: Any, ctx: HookContext) -> list[str]:
     prefetch: Prefetch | None = ctx.prefetch
     if prefetch is None:
         return []
-    from transformers import TrainerCallback
+    from transformers import TrainerCallback  # here: the module imports without the training stack
 
     running = prefetch
 

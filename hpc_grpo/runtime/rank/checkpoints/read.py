@@ -55,7 +55,7 @@ def wanted(run: RunRecord, env: Mapping[str, str]) -> bool:
 def copy_small(obj: Any, small: int = SMALL_BYTES) -> Any:
     """``obj`` with every tensor under ``small`` bytes inside its dicts, lists and tuples
     replaced by a copy in ordinary memory (dicts and lists changed in place)."""
-    import torch
+    import torch  # here: the module imports without torch
 
     if isinstance(obj, torch.Tensor):
         return obj.clone() if obj.numel() * obj.element_size() < small else obj
@@ -92,7 +92,7 @@ class MappedReads:
 def mapped_load(reads: MappedReads) -> Callable[..., Any]:
     """A ``TorchCheckpointEngine.load`` that maps zip-format files (torch.save's default, and
     DeepSpeed's ``checkpoint_serialization`` default); the legacy format is read as before."""
-    import torch
+    import torch  # here: the module imports without torch
 
     def load(self: Any, path: str, map_location: Any = None) -> Any:
         if reads.first is None:
@@ -140,6 +140,7 @@ def read_through_mappings(trainer: Any, run: RunRecord, resume: Path | None,
     read, and at train begin put it back and say what was read and what is still mapped."""
     if resume is None or not wanted(run, env):
         return None
+    # here: the module imports without the training stack
     from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
     from transformers import TrainerCallback
 

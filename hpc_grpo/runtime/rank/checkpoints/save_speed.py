@@ -35,7 +35,7 @@ def install(trainer: Any, ctx: HookContext) -> list[str]:
 
 def configure(env: Mapping[str, str]) -> str:
     """Set torch.save's CRC-32 for this process from ``env``; returns the line for the rank log."""
-    import torch
+    import torch  # here: the module imports without torch
 
     write_crc = env.get(ENV, "0") == "1"
     set_crc = getattr(torch.serialization, "set_crc32_options", None)

@@ -57,7 +57,7 @@ def validate_columns(columns: list[str], prompt_column: str, name: str,
 
 
 def _builtin(name: str) -> Any:
-    import datasets
+    import datasets  # here: the module imports without datasets
 
     key = name.split(":", 1)[1]
     if key not in BUILTIN:
@@ -70,7 +70,7 @@ def _builtin(name: str) -> Any:
 
 def _from_disk(path: Path, split: str) -> Any:
     """A folder written by ``save_to_disk``: a Dataset, or a DatasetDict of which ``split``."""
-    import datasets
+    import datasets  # here: the module imports without datasets
 
     loaded = datasets.load_from_disk(str(path))
     if isinstance(loaded, datasets.DatasetDict):
@@ -83,7 +83,7 @@ def _from_disk(path: Path, split: str) -> Any:
 
 def _local(path: Path, config: str, split: str) -> Any:
     """A JSONL/JSON/CSV/Parquet file, a save_to_disk folder, or a folder of data files."""
-    import datasets
+    import datasets  # here: the module imports without datasets
 
     if path.is_file():
         if path.suffix not in LOCAL_FORMATS:
@@ -97,7 +97,7 @@ def _local(path: Path, config: str, split: str) -> Any:
 
 def _hub(name: str, config: str, split: str) -> Any:
     """A hub dataset (read from the Hugging Face cache when the nodes run offline)."""
-    import datasets
+    import datasets  # here: the module imports without datasets
 
     try:
         return datasets.load_dataset(name, config or None, split=split)

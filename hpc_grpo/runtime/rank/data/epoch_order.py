@@ -34,7 +34,7 @@ def position(sampler: Any, epoch: int) -> bool:
 
     False (nothing done) for a sampler that does not shuffle with a seeded generator of its own.
     """
-    import torch
+    import torch  # here: the module imports without torch
 
     generator = getattr(sampler, "generator", None)
     seed = getattr(sampler, "seed", None)

@@ -14,6 +14,7 @@ that user code printing to stdout cannot garble it) holds one of:
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -21,6 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.rundir.contract import DatasetBlock, ModelBlock
+from hpc_grpo.runtime.rank.data import job_inputs
+from hpc_grpo.runtime.rank.data.dataset import DatasetError, longest_prompt_tokens
+from hpc_grpo.runtime.rank.data.rewards import RewardError
+from hpc_grpo.runtime.rank.setup.model_load import load_tokenizer
 from hpc_grpo.runtime.shared.setup_failure import exception_line
 
 # attn_implementation values that need a package of their own: the package's import name.
@@ -30,8 +35,6 @@ ATTENTION_PACKAGES = {"flash_attention_2": "flash_attn", "flash_attention_3": "f
 def attention_problem(attn: str) -> str:
     """Why the ranks could not load the model with ``attn``, judged by this interpreter (the
     site's python): every rank raised transformers' ImportError before step 1 (issue #27)."""
-    import importlib.util
-
     package = ATTENTION_PACKAGES.get(attn)
     if package is None or importlib.util.find_spec(package) is not None:
         return ""
@@ -41,11 +44,6 @@ def attention_problem(attn: str) -> str:
 
 def probe(request: dict[str, Any]) -> dict[str, Any]:
     """Load and check what the ranks will load; see the module docstring for the answer."""
-    from hpc_grpo.runtime.rank.data import job_inputs
-    from hpc_grpo.runtime.rank.data.dataset import DatasetError, longest_prompt_tokens
-    from hpc_grpo.runtime.rank.data.rewards import RewardError
-    from hpc_grpo.runtime.rank.setup.model_load import load_tokenizer
-
     block = DatasetBlock(**request["dataset"])
     specs = list(request["reward_funcs"])
     notes: list[str] = []

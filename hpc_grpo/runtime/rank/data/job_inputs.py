@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpc_grpo.rundir.contract import DatasetBlock, ModelBlock
+from hpc_grpo.runtime.rank.data.dataset import check_solution_column, load_prompts
+from hpc_grpo.runtime.rank.data.rewards import NEEDS_SOLUTION, check_weights, resolve_rewards
+from hpc_grpo.runtime.rank.setup.model_load import load_tokenizer
 
 SAMPLE_THINKING = "Let me work it out."
 
@@ -25,17 +28,12 @@ class Inputs:
 def load_rewards(specs: Sequence[str], kwargs: Mapping[str, Mapping[str, Any]],
                  weights: Sequence[float], solution_column: str) -> list[Callable[..., Any]]:
     """The reward callables with their keyword arguments bound; weights checked against them."""
-    from hpc_grpo.runtime.rank.data.rewards import check_weights, resolve_rewards
-
     check_weights(weights, specs)
     return resolve_rewards(specs, kwargs, solution_column)
 
 
 def load_dataset(block: DatasetBlock, specs: Sequence[str]) -> Any:
     """The prompts, with the solution column checked when a reward compares with it."""
-    from hpc_grpo.runtime.rank.data.dataset import check_solution_column, load_prompts
-    from hpc_grpo.runtime.rank.data.rewards import NEEDS_SOLUTION
-
     dataset = load_prompts(dataclasses.asdict(block))
     check_solution_column(list(dataset.column_names), block.solution_column, specs, NEEDS_SOLUTION,
                           block.name)
@@ -45,8 +43,6 @@ def load_dataset(block: DatasetBlock, specs: Sequence[str]) -> Any:
 def load_inputs(block: DatasetBlock, specs: Sequence[str], kwargs: Mapping[str, Mapping[str, Any]],
                 weights: Sequence[float], model: str, model_load: ModelBlock) -> Inputs:
     """Rewards, prompts and tokenizer, in the order a typo is cheapest to find."""
-    from hpc_grpo.runtime.rank.setup.model_load import load_tokenizer
-
     rewards = load_rewards(specs, kwargs, weights, block.solution_column)
     dataset = load_dataset(block, specs)
     return Inputs(rewards, dataset, load_tokenizer(model, model_load))
@@ -71,7 +67,7 @@ def call_once(specs: Sequence[str], rewards: Sequence[Callable[..., Any]], row: 
     """Call each reward as GRPOTrainer does, on one row and one completion: every other column
     by name, plus completion_ids and trainer_state/log_extra/log_metric. Raises ValueError
     naming the reward."""
-    from transformers import TrainerState
+    from transformers import TrainerState  # here: the module imports without the training stack
 
     completion = sample_completion(row, solution_column)
     text = completion if isinstance(completion, str) else completion[-1]["content"]

@@ -68,8 +68,8 @@ def verdicts(completions: Sequence[Any], solutions: Sequence[Any]) -> list[bool 
     default), so "\\frac{1}{2}", "$0.5$" and GSM8K's "42" all parse. The completion must state
     its answer in LaTeX (``\\boxed{}`` tried first), as in open-r1 and TRL.
     """
-    from latex2sympy2_extended import NormalizationConfig
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+    from latex2sympy2_extended import NormalizationConfig  # here: kept out of the module's import
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify  # optional package
 
     parse_s, verify_s = _timeouts()
     gold_config = [LatexExtractionConfig(), ExprExtractionConfig()]

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.runtime.rank.context import HookContext
+from hpc_grpo.runtime.rank.observe import heartbeat
 
 FOLDER = "generation-buffer"
 RESTORED = "generation buffer"  # how load's line starts when it set the buffer back
@@ -31,7 +32,7 @@ RESTORED = "generation buffer"  # how load's line starts when it set the buffer 
 
 def _everywhere(flag: bool) -> bool:
     """Whether flag holds on every rank (the ranks' process group; True without one)."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # here: the module imports without torch
 
     if not (dist.is_available() and dist.is_initialized()):
         return flag
@@ -68,7 +69,7 @@ def inside_block(trainer: Any) -> bool:
 
 def save(trainer: Any, checkpoint: Path, rank: int, world_size: int) -> Path | None:
     """Write this rank's buffer into checkpoint when a resume would need it; the path or None."""
-    import torch
+    import torch  # here: the module imports without torch
 
     if not inside_block(trainer):
         return None
@@ -85,7 +86,7 @@ def save(trainer: Any, checkpoint: Path, rank: int, world_size: int) -> Path | N
 def load(trainer: Any, checkpoint: Path, rank: int, world_size: int, device: Any) -> str:
     """Set the buffer and micro-step counter back from checkpoint; a line saying what was done
     ("" when the checkpoint ends a block and there is nothing to restore)."""
-    import torch
+    import torch  # here: the module imports without torch
 
     folder = checkpoint / FOLDER
     path = folder / f"rank-{rank}.pt"
@@ -131,8 +132,6 @@ def save_with_checkpoints(trainer: Any, rank: int, world_size: int, resume: Path
     the start-up allowance until a generating step has been measured, or the watchdog would
     judge the first generation by training-only steps (heartbeat.py ``hold_reference``).
     """
-    from hpc_grpo.runtime.rank.observe import heartbeat
-
     line = load(trainer, resume, rank, world_size, trainer.accelerator.device) if resume else ""
     restored = line.startswith(RESTORED)
     if world_size > 1 and not _everywhere(restored):  # one rank alone would skip collectives

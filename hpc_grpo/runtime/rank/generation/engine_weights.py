@@ -105,7 +105,7 @@ def _target() -> tuple[Any, Any, Any] | None:
     """TRL's generation module, its ``VLLMGeneration`` and the plain ``_init_vllm`` (None where
     this TRL has moved them or vLLM is missing: the engine then starts as TRL wrote it)."""
     try:
-        from trl.generation import vllm_generation as module
+        from trl.generation import vllm_generation as module  # here: kept out of the module's import
     except ImportError:
         return None
     owner = getattr(module, "VLLMGeneration", None)

@@ -37,7 +37,7 @@ FLOAT_DTYPES = ("torch.bfloat16", "torch.float16", "torch.float32")
 
 
 def _lora_layers(model: Any) -> list[Any]:
-    from peft.tuners.tuners_utils import BaseTunerLayer
+    from peft.tuners.tuners_utils import BaseTunerLayer  # here: the module imports without the training stack
 
     return [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
 
@@ -47,7 +47,7 @@ NOT_PEFT = "not a peft model"  # why_not's answer for a full-parameter run: noth
 
 def why_not(generation: Any) -> str | None:
     """Why this engine's push must stay TRL's (None: the exact push applies)."""
-    from accelerate.utils import is_peft_model
+    from accelerate.utils import is_peft_model  # here: the module imports without the training stack
 
     model = getattr(generation, "model", None)
     if model is None or not is_peft_model(model):

@@ -39,7 +39,7 @@ class GpuMemorySampler:
         self._handle: Any = None
         self._interval = interval
         try:
-            import pynvml
+            import pynvml  # here: an optional package, imported where it is used
 
             pynvml.nvmlInit()
             self._handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)

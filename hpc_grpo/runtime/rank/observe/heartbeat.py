@@ -140,8 +140,8 @@ def install(trainer: Any, ctx: HookContext) -> list[str]:
 def watch(trainer: Any) -> None:
     """Add the heartbeat callback to the trainer (last: it sees the final ``should_save``) and
     mark TRL's blocks. Nothing when ``start`` was not called."""
-    from transformers import TrainerCallback
-    from trl.extras import profiling
+    from transformers import TrainerCallback  # here: the module imports without the training stack
+    from trl.extras import profiling  # here: the module imports without the training stack
 
     if BEAT is None:
         return

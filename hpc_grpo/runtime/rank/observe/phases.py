@@ -85,7 +85,7 @@ def patch_profiling(profiling: Any) -> bool:
 def engine_class() -> Any:
     """TRL's colocated/served vLLM wrapper class (None where this TRL has another layout)."""
     try:
-        from trl.generation.vllm_generation import VLLMGeneration
+        from trl.generation.vllm_generation import VLLMGeneration  # here: kept out of the module's import
     except ImportError:
         return None
     return VLLMGeneration

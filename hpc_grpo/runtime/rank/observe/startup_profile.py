@@ -84,7 +84,7 @@ def write_at_train_begin(trainer: Any, profiler: cProfile.Profile | None, run_di
     """Stop and write the profile at the Trainer's ``on_train_begin`` (once)."""
     if profiler is None:
         return
-    from transformers import TrainerCallback
+    from transformers import TrainerCallback  # here: the module imports without the training stack
 
     class StartupProfileCallback(TrainerCallback):  # type: ignore[misc]
         def __init__(self, running: cProfile.Profile) -> None:

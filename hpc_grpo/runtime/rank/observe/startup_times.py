@@ -53,6 +53,7 @@ from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.startup import PART_NAMES
 from hpc_grpo.runtime.rank.context import HookContext
+from hpc_grpo.runtime.rank.observe.phases import engine_class
 
 PARTS = tuple(PART_NAMES)  # the order the marks are taken in
 
@@ -96,9 +97,7 @@ def trainer_targets(vllm_mode: str) -> dict[str, tuple[Any, str]]:
     """What ``timed_calls`` wraps while the trainer is built, by TRAINER_PART_NAMES key: TRL's
     module-level model loader (as grpo_trainer.py looks it up) and its vLLM set-up, named for
     what it does in ``vllm_mode``."""
-    import trl.trainer.grpo_trainer as grpo
-
-    from hpc_grpo.runtime.rank.observe.phases import engine_class
+    import trl.trainer.grpo_trainer as grpo  # here: the module imports without the training stack
 
     vllm = "server_connect" if vllm_mode == "server" else "engine_start"
     return {"model_load": (grpo, "create_model_from_path"), vllm: (engine_class(), "_init_vllm")}
@@ -108,8 +107,8 @@ def prepare_targets() -> dict[str, tuple[Any, str]]:
     """What ``timed_calls`` wraps while ``train()`` prepares, by PREPARE_PART_NAMES key:
     accelerate's ``Accelerator.prepare`` and the checkpoint loads as transformers' trainer.py
     looks them up (its module-level ``deepspeed_load_checkpoint``, its own methods)."""
-    import transformers.trainer as trainer_module
-    from accelerate import Accelerator
+    import transformers.trainer as trainer_module  # here: the module imports without the training stack
+    from accelerate import Accelerator  # here: the module imports without the training stack
 
     return {"accelerate_prepare": (Accelerator, "prepare"),
             "deepspeed_checkpoint_load": (trainer_module, "deepspeed_load_checkpoint"),
@@ -158,7 +157,7 @@ def install(trainer: Any, ctx: HookContext) -> list[str]:
     clock: StartupClock = ctx.clock
     run_dir, attempt = ctx.run_dir, ctx.attempt
     resumed_from_step = ctx.resume_step if ctx.resume else None
-    from transformers import TrainerCallback
+    from transformers import TrainerCallback  # here: the module imports without the training stack
 
     class StartupCallback(TrainerCallback):  # type: ignore[misc]
         written = False

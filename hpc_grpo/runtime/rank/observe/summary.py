@@ -51,10 +51,10 @@ def summarize(rows: Sequence[dict[str, Any]], window: int = WINDOW) -> dict[str,
 
 def plot_curve(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> None:
     """Reward mean per step with a one-std band (Agg backend: no display on compute nodes)."""
-    import matplotlib
+    import matplotlib  # here: an optional package, imported where it is used
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # here: an optional package, imported where it is used
 
     steps = [r for r in per_step(rows) if r.get("reward_mean") is not None]
     x = [int(r["step"]) for r in steps]

@@ -22,10 +22,13 @@ import hashlib
 import os
 import re
 import shlex
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from hpc_grpo import rundir
+from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.state import RunState
 from hpc_grpo.runtime.rank.context import HookContext
 from hpc_grpo.runtime.rank.observe import wandb_log
@@ -104,8 +107,6 @@ def prepare(run_id: str, run_dir: Path, names: Iterable[str], previous: RunState
     """Set this rank's tracker environment; rank 0 also records in state.json the highest step
     the trackers have (before the metrics lines are cut back) and the W&B sync command.
     Returns that step (0 on the other ranks, which log nothing)."""
-    from hpc_grpo import rundir
-    from hpc_grpo.rundir import contract
     names = tuple(names)
     if not names:
         return 0
@@ -121,8 +122,6 @@ def prepare(run_id: str, run_dir: Path, names: Iterable[str], previous: RunState
 
 def finish() -> None:
     """Close the W&B run: the ranks leave through os._exit, which skips W&B's exit hook."""
-    import sys
-
     wandb = sys.modules.get("wandb")
     if wandb is not None and getattr(wandb, "run", None) is not None:
         wandb.finish()
@@ -133,13 +132,13 @@ def install(trainer: Any, ctx: HookContext) -> list[str]:
     names, resume_step, through = ctx.trackers, ctx.resume_step, ctx.logged
     notes = []
     if uses(names, "tensorboard"):
-        from transformers.integrations import TensorBoardCallback
+        from transformers.integrations import TensorBoardCallback  # here: kept out of the module's import
 
         if trainer.pop_callback(TensorBoardCallback) is not None:
             trainer.add_callback(_tensorboard_class()(purge_step(resume_step, through)))
             notes.append(f"tensorboard: {TENSORBOARD_DIR}/ in the run directory")
     if uses(names, "wandb"):
-        from transformers.integrations import WandbCallback
+        from transformers.integrations import WandbCallback  # here: kept out of the module's import
 
         if trainer.pop_callback(WandbCallback) is not None:
             run_id = os.environ.get("WANDB_RUN_ID", "")
@@ -152,7 +151,7 @@ def install(trainer: Any, ctx: HookContext) -> list[str]:
 
 
 def _tensorboard_class() -> Any:
-    from transformers.integrations import TensorBoardCallback
+    from transformers.integrations import TensorBoardCallback  # here: kept out of the module's import
 
     class ResumingTensorBoardCallback(TensorBoardCallback):  # type: ignore[misc]
         """Writes into the run's one TensorBoard directory; the first writer of an attempt
@@ -170,7 +169,7 @@ def _tensorboard_class() -> Any:
 
 
 def _wandb_class() -> Any:
-    from transformers.integrations import WandbCallback
+    from transformers.integrations import WandbCallback  # here: the module imports without the training stack
 
     class ResumingWandbCallback(WandbCallback):  # type: ignore[misc]
         """Sends W&B no step its files hold already: offline, a W&B run cannot rewind, so the

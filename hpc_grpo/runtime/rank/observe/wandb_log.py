@@ -66,7 +66,7 @@ def highest_step(run_dir: Path, run_id: str) -> int | None:
     if not files:
         return None
     try:
-        from wandb.proto import wandb_internal_pb2 as pb
+        from wandb.proto import wandb_internal_pb2 as pb  # here: kept out of the module's import
     except Exception:
         return None
     return max((step for path in files for step in _steps(path, run_id, pb)), default=0)

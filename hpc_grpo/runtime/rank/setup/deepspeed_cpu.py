@@ -18,7 +18,7 @@ SHM_OP = "deepspeed_shm_comm"
 def skip_inference_op() -> bool:
     """Mark the shared-memory op incompatible so ``build_shm_op`` returns None; True if done."""
     try:
-        import deepspeed.ops
+        import deepspeed.ops  # here: the module imports without the training stack
     except ImportError:
         return False
     table = getattr(deepspeed.ops, "__compatible_ops__", None)  # probed once, then cached

@@ -16,6 +16,8 @@ from typing import Any
 from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.contract import RunRecord
+from hpc_grpo.rundir.precision import load_dtype
+from hpc_grpo.runtime.rank.setup.model_load import merge_init_kwargs
 
 # Fields set from run.json's other blocks; grpo_config may repeat them only with the same value.
 OWNED = (
@@ -169,9 +171,6 @@ def _run_fields(run: RunRecord, user: Mapping[str, Any]) -> dict[str, Any]:
     """GRPOConfig fields that come from run.json's reward and model blocks: reward_weights (one
     per reward, checked here because TRL checks only once the model has loaded) and
     model_init_kwargs (the model block merged into the recipe's own)."""
-    from hpc_grpo.rundir.precision import load_dtype
-    from hpc_grpo.runtime.rank.setup.model_load import merge_init_kwargs
-
     out: dict[str, Any] = {}
     weights = [float(w) for w in run.reward_weights or user.get("reward_weights") or ()]
     if run.reward_weights and user.get("reward_weights") not in (None, weights):

@@ -71,7 +71,7 @@ def probe(run: RunRecord, device: Any, env: Mapping[str, str]) -> NodeFacts:
     total, limit, source = host_memory(env)
     gpus = gpu_gib = None
     if run.device == "cuda":
-        import torch
+        import torch  # here: the module imports without torch
 
         gpus = int(torch.cuda.device_count())
         gpu_gib = int(torch.cuda.mem_get_info(device)[1]) / GIB
@@ -83,7 +83,7 @@ def check(run: RunRecord, device: Any, env: Mapping[str, str] | None = None) -> 
     """Compare on every rank and gather; raises HardwareShortfall (the same line on every rank)
     when any node has less than planned, else returns this rank's notes. Every rank reaches the
     all_gather, so none hangs; a run.json without a hardware block checks nothing."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # here: the module imports without torch
 
     planned = run.hardware
     if not (planned.gpus_per_node or planned.gpu_memory_gib or planned.cpu_memory_gib):

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.rundir.contract import ModelBlock, PeftBlock, RunRecord
+from hpc_grpo.runtime.models.tiny import load_tokenizer as load_folder
 
 
 class ModelLoadError(ValueError):
@@ -71,8 +72,8 @@ def quantization_config(peft: PeftBlock | None) -> Any:
     """A 4-bit NF4 BitsAndBytesConfig for QLoRA (bf16 compute), else None."""
     if peft is None or not peft.load_in_4bit:
         return None
-    import torch
-    from transformers import BitsAndBytesConfig
+    import torch  # here: the module imports without torch
+    from transformers import BitsAndBytesConfig  # here: the module imports without the training stack
 
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
                               bnb_4bit_compute_dtype=torch.bfloat16, bnb_4bit_quant_storage=torch.bfloat16)
@@ -83,7 +84,7 @@ def lora_config(peft: PeftBlock | None) -> Any:
     peft's default for the architecture (q_proj/v_proj for Qwen2 and Llama)."""
     if peft is None:
         return None
-    from peft import LoraConfig
+    from peft import LoraConfig  # here: the module imports without the training stack
 
     return LoraConfig(r=peft.r, lora_alpha=peft.alpha, lora_dropout=peft.dropout,
                       target_modules=list(peft.target_modules) or None, task_type="CAUSAL_LM")
@@ -104,11 +105,9 @@ def trainer_kwargs(run: RunRecord) -> dict[str, Any]:
 def load_tokenizer(model: str, block: ModelBlock) -> Any:
     """The tokenizer as the ranks use it: a folder's tokenizer.json as a fast tokenizer (the
     built-in models'), otherwise AutoTokenizer at the block's revision."""
-    from hpc_grpo.runtime.models.tiny import load_tokenizer as load_folder
-
     if (Path(model) / "tokenizer.json").exists():
         return load_folder(model)
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # here: the module imports without the training stack
 
     kwargs = {k: v for k, v in init_kwargs(block).items() if k in ("revision", "trust_remote_code")}
     return AutoTokenizer.from_pretrained(model, **kwargs)

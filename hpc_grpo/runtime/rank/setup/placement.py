@@ -133,7 +133,7 @@ def run_rank_checks(
 
     The all_gather is reached by every rank even when its own checks fail, so no rank hangs.
     """
-    import torch.distributed as dist
+    import torch.distributed as dist  # here: the module imports without torch
 
     row, problems = own_row_problems(run, os.environ)
     problems = layout_problems(run) + problems + list(extra)

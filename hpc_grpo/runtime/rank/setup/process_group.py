@@ -11,13 +11,15 @@ from typing import Any
 
 from hpc_grpo.rundir.contract import RunRecord
 from hpc_grpo.runtime.rank.setup import startup_heap
+from hpc_grpo.runtime.rank.setup.deepspeed_cpu import skip_inference_op
+from hpc_grpo.runtime.rank.setup.placement import cuda_problems
 
 
 def setup_distributed(run: RunRecord) -> Any:
     """Pin this rank's device and start the process group; returns the device for collectives."""
     with startup_heap.collector_paused(os.environ):
-        import torch
-        import torch.distributed as dist
+        import torch  # here: the module imports without torch
+        import torch.distributed as dist  # here: the module imports without torch
     local_rank = int(os.environ["LOCAL_RANK"])
     device = torch.device("cpu")
     if run.device == "cuda":
@@ -31,8 +33,6 @@ def setup_distributed(run: RunRecord) -> Any:
         with startup_heap.collector_paused(os.environ):
             import deepspeed  # its comm layer must wrap our group, or zero.Init sees world size 1
 
-        from hpc_grpo.runtime.rank.setup.deepspeed_cpu import skip_inference_op
-
         if run.device != "cuda":  # no JIT build of an op training never calls
             skip_inference_op()
         deepspeed.init_distributed(dist_backend=run.backend, timeout=timeout)
@@ -43,9 +43,7 @@ def device_problems(run: RunRecord, args: Any, device: Any) -> tuple[str, list[s
     """On CUDA: the device's UUID (to catch two ranks on one GPU) and n_gpu/LOCAL_RANK checks."""
     if run.device != "cuda":
         return "", []
-    import torch
-
-    from hpc_grpo.runtime.rank.setup.placement import cuda_problems
+    import torch  # here: the module imports without torch
 
     local_rank = int(os.environ["LOCAL_RANK"])
     problems = cuda_problems(args.n_gpu, args.device.index, local_rank, torch.cuda.device_count())
