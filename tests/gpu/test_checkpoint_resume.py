@@ -90,7 +90,7 @@ class HostPeak:
 
     @staticmethod
     def _split(proc: Any) -> dict[str, Any]:
-        from hpc_grpo.runtime.rank.observe.hostmem import from_status
+        from hpc_grpo.runtime.rank.observe.memory import from_status
 
         try:
             split: dict[str, Any] = from_status(Path(f"/proc/{proc.pid}/status").read_text())

@@ -67,7 +67,7 @@ def test_each_rank_read_ahead_what_deepspeed_wrote_for_it(runs: tuple[Path, Path
         assert int(found[2]) == len(picked) and found[0] == found[1], found
         # ended before train begin without an error: every picked file read whole
         assert "s before train begin" in log and "not read" not in log, log[-2000:]
-        assert "deepspeed_shm_comm" not in log  # not built on CPU (runtime/rank/setup/deepspeed_cpu.py)
+        assert "deepspeed_shm_comm" not in log  # not built on CPU (rank/setup/process_group.py)
     # every file a rank's load reads is someone's: the partitions of both and the shared states
     read_by_someone = set(checkpoint_prefetch.rank_files(names, 0, True)) | set(
         checkpoint_prefetch.rank_files(names, 1, False))

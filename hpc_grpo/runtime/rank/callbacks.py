@@ -18,8 +18,8 @@ from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
 from hpc_grpo.runtime.rank.checkpoints import folders as checkpoints
 from hpc_grpo.runtime.rank.checkpoints import save_parts
-from hpc_grpo.runtime.rank.observe import hostmem, phases
-from hpc_grpo.runtime.rank.observe.gpumem import GpuMemorySampler, physical_gpu
+from hpc_grpo.runtime.rank.observe import memory, phases
+from hpc_grpo.runtime.rank.observe.memory import GpuMemorySampler, physical_gpu
 from hpc_grpo.runtime.shared.signals import StopFlag, request_reason
 
 # Fault injection for tests: a file of this name in the run directory holds the next save open
@@ -207,7 +207,7 @@ class CheckpointMarkerCallback(TrainerCallback):
 
 def _torch_memory(nvml_used: int | None) -> dict[str, float]:
     """torch's allocator peaks (this process) next to NVML's device view. Not a split of the
-    total: torch's counters include vLLM's sleep-mode pool even while it sleeps (gpumem.py)."""
+    total: torch's counters include vLLM's sleep-mode pool even while it sleeps (observe/memory.py)."""
     gib = float(2**30)
     out = {"torch_alloc_peak_gib": round(torch.cuda.max_memory_allocated() / gib, 3),
            "torch_reserved_peak_gib": round(torch.cuda.max_memory_reserved() / gib, 3)}
@@ -285,8 +285,8 @@ class MetricsCallback(TrainerCallback):
             row["gpu_mem_peak_gib"] = round(self.memory.peak_gib, 3)
             row["gpu_mem_peak_by_phase_gib"] = self.memory.phase_peaks_gib()  # run so far
             row.update(_torch_memory(None))
-        if host := hostmem.sample(torch):
-            row["host_mem_gib"] = host  # rank 0's process (rank/observe/hostmem.py)
+        if host := memory.host_sample(torch):
+            row["host_mem_gib"] = host  # rank 0's process (rank/observe/memory.py)
         row.update({k: v for k, v in logs.items() if k.startswith("rewards/")})
         row.update({ours: logs[trl] for trl, ours in LOGP_DIFF.items() if logs.get(trl) is not None})
         if split:

@@ -89,7 +89,7 @@ def test_the_real_trl_engine_class_can_be_tagged() -> None:
 
 
 def test_sampler_keeps_a_peak_per_phase() -> None:
-    from hpc_grpo.runtime.rank.observe.gpumem import GpuMemorySampler
+    from hpc_grpo.runtime.rank.observe.memory import GpuMemorySampler
 
     used = iter([10, 30, 20, 25])
     phase = iter(["training", "generation", "training", "training"])

@@ -1,10 +1,10 @@
-"""runtime/rank/setup/deepspeed_cpu.py: DeepSpeed's CPU shared-memory op is not built for training."""
+"""rank/setup/process_group.py skip_inference_op: DeepSpeed's CPU shared-memory op is not built."""
 
 from __future__ import annotations
 
 import pytest
 
-from hpc_grpo.runtime.rank.setup import deepspeed_cpu
+from hpc_grpo.runtime.rank.setup import process_group
 
 
 def test_the_op_is_marked_incompatible_and_deepspeed_then_builds_nothing(
@@ -17,9 +17,9 @@ def test_the_op_is_marked_incompatible_and_deepspeed_then_builds_nothing(
 
     table = dict(deepspeed.ops.__compatible_ops__)
     monkeypatch.setattr(deepspeed.ops, "__compatible_ops__", table)  # restored after the test
-    assert deepspeed_cpu.SHM_OP in table  # the name this DeepSpeed gives the op
-    assert deepspeed_cpu.skip_inference_op()
-    assert table[deepspeed_cpu.SHM_OP] is False
+    assert process_group.SHM_OP in table  # the name this DeepSpeed gives the op
+    assert process_group.skip_inference_op()
+    assert table[process_group.SHM_OP] is False
     assert ds_torch.build_shm_op() is None  # not built (a build would return the module)
 
 
@@ -27,5 +27,5 @@ def test_an_unknown_table_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None
     import deepspeed.ops
 
     monkeypatch.setattr(deepspeed.ops, "__compatible_ops__", {"cpu_adam": True})
-    assert not deepspeed_cpu.skip_inference_op()
+    assert not process_group.skip_inference_op()
     assert deepspeed.ops.__compatible_ops__ == {"cpu_adam": True}
