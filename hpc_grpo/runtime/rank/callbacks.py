@@ -16,8 +16,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
-from hpc_grpo.runtime.rank.checkpoints import folders as checkpoints
-from hpc_grpo.runtime.rank.checkpoints import save_parts
+from hpc_grpo.runtime.rank.checkpoints import folders, save_parts
 from hpc_grpo.runtime.rank.observe import memory, phases
 from hpc_grpo.runtime.rank.observe.memory import GpuMemorySampler, physical_gpu
 from hpc_grpo.runtime.shared.signals import StopFlag, request_reason
@@ -118,14 +117,14 @@ class DiskSpaceCallback(TrainerCallback):
         if not control.should_save:
             return control
         output = Path(str(args.output_dir))
-        needed = checkpoints.bytes_needed(self.planned, output)
-        free = checkpoints.free_bytes(output)
+        needed = folders.bytes_needed(self.planned, output)
+        free = folders.free_bytes(output)
         fits = torch.tensor([1 if needed <= free else 0], dtype=torch.int32, device=self.device)
         if _dist_ready():
             dist.all_reduce(fits, op=dist.ReduceOp.MIN)
         if not int(fits.item()):
             control.should_save = False
-            line = checkpoints.skip_line(state.global_step, needed, free, output)
+            line = folders.skip_line(state.global_step, needed, free, output)
             print(f"[checkpoint] {line}", flush=True)
             if state.is_world_process_zero:
                 rundir.update_state(self.run_dir, checkpoint_skipped=line)
@@ -134,14 +133,14 @@ class DiskSpaceCallback(TrainerCallback):
 
 class CheckpointMarkerCallback(TrainerCallback):
     """After a save, wait for every rank, then rank 0 marks the checkpoint complete and only then
-    deletes what retention lets go (checkpoints.retain: the folders of killed saves, the oldest
+    deletes what retention lets go (folders.retain: the folders of killed saves, the oldest
     complete checkpoints beyond ``keep``); GRPOConfig's own rotation is off (grpo_args.py)."""
 
     def __init__(self, run_dir: Path, keep: int | None = None) -> None:
         self.run_dir = run_dir
         self.keep = keep
         self.step_end = time.time()
-        self.clock = save_parts.SaveClock()  # the save's parts (save_parts.install times them)
+        self.clock = save_parts.SaveClock()  # the save's parts (save_parts.time_saves times them)
         self.saved_step: int | None = None  # the step of this attempt's newest save
 
     def on_epoch_end(
@@ -184,9 +183,9 @@ class CheckpointMarkerCallback(TrainerCallback):
         self.saved_step = state.global_step
         if state.is_world_process_zero:
             world = dist.get_world_size() if _dist_ready() else 1
-            checkpoints.write_marker(folder, state.global_step, world)
+            folders.write_marker(folder, state.global_step, world)
             best = state.best_model_checkpoint
-            for gone in checkpoints.retain(folder.parent, self.keep, Path(best) if best else None):
+            for gone in folders.retain(folder.parent, self.keep, Path(best) if best else None):
                 print(f"[checkpoint] removed {gone.name} (save_total_limit {self.keep})", flush=True)
         self.clock.add("marker_and_retention", time.perf_counter() - marking)
         parts = self.clock.rounded()

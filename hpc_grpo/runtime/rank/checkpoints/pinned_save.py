@@ -15,7 +15,7 @@ block while it still holds the last one's. So a rank holds up to two blocks of t
 storage rounded up, page-locked (the pageable copy holds one storage, unrounded). At 7B ZeRO-2
 on two GPUs that is 2 x 16 GiB a rank. The plan does not count it; instead each save checks that
 the node's ranks' blocks fit in half of the memory it has available (MemAvailable, lowered to
-the job's cgroup room: ``checkpoint_prefetch.cacheable_bytes``) and copies pageable otherwise,
+the job's cgroup room: ``prefetch.cacheable_bytes``) and copies pageable otherwise,
 saying so once in the rank log. The blocks are given back after every save.
 
 ``HPC_GRPO_CHECKPOINT_PINNED=0`` turns pinned copies off. Nothing changes without a CUDA device

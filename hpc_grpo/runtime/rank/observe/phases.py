@@ -2,7 +2,7 @@
 
 TRL times its blocks (vLLM generation, the weight sync, rewards, input preparation, the loss's
 forward) with ``trl.extras.profiling.ProfilingContext``, but sends the numbers only to
-wandb/mlflow/trackio. ``install`` makes that class also add each duration here, on every rank,
+wandb/mlflow/trackio. ``patch_profiling`` makes that class also add each duration here, on every rank,
 so metrics.jsonl can split a step without a tracking service. Host-side wall time: a block that
 only launches GPU work without waiting for it reads short.
 """

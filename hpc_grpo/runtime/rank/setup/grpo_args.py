@@ -162,7 +162,7 @@ def grpo_kwargs(
     # Retention is the ranks' own (checkpoints.retain, after the completion marker): transformers
     # rotates inside the save, before the marker, counting folders rather than complete
     # checkpoints, and so deleted the newest complete one while the next was not yet complete
-    # (tests/unit/runtime/rank/test_retention.py). The run's limit: checkpoints.retention_limit.
+    # (tests/unit/runtime/rank/test_retention.py). The run's limit: checkpoints/folders.retention_limit.
     owned["save_total_limit"] = None
     return {**DEFAULTS, **user, **owned}, notes
 
