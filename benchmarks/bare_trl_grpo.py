@@ -35,9 +35,9 @@ def main() -> None:
     from transformers import PreTrainedTokenizerFast, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from hpc_grpo.runtime.rank.data import load_prompts
-    from hpc_grpo.runtime.rank.gpumem import GpuMemorySampler, physical_gpu
-    from hpc_grpo.runtime.rank.rewards import resolve_reward
+    from hpc_grpo.runtime.rank.data.dataset import load_prompts
+    from hpc_grpo.runtime.rank.data.rewards import resolve_reward
+    from hpc_grpo.runtime.rank.observe.memory import GpuMemorySampler, physical_gpu
 
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     sampler = GpuMemorySampler(physical_gpu(local_rank))  # from train begin, as hpc-grpo's metrics

@@ -1,5 +1,5 @@
 """Reading a checkpoint back: DeepSpeed's whole-file ``torch.load`` against the mapped read of
-``runtime/rank/checkpoint_read.py``, side by side in one run, in alternating order.
+``runtime/rank/checkpoints/read.py``, side by side in one run, in alternating order.
 
     python benchmarks/bench_checkpoint_read.py micro --gib 8 [--device cuda] [--rounds 2] [--cold]
     python benchmarks/bench_checkpoint_read.py prefetch --gib 4 --wait 8 [--device cuda] [--rounds 2]
@@ -15,7 +15,7 @@ seconds and the ratio.
 
 ``prefetch``: the same file, dropped from the page cache before every read, read mapped after
 ``--wait`` seconds (the trainer's build, stood in for) without and with the prefetch thread of
-``runtime/rank/checkpoint_prefetch.py`` started when the wait began, in alternating order.
+``runtime/rank/checkpoints/prefetch.py`` started when the wait began, in alternating order.
 
 ``resume`` (a GPU machine, two GPUs): one run through ``hpc-grpo submit`` trains 2 steps and
 saves checkpoint-2; then the node task resumes it once per entry of ``--order``
@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks.bench_gpu import gpu_info, sh, site_file  # noqa: E402
 from hpc_grpo import rundir  # noqa: E402
 from hpc_grpo.rundir import contract  # noqa: E402
-from hpc_grpo.runtime.rank.checkpoint_read import ENV, MappedReads, mapped_load  # noqa: E402
+from hpc_grpo.runtime.rank.checkpoints.read import ENV, MappedReads, mapped_load  # noqa: E402
 
 SETS = {"max_steps": 2, "save_steps": 2, "save_total_limit": 1, "learning_rate": 1e-5,
         "per_device_train_batch_size": 8, "num_generations": 8, "max_completion_length": 64}
@@ -127,8 +127,8 @@ def micro(gib: float, device: str, rounds: int, folder: Path, cold: bool = False
 def prefetch(gib: float, device: str, rounds: int, folder: Path, wait: float) -> dict[str, Any]:
     """The file dropped from the page cache before every read; ``wait`` seconds stand in for
     the trainer's build; then the mapped read, without and with runtime/rank/
-    checkpoint_prefetch.py's thread started when the wait began."""
-    from hpc_grpo.runtime.rank.checkpoint_prefetch import Prefetch
+    rank/checkpoints/prefetch.py's thread started when the wait began."""
+    from hpc_grpo.runtime.rank.checkpoints.prefetch import Prefetch
 
     path, dest = _file_and_targets(gib, device, folder)
     size = path.stat().st_size

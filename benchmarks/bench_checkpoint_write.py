@@ -1,5 +1,5 @@
 """Writing a checkpoint: torch.save with its CRC-32 of every record against without
-(``runtime/rank/save_speed.py``), side by side in one run, in alternating order.
+(``runtime/rank/checkpoints/save_speed.py``), side by side in one run, in alternating order.
 
     python benchmarks/bench_checkpoint_write.py --gib 4 [--device cuda] [--rounds 2] \
         [--dir DIR] [--sync] \
@@ -41,7 +41,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from hpc_grpo.runtime.rank import pinned_save, save_speed  # noqa: E402
+from hpc_grpo.runtime.rank.checkpoints import pinned_save, save_speed  # noqa: E402
 
 
 def _partition(gib: float, device: str) -> dict[str, Any]:

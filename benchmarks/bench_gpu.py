@@ -92,7 +92,7 @@ def host_gib() -> float:
     """This machine's host memory as the ranks' hardware check reads it (MemTotal or a smaller
     job limit): 7B layouts with optimizer offload need more than the 100 GiB once written here
     (126 GiB on one rank), and only offload layouts read it."""
-    from hpc_grpo.runtime.rank.hardware_check import usable_host_gib
+    from hpc_grpo.runtime.rank.setup.hardware_check import usable_host_gib
 
     return usable_host_gib({}) or 100.0
 
@@ -485,7 +485,7 @@ def main() -> None:
     os.environ.setdefault("HPC_GRPO_HOME", str(out / "home"))
     model = Path(os.environ["HPC_GRPO_HOME"]) / "models" / SHAPE
     if not (model / "config.json").exists():  # the bare baseline needs it before any submit
-        sh([sys.executable, "-m", "hpc_grpo.runtime.models.shapes", SHAPE, str(model)])
+        sh([sys.executable, "-m", "hpc_grpo.runtime.models.build", SHAPE, str(model)])
     saved = out / f"bench-{part}{'' if SHAPE == DEFAULT_SHAPE else '-' + SHAPE}.json"
     results = json.loads(saved.read_text()) if saved.exists() else {}
     name, _, count = gpu_info()

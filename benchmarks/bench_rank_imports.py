@@ -1,11 +1,11 @@
-"""A rank's library imports with the cyclic collector paused (runtime/rank/startup_heap.py,
+"""A rank's library imports with the cyclic collector paused (runtime/rank/setup/startup_heap.py,
 ``collector_paused``) against the same imports with it running (``HPC_GRPO_STARTUP_HEAP=0``),
 in alternating rounds of fresh interpreters, in one run. Prints each round, the means and their
 ratio.
 
 Why: every rank of every attempt imports torch, TRL (transformers, accelerate, datasets, peft)
 and, where used, DeepSpeed and vLLM; on CPU test jobs that is most of a rank's start. The
-imports are grouped as the rank groups them (rank/process_group.py, rank/train.py).
+imports are grouped as the rank groups them (rank/setup/process_group.py, rank/train.py).
 
 Run: ``python benchmarks/bench_rank_imports.py [--rounds 3] [--deepspeed] [--vllm]``
 (``--vllm`` on a GPU machine with vLLM installed: TRL's trainer then imports it).
@@ -35,7 +35,7 @@ from hpc_grpo.runtime.node.bytecode import ranks_env
 RANK_IMPORTS = """
 import os, sys, time
 began = time.perf_counter()
-from hpc_grpo.runtime.rank import startup_heap
+from hpc_grpo.runtime.rank.setup import startup_heap
 with startup_heap.collector_paused(os.environ):
     import torch
     import torch.distributed

@@ -38,7 +38,7 @@ RENAMED = {
     "vllm_tensor_parallel_size": "tensor_parallel_size",
     "warmup_ratio": "warmup_steps",  # transformers 5: a float below 1 is a ratio of the steps
 }
-# open-r1 reward names -> the built-in reward hpc-grpo runs for them (runtime/rank/rewards.py).
+# open-r1 reward names -> the built-in reward hpc-grpo runs for them (runtime/rank/data/rewards.py).
 OPEN_R1_REWARDS = {
     "accuracy": "builtin:accuracy",
     "format": "builtin:format",

@@ -78,7 +78,7 @@ class JobSpec:
     attn_implementation: str = ""
     trust_remote_code: bool = False
     # bf16 weights, gradients and Adam states without DeepSpeed (less memory, less precise);
-    # otherwise the ranks keep fp32 master weights whatever dtype says (rank/model_load.py).
+    # otherwise the ranks keep fp32 master weights whatever dtype says (rank/setup/model_load.py).
     pure_bf16: bool = False
     # Dataset details beyond its name (TRL ScriptArguments / open-r1 GRPOScriptArguments).
     dataset_config: str = ""

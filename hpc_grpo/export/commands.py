@@ -96,7 +96,7 @@ def evaluate(target: str, *, step: int | None = None, dataset: str | None = None
              python: str = sys.executable, best: str | None = None,
              engine: str = "auto") -> evaluation.Evaluated:
     """Mean reward (95% CI) of a run's model or a model folder, with the run's dataset and
-    rewards by default (runtime/posttrain/evaluate.py generates)."""
+    rewards by default (runtime/posttrain/scoring.py generates)."""
     return evaluation.evaluate(target, registry.find_run, step=step, dataset=dataset, split=split,
                                reward_funcs=reward_funcs, limit=limit, num_samples=num_samples,
                                seed=seed, max_new_tokens=max_new_tokens, python=python,

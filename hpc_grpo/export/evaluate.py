@@ -4,7 +4,7 @@ What is evaluated: a run's checkpoint (``--step``), else its export of the highe
 its newest complete checkpoint; or any model folder. The dataset, rewards (with their keyword arguments and
 weights) and generation settings default to the run's own (run.json), so the number is the
 training reward on prompts of the user's choosing (``--dataset``/``--split``: a held-out split).
-The generation runs on this machine in a child Python (runtime/posttrain/evaluate.py), with
+The generation runs on this machine in a child Python (runtime/posttrain/scoring.py), with
 the engine ``--engine`` names: "auto" (vLLM where it can run here, on the run's planned tensor
 parallel size, run.json's vllm.tensor_parallel_size, 1 for a folder of no run; else
 transformers: the tiny model on a CPU site), "vllm" or "transformers". The record names the
@@ -38,7 +38,7 @@ from hpc_grpo.rundir.contract import EVAL_DIR, RUN_JSON
 from hpc_grpo.rundir.hub import hub_snapshot
 from hpc_grpo.runs import runfiles
 
-MODULE = "hpc_grpo.runtime.posttrain.evaluate"
+MODULE = "hpc_grpo.runtime.posttrain.scoring"
 Z95 = 1.959964
 TRL_MAX_COMPLETION = 256  # GRPOConfig's default max_completion_length
 

@@ -1,6 +1,6 @@
 """`hpc-grpo export --push ORG/NAME`: the checked export folder, uploaded to the Hugging Face hub.
 
-The upload runs in a child Python (runtime/posttrain/push.py, ``huggingface_hub``'s
+The upload runs in a child Python (runtime/posttrain/hub_upload.py, ``huggingface_hub``'s
 ``create_repo`` + ``upload_folder``), after the export has been checked and renamed into place;
 the token is huggingface_hub's own (``HF_TOKEN``, else its login file) and never passes through
 hpc-grpo. A refused push (bad token, no write access, a conflicting commit) is one line and
@@ -25,7 +25,7 @@ from hpc_grpo.rundir import append_jsonl, read_jsonl
 from hpc_grpo.rundir.checkpoints import run_checkpoints
 from hpc_grpo.rundir.contract import PUSHES_JSONL
 
-MODULE = "hpc_grpo.runtime.posttrain.push"
+MODULE = "hpc_grpo.runtime.posttrain.hub_upload"
 # The hub's repository names: [namespace/]name of letters, digits, '-', '_', '.' (without a
 # namespace: the token's own user, as TRL's hub_model_id).
 REPO_ID = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")

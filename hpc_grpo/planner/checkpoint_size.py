@@ -16,11 +16,11 @@ complete, so save_total_limit + 1 exist while the next is written):
   would also write ``model.safetensors``, the same weights again (2 B/param, a tied embedding
   twice: measured on builtin:tiny, docs/results/2026-11-24-ckpt-tiny-cpu.json), which a resume
   under DeepSpeed never reads; full-parameter checkpoints leave it out
-  (runtime/rank/deepspeed_save.py; re-measured 2026-11-28, the ``zero2`` layout of that JSON).
+  (runtime/rank/checkpoints/deepspeed_save.py; re-measured 2026-11-28, the ``zero2`` layout of that JSON).
 * ZeRO-3: the module states hold placeholders only (parameter shapes, buffers: 14 KiB a rank
   for builtin:tiny, 16 KiB allowed); the optimizer files hold 12 B/trainable param.
   No ``model.safetensors``: the runtime never sets ``stage3_gather_16bit_weights_on_model_save``
-  (runtime/rank/grpo_args.py), so a full-parameter checkpoint holds DeepSpeed's files, what an
+  (runtime/rank/setup/grpo_args.py), so a full-parameter checkpoint holds DeepSpeed's files, what an
   exact resume needs; ``hpc-grpo export`` writes the model (tiny, re-measured 2026-11-28: the
   ``zero3`` layout of the JSON above). LoRA's adapter file is gathered by transformers.
   (``save_only_model``, a checkpoint without optimizer state, is refused: config/recipe_format.py.)
@@ -89,7 +89,7 @@ def size_checkpoint(req: CheckpointRequest) -> CheckpointSize:
     else:
         dtype = 2 if req.device == "cuda" else 4
         saved = trainable if req.lora else req.num_params
-        # full parameters resume from DeepSpeed's files alone (runtime/rank/deepspeed_save.py);
+        # full parameters resume from DeepSpeed's files alone (runtime/rank/checkpoints/deepspeed_save.py);
         # LoRA's adapter file is written beside them
         model = dtype * saved if req.lora else 0
         module = dtype * saved if req.zero_stage < 3 else \

@@ -17,7 +17,7 @@ def write_example_model(shape: str, target: Path, python: str = sys.executable) 
     process: the launcher never imports torch."""
     try:
         proc = subprocess.run(
-            [python, "-m", "hpc_grpo.runtime.models.shapes", shape, str(target)],
+            [python, "-m", "hpc_grpo.runtime.models.build", shape, str(target)],
             capture_output=True, text=True, check=False,
         )
     except OSError as exc:  # a site's `python:` that this machine cannot run: not a traceback

@@ -30,7 +30,7 @@ from hpc_grpo.rundir.child import call_child
 from hpc_grpo.rundir.contract import CHECKPOINTS
 from hpc_grpo.rundir.hub import hub_snapshot
 
-# runtime/models/shapes.py SHAPES (the launcher may not import it; a unit test keeps them equal)
+# runtime/models/build.py SHAPES (the launcher may not import it; a unit test keeps them equal)
 BUILTIN_MODELS = ("builtin:tiny", "builtin:qwen2-0.5b", "builtin:qwen2-1.5b", "builtin:qwen2-7b")
 # Their max_position_embeddings (shapes.py too), so that the context is checked before they are built.
 BUILTIN_CONTEXT = {"builtin:tiny": 512, "builtin:qwen2-0.5b": 4096, "builtin:qwen2-1.5b": 4096,
@@ -40,7 +40,7 @@ BUILTIN_REWARDS = ("builtin:accuracy", "builtin:digits", "builtin:format", "buil
                    "builtin:length_penalty", "builtin:sum_correct", "builtin:tag_count")
 # Built-in rewards of smoke runs: on a built-in dataset nothing is left for the probe to learn.
 SMOKE_REWARDS = ("builtin:digits", "builtin:length", "builtin:sum_correct")
-PROBE_MODULE = "hpc_grpo.runtime.rank.inputs_probe"
+PROBE_MODULE = "hpc_grpo.runtime.rank.data.inputs_probe"
 PROBE_TIMEOUT_S = 900  # tokenising a large dataset's prompts takes a while; a hang must not
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")

@@ -39,7 +39,7 @@ STARTUP_JSONL = "startup.jsonl"  # one line per attempt: its time to the first s
 STOP_CAUSE_JSON = "stop-cause.json"
 TRAINERS_ENDED_JSON = "trainers-ended.json"  # node 0 to a server node past `nodes`: attempt over
 SETUP_ERRORS = "setup-errors"  # rank-<N>.json: what each rank raised before the first step
-HEARTBEATS = "heartbeats"  # rank-<N>.json: each rank's last progress (runtime/rank/heartbeat.py)
+HEARTBEATS = "heartbeats"  # rank-<N>.json: each rank's last progress (runtime/rank/observe/heartbeat.py)
 LOGS = "logs"
 RANK_LOG = "rank-{rank}.log"  # in LOGS: stdout+stderr of global rank N; rank="*" globs them all
 VLLM_SERVER_LOG = "vllm-server.log"  # in LOGS: `vllm serve` in server mode

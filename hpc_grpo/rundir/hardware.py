@@ -4,7 +4,7 @@ The plan (TP size, ZeRO stage, offload, vLLM's memory share, how many checkpoint
 memory) is computed from the site profile's GPUs per node, GPU memory and CPU memory, never
 from the nodes. A profile that promises more than the nodes have (139 GiB GPUs on 80 GB
 cards) would otherwise run out of memory hours later, or just run slower than planned with
-nothing saying why. Every rank compares before the model loads (runtime/rank/hardware_check.py)
+nothing saying why. Every rank compares before the model loads (runtime/rank/setup/hardware_check.py)
 and ``hpc-grpo doctor`` compares what its probe saw (preflight/doctor.py), both through
 ``compare`` here, so the two say the same thing.
 
@@ -142,7 +142,7 @@ def shortfall_line(found: Sequence[tuple[str, Shortfall]], hint: bool = True) ->
     """One line for every node's shortfalls (``(host, shortfall)`` pairs from all ranks): per
     quantity the least any node has, the hosts, and the profile key. The same gathered pairs give
     the same line on every rank, which is what makes it a configuration error
-    (runtime/rank/setup_failure.py compares the ranks' lines)."""
+    (runtime/shared/setup_failure.py compares the ranks' lines)."""
     by_what: dict[str, list[tuple[str, Shortfall]]] = {}
     for host, item in found:
         by_what.setdefault(item.what, []).append((host, item))

@@ -1,5 +1,5 @@
 """The dtype the ranks load the model in, read by both sides: the ranks load with it
-(runtime/rank/grpo_args.py), the plan reports it and sizes memory and checkpoints for it
+(runtime/rank/setup/grpo_args.py), the plan reports it and sizes memory and checkpoints for it
 (planner/precision.py), so that recipe, plan and ranks tell one precision story. Stdlib only."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The built-in example models' shapes as plain numbers: standard library only, so the launcher
 plans ``builtin:qwen2-7b`` before its files are written (planner/catalogue.py ``builtin_arch``)
-and the ranks build the same shape (runtime/models/shapes.py). One table, so the two
+and the ranks build the same shape (runtime/models/build.py). One table, so the two
 cannot drift apart. In the run directory's room because both sides import it.
 """
 

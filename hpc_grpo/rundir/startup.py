@@ -1,5 +1,5 @@
 """The parts of startup.jsonl's ``parts_s``, ``trainer_parts_s`` and ``prepare_parts_s``: the rank writes them
-(runtime/rank/startup.py) and ``status`` names them (runs/attempts.py). One table, so a part the
+(runtime/rank/observe/startup_times.py) and ``status`` names them (runs/attempts.py). One table, so a part the
 rank adds is named on the launcher side too."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ TRAINER_STRETCHES: dict[str, str] = {
     "runtime_imports": "runtime imports",
     "checks_and_inputs": "checks and inputs",  # GRPOConfig, rank and hardware checks, data, tokenizer
     "trainer_import": "TRL and vLLM import",
-    "heap_freeze": "heap freeze",  # a full collection, then gc.freeze (rank/startup_heap.py)
+    "heap_freeze": "heap freeze",  # a full collection, then gc.freeze (rank/setup/startup_heap.py)
     # GRPOTrainer's construction outside the timed calls below (transformers' Trainer, the
     # accelerator, TRL's own set-up)
     "trainer_init_other": "trainer construction, the rest",

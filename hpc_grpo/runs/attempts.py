@@ -48,7 +48,7 @@ def with_accounting(restarts: Sequence[RestartLine], job_id: str,
 
 def startup_line(last: Mapping[str, Any], attempt: str = "") -> str:
     """The last attempt's time to its first step, largest part first (startup.jsonl's last line,
-    written by rank 0: runtime/rank/startup.py); "" before any attempt reached a step, when the
+    written by rank 0: runtime/rank/observe/startup_times.py); "" before any attempt reached a step, when the
     line is an older attempt's than ``attempt`` (state.json's: the current one has not stepped
     yet), or for a line that is not one."""
     parts, total = last.get("parts_s"), finite_number(last.get("total_s"))

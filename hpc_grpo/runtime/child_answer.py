@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runtime.rank.setup_failure import exception_line
+from hpc_grpo.runtime.shared.setup_failure import exception_line
 
 
 def serve(module: str, run: Callable[[dict[str, Any]], dict[str, Any]],

@@ -137,8 +137,8 @@ def _one_size(dist: Any, torch: Any, mib: int, args: argparse.Namespace, where: 
 
 def sweep(args: argparse.Namespace, where: Layout) -> dict[str, Any]:
     """Join the group, time each size between nodes and inside nodes; rank 0's report."""
-    import torch
-    import torch.distributed as dist
+    import torch  # here: the module imports without torch
+    import torch.distributed as dist  # here: the module imports without torch
 
     began = time.monotonic()
     cuda = torch.cuda.is_available() and args.device != "cpu"

@@ -9,11 +9,13 @@ stack still reports why it cannot train instead of crashing before it says anyth
 from __future__ import annotations
 
 import argparse
+import fcntl
 import importlib.metadata
 import os
 import re
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -25,8 +27,10 @@ from hpc_grpo import __version__
 from hpc_grpo.rundir.checkpoints import existing_parent, free_bytes
 from hpc_grpo.rundir.contract import DEFAULT_PORT_RANGE, PORTS_PER_JOB, job_port, port_slots
 from hpc_grpo.rundir.hardware import slurm_memory_gib
-from hpc_grpo.runtime.node import slurm_facts
+from hpc_grpo.runtime import probe_gpus
 from hpc_grpo.runtime.probe_lines import report_lines
+from hpc_grpo.runtime.shared.host_memory import memory
+from hpc_grpo.runtime.shared.scontrol import scontrol
 
 PACKAGES = ("torch", "trl", "vllm", "transformers", "deepspeed", "accelerate", "peft")
 _BRACKET = re.compile(r"^(.*?)\[([^\]]+)\](.*)$")
@@ -112,7 +116,7 @@ def controller(path: str, job_id: int) -> dict[str, Any]:
 def _scontrol(argv: list[str]) -> tuple[str, str]:
     """``argv`` (the scontrol found on PATH, then its arguments) through the runtime's one
     runner, with the probe's longer bound."""
-    return slurm_facts.scontrol(argv[1:], timeout_s=20, binary=argv[0])
+    return scontrol(argv[1:], timeout_s=20, binary=argv[0])
 
 
 def resolve(names: list[str]) -> dict[str, dict[str, Any]]:
@@ -149,8 +153,6 @@ def interface(spec: str) -> dict[str, Any]:
 
 
 def _is_up(name: str) -> bool:
-    import fcntl
-    import struct
 
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         request = struct.pack("16sH14s", name.encode()[:15], 0, b"")
@@ -242,7 +244,7 @@ def gpus(expected: int, env: dict[str, str] | None = None) -> dict[str, Any]:
             return {"count": 0, "source": f"nvidia-smi failed: {err}"}
     if expected:
         try:
-            import torch
+            import torch  # here: the module imports without torch
 
             return {"count": int(torch.cuda.device_count()), "source": "torch.cuda.device_count()"}
         except Exception as err:  # any import-time failure of torch is the finding
@@ -289,24 +291,6 @@ def disk(path: str) -> dict[str, Any]:
     return {"free": free_bytes(probe), "path": str(probe)}
 
 
-def memory(meminfo: Path = Path("/proc/meminfo")) -> dict[str, Any]:
-    """The node's memory and this job's cgroup limit (v2 memory.max, v1 limit_in_bytes)."""
-    fields = {line.split(":")[0]: int(line.split()[1]) * 1024
-              for line in meminfo.read_text().splitlines() if line.endswith("kB")}
-    limit = None
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        _, controllers, rel = line.split(":", 2)
-        base = Path("/sys/fs/cgroup")
-        path = base / rel.lstrip("/") / "memory.max" if controllers == "" else \
-            base / "memory" / rel.lstrip("/") / "memory.limit_in_bytes"
-        if (controllers == "" or "memory" in controllers.split(",")) and path.exists():
-            text = path.read_text().strip()
-            if text.isdigit() and int(text) < fields["MemTotal"]:
-                limit = int(text)
-    return {"total": fields["MemTotal"], "available": fields.get("MemAvailable"),
-            "cgroup_limit": limit}
-
-
 def _safely(check: Callable[..., Any], *args: Any) -> Any:
     """A check that raises reports the error as its finding: one odd node must still report."""
     try:
@@ -316,7 +300,6 @@ def _safely(check: Callable[..., Any], *args: Any) -> Any:
 
 
 def collect(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
-    from hpc_grpo.runtime import probe_gpus  # here: doctor imports this module for PACKAGES only
 
     node_id = int(env.get("SLURM_NODEID", "0"))
     num_nodes = int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or "1")

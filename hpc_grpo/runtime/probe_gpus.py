@@ -25,7 +25,7 @@ def gpu_memory(expected: int, env: dict[str, str] | None = None) -> dict[str, An
     gib = [float(mib) / 1024 for index, mib in rows
            if not visible or not all(v.isdigit() for v in visible) or index in visible]
     if not gib:
-        import torch
+        import torch  # here: the module imports without torch
 
         source = "torch total_memory"
         gib = [torch.cuda.get_device_properties(i).total_memory / 2**30

@@ -79,7 +79,7 @@ def test_three_nodes_tp2_groups_and_seeds(tmp_path: Path) -> None:
 def test_zero3_on_cpu_through_the_same_path(tmp_path: Path) -> None:
     """ZeRO-3 via the generated DeepSpeed config; the first run JIT-compiles a C++ op. Then
     ``resume`` one step further as a new job: on each node its rank reads its own shards ahead
-    while the trainer is built (runtime/rank/checkpoint_prefetch.py; written on one GPU host's
+    while the trainer is built (runtime/rank/checkpoints/prefetch.py; written on one GPU host's
     ZeRO-2, here ZeRO-3 on two Slurm nodes: a module-states file per rank)."""
     root = tmp_path / "runs"
     run_id, _, run_dir = submit(root, "--site", "sandbox", "--nodes", "2", "--procs-per-node", "1",

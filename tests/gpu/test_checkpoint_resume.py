@@ -83,14 +83,14 @@ class HostPeak:
 
     @staticmethod
     def _node_used() -> int:
-        from hpc_grpo.runtime.probe import memory
+        from hpc_grpo.runtime.shared.host_memory import memory
 
         node = memory()
         return int(node["total"]) - int(node["available"])
 
     @staticmethod
     def _split(proc: Any) -> dict[str, Any]:
-        from hpc_grpo.runtime.rank.hostmem import from_status
+        from hpc_grpo.runtime.rank.observe.memory import from_status
 
         try:
             split: dict[str, Any] = from_status(Path(f"/proc/{proc.pid}/status").read_text())

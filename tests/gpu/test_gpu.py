@@ -35,11 +35,11 @@ def needs_two(test: Any) -> Any:
 def machine() -> tuple[float, float]:
     """This machine's GPU memory (GiB, what CUDA reports for GPU 0: 79.2 on an "80 GB" H100,
     139.8 on an H200) and host memory (GiB: MemTotal, or a smaller cgroup limit), read as the
-    ranks' hardware check reads them (runtime/rank/hardware_check.py): a profile written from
+    ranks' hardware check reads them (runtime/rank/setup/hardware_check.py): a profile written from
     them plans for the machine the test runs on, so the same test passes on H100 and H200."""
     import torch
 
-    from hpc_grpo.runtime.rank.hardware_check import usable_host_gib
+    from hpc_grpo.runtime.rank.setup.hardware_check import usable_host_gib
 
     gpu = torch.cuda.mem_get_info(0)[1] / 2**30
     host = usable_host_gib({})
@@ -154,7 +154,7 @@ def test_server_mode_one_gpu_generates_one_trains(tmp_path: Path) -> None:
 def test_zero2_dp2_checkpoint_is_deepspeed_s_files_and_exports(tmp_path: Path) -> None:
     """Written on CPU (tests/slow/test_deepspeed_prefetch_resume.py), here with bf16 on two
     GPUs: a full-parameter ZeRO-2 checkpoint holds DeepSpeed's files alone, no
-    model.safetensors (runtime/rank/deepspeed_save.py), and ``hpc-grpo export`` writes a
+    model.safetensors (runtime/rank/checkpoints/deepspeed_save.py), and ``hpc-grpo export`` writes a
     checked model folder from them."""
     run_dir = _run(_site(tmp_path, 2), "--tp", "1", "--zero-stage", "2", "--set=save_steps=2")
     ckpt = run_dir / "checkpoints" / "checkpoint-2"

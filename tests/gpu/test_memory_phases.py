@@ -2,7 +2,7 @@
 
 Marked ``gpu`` (skipped without CUDA); the 7B shape needs an H200 (the plan's layout holds
 fp32 weights, gradients and Adam state: about 100 GiB). Each rank samples NVML's used memory
-every 50 ms and files each sample under the phase TRL is in (runtime/rank/phases.py): inside
+every 50 ms and files each sample under the phase TRL is in (runtime/rank/observe/phases.py): inside
 ``sync_weights`` and ``vLLM.generate`` the engine is awake ("generation"), elsewhere it sleeps
 ("training"). The plan's "total during training" and "total during generation", less its
 fragmentation reserve, must each be within 10 % of the measured peak of that phase.
@@ -11,7 +11,7 @@ Run on the lent machine (docs/gpu.md) with ``HPC_GRPO_RESULTS`` and ``HPC_GRPO_W
 shape per device call (``-k 1.5b``, then ``-k 7b``). The 7B run's checkpoint (74 GiB) cannot fit
 the machine's 64 GiB disk, which submit refuses; this test turns that check off (the free space
 reads as unknown) so that the run trains, and the final save is skipped by the rank's own
-free-space check (runtime/rank/checkpoints.py), as it would be on a full disk.
+free-space check (runtime/rank/checkpoints/folders.py), as it would be on a full disk.
 """
 
 from __future__ import annotations

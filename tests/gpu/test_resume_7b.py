@@ -32,16 +32,16 @@ One test per device call (each stays under the 10-minute limit), in this order, 
 - ``-k page_cache``: two more resumes of checkpoint-2, each after the checkpoint and the model
   were dropped from the page cache (``posix_fadvise(DONTNEED)``: a requeue onto a node that did
   not write them), without and then with the checkpoint prefetch
-  (runtime/rank/checkpoint_prefetch.py, ``HPC_GRPO_CHECKPOINT_PREFETCH`` 0 and 1), each stopped
+  (runtime/rank/checkpoints/prefetch.py, ``HPC_GRPO_CHECKPOINT_PREFETCH`` 0 and 1), each stopped
   after its first new step like ``-k cold_cache``; their times to the first new step and start-up
   records are saved side by side (a measurement, not asserted), and only the second logs the
   prefetch, on every rank.
 - ``-k resume_equals`` (``-k resume`` would select the whole file by its name): the node task
   again, warm caches; it resumes from checkpoint-2 and runs steps 3-5; every step equals the
   second uninterrupted run's; where the layout reads the checkpoint through mappings
-  (runtime/rank/checkpoint_read.py: GPUs, DeepSpeed, no offload) every rank's log says so and
+  (runtime/rank/checkpoints/read.py: GPUs, DeepSpeed, no offload) every rank's log says so and
   none says a file stayed mapped, every rank logged its checkpoint prefetch, every rank's engine
-  started without reading the model files (runtime/rank/engine_weights.py) and the resumed
+  started without reading the model files (runtime/rank/generation/engine_weights.py) and the resumed
   steps' vLLM log-probabilities stay within drift's bound of the trainer's (the first push
   carried the checkpoint's weights). Then the checkpoints and the model are deleted.
 - ``-k warm_restart``: no GPU work: the warm restarts' time to their first new step (``-k
@@ -280,15 +280,15 @@ def _prefetch_lines(run_dir: Path, since: dict[str, int] | None = None) -> list[
 
 
 def _engine_lines(run_dir: Path, since: dict[str, int] | None = None) -> list[str]:
-    """runtime/rank/engine_weights.py's line: the engine started without reading the model."""
-    from hpc_grpo.runtime.rank.engine_weights import NOTE
+    """runtime/rank/generation/engine_weights.py's line: the engine started without reading the model."""
+    from hpc_grpo.runtime.rank.generation.engine_weights import NOTE
 
     return _log_lines(run_dir, NOTE, since)
 
 
 @needs_two
 def test_7b_page_cache_resume_without_and_with_the_prefetch() -> None:
-    from hpc_grpo.runtime.rank.checkpoint_prefetch import ENV
+    from hpc_grpo.runtime.rank.checkpoints.prefetch import ENV
 
     _, run_dir, stop = _stop_point()
     record = json.loads((run_dir / "run.json").read_text())
@@ -349,7 +349,7 @@ def test_7b_resume_equals_the_uninterrupted_run() -> None:
 
 
 def _read_lines(run_dir: Path) -> list[str]:
-    """Every rank's lines about the checkpoint read (runtime/rank/checkpoint_read.py)."""
+    """Every rank's lines about the checkpoint read (runtime/rank/checkpoints/read.py)."""
     return [line for log in sorted((run_dir / "logs").glob("rank-*.log"))
             for line in log.read_text(errors="replace").splitlines()
             if "checkpoint read:" in line or "still mapped" in line]
@@ -358,7 +358,7 @@ def _read_lines(run_dir: Path) -> list[str]:
 def _assert_mapped_read(run_dir: Path, lines: list[str]) -> None:
     """Where the layout reads through mappings, every rank did and nothing stayed mapped."""
     from hpc_grpo.rundir.contract import RunRecord
-    from hpc_grpo.runtime.rank.checkpoint_read import wanted
+    from hpc_grpo.runtime.rank.checkpoints.read import wanted
 
     record = RunRecord.from_dict(json.loads((run_dir / "run.json").read_text()))
     if wanted(record, os.environ):

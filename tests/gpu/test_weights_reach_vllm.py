@@ -24,7 +24,7 @@ The LoRA pair (#14) runs the plan's layout (ZeRO off) with adapters of rank 16 a
 bound and a skipped push (the engine keeps the base model) breaks it.
 
 Since session 40 the engine starts from vLLM's random weights (``load_format="dummy"``,
-runtime/rank/engine_weights.py), so a healthy first step under the bound is no longer a given:
+runtime/rank/generation/engine_weights.py), so a healthy first step under the bound is no longer a given:
 it says TRL's first push filled the engine (whole model, LoRA's merged base too); the rank log's
 line that the engine did not read the model files is asserted with it.
 
@@ -46,7 +46,7 @@ from typing import Any
 import pytest
 
 from hpc_grpo.runs import drift
-from hpc_grpo.runtime.rank import engine_weights
+from hpc_grpo.runtime.rank.generation import engine_weights
 from tests.gpu.test_gpu import _site, needs_gpu
 from tests.gpu.test_multinode import _save
 
@@ -123,7 +123,7 @@ def test_trained_weights_reach_vllm_every_step(site: Path) -> None:
     assert all(isinstance(d, float) for d in diffs), diffs  # TRL measured every step
     # that these settings move the weights enough to matter is the stale run's to show
     assert not [d for d in diffs if drift.exceeds(d)], (diffs, drift.BOUND_NATS)
-    # the engine started from vLLM's random weights (runtime/rank/engine_weights.py): step 1
+    # the engine started from vLLM's random weights (runtime/rank/generation/engine_weights.py): step 1
     # under the bound says the first push replaced every weight the sampled tokens depend on
     assert any(engine_weights.NOTE in line for line in result["engine_lines"]), result["engine_lines"]
     # and vLLM's own account of that push: every engine parameter named as filled

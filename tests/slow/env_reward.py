@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runtime.rank.rewards import length
+from hpc_grpo.runtime.rank.data.rewards import length
 
 
 def length_recording_env(completions: list[Any], **kwargs: Any) -> list[float]:

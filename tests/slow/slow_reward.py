@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from hpc_grpo.runtime.rank.rewards import length
+from hpc_grpo.runtime.rank.data.rewards import length
 
 
 def slow_length(completions: list[Any], **kwargs: Any) -> list[float]:

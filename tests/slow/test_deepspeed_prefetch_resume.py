@@ -1,8 +1,8 @@
-"""The checkpoint prefetch (runtime/rank/checkpoint_prefetch.py) on a real DeepSpeed resume: a
+"""The checkpoint prefetch (runtime/rank/checkpoints/prefetch.py) on a real DeepSpeed resume: a
 ZeRO-2 run on CPU (1 node x 2 processes, gloo) stopped at step 3 and resumed reads its files
 ahead while the trainer is built, picks exactly the files DeepSpeed 0.19 wrote for each rank,
 and still logs the same rewards and losses as an uninterrupted run at every step, from
-checkpoints of DeepSpeed's files alone (no model.safetensors: runtime/rank/deepspeed_save.py),
+checkpoints of DeepSpeed's files alone (no model.safetensors: runtime/rank/checkpoints/deepspeed_save.py),
 which ``hpc-grpo export`` turns into the weights DeepSpeed's own zero_to_fp32.py gives. Written on
 the GPU's ZeRO-2 layout (session 39); here on another device, with two ranks of one node
 sharing the module-states file (read ahead by the first only).
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc_grpo.runtime.rank import checkpoint_prefetch
+from hpc_grpo.runtime.rank.checkpoints import prefetch as checkpoint_prefetch
 from tests.slow.resume_runs import counting_prompts, run_with_stops, step_rows, within_rounding
 from tests.slow.test_runtime_slow import write_run
 
@@ -67,7 +67,7 @@ def test_each_rank_read_ahead_what_deepspeed_wrote_for_it(runs: tuple[Path, Path
         assert int(found[2]) == len(picked) and found[0] == found[1], found
         # ended before train begin without an error: every picked file read whole
         assert "s before train begin" in log and "not read" not in log, log[-2000:]
-        assert "deepspeed_shm_comm" not in log  # not built on CPU (runtime/rank/deepspeed_cpu.py)
+        assert "deepspeed_shm_comm" not in log  # not built on CPU (rank/setup/process_group.py)
     # every file a rank's load reads is someone's: the partitions of both and the shared states
     read_by_someone = set(checkpoint_prefetch.rank_files(names, 0, True)) | set(
         checkpoint_prefetch.rank_files(names, 1, False))
@@ -77,7 +77,7 @@ def test_each_rank_read_ahead_what_deepspeed_wrote_for_it(runs: tuple[Path, Path
 
 def test_the_start_up_record_splits_deepspeed_s_prepare_and_checkpoint_load(
         runs: tuple[Path, Path]) -> None:
-    """prepare_parts_s (runtime/rank/startup.py) under DeepSpeed: its engine from accelerate's
+    """prepare_parts_s (runtime/rank/observe/startup_times.py) under DeepSpeed: its engine from accelerate's
     prepare on every attempt, and transformers' deepspeed_load_checkpoint on the resume only
     (the CPU resume test, tests/slow/test_resume_epochs.py, has the loads without DeepSpeed)."""
     _, stopped = runs
@@ -92,7 +92,7 @@ def test_the_start_up_record_splits_deepspeed_s_prepare_and_checkpoint_load(
 
 
 def test_the_checkpoints_read_back_were_written_without_crc32s(runs: tuple[Path, Path]) -> None:
-    """The resume above read files torch.save wrote without CRC-32s (runtime/rank/save_speed.py):
+    """The resume above read files torch.save wrote without CRC-32s (runtime/rank/checkpoints/save_speed.py):
     DeepSpeed's partitions and module states, and transformers' RNG and scheduler files."""
     import zipfile
 
@@ -112,7 +112,7 @@ SAVED = re.compile(r"\[checkpoint\] (checkpoint-\d+) saved in ([\d.]+) s on this
 
 
 def test_every_save_is_split_by_part_on_every_rank(runs: tuple[Path, Path]) -> None:
-    """runtime/rank/save_parts.py on real DeepSpeed saves: each rank logs each checkpoint's
+    """runtime/rank/checkpoints/save_parts.py on real DeepSpeed saves: each rank logs each checkpoint's
     split, with DeepSpeed's write under ``optimizer``; rank 0's last one is in state.json and
     accounts for the measured checkpoint_seconds."""
     _, stopped = runs

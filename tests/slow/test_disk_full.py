@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc_grpo.runtime.rank.checkpoints import is_complete, newest_complete
+from hpc_grpo.runtime.rank.checkpoints.folders import is_complete, newest_complete
 from tests.slow.test_runtime_slow import metrics, run_node, state, tiny_model, write_run
 
 pytestmark = pytest.mark.slow

@@ -93,7 +93,7 @@ def test_deepspeed_zero3_exports_from_its_shards_alone(tmp_path: Path, model: Pa
         "contiguous_gradients": True})
     checkpoint = run / "checkpoints" / f"checkpoint-{STEPS}"
     # A full-parameter ZeRO-3 checkpoint is DeepSpeed's files alone: no gathered model file
-    # (runtime/rank/grpo_args.py), written once (deepspeed_save.py); the export reads the fp32
+    # (runtime/rank/setup/grpo_args.py), written once (deepspeed_save.py); the export reads the fp32
     # master weights through zero_to_fp32. The reference is DeepSpeed's own script, which it
     # copies into every checkpoint, run as a user would.
     assert (checkpoint / "latest").exists() and not (checkpoint / "model.safetensors").exists()

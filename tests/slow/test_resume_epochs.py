@@ -84,9 +84,9 @@ def test_same_rewards_and_losses_every_step(runs: tuple[Path, Path]) -> None:
 
 
 def test_each_attempt_records_where_its_start_went(runs: tuple[Path, Path]) -> None:
-    """startup.jsonl (runtime/rank/startup.py): one line per attempt, each naming the step it
+    """startup.jsonl (runtime/rank/observe/startup_times.py): one line per attempt, each naming the step it
     resumed from, with every part of its time to the first step, in order and adding up."""
-    from hpc_grpo.runtime.rank.startup import PARTS
+    from hpc_grpo.runtime.rank.observe.startup_times import PARTS
 
     reference, stopped = runs
     lines = {run: [json.loads(x) for x in (run / "startup.jsonl").read_text().splitlines()]

@@ -74,7 +74,7 @@ def test_same_rewards_and_losses_every_step(runs: tuple[Path, Path]) -> None:
 def test_buffer_saved_only_inside_a_block(runs: tuple[Path, Path]) -> None:
     """Each stop's checkpoint holds every rank's buffer; the final one (step 12, the end of a
     block) needs none."""
-    from hpc_grpo.runtime.rank.generation_buffer import FOLDER
+    from hpc_grpo.runtime.rank.generation.buffer import FOLDER
 
     stopped = runs[1] / "checkpoints"
     for stop in STOPS:

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from hpc_grpo.runtime.rank.checkpoints import is_complete
-from hpc_grpo.runtime.rank.placement import expected_row
+from hpc_grpo.runtime.rank.checkpoints.folders import is_complete
+from hpc_grpo.runtime.rank.setup.placement import expected_row
 
 pytestmark = pytest.mark.slow
 STEPS = 8

@@ -25,7 +25,7 @@ ones: trainable / world under ZeRO-2/3, all of them otherwise):
   121.88, the model 126.43 (+3.2 %; the sub-group count was set on the first run's pinned
   figure, the node total was not). Not measured per page: any run without offload.
 * Optimizer offload, per rank, from DeepSpeed 0.19's code (runtime/zero/stage3.py,
-  stage_1_and_2.py, with the pin_memory the runtime sets, runtime/rank/grpo_args.py): the fp32
+  stage_1_and_2.py, with the pin_memory the runtime sets, runtime/rank/setup/grpo_args.py): the fp32
   master partition (4 B/p) and Adam's m and v (8 B/p); under ZeRO-3 a pinned fp32 gradient
   buffer per optimizer sub-group (about 1e9 elements each, subgroups.py counts them from the
   model's tensors for full-parameter training) and one pinned flat gradient

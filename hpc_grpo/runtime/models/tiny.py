@@ -46,8 +46,8 @@ def corpus(seed: int, lines: int = 2000) -> list[str]:
 
 def build_tokenizer(seed: int = 0, vocab_size: int = 512) -> Any:
     """A byte-level BPE trained in memory, wrapped as a PreTrainedTokenizerFast."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # no stack at import
+    from transformers import PreTrainedTokenizerFast  # here: the module imports without the training stack
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -93,8 +93,8 @@ def write_qwen2(
     ``vocab_size`` 0 means the tokenizer's own size; a larger one pads the embedding to a real
     model's size (ids past the tokenizer are simply never produced by it).
     """
-    import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    import torch  # here: the module imports without torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM  # no stack at import
 
     out_dir = Path(out_dir)
     tokenizer = build_tokenizer(seed)
@@ -129,7 +129,7 @@ def write_qwen2(
 
 def load_tokenizer(model_dir: str | Path) -> Any:
     """Load a tokenizer the way the ranks do (fast tokenizer from tokenizer.json)."""
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast  # here: the module imports without the training stack
 
     if (Path(model_dir) / "tokenizer.json").exists():
         return PreTrainedTokenizerFast.from_pretrained(str(model_dir))

@@ -11,12 +11,13 @@ from pathlib import Path
 from hpc_grpo.rundir.contract import RunRecord
 from hpc_grpo.runtime.node import bytecode, vllm_server
 from hpc_grpo.runtime.node.scratch import scratch_env
+from hpc_grpo.runtime.shared.vllm_address import server_mode
 
 
 def trainer_visible_devices(run: RunRecord, env: Mapping[str, str]) -> str | None:
     """Server mode: hide the vLLM server's GPUs from the trainers, so LOCAL_RANK 0 never lands
     on a GPU the server uses ("Duplicate GPU detected"). None when nothing is to be hidden."""
-    if not vllm_server.server_mode(run) or run.vllm.server is None:
+    if not server_mode(run) or run.vllm.server is None:
         return None
     trainer = list(run.vllm.server.trainer_gpus)
     visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]

@@ -16,7 +16,7 @@ from typing import Any
 
 from hpc_grpo.rundir.contract import CONFIGURATION_ERROR
 from hpc_grpo.rundir.state import RunState
-from hpc_grpo.runtime.rank.setup_failure import common_error
+from hpc_grpo.runtime.shared.setup_failure import common_error
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ def configuration_error(state: RunState, attempt: str,
                         records: Sequence[Mapping[str, Any]] = (), world_size: int = 0) -> str:
     """The exception line when this attempt failed before the first step in a way a retry would
     repeat, else "": rank 0's verdict in state.json, or else the ranks' own ``setup-errors/``
-    ``records`` (runtime/rank/setup_failure.py ``common_error``), which decide where rank 0
+    ``records`` (runtime/shared/setup_failure.py ``common_error``), which decide where rank 0
     could not: a peer's ImportError while rank 0 went on (and hung in the first collective), or
     rank 0 killed before it wrote. A rank writes a record only before its first step."""
     if state.is_attempt(attempt) and state.phase == "failed" \
@@ -38,7 +38,7 @@ def configuration_error(state: RunState, attempt: str,
     return common_error(records, world_size, attempt) if records and world_size else ""
 
 
-RESOURCE_CAUSES = ("out of memory", "disk full")  # node/oom.py, rank/checkpoints.py
+RESOURCE_CAUSES = ("out of memory", "disk full")  # node/oom.py, rank/checkpoints/folders.py
 
 
 def repeated_resource_failure(earlier: Sequence[Mapping[str, Any]], checkpoint_step: int,

@@ -1,40 +1,18 @@
-"""Slurm from a compute node: the runtime's only Slurm calls (``scontrol``), in one runner.
-
-The launcher's scheduler/slurm.py cannot be imported here (runtime/ never imports the launcher
-side), so ``scontrol`` runs here for the node task (a job's facts, its nodes' states, the
-requeue of a crash) and for doctor's probe; what the answers mean is decided in
-runtime/node/causes.py, purely. Every call is bounded and never raises: a cause that cannot be
+"""Slurm from a compute node, for the node task: a job's facts, its nodes' states, the requeue
+of a crash, all through the runtime's one ``scontrol`` runner (runtime/shared/scontrol.py,
+which doctor's probe uses too); what the answers mean is decided in runtime/node/causes.py,
+purely. Every call is bounded and never raises: a cause that cannot be
 told is named as such, it never stops a checkpoint or a requeue.
 """
 
 from __future__ import annotations
 
 import socket
-import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from hpc_grpo.runtime.node.causes import JobFacts, job_facts, parse_record
-
-TIMEOUT_S = 5.0
-
-
-def scontrol(args: Sequence[str], *, timeout_s: float = TIMEOUT_S,
-             binary: str = "scontrol") -> tuple[str, str]:
-    """``scontrol ARGS``' output and "", or "" and one line saying why it failed (its last line
-    of output, the timeout, no binary): a slurmctld that does not answer never hangs a node."""
-    command = " ".join([binary, *args])
-    try:
-        done = subprocess.run([binary, *args], capture_output=True, text=True,
-                              timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired:
-        return "", f"{command} timed out"
-    except OSError as err:
-        return "", f"{command} failed: {err.strerror or err}"
-    if done.returncode != 0:
-        said = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
-        return "", f"{command} failed: {said[-1] if said else f'exit code {done.returncode}'}"
-    return done.stdout or "", ""
+from hpc_grpo.runtime.shared.scontrol import scontrol
 
 
 def _scontrol(*args: str) -> str:

@@ -1,6 +1,6 @@
 """Is the run stalled? A pure decision over the ranks' heartbeats: values in, a finding out.
 
-Each rank writes ``heartbeats/rank-N.json`` (runtime/rank/heartbeat.py) whenever it makes
+Each rank writes ``heartbeats/rank-N.json`` (runtime/rank/observe/heartbeat.py) whenever it makes
 progress: a step ends, a save ends, one of TRL's profiled blocks (generation, each reward
 function, the loss) finishes. The run is stalled when NO rank has made progress within its
 bound: data-parallel ranks move in lockstep, so one blocked rank soon blocks all the others in

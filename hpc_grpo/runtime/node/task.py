@@ -28,7 +28,7 @@ from hpc_grpo.runtime.node import causes, hub_push, oom, retry, slurm_facts, vll
 from hpc_grpo.runtime.node.environment import child_env, library_env, usable_cpus
 from hpc_grpo.runtime.node.ports import free_port, with_master_port
 from hpc_grpo.runtime.node.scratch import make_scratch
-from hpc_grpo.runtime.rank import setup_failure
+from hpc_grpo.runtime.shared import setup_failure, vllm_address
 
 PAYLOAD_MODULES = {"train": "hpc_grpo.runtime.rank.train", "check": "hpc_grpo.runtime.rank.smoke"}
 
@@ -204,11 +204,11 @@ class NodeTask:
                       flush=True)
             if run.run_dir:  # the attempt's temporaries (scratch_env), removed below
                 scratch = make_scratch(run, attempt, node_env)
-            if vllm_server.server_mode(run) and vllm_server.is_server_node(run, node_env):
+            if vllm_address.server_mode(run) and vllm_server.is_server_node(run, node_env):
                 log = str(Path(self.run_dir) / contract.LOGS / contract.VLLM_SERVER_LOG)
                 server = vllm_server.start(run, {**node_env, **libraries},
                                            log, _server_ignores(signals))
-                port = vllm_server.address(node_env).port
+                port = vllm_address.address(node_env).port
                 print(f"[node] vllm serve starting on port {port} (log {log})", flush=True)
                 if not serves_only:  # a server node of its own watches it below instead
                     vllm_server.wait_healthy(server, port)

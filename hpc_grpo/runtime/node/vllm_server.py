@@ -15,51 +15,28 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from hpc_grpo.rundir import load_state, write_json_atomic
 from hpc_grpo.rundir.contract import (
     CLEAN_END,
     TRAINERS_ENDED_JSON,
-    VLLM_SERVER_PORT_OFFSET,
-    WEIGHT_SYNC_PORT_OFFSET,
     RunRecord,
     ServerBlock,
 )
-from hpc_grpo.runtime.rank.staged import model_source
-
-HOST_ENV = "HPC_GRPO_VLLM_SERVER_HOST"
-
-
-@dataclass(frozen=True)
-class ServerAddress:
-    host: str
-    port: int
-    group_port: int
-
-
-def server_mode(run: RunRecord) -> bool:
-    return run.device == "cuda" and run.vllm.server_mode
+from hpc_grpo.runtime.shared.staged import model_source
+from hpc_grpo.runtime.shared.vllm_address import (
+    HOST_ENV,
+    START_TIMEOUT_S,
+    address,
+    server_mode,
+)
 
 
 def _server(run: RunRecord) -> ServerBlock:
     if run.vllm.server is None:
         raise ValueError("run.json has no vllm.server block: not a server-mode run")
     return run.vllm.server
-
-
-def address(env: Mapping[str, str]) -> ServerAddress:
-    """Server port = rendezvous port + 1, weight-sync group port = + 2 (a job owns all three).
-
-    The node task sets MASTER_PORT before starting the server and torchrun, so both sides agree.
-    """
-    if not env.get("MASTER_PORT", "").isdigit():
-        raise ValueError("MASTER_PORT must be set: the vLLM server's ports follow it")
-    master = int(env["MASTER_PORT"])
-    return ServerAddress(env.get(HOST_ENV, "127.0.0.1"), master + VLLM_SERVER_PORT_OFFSET,
-                         master + WEIGHT_SYNC_PORT_OFFSET)
 
 
 def address_towards(host: str, port: int) -> str:
@@ -164,12 +141,6 @@ def start(run: RunRecord, env: Mapping[str, str], log_path: str,
                             stderr=subprocess.STDOUT, preexec_fn=preexec_fn)
 
 
-# How long the server may take to answer: the node task's wait, and the trainers' (TRL's own
-# default, 240 s, is shorter than a cold 7B server start on a node of its own, where the trainers
-# start beside it rather than after it)
-START_TIMEOUT_S = 600.0
-
-
 def wait_healthy(proc: subprocess.Popen[bytes], port: int,
                  timeout_s: float = START_TIMEOUT_S) -> None:
     """Block until /health answers 200; raise if the server dies or never comes up."""
@@ -196,15 +167,6 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-def grpo_server_fields(env: Mapping[str, str], timeout_s: float | None = None) -> dict[str, Any]:
-    """What the trainers' GRPOConfig needs to find this job's server, and how long to wait for
-    it (``timeout_s``: the recipe's own, else the node task's)."""
-    where = address(env)
-    return {"vllm_server_host": where.host, "vllm_server_port": where.port,
-            "vllm_group_port": where.group_port,
-            "vllm_server_timeout": START_TIMEOUT_S if timeout_s is None else timeout_s}
 
 
 TRAINERS_POLL_S = 2.0  # a dedicated server node's look at trainers-ended.json

@@ -33,7 +33,7 @@ from typing import Any
 from hpc_grpo import rundir
 from hpc_grpo.rundir.contract import HEARTBEATS, STALLED, RunRecord
 from hpc_grpo.runtime.node.stall import Beat, Policy, Stall, judge, poll_interval
-from hpc_grpo.runtime.rank.heartbeat import DUMP_SIGNAL
+from hpc_grpo.runtime.shared.signals import DUMP_SIGNAL
 
 RANK_MODULE = "hpc_grpo.runtime.rank."  # what a rank's command line holds
 

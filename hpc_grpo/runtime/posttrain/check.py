@@ -84,7 +84,7 @@ def texts(tokenizer: Any) -> list[str]:
 
 def token_logprobs(model: Any, ids: Any) -> Any:
     """log p(token | prefix) of every token after the first, in fp32."""
-    import torch
+    import torch  # here: the module imports without torch
 
     with torch.no_grad():
         logits = model(input_ids=ids).logits.float()
@@ -93,7 +93,7 @@ def token_logprobs(model: Any, ids: Any) -> Any:
 
 
 def greedy(model: Any, ids: Any, pad_id: int | None) -> list[int]:
-    import torch
+    import torch  # here: the module imports without torch
 
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
@@ -109,7 +109,7 @@ def device_name(model: Any) -> str:
 
 def _readings(model: Any, tokenizer: Any, token_ids: list[list[int]]
               ) -> tuple[list[list[float]], list[list[int]]]:
-    import torch
+    import torch  # here: the module imports without torch
 
     logprobs, continuations = [], []
     for row in token_ids:
@@ -150,7 +150,7 @@ def rounded(model: Any, dtype: str) -> Any:
     reference. Parameters and persistent buffers only: a buffer the folder does not hold (the
     rotary embedding's ``inv_freq``) is recomputed in fp32 when the folder loads, and rounding
     it here moved a 7B's readings by 0.02 nats (2 x H200, 2026-11-26)."""
-    import torch
+    import torch  # here: the module imports without torch
 
     if dtype == "float32":
         return model

@@ -29,7 +29,7 @@ def unavailable(weights_bytes: int = 0) -> str:
         import vllm  # noqa: F401
     except ImportError:
         return "vLLM is not installed here"
-    import torch
+    import torch  # here: the module imports without torch
 
     if not torch.cuda.is_available():
         return "no CUDA GPU here"
@@ -48,7 +48,7 @@ def open_engine(folder: str | Path, *, max_model_len: int, tensor_parallel: int 
     frees it. ``engine_args`` go to ``LLM`` as they are (``enable_lora=True,
     max_lora_rank=16`` for an adapter)."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    from vllm import LLM
+    from vllm import LLM  # here: only where vLLM runs
 
     return LLM(model=str(folder), tokenizer=str(folder), dtype=dtype, seed=seed,
                tensor_parallel_size=tensor_parallel, gpu_memory_utilization=gpu_share,

@@ -22,22 +22,21 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.runtime.child_answer import serve
+from hpc_grpo.runtime.models.tiny import load_tokenizer
 from hpc_grpo.runtime.posttrain import check, engine, vllm_check, weights
-from hpc_grpo.runtime.rank.setup_failure import exception_line
+from hpc_grpo.runtime.shared.setup_failure import exception_line
 
 
 def _tokenizer(checkpoint: str, base: str) -> Any:
     """The tokenizer the ranks saved with the checkpoint (with its chat template), else the
     base model's (an adapter checkpoint written without one)."""
-    from hpc_grpo.runtime.models.tiny import load_tokenizer
-
     has = any((Path(checkpoint) / name).exists() for name in ("tokenizer.json", "tokenizer_config.json"))
     return load_tokenizer(checkpoint if has or not base else base)
 
 
 def write(request: dict[str, Any]) -> list[str]:
     """The model and tokenizer into request["target"]; notes for the user."""
-    import torch
+    import torch  # here: the module imports without torch
 
     layout, target = request["layout"], request["target"]
     adapter = bool(request.get("adapter"))
@@ -67,7 +66,7 @@ def verify(request: dict[str, Any]) -> tuple[check.CheckResult, dict[str, Any], 
     loads it, where this process can run vLLM. Returns transformers' result, vLLM's (or why it
     was skipped) and the rounding: what it does alone, and for a merged LoRA the merge in fp32
     judged against the unmerged model that trained (check.merge)."""
-    import torch
+    import torch  # here: the module imports without torch
 
     layout, target = request["layout"], request["target"]
     adapter = bool(request.get("adapter"))
@@ -102,7 +101,7 @@ def verify(request: dict[str, Any]) -> tuple[check.CheckResult, dict[str, Any], 
 def reading_device(num_params: int) -> str:
     """The GPU where it holds an fp32 copy of the model with room to spare (the readings hold
     one model at a time), else the CPU: a 32B model is 128 GB in fp32."""
-    import torch
+    import torch  # here: the module imports without torch
 
     if not torch.cuda.is_available():
         return "cpu"
@@ -112,7 +111,7 @@ def reading_device(num_params: int) -> str:
 
 def _free() -> None:
     """Give a model's memory back (host and GPU) before the next one loads."""
-    import torch
+    import torch  # here: the module imports without torch
 
     gc.collect()
     if torch.cuda.is_available():

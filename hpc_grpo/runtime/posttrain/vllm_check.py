@@ -29,7 +29,7 @@ ENGINE = "vLLM (GPU)"
 
 def run(ref: check.Reference, folder: str | Path, *, tensor_parallel: int = 1) -> check.CheckResult:
     """Load ``folder`` with vLLM and judge its readings of the fixed texts against ``ref``."""
-    from vllm import SamplingParams
+    from vllm import SamplingParams  # here: only where vLLM runs
 
     params = SamplingParams(max_tokens=check.GREEDY_TOKENS, temperature=0.0, prompt_logprobs=0)
     prompts = [{"prompt_token_ids": list(ids)} for ids in ref.ids]

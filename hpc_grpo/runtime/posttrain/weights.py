@@ -24,14 +24,14 @@ class WeightsError(RuntimeError):
 
 
 def _float32() -> Any:
-    import torch
+    import torch  # here: the module imports without torch
 
     return torch.float32
 
 
 def load_full(folder: str | Path) -> Any:
     """A folder transformers loads as it is (a checkpoint with model.safetensors, an export)."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # here: the module imports without the training stack
 
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=_float32())
     return model.eval()
@@ -40,7 +40,7 @@ def load_full(folder: str | Path) -> Any:
 def zero_state_dict(checkpoint: str | Path) -> dict[str, Any]:
     """DeepSpeed's fp32 master weights of a ZeRO-1/2/3 checkpoint (its ``latest`` tag), gathered
     from every rank's partition on this host. DeepSpeed prints its progress; kept quiet."""
-    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint  # no stack at import
 
     with contextlib.redirect_stdout(io.StringIO()):
         state = get_fp32_state_dict_from_zero_checkpoint(str(checkpoint))
@@ -50,7 +50,7 @@ def zero_state_dict(checkpoint: str | Path) -> dict[str, Any]:
 def from_state_dict(config_folder: str | Path, state: dict[str, Any]) -> Any:
     """The checkpoint's architecture with ``state`` in it. Every parameter must come from the
     state dict, except an lm_head tied to the embedding (ZeRO-3 keeps only one of the two)."""
-    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig  # no stack at import
 
     config = AutoConfig.from_pretrained(str(config_folder))
     model = AutoModelForCausalLM.from_config(config, dtype=_float32())
@@ -72,7 +72,7 @@ def load_zero(checkpoint: str | Path) -> Any:
 
 def load_lora(base: str, adapter: str | Path) -> Any:
     """The base model with the checkpoint's adapter, unmerged (what the ranks trained)."""
-    from peft import PeftModel
+    from peft import PeftModel  # here: the module imports without the training stack
 
     return PeftModel.from_pretrained(load_full(base), str(adapter)).eval()
 

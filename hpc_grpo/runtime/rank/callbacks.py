@@ -16,9 +16,10 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
-from hpc_grpo.runtime.rank import checkpoints, hostmem, phases, save_parts
-from hpc_grpo.runtime.rank.gpumem import GpuMemorySampler, physical_gpu
-from hpc_grpo.runtime.rank.stop import StopFlag, request_reason
+from hpc_grpo.runtime.rank.checkpoints import folders, save_parts
+from hpc_grpo.runtime.rank.observe import memory, phases
+from hpc_grpo.runtime.rank.observe.memory import GpuMemorySampler, physical_gpu
+from hpc_grpo.runtime.shared.signals import StopFlag, request_reason
 
 # Fault injection for tests: a file of this name in the run directory holds the next save open
 # (files written, completion marker not yet) for that many seconds, once.
@@ -116,14 +117,14 @@ class DiskSpaceCallback(TrainerCallback):
         if not control.should_save:
             return control
         output = Path(str(args.output_dir))
-        needed = checkpoints.bytes_needed(self.planned, output)
-        free = checkpoints.free_bytes(output)
+        needed = folders.bytes_needed(self.planned, output)
+        free = folders.free_bytes(output)
         fits = torch.tensor([1 if needed <= free else 0], dtype=torch.int32, device=self.device)
         if _dist_ready():
             dist.all_reduce(fits, op=dist.ReduceOp.MIN)
         if not int(fits.item()):
             control.should_save = False
-            line = checkpoints.skip_line(state.global_step, needed, free, output)
+            line = folders.skip_line(state.global_step, needed, free, output)
             print(f"[checkpoint] {line}", flush=True)
             if state.is_world_process_zero:
                 rundir.update_state(self.run_dir, checkpoint_skipped=line)
@@ -132,14 +133,14 @@ class DiskSpaceCallback(TrainerCallback):
 
 class CheckpointMarkerCallback(TrainerCallback):
     """After a save, wait for every rank, then rank 0 marks the checkpoint complete and only then
-    deletes what retention lets go (checkpoints.retain: the folders of killed saves, the oldest
+    deletes what retention lets go (folders.retain: the folders of killed saves, the oldest
     complete checkpoints beyond ``keep``); GRPOConfig's own rotation is off (grpo_args.py)."""
 
     def __init__(self, run_dir: Path, keep: int | None = None) -> None:
         self.run_dir = run_dir
         self.keep = keep
         self.step_end = time.time()
-        self.clock = save_parts.SaveClock()  # the save's parts (save_parts.install times them)
+        self.clock = save_parts.SaveClock()  # the save's parts (save_parts.time_saves times them)
         self.saved_step: int | None = None  # the step of this attempt's newest save
 
     def on_epoch_end(
@@ -182,9 +183,9 @@ class CheckpointMarkerCallback(TrainerCallback):
         self.saved_step = state.global_step
         if state.is_world_process_zero:
             world = dist.get_world_size() if _dist_ready() else 1
-            checkpoints.write_marker(folder, state.global_step, world)
+            folders.write_marker(folder, state.global_step, world)
             best = state.best_model_checkpoint
-            for gone in checkpoints.retain(folder.parent, self.keep, Path(best) if best else None):
+            for gone in folders.retain(folder.parent, self.keep, Path(best) if best else None):
                 print(f"[checkpoint] removed {gone.name} (save_total_limit {self.keep})", flush=True)
         self.clock.add("marker_and_retention", time.perf_counter() - marking)
         parts = self.clock.rounded()
@@ -205,7 +206,7 @@ class CheckpointMarkerCallback(TrainerCallback):
 
 def _torch_memory(nvml_used: int | None) -> dict[str, float]:
     """torch's allocator peaks (this process) next to NVML's device view. Not a split of the
-    total: torch's counters include vLLM's sleep-mode pool even while it sleeps (gpumem.py)."""
+    total: torch's counters include vLLM's sleep-mode pool even while it sleeps (observe/memory.py)."""
     gib = float(2**30)
     out = {"torch_alloc_peak_gib": round(torch.cuda.max_memory_allocated() / gib, 3),
            "torch_reserved_peak_gib": round(torch.cuda.max_memory_reserved() / gib, 3)}
@@ -283,8 +284,8 @@ class MetricsCallback(TrainerCallback):
             row["gpu_mem_peak_gib"] = round(self.memory.peak_gib, 3)
             row["gpu_mem_peak_by_phase_gib"] = self.memory.phase_peaks_gib()  # run so far
             row.update(_torch_memory(None))
-        if host := hostmem.sample(torch):
-            row["host_mem_gib"] = host  # rank 0's process (rank/hostmem.py)
+        if host := memory.host_sample(torch):
+            row["host_mem_gib"] = host  # rank 0's process (rank/observe/memory.py)
         row.update({k: v for k, v in logs.items() if k.startswith("rewards/")})
         row.update({ours: logs[trl] for trl, ours in LOGP_DIFF.items() if logs.get(trl) is not None})
         if split:

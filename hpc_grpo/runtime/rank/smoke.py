@@ -32,8 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     rundir.redirect_output(run_dir, rank)
     run = rundir.load_run(run_dir)
 
-    import torch
-    import torch.distributed as dist
+    import torch  # here: the module imports without torch
+    import torch.distributed as dist  # here: the module imports without torch
 
     cuda = run.device == "cuda"
     backend = run.backend

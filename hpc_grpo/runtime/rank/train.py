@@ -4,7 +4,7 @@ Order matters: signal handlers first (a stop during start-up is not lost), then 
 group, the rank checks and the hardware check (a bad layout, or nodes with less GPU or host
 memory than the plan assumed, fail before the model loads), then resume selection, then TRL.
 Rank 0 is the only writer of state.json, metrics.jsonl, startup.jsonl and summary.json. An error
-before the first step that every rank raises alike is a configuration error (setup_failure.py),
+before the first step that every rank raises alike is a configuration error (shared/setup_failure.py),
 not retried by the node task.
 """
 
@@ -21,32 +21,33 @@ from typing import Any
 
 from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
-from hpc_grpo.rundir.contract import RunRecord, rank_row
+from hpc_grpo.rundir.contract import RunRecord
 from hpc_grpo.rundir.state import RunState
-from hpc_grpo.runtime.rank import (
-    checkpoints,
-    engine_weights,
-    heartbeat,
-    restart_record,
-    startup,
-    startup_heap,
-    startup_profile,
-    tracking,
-)
-from hpc_grpo.runtime.rank.placement import RuntimeCheckError
-from hpc_grpo.runtime.rank.process_group import device_problems, setup_distributed
-from hpc_grpo.runtime.rank.stop import StopFlag, request_cause
+from hpc_grpo.runtime.rank.checkpoints import folders, prefetch, restart_record
+from hpc_grpo.runtime.rank.context import HookContext
+from hpc_grpo.runtime.rank.data.dataset import check_prompt_bound, longest_prompt_tokens
+from hpc_grpo.runtime.rank.data.job_inputs import load_inputs
+from hpc_grpo.runtime.rank.generation import engine_weights
+from hpc_grpo.runtime.rank.observe import heartbeat, phases, startup_profile, startup_times, tracking
+from hpc_grpo.runtime.rank.observe.summary import write_summary
+from hpc_grpo.runtime.rank.setup import grpo_args, hardware_check, model_load, placement, startup_heap
+from hpc_grpo.runtime.rank.setup.model_load import check_quantization
+from hpc_grpo.runtime.rank.setup.placement import RuntimeCheckError
+from hpc_grpo.runtime.rank.setup.process_group import device_problems, setup_distributed
+from hpc_grpo.runtime.shared import setup_failure, vllm_address
+from hpc_grpo.runtime.shared.signals import StopFlag, request_cause
+from hpc_grpo.runtime.shared.staged import dataset_name, describe, model_source
 
 
 def _pick_resume(run_dir: Path) -> Path | None:
     """Rank 0 picks the newest complete checkpoint and tells everyone, so all ranks agree."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # here: the module imports without torch
 
     choice: list[Any] = [None]
     if dist.get_rank() == 0:
         # a killed save's folder: never resumed from, and in the way of this attempt's saves
-        checkpoints.remove_incomplete(run_dir / contract.CHECKPOINTS)
-        found = checkpoints.newest_complete(run_dir / contract.CHECKPOINTS)
+        folders.remove_incomplete(run_dir / contract.CHECKPOINTS)
+        found = folders.newest_complete(run_dir / contract.CHECKPOINTS)
         choice[0] = str(found) if found else None
     dist.broadcast_object_list(choice, src=0)
     return Path(choice[0]) if choice[0] else None
@@ -55,15 +56,13 @@ def _pick_resume(run_dir: Path) -> Path | None:
 def _grpo_args(run: RunRecord, run_dir: Path, rank: int) -> tuple[Any, list[str]]:
     """TRL's GRPOConfig for this rank; rank 0 records the exact keyword arguments TRL got."""
     with startup_heap.collector_paused(os.environ):
-        from trl import GRPOConfig  # transformers, accelerate, datasets
-    from hpc_grpo.runtime.node import vllm_server
-    from hpc_grpo.runtime.rank import grpo_args
+        from trl import GRPOConfig  # transformers, accelerate, datasets: the collector paused
 
     known = [f.name for f in dataclasses.fields(GRPOConfig)]
     kwargs, notes = grpo_args.grpo_kwargs(run, run_dir, known)
-    if vllm_server.server_mode(run):
-        kwargs.update(vllm_server.grpo_server_fields(os.environ,  # a recipe's own timeout stays
-                                                     kwargs.get("vllm_server_timeout")))
+    if vllm_address.server_mode(run):
+        kwargs.update(vllm_address.grpo_server_fields(os.environ,  # a recipe's own timeout stays
+                                                      kwargs.get("vllm_server_timeout")))
     args = GRPOConfig(**kwargs)
     if rank == 0:  # to reproduce or compare a run without hpc-grpo
         rundir.write_json_atomic(run_dir / contract.GRPO_CONFIG_JSON, kwargs)
@@ -74,12 +73,7 @@ def _inputs(run: RunRecord) -> tuple[Any, Any, Any]:
     """Rewards, prompts (with the columns the rewards need) and tokenizer, and QLoRA's needs,
     checked before the model loads (every rank fails alike). The rewards are not called here:
     user rewards may have side effects per call; the login node called them once (inputs_probe).
-    A staged model or dataset loads from its pinned snapshot folder (rank/staged.py)."""
-    from hpc_grpo.runtime.rank.data import check_prompt_bound, longest_prompt_tokens
-    from hpc_grpo.runtime.rank.job_inputs import load_inputs
-    from hpc_grpo.runtime.rank.model_load import check_quantization
-    from hpc_grpo.runtime.rank.staged import dataset_name, describe, model_source
-
+    A staged model or dataset loads from its pinned snapshot folder (shared/staged.py)."""
     print(f"[train] {describe(run)}", flush=True)
     check_quantization(run.peft, run.device)
     found = load_inputs(dataclasses.replace(run.dataset, name=dataset_name(run)), run.reward_funcs,
@@ -91,8 +85,6 @@ def _inputs(run: RunRecord) -> tuple[Any, Any, Any]:
 
 def _finish(run_dir: Path, run: RunRecord, **state: Any) -> None:
     """Rank 0: summary.json, reward_curve.png and state.json phase "done"."""
-    from hpc_grpo.runtime.rank.summary import write_summary
-
     summary = write_summary(run_dir, {"run_id": run.run_id})
     rundir.update_state(run_dir, phase="done", reward_delta=summary["reward_delta"], **state)
 
@@ -101,38 +93,38 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
              flag: StopFlag, device: Any, within: dict[str, float]) -> tuple[Any, Any]:
     """GRPOTrainer with the project's callbacks; returns it and the graceful-stop callback.
     The imports, the model load and the engine start inside it are timed into ``within``
-    (rank/startup.py)."""
+    (rank/observe/startup_times.py)."""
     began = time.perf_counter()
     with startup_heap.collector_paused(os.environ):
         from trl import GRPOTrainer  # and vLLM on GPU nodes
         from trl.extras import profiling
-    from hpc_grpo.runtime.rank import model_load, phases
+    # here, not at the top: it imports transformers, which must come after main's
+    # startup_heap.share_package_map (TRL has imported it by now)
     from hpc_grpo.runtime.rank.callbacks import (
         CheckpointMarkerCallback,
         DiskSpaceCallback,
         GracefulStopCallback,
         MetricsCallback,
     )
-    from hpc_grpo.runtime.rank.staged import model_source
 
-    if not phases.install(profiling):  # metrics lines then carry no step split
+    if not phases.patch_profiling(profiling):  # metrics lines then carry no step split
         print("[train] this TRL has no ProfilingContext hook: no per-phase step times", flush=True)
     tagged = phases.tag_engine(phases.engine_class())  # on CPU too: CPU runs take the GPU path
     if run.device == "cuda" and not tagged:
         print("[train] this TRL's vLLM engine class is not known: no GPU memory per phase", flush=True)
     rewards, dataset, tokenizer = inputs
     stop = GracefulStopCallback(run_dir, flag, device)
-    keep = checkpoints.retention_limit(run.grpo_config)  # applied after each marker, not by TRL
-    targets = startup.trainer_targets(run.vllm.mode)  # TRL's trainer module imports vLLM
+    keep = folders.retention_limit(run.grpo_config)  # applied after each marker, not by TRL
+    targets = startup_times.trainer_targets(run.vllm.mode)  # TRL's trainer module imports vLLM
     within["trainer_import"] = (imported := time.perf_counter()) - began
     frozen = startup_heap.freeze_imported_heap(os.environ)  # before the engine's collections
     within["heap_freeze"] = time.perf_counter() - imported  # its full collection, apart
     print(f"[train] imports done; {frozen} objects frozen out of the collector's walks", flush=True)
     constructing, timed_before = time.perf_counter(), sum(within.values())
     with engine_weights.engine_from_pushed_weights(os.environ), \
-            startup.timed_calls(within, targets):
+            startup_times.timed_calls(within, targets):
         trainer = GRPOTrainer(
-            model=model_source(run),  # a staged commit's snapshot folder (rank/staged.py)
+            model=model_source(run),  # a staged commit's snapshot folder (shared/staged.py)
             reward_funcs=rewards,
             args=args,
             train_dataset=dataset,
@@ -148,7 +140,7 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
 
 def _marker(trainer: Any) -> Any:
     """The trainer's CheckpointMarkerCallback (``_trainer`` gives it every trainer)."""
-    from hpc_grpo.runtime.rank.callbacks import CheckpointMarkerCallback
+    from hpc_grpo.runtime.rank.callbacks import CheckpointMarkerCallback  # transformers: see _trainer
 
     return next(callback for callback in trainer.callback_handler.callbacks
                 if isinstance(callback, CheckpointMarkerCallback))
@@ -176,47 +168,33 @@ class SetupFailed(Exception):
 
 
 def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: int,
-             previous: RunState, attempt: str, within: dict[str, float]) -> Ready | None:
-    """Arguments, rank checks, inputs, resume and the trainer; None when the newest checkpoint
-    is already at max_steps (rank 0 has recorded it as done). ``within``: see ``_trainer``."""
+             previous: RunState, attempt: str, clock: startup_times.StartupClock,
+             profiler: Any) -> Ready | None:
+    """Arguments, rank checks, inputs, resume, the trainer and its hooks (hooks.py); None when
+    the newest checkpoint is already at max_steps (rank 0 has recorded it as done). The parts
+    are timed into ``clock.within`` (see ``_trainer``)."""
+    within = clock.within
     importing = time.perf_counter()
     with startup_heap.collector_paused(os.environ):  # transformers and peft come in here
-        from hpc_grpo.runtime.rank import (
-            checkpoint_prefetch,
-            checkpoint_read,
-            deepspeed_save,
-            epoch_order,
-            generation_buffer,
-            generation_record,
-            hardware_check,
-            lora_sync,
-            pinned_save,
-            placement,
-            save_parts,
-            save_speed,
-        )
-        from hpc_grpo.runtime.rank.faults import hang as hang_fault
-        from hpc_grpo.runtime.rank.faults import stale_weights
+        # here, not at the top: timed as runtime_imports, with the collector paused
+        from hpc_grpo.runtime.rank import hooks
 
     lead = rank == 0
     began = time.perf_counter()
     within["runtime_imports"] = began - importing  # epoch_order: transformers' trainer utilities
     args, notes = _grpo_args(run, run_dir, rank)
-    if stale_weights.enabled(os.environ):
-        notes.append(stale_weights.NOTE)
     device_id, problems = device_problems(run, args, device)
     placement.run_rank_checks(run, run_dir, device_id=device_id, extra=problems)
     print(f"[train] rank checks passed; notes: {notes or 'none'}", flush=True)
     for note in hardware_check.check(run, device):  # less than planned raises on every rank
         print(f"[hardware] {note}", flush=True)
-    rewards, dataset, tokenizer = _inputs(run)
-    inputs = (hang_fault.wrap_rewards(rewards, os.environ, run_dir, rank), dataset, tokenizer)
+    inputs = _inputs(run)
     within["checks_and_inputs"] = (checked := time.perf_counter()) - began
     trackers = tracking.reporters(args.report_to)
     logged = tracking.prepare(run.run_id, run_dir, trackers, previous, lead)  # before the cut
 
     resume = _pick_resume(run_dir)
-    resume_step = (checkpoints.checkpoint_step(resume) or 0) if resume else 0
+    resume_step = (folders.checkpoint_step(resume) or 0) if resume else 0
     if lead:
         restart_record.record_resume(run_dir, previous, attempt, notes, resume, resume_step)
     if resume is not None and 0 < args.max_steps <= resume_step:
@@ -225,43 +203,23 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
             _finish(run_dir, run, step=resume_step, max_steps=args.max_steps)
         return None
 
-    prefetch = checkpoint_prefetch.start(run, resume, rank, os.environ)  # while it is built
+    reading = prefetch.start(run, resume, rank, os.environ)  # while the trainer is built
     before_trainer = time.perf_counter() - checked
     trainer, stop = _trainer(run, run_dir, args, inputs, flag, device, within)
     built = time.perf_counter()
-    checkpoint_prefetch.install(trainer, prefetch)  # stopped at train begin, with its line
-    engine_weights.check_first_push(trainer)  # an engine from random weights: all filled?
-    epoch_order.install(trainer)  # each epoch's data order as an uninterrupted run has it
-    if line := generation_buffer.install(trainer, rank, run.world_size, resume):
-        print(f"[train] {line}", flush=True)  # a block's completions, saved inside the block
-    heartbeat.install(trainer)  # progress for the node task's hang watchdog
-    seed = rank_row(rank, run.procs_per_node, run.vllm.tensor_parallel_size).vllm_seed
-    generation_record.install(trainer, run_dir, rank, seed=seed)
-    if push := lora_sync.install(trainer):  # before the fault, which wraps whatever walk is set
-        print(f"[train] {push}", flush=True)
-    if read := checkpoint_read.install(trainer, run, resume, os.environ):
-        print(f"[train] {read}", flush=True)
-    print(f"[train] {save_speed.configure(os.environ)}", flush=True)  # CRC-32s off by default
-    if pinned := pinned_save.install(trainer, os.environ, run.procs_per_node):
-        print(f"[train] {pinned}", flush=True)
-    if once := deepspeed_save.install(trainer, run):  # DeepSpeed's files alone, written once
-        print(f"[train] {once}", flush=True)
-    save_parts.install(trainer, _marker(trainer).clock)  # outermost: each part as it runs
-    if stale_weights.install(trainer, os.environ):
-        print(f"[train] {stale_weights.NOTE}", flush=True)
-    for note in tracking.install(trainer, trackers, resume_step, logged):
-        print(f"[train] {note}", flush=True)
+    hooks.install(trainer, HookContext(
+        run=run, run_dir=run_dir, rank=rank, env=os.environ, attempt=attempt, resume=resume,
+        resume_step=resume_step, prefetch=reading, trackers=trackers, logged=logged,
+        save_clock=_marker(trainer).clock, clock=clock, profiler=profiler))
     within["resume_and_hooks"] = before_trainer + time.perf_counter() - built
     return Ready(trainer, stop, args, resume, resume_step)
 
 
 def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
     """Check, resume, train, and record how it ended; returns the process exit code."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # here: the module imports without torch
 
-    from hpc_grpo.runtime.rank import setup_failure
-
-    clock = startup.StartupClock(started)
+    clock = startup_times.StartupClock(started)
     device = setup_distributed(run)
     clock.mark()
     rank = dist.get_rank()
@@ -275,10 +233,10 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
                             started=started, message="", stop_reason=None, stop_cause=None)
     profiler = startup_profile.start(run_dir, rank, os.environ)  # HPC_GRPO_STARTUP_PROFILE=1
     try:
-        ready = _prepare(run, run_dir, flag, device, rank, previous, attempt, clock.within)
+        ready = _prepare(run, run_dir, flag, device, rank, previous, attempt, clock, profiler)
     except RuntimeCheckError:
         raise  # every rank saw the same gathered problems already
-    except Exception as exc:  # no step yet: did every rank fail alike? (setup_failure.py)
+    except Exception as exc:  # no step yet: did every rank fail alike? (shared/setup_failure.py)
         traceback.print_exc()
         startup_profile.write_after_failure(profiler, run_dir)
         agreed = setup_failure.settle(run_dir, attempt, rank, run.world_size, exc)
@@ -289,12 +247,11 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
     trainer, stop, args, resume = ready.trainer, ready.stop, ready.args, ready.resume
     clock.mark()
     if lead:
-        startup.install(trainer, clock, run_dir, attempt, ready.resume_step if resume else None)
-        startup_profile.install(trainer, profiler, run_dir)
         rundir.update_state(run_dir, phase="training", max_steps=args.max_steps)
     print(f"[train] training from {resume or 'scratch'} to step {args.max_steps}", flush=True)
     try:
-        with startup.timed_calls(clock.preparing, startup.prepare_targets()):  # prepare_parts_s
+        with startup_times.timed_calls(clock.preparing,  # prepare_parts_s
+                                       startup_times.prepare_targets()):
             trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     except engine_weights.EngineNotFilled as exc:  # every rank alike, before its first step
         agreed = setup_failure.settle(run_dir, attempt, rank, run.world_size, exc)
@@ -316,7 +273,7 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
 
 def _shutdown() -> None:
     """Barrier, then destroy the group: exiting with it alive intermittently aborts (SIGABRT)."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # here: the module imports without torch
 
     if dist.is_available() and dist.is_initialized():
         try:
@@ -355,12 +312,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         traceback.print_exc()
         tracking.finish()
-        full = checkpoints.disk_full_message(
-            exc, checkpoints.free_bytes_or_none(run_dir / contract.CHECKPOINTS))
+        full = folders.disk_full_message(
+            exc, folders.free_bytes_or_none(run_dir / contract.CHECKPOINTS))
         if full:
             print(f"[train] {full}", flush=True)
             if rank == 0:  # frees the space the record of why needs
-                checkpoints.remove_incomplete(run_dir / contract.CHECKPOINTS)
+                folders.remove_incomplete(run_dir / contract.CHECKPOINTS)
         if rank == 0:
             rundir.update_state(run_dir, phase="failed",
                                 message=full.removeprefix("disk full: ")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.runs import drift
-from hpc_grpo.runtime.rank.engine_weights import NOTE
+from hpc_grpo.runtime.rank.generation.engine_weights import NOTE
 from tests.unit.benchmarks.lora_results import docs_section
 from tests.unit.planner import test_speed_calibration as calibration
 

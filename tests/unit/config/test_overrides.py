@@ -161,7 +161,7 @@ def test_flash_attention_needs_the_package_in_the_sites_python(
     package; the probe runs for it even on a built-in dataset with smoke rewards."""
     import importlib.util
 
-    from hpc_grpo.runtime.rank.inputs_probe import attention_problem
+    from hpc_grpo.runtime.rank.data.inputs_probe import attention_problem
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",

@@ -28,7 +28,7 @@ TOKEN = "hf_standin_0123456789abcdefSECRET"
 # The export's stand-in child; the push module runs in this Python as it is.
 DISPATCH = """#!{python}
 import os, sys
-if sys.argv[2] == "hpc_grpo.runtime.posttrain.push":
+if sys.argv[2] == "hpc_grpo.runtime.posttrain.hub_upload":
     os.execv({python!r}, [{python!r}, *sys.argv[1:]])
 """ + FAKE.split("\n", 1)[1]
 

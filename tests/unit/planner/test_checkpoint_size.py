@@ -22,7 +22,7 @@ from hpc_grpo.planner.checkpoint_size import (
     size_checkpoint,
 )
 from hpc_grpo.preflight import inputs
-from hpc_grpo.runtime.rank import checkpoints
+from hpc_grpo.runtime.rank.checkpoints import folders
 
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 TINY = json.loads((RESULTS / "2026-11-24-ckpt-tiny-cpu.json").read_text())
@@ -135,14 +135,14 @@ def test_free_space_probe_reads_the_nearest_existing_parent(tmp_path: Path) -> N
 
 def test_disk_full_is_named_from_errno_and_from_torchs_writer() -> None:
     enospc = OSError(errno.ENOSPC, "No space left on device", "/x/optimizer.pt")
-    assert checkpoints.disk_full_message(enospc, None).startswith("disk full: No space left")
+    assert folders.disk_full_message(enospc, None).startswith("disk full: No space left")
     wrapped = RuntimeError("save failed")
     wrapped.__cause__ = enospc
-    assert checkpoints.disk_full_message(wrapped, None).startswith("disk full")
+    assert folders.disk_full_message(wrapped, None).startswith("disk full")
     torch_text = RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 123 vs 45")
-    assert checkpoints.disk_full_message(torch_text, 10 * 2**20).startswith("disk full")
-    assert checkpoints.disk_full_message(torch_text, 100 * 2**30) == ""  # not a full disk
-    assert checkpoints.disk_full_message(ValueError("x"), 0) == ""
+    assert folders.disk_full_message(torch_text, 10 * 2**20).startswith("disk full")
+    assert folders.disk_full_message(torch_text, 100 * 2**30) == ""  # not a full disk
+    assert folders.disk_full_message(ValueError("x"), 0) == ""
 
 
 def _tmpfs(path: Path, size: str) -> bool:
@@ -162,7 +162,7 @@ def test_torch_save_onto_a_full_tmpfs_is_named_disk_full(tmp_path: Path) -> None
     try:
         with pytest.raises(Exception) as caught:
             torch.save({"w": torch.zeros(2**20)}, mount / "optimizer.pt")
-        message = checkpoints.disk_full_message(caught.value, checkpoints.free_bytes(mount))
+        message = folders.disk_full_message(caught.value, folders.free_bytes(mount))
         text = repr(caught.value)
         del caught  # its traceback holds the open file: the tmpfs would stay busy
         gc.collect()
@@ -174,16 +174,16 @@ def test_torch_save_onto_a_full_tmpfs_is_named_disk_full(tmp_path: Path) -> None
 
 def test_next_save_needs_the_newest_checkpoints_measured_size(tmp_path: Path) -> None:
     out = tmp_path / "checkpoints"
-    assert checkpoints.bytes_needed(1234, out) == 1234  # no checkpoint yet: the plan's
+    assert folders.bytes_needed(1234, out) == 1234  # no checkpoint yet: the plan's
     done = out / "checkpoint-4"
     done.mkdir(parents=True)
     (done / "optimizer.pt").write_bytes(b"x" * 5000)
     (done / "trainer_state.json").write_text(json.dumps({"global_step": 4}))
-    checkpoints.write_marker(done, 4, 1)
+    folders.write_marker(done, 4, 1)
     half = out / "checkpoint-6"
     half.mkdir()
     (half / "model.safetensors").write_bytes(b"y" * 9000)
-    assert checkpoints.bytes_needed(1234, out) == checkpoints.folder_bytes(done) > 5000
-    assert checkpoints.remove_incomplete(out) == [half] and not half.exists() and done.exists()
-    line = checkpoints.skip_line(8, 3 * 2**30, 2**30, out)
+    assert folders.bytes_needed(1234, out) == folders.folder_bytes(done) > 5000
+    assert folders.remove_incomplete(out) == [half] and not half.exists() and done.exists()
+    line = folders.skip_line(8, 3 * 2**30, 2**30, out)
     assert "step 8 skipped" in line and "3.0 GiB" in line and "1.0 GiB are free" in line

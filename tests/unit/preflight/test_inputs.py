@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from hpc_grpo.preflight import inputs
-from hpc_grpo.runtime.rank import data, rewards
+from hpc_grpo.runtime.rank.data import dataset, rewards
 
 
 def test_builtin_datasets_match_runtime() -> None:
-    assert set(inputs.BUILTIN_DATASETS) == {f"builtin:{n}" for n in data.BUILTIN}
+    assert set(inputs.BUILTIN_DATASETS) == {f"builtin:{n}" for n in dataset.BUILTIN}
 
 
 def test_builtin_rewards_match_runtime() -> None:
@@ -18,7 +18,7 @@ def test_builtin_models_are_the_runtime_shapes() -> None:
     """The launcher lists the built-in models without importing the runtime's shape table;
     a shape added on one side only would be refused on the login node or fail on the nodes."""
     from hpc_grpo.preflight.inputs import BUILTIN_CONTEXT, BUILTIN_MODELS
-    from hpc_grpo.runtime.models.shapes import SHAPES
+    from hpc_grpo.runtime.models.build import SHAPES
 
     assert sorted(BUILTIN_MODELS) == sorted(f"builtin:{name}" for name in SHAPES)
     assert {f"builtin:{n}": s.max_position_embeddings for n, s in SHAPES.items()} == BUILTIN_CONTEXT
@@ -26,7 +26,7 @@ def test_builtin_models_are_the_runtime_shapes() -> None:
 
 def test_qwen2_shapes_have_the_published_parameter_counts() -> None:
     """Qwen2.5 sizes as published (with the built-in 32k vocabulary, tied embeddings)."""
-    from hpc_grpo.runtime.models.shapes import SHAPES
+    from hpc_grpo.runtime.models.build import SHAPES
 
     def params(name: str) -> float:
         s = SHAPES[name]

@@ -25,7 +25,7 @@ from hpc_grpo.preflight import stage
 from hpc_grpo.rundir.contract import ModelBlock, RunRecord, ServerBlock, VllmBlock
 from hpc_grpo.runtime.node.environment import child_env
 from hpc_grpo.runtime.node.vllm_server import server_argv
-from hpc_grpo.runtime.rank import staged
+from hpc_grpo.runtime.shared import staged
 from tests.unit.hubfake import FakeHub, Repo, commit_of, lay_out, read_folder
 from tests.unit.slurmfake import FakeSlurm
 

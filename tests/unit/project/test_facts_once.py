@@ -33,7 +33,7 @@ RULES: dict[str, tuple[str, set[str]]] = {
                               {"rundir/contract.py", "planner/topology.py"}),
     # The runtime's one runner; the launcher's argv lists go through scheduler/slurm.run_slurm.
     "an scontrol runner": (r"\[\s*\"scontrol\"|\(\s*\[\s*binary\b",
-                           {"runtime/node/slurm_facts.py", "scheduler/slurm.py"}),
+                           {"runtime/shared/scontrol.py", "scheduler/slurm.py"}),
     "a run-directory JSON-lines reader": (r"def (read_jsonl|tail_jsonl|last_jsonl)\b",
                                           {"rundir/__init__.py"}),
     # Export and push after training (#28): the --dtype flag of a written dtype, whether a
@@ -55,12 +55,12 @@ RULES: dict[str, tuple[str, set[str]]] = {
     "the child protocol's answer file": (r"answer\.json\"|answer_path\b", {"rundir/child.py"}),
     # ... and its child side: the request read, the answer written, an error as one line.
     "the child protocol's request": (r"json\.load\(sys\.stdin\)",
-                                     {"runtime/child_answer.py", "runtime/rank/inputs_probe.py"}),
+                                     {"runtime/child_answer.py", "runtime/rank/data/inputs_probe.py"}),
     # How a job asks Slurm for its allocation: one builder for the training script, doctor's
     # srun and side jobs.
     "the allocation request": (r"--gres=gpu|--gpus-per-node=|lmod/init",
                                {"scheduler/jobscript.py"}),
-    "a signal's name": (r"removeprefix\(\"SIG\"\)", {"rundir/contract.py", "runtime/rank/stop.py"}),
+    "a signal's name": (r"removeprefix\(\"SIG\"\)", {"rundir/contract.py"}),
     "the scheduler read from run.json": (r"\.get\(\"scheduler\"\)",
                                          {"rundir/view.py", "export/commands.py", "export/job.py"}),
 }

@@ -12,8 +12,9 @@ import pytest
 
 from hpc_grpo.rundir.contract import HardwareBlock, RunRecord
 from hpc_grpo.rundir.hardware import NodeFacts, compare, gpus_needed, shortfall_line
-from hpc_grpo.runtime.rank import hardware_check, setup_failure
-from hpc_grpo.runtime.rank.hardware_check import HardwareShortfall, slurm_memory_gib
+from hpc_grpo.runtime.rank.setup import hardware_check
+from hpc_grpo.runtime.rank.setup.hardware_check import HardwareShortfall, slurm_memory_gib
+from hpc_grpo.runtime.shared import setup_failure
 
 H100_GIB = 85_029_158_912 / 2**30  # what CUDA reports for an "80 GB" H100: 79.19 GiB
 SANDBOX_GPU = HardwareBlock(gpus_per_node=1, gpu_memory_gib=139, cpu_memory_gib=120)
@@ -91,7 +92,7 @@ def test_every_rank_raises_the_same_line_when_any_node_is_short(
     monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Node 1 has the 80 GB card; node 0 (this rank) is fine, and raises the same line, so
-    setup_failure.py's ranks agree and the node task does not retry."""
+    shared/setup_failure.py's ranks agree and the node task does not retry."""
     import torch.distributed as dist
 
     run = _run(gpus_per_node=1, gpu_memory_gib=139, cpu_memory_gib=120)

@@ -57,7 +57,7 @@ class FirstPushForever:
             yield name, self.first[name]
 
 
-def install(trainer: Any, env: Mapping[str, str]) -> bool:
+def apply(trainer: Any, env: Mapping[str, str]) -> bool:
     """Put the fault on this trainer's vLLM weight push when ``env`` asks for it; True if it did."""
     generation = getattr(trainer, "vllm_generation", None)
     if not enabled(env) or generation is None:

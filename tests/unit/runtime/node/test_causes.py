@@ -225,7 +225,7 @@ def test_node_task_records_the_cause_at_the_signal_for_the_next_attempt(
     from hpc_grpo import rundir
     from hpc_grpo.rundir.contract import STOP_CAUSE_JSON
     from hpc_grpo.runtime.node import task as node
-    from hpc_grpo.runtime.rank import restart_record
+    from hpc_grpo.runtime.rank.checkpoints import restart_record
     from tests.unit.nodefake import minimal_run
 
     run_dir = minimal_run(tmp_path)

@@ -17,8 +17,8 @@ from hpc_grpo.rundir.contract import CONFIGURATION_ERROR, RETRIES_JSONL
 from hpc_grpo.rundir.state import RunState
 from hpc_grpo.runtime.node import retry
 from hpc_grpo.runtime.node import task as node
-from hpc_grpo.runtime.rank import setup_failure
-from hpc_grpo.runtime.rank.setup_failure import common_error, exception_line, settle
+from hpc_grpo.runtime.shared import setup_failure
+from hpc_grpo.runtime.shared.setup_failure import common_error, exception_line, settle
 from tests.unit.nodefake import fake_node, minimal_run
 
 LINE = "ValueError: log_completions_hub_repo is set, but log_completions is False."
@@ -267,7 +267,7 @@ def test_a_run_that_ended_failed_names_its_cause_for_the_resume(
     """Issue #27: a resume after a FAILED job recorded its restart as "killed (no stop
     recorded)". The node task now leaves the last attempt's cause in state.json beside the
     line, and a failed phase without one still reads "failed"."""
-    from hpc_grpo.runtime.rank import restart_record
+    from hpc_grpo.runtime.rank.checkpoints import restart_record
 
     run_dir, _ = _node_task(tmp_path, monkeypatch, phase="training", step=3)
     for _ in range(3):

@@ -21,6 +21,7 @@ from hpc_grpo.runtime.node.task import (
     handled_signals,
     torchrun_argv,
 )
+from hpc_grpo.runtime.shared import vllm_address
 
 
 def rec(data: dict[str, Any]) -> RunRecord:
@@ -66,19 +67,19 @@ def test_torchrun_argv_errors() -> None:
 def test_server_torchrun_and_ranks_agree_on_ports_without_slurm() -> None:
     """Found on the GPU machine: the node task picked a port for torchrun but started the
     server on a default one, so the trainer waited 240 s on a port nobody served."""
-    from hpc_grpo.runtime.node.task import free_port, vllm_server, with_master_port
+    from hpc_grpo.runtime.node.task import free_port, with_master_port
 
     node_env = with_master_port({}, 1, lambda: 40100)
     argv = torchrun_argv(run(nodes=1), node_env)
     assert argv[argv.index("--master-port") + 1] == "40100"
     rank_env = child_env(node_env, "a", run(nodes=1)) | {"MASTER_PORT": "40100"}  # torchrun's
-    assert vllm_server.address(node_env) == vllm_server.address(rank_env)
-    assert vllm_server.grpo_server_fields(rank_env)["vllm_server_port"] == 40101
+    assert vllm_address.address(node_env) == vllm_address.address(rank_env)
+    assert vllm_address.grpo_server_fields(rank_env)["vllm_server_port"] == 40101
     assert with_master_port({"MASTER_PORT": "29611"}, 2, lambda: 1)["MASTER_PORT"] == "29611"
     with pytest.raises(ValueError, match="MASTER_PORT"):
         with_master_port({}, 2, free_port)
     with pytest.raises(ValueError, match="MASTER_PORT"):
-        vllm_server.address({})
+        vllm_address.address({})
     port = free_port()
     assert 1024 <= port <= 65533
 
@@ -292,8 +293,8 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
 FAKE_RANK = """
 import json, os, sys, urllib.request
 from hpc_grpo import rundir
-from hpc_grpo.runtime.node import vllm_server
-fields = vllm_server.grpo_server_fields(os.environ)  # what train.py gives GRPOConfig
+from hpc_grpo.runtime.shared import vllm_address
+fields = vllm_address.grpo_server_fields(os.environ)  # what train.py gives GRPOConfig
 url = f"http://{fields['vllm_server_host']}:{fields['vllm_server_port']}/health"
 status = urllib.request.urlopen(url, timeout=5).status
 open(os.path.join(sys.argv[1], "rank-saw"), "w").write(json.dumps([fields["vllm_server_port"], status]))
@@ -317,7 +318,7 @@ def test_node_task_ranks_reach_the_server_it_started(
               "model": "m", "vllm": {"enabled": True, "mode": "server",
                                      "server": {"node": 0, "gpus": [0], "trainer_gpus": [1]}}}
     (run_dir / "run.json").write_text(json.dumps(record))
-    for name in ("MASTER_PORT", "SLURM_JOB_ID", "SLURM_NODEID", vllm_server.HOST_ENV):
+    for name in ("MASTER_PORT", "SLURM_JOB_ID", "SLURM_NODEID", vllm_address.HOST_ENV):
         monkeypatch.delenv(name, raising=False)
     started: list[int] = []
 
@@ -542,12 +543,11 @@ def test_the_server_outlives_the_stop_signal_slurm_sends_every_process(
 def test_trainers_wait_for_the_server_as_long_as_the_node_task_does() -> None:
     """On a node of its own the server starts beside the trainers, not before them: TRL's 240 s
     default is shorter than a cold start; a recipe's own vllm_server_timeout is kept."""
-    from hpc_grpo.runtime.node import vllm_server
 
     env = {"MASTER_PORT": "40100"}
-    assert vllm_server.grpo_server_fields(env)["vllm_server_timeout"] == vllm_server.START_TIMEOUT_S
-    assert vllm_server.START_TIMEOUT_S > 240
-    assert vllm_server.grpo_server_fields(env, 900.0)["vllm_server_timeout"] == 900.0
+    assert vllm_address.grpo_server_fields(env)["vllm_server_timeout"] == vllm_address.START_TIMEOUT_S
+    assert vllm_address.START_TIMEOUT_S > 240
+    assert vllm_address.grpo_server_fields(env, 900.0)["vllm_server_timeout"] == 900.0
 
 
 def test_trainers_give_the_server_the_address_it_reaches_them_at() -> None:

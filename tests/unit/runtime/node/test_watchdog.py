@@ -26,8 +26,8 @@ from hpc_grpo.rundir.contract import (
 from hpc_grpo.runs import runfiles, track, views
 from hpc_grpo.runtime.node import stall, watchdog
 from hpc_grpo.runtime.node.stall import Beat, Policy, judge
-from hpc_grpo.runtime.rank import heartbeat
 from hpc_grpo.runtime.rank.faults import hang as hang_fault
+from hpc_grpo.runtime.rank.observe import heartbeat
 from tests.unit.runtime.node.test_config_error_node import _node_task
 
 POLICY = Policy(startup_s=100.0, min_s=10.0, factor=3.0)
@@ -313,7 +313,7 @@ def test_the_sites_bounds_reach_run_json_and_the_plan_says_the_timeout(tmp_path:
 def test_the_ranks_get_the_planned_timeout_as_ddp_timeout_unless_the_job_set_one(
     tmp_path: Path,
 ) -> None:
-    from hpc_grpo.runtime.rank.grpo_args import grpo_kwargs
+    from hpc_grpo.runtime.rank.setup.grpo_args import grpo_kwargs
 
     base = {"schema": 1, "run_id": "r", "run_dir": str(tmp_path), "model": "m",
             "dataset": {"name": "d"}, "nodes": 1, "procs_per_node": 1, "collective_timeout_s": 700}

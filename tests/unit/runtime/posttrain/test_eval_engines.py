@@ -1,4 +1,4 @@
-"""runtime/posttrain/evaluate.py's two engines: which one generates, and that vLLM's path
+"""runtime/posttrain/scoring.py's two engines: which one generates, and that vLLM's path
 samples, tokenizes and cuts as the transformers one does.
 
 vLLM cannot run here (no vLLM, no GPU): a stand-in ``vllm`` module in sys.modules records what
@@ -22,7 +22,7 @@ pytest.importorskip("transformers")
 
 from hpc_grpo.runtime.models import tiny  # noqa: E402
 from hpc_grpo.runtime.posttrain import engine  # noqa: E402
-from hpc_grpo.runtime.posttrain import evaluate as child  # noqa: E402
+from hpc_grpo.runtime.posttrain import scoring as child  # noqa: E402
 
 EOS = (0, 3)  # the tiny model's generation config: <eos> and <|im_end|>
 # Raw completions the stand-ins give, per sample: an EOS mid-way (the rest is dropped), the

@@ -1,4 +1,4 @@
-"""runtime/rank/checkpoint_prefetch.py: which files a rank reads ahead, within what share of the
+"""runtime/rank/checkpoints/prefetch.py: which files a rank reads ahead, within what share of the
 node's memory, and that the thread reads them whole (on real files) and stops when told."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from hpc_grpo.runtime.rank import checkpoint_prefetch as prefetch
+from hpc_grpo.runtime.rank.checkpoints import prefetch as prefetch
 from tests.unit.runtime.rank.test_runtime_checks import make_run, record
 
 # DeepSpeed 0.19's names in a tag folder (global_step<N>/), bf16 runs

@@ -1,4 +1,4 @@
-"""Reading a checkpoint back through mappings (runtime/rank/checkpoint_read.py): where it is on,
+"""Reading a checkpoint back through mappings (runtime/rank/checkpoints/read.py): where it is on,
 that the values are torch.load's, that small tensors leave the mapping at once, that a file is
 no longer mapped once nothing holds its large tensors (and is reported while something does),
 and DeepSpeed's own checkpoint engine patched for the read and put back at train begin."""
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import torch
 
-from hpc_grpo.runtime.rank import checkpoint_read
-from hpc_grpo.runtime.rank.checkpoint_read import (
+from hpc_grpo.runtime.rank.checkpoints import read as checkpoint_read
+from hpc_grpo.runtime.rank.checkpoints.read import (
     MappedReads,
     copy_small,
     mapped_load,
@@ -141,13 +141,13 @@ def test_deepspeeds_engine_is_patched_for_the_read_only(tmp_path: Path,
 
     original = TorchCheckpointEngine.load
     trainer = _Trainer()
-    assert checkpoint_read.install(trainer, _run(), None, {}) is None  # not a resume
-    assert checkpoint_read.install(trainer, _run("cpu"), tmp_path, {}) is None
+    assert checkpoint_read.read_through_mappings(trainer, _run(), None, {}) is None  # not a resume
+    assert checkpoint_read.read_through_mappings(trainer, _run("cpu"), tmp_path, {}) is None
     assert trainer.callbacks == [] and TorchCheckpointEngine.load is original
     path = tmp_path / "states.pt"
     expected = _saved(path)
     try:
-        assert "mappings" in (checkpoint_read.install(trainer, _run(), tmp_path, {}) or "")
+        assert "mappings" in (checkpoint_read.read_through_mappings(trainer, _run(), tmp_path, {}) or "")
         assert TorchCheckpointEngine.load is not original
         loaded = TorchCheckpointEngine(None).load(str(path), map_location="cpu")
         assert _equal(loaded, expected)

@@ -1,4 +1,4 @@
-"""Full-parameter DeepSpeed checkpoints of DeepSpeed's files alone (runtime/rank/deepspeed_save.py):
+"""Full-parameter DeepSpeed checkpoints of DeepSpeed's files alone (rank/checkpoints/deepspeed_save.py):
 transformers' own ``Trainer._save_checkpoint``, run on a real Trainer whose DeepSpeed engine is
 stood in for (it counts ``save_checkpoint`` calls), writes DeepSpeed's checkpoint twice under
 ZeRO-3 without the gathered model file, and a model.safetensors beside it under ZeRO-2, without
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hpc_grpo.runtime.rank import deepspeed_save
+from hpc_grpo.runtime.rank.checkpoints import deepspeed_save
 from tests.unit.runtime.rank.test_runtime_checks import make_run, record
 
 OFFLOAD3 = {"zero_stage": 3, "offload_optimizer": True}
@@ -89,7 +89,7 @@ def test_transformers_alone_writes_deepspeed_s_files_twice(trainer: Any) -> None
 
 
 def test_with_the_wrapper_they_are_written_once(trainer: Any) -> None:
-    line = deepspeed_save.install(trainer, _run(OFFLOAD3))
+    line = deepspeed_save.save_files_once(trainer, _run(OFFLOAD3))
     assert line and "once" in line
     saves, files = _checkpoint(trainer)
     assert saves == [str(Path(trainer.args.output_dir) / "checkpoint-1")]
@@ -99,7 +99,7 @@ def test_with_the_wrapper_they_are_written_once(trainer: Any) -> None:
 
 
 def test_a_save_model_of_its_own_is_unchanged(trainer: Any, tmp_path: Path) -> None:
-    deepspeed_save.install(trainer, _run(OFFLOAD3))
+    deepspeed_save.save_files_once(trainer, _run(OFFLOAD3))
     trainer.save_model(str(tmp_path / "final"))
     assert trainer.model_wrapped.saves == [str(tmp_path / "final")]
 
@@ -110,7 +110,7 @@ def test_a_rank_that_does_not_write_leaves_the_files_to_the_one_that_does(
     ``_save`` assumes it is that rank: the wrapper does the same."""
     from transformers import TrainingArguments
 
-    deepspeed_save.install(trainer, _run(OFFLOAD3))
+    deepspeed_save.save_files_once(trainer, _run(OFFLOAD3))
     written: list[str] = []
     monkeypatch.setattr(trainer, "_save", lambda folder, state_dict=None: written.append(folder))
     folder = str(Path(trainer.args.output_dir) / "checkpoint-1")
@@ -127,7 +127,7 @@ def test_an_internal_call_outside_a_checkpoint_still_writes_deepspeed_s_files(
         trainer: Any, tmp_path: Path) -> None:
     """transformers' push_to_hub and Ray Tune save call save_model(_internal_call=True) with no
     optimizer save after it: there the fallback's own DeepSpeed save must stay."""
-    deepspeed_save.install(trainer, _run(OFFLOAD3))
+    deepspeed_save.save_files_once(trainer, _run(OFFLOAD3))
     trainer.save_model(str(tmp_path / "pushed"), _internal_call=True)
     assert trainer.model_wrapped.saves == [str(tmp_path / "pushed")]
     saves, _ = _checkpoint(trainer)  # and inside a checkpoint, once, as before
@@ -150,7 +150,7 @@ def test_zero2_transformers_alone_writes_the_weights_beside_deepspeed_s_files(
 
 def test_zero2_with_the_wrapper_the_checkpoint_is_deepspeed_s_files_alone(
         zero2_trainer: Any) -> None:
-    line = deepspeed_save.install(zero2_trainer, _run({"zero_stage": 2}))
+    line = deepspeed_save.save_files_once(zero2_trainer, _run({"zero_stage": 2}))
     assert line and line.startswith("ZeRO-2 checkpoints hold DeepSpeed's files alone")
     saves, files = _checkpoint(zero2_trainer)
     assert saves == [str(Path(zero2_trainer.args.output_dir) / "checkpoint-1")]

@@ -1,4 +1,4 @@
-"""The colocated engine's start without reading the model files (runtime/rank/engine_weights.py).
+"""The colocated engine's start without reading the model files (runtime/rank/generation/engine_weights.py).
 
 vLLM does not run on this machine, so TRL's generation module is stood in for by a module whose
 ``LLM`` records its keyword arguments; the real TRL is checked for the names the wrapper needs,
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from hpc_grpo.runtime.rank import engine_weights
+from hpc_grpo.runtime.rank.generation import engine_weights
 
 
 class _Generation:
@@ -208,7 +208,7 @@ def test_a_parameter_the_first_push_missed_ends_the_attempt_in_one_line() -> Non
                        r"unfilled \(lm_head.weight\); set HPC_GRPO_ENGINE_DUMMY_WEIGHTS=0"):
         trainer.vllm_generation.sync_weights()
     assert "load_weights" not in vars(engine_weights.engine_model(trainer.vllm_generation))
-    from hpc_grpo.runtime.rank import setup_failure
+    from hpc_grpo.runtime.shared import setup_failure
 
     # every rank alike: a configuration error, not retried
     assert setup_failure.looks_like_configuration(engine_weights.EngineNotFilled("x"))

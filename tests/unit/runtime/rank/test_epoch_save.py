@@ -13,13 +13,14 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from hpc_grpo.runtime.node import watchdog
-from hpc_grpo.runtime.rank import checkpoints, heartbeat
 from hpc_grpo.runtime.rank.callbacks import (
     CheckpointMarkerCallback,
     DiskSpaceCallback,
     GracefulStopCallback,
 )
-from hpc_grpo.runtime.rank.stop import StopFlag
+from hpc_grpo.runtime.rank.checkpoints import folders as checkpoints
+from hpc_grpo.runtime.rank.observe import heartbeat
+from hpc_grpo.runtime.shared.signals import StopFlag
 
 SAMPLES = 8  # batch 2: 4 steps an epoch
 
@@ -107,7 +108,7 @@ def test_the_heartbeat_says_saving_during_an_epoch_end_save(tmp_path: Path,
     save (no step end asked for it) was timed as training."""
     trainer, _, run_dir = _trainer(tmp_path, max_steps=6)  # epoch 1 ends at 4: an epoch-end save
     monkeypatch.setattr(heartbeat, "BEAT", heartbeat.Heartbeat(run_dir, 0, "a1"))
-    heartbeat.install(trainer)
+    heartbeat.watch(trainer)
     phases: list[tuple[int, str]] = []
     save = trainer._save_checkpoint
 

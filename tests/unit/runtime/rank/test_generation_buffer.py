@@ -1,5 +1,5 @@
 """The generation buffer goes into a checkpoint only inside a block, and comes back only under
-the settings it was saved with (generation_buffer.py). The end-to-end proof that a resume then
+the settings it was saved with (rank/generation/buffer.py). The end-to-end proof that a resume then
 equals the uninterrupted run is tests/slow/test_resume_generation_buffer.py."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 import torch
 
 from hpc_grpo.rundir import contract
-from hpc_grpo.runtime.rank import generation_buffer
 from hpc_grpo.runtime.rank.callbacks import MetricsCallback
+from hpc_grpo.runtime.rank.generation import buffer as generation_buffer
 
 
 def trainer(step: int, spg: int = 2, iterations: int = 2, buffered: Any = "auto") -> Any:
@@ -103,7 +103,7 @@ def test_steps_to_the_next_generation() -> None:
 def test_heartbeat_holds_its_step_reference_until_a_generation(tmp_path: Path) -> None:
     """After a restored buffer the watchdog must not judge the first generation by the training
     -only steps before it: no step time is reported until a generating step has ended."""
-    from hpc_grpo.runtime.rank.heartbeat import Heartbeat
+    from hpc_grpo.runtime.rank.observe.heartbeat import Heartbeat
 
     def slowest(beat: Heartbeat) -> Any:
         return json.loads(beat.path.read_text())["slowest_s"]
@@ -218,10 +218,11 @@ def test_all_ranks_restore_or_none_does(tmp_path: Path, monkeypatch: Any) -> Non
 
     monkeypatch.setattr(generation_buffer, "_everywhere", lambda flag: True)
     alone = resumed()
-    assert generation_buffer.install(alone, 0, 2, tmp_path).startswith(generation_buffer.RESTORED)
+    line = generation_buffer.save_with_checkpoints(alone, 0, 2, tmp_path)
+    assert line.startswith(generation_buffer.RESTORED)
     assert alone._step == 5 and alone._buffered_inputs is not None
     monkeypatch.setattr(generation_buffer, "_everywhere", lambda flag: False)  # rank 1 failed
     dropped = resumed()
-    line = generation_buffer.install(dropped, 0, 2, tmp_path)
+    line = generation_buffer.save_with_checkpoints(dropped, 0, 2, tmp_path)
     assert line.endswith("then dropped: another rank could not restore its own")
     assert dropped._step == 0 and dropped._buffered_inputs is None

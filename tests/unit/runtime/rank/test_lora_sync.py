@@ -1,4 +1,4 @@
-"""LoRA's weight push (runtime/rank/lora_sync.py) against TRL's own walk, on a tiny bf16 Qwen2
+"""LoRA's weight push (runtime/rank/generation/lora_sync.py) against TRL's own walk, on a tiny bf16 Qwen2
 with a trained-looking adapter: the same names and merged tensors on the first push, and a base
 that stays bit for bit what it was over many pushes (TRL's merge/unmerge moves it)."""
 
@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 vllm_generation = pytest.importorskip("trl.generation.vllm_generation")
 
-from hpc_grpo.runtime.rank import lora_sync  # noqa: E402
+from hpc_grpo.runtime.rank.generation import lora_sync  # noqa: E402
 
 TARGETS = ["q_proj", "v_proj", "up_proj", "down_proj"]
 
@@ -111,13 +111,13 @@ def test_layouts_that_keep_trl_s_push() -> None:
         num_attention_heads=2, num_key_value_heads=1)))
     assert lora_sync.why_not(plain) == lora_sync.NOT_PEFT
     trainer = type("T", (), {"vllm_generation": plain})()
-    assert lora_sync.install(trainer) is None and "_iter_named_params" not in vars(plain)
+    assert lora_sync.exact_push(trainer) is None and "_iter_named_params" not in vars(plain)
 
     biased = engine(peft.get_peft_model(adapted().get_base_model(), peft.LoraConfig(
         r=4, target_modules=["q_proj"], lora_bias=True), adapter_name="other"))
     assert lora_sync.why_not(biased) == "an adapter with a LoRA bias"
     trainer = type("T", (), {"vllm_generation": biased})()
-    line = lora_sync.install(trainer)
+    line = lora_sync.exact_push(trainer)
     assert line and "kept" in line and "_iter_named_params" not in vars(biased)
 
 
@@ -125,10 +125,10 @@ def test_install_replaces_the_walk_of_a_lora_engine() -> None:
     model = adapted()
     generation = engine(model)
     trainer = type("T", (), {"vllm_generation": generation})()
-    assert lora_sync.install(trainer) == lora_sync.NOTE
+    assert lora_sync.exact_push(trainer) == lora_sync.NOTE
     before = base_weights(model)
     for _ in range(3):
         names = [name for name, _ in generation._iter_named_params()]
     assert "model.layers.1.mlp.down_proj.weight" in names
     assert all(torch.equal(base_weights(model)[n], t) for n, t in before.items())
-    assert lora_sync.install(type("T", (), {"vllm_generation": None})()) is None
+    assert lora_sync.exact_push(type("T", (), {"vllm_generation": None})()) is None

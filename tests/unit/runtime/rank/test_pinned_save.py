@@ -1,4 +1,4 @@
-"""Pinned checkpoint copies (runtime/rank/pinned_save.py): the page-locked bytes a save holds,
+"""Pinned checkpoint copies (runtime/rank/checkpoints/pinned_save.py): the page-locked bytes a save holds,
 the check against the node's room, the largest storage found through optimizers (torch's AdamW
 in a wrapper as accelerate's, DeepSpeed-shaped partitions), and the save wrapper that sets
 torch's switch per save, says once when a save goes pageable and releases after every save."""
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from hpc_grpo.runtime.rank import pinned_save
+from hpc_grpo.runtime.rank.checkpoints import pinned_save
 
 GIB = 2**30
 
@@ -79,7 +79,7 @@ def test_each_save_is_pinned_where_it_fits_and_released_after(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from torch.utils.serialization import config
 
-    assert pinned_save.install(_trainer(torch.nn.Linear(2, 2), None), {}, 1) is None  # no CUDA
+    assert pinned_save.pin_saves(_trainer(torch.nn.Linear(2, 2), None), {}, 1) is None  # no CUDA
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a GPU node
     released: list[bool] = []
     monkeypatch.setattr(pinned_save, "release", lambda: released.append(True))
@@ -95,8 +95,8 @@ def test_each_save_is_pinned_where_it_fits_and_released_after(
 
     trainer = Trainer()
     room = [64 * GIB]
-    assert pinned_save.install(trainer, {pinned_save.ENV: "0"}, 2, lambda: room[0]) is None
-    line = pinned_save.install(trainer, {}, 2, lambda: room[0])
+    assert pinned_save.pin_saves(trainer, {pinned_save.ENV: "0"}, 2, lambda: room[0]) is None
+    line = pinned_save.pin_saves(trainer, {}, 2, lambda: room[0])
     assert line and "pinned memory" in line and f"{pinned_save.ENV}=0" in line
     assert trainer._save_checkpoint(None, None) == "saved"
     room[0] = 31 * GIB  # 2 ranks x 2 x 4 GiB no longer fit in half of it

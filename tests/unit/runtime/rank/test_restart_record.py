@@ -7,7 +7,7 @@ from pathlib import Path
 from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.state import RunState
-from hpc_grpo.runtime.rank import restart_record
+from hpc_grpo.runtime.rank.checkpoints import restart_record
 
 
 def test_steps_lost_under_logging_every_ten_steps(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from hpc_grpo import rundir
-from hpc_grpo.runtime.rank.checkpoints import is_complete, newest_complete, write_marker
+from hpc_grpo.runtime.rank.checkpoints.folders import is_complete, newest_complete, write_marker
 
 
 def make_checkpoint(root: Path, step: int, *, marker: bool = True, state_step: int | None = None) -> Path:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from hpc_grpo.rundir.contract import RunRecord
-from hpc_grpo.runtime.rank.placement import (
+from hpc_grpo.runtime.rank.setup.placement import (
     RuntimeCheckError,
     cuda_problems,
     expected_row,

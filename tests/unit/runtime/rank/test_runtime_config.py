@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from hpc_grpo.rundir.contract import RunRecord
-from hpc_grpo.runtime.rank.grpo_args import ConfigError, deepspeed_config, grpo_kwargs, unknown_keys
-from hpc_grpo.runtime.rank.summary import summarize
+from hpc_grpo.runtime.rank.observe.summary import summarize
+from hpc_grpo.runtime.rank.setup.grpo_args import ConfigError, deepspeed_config, grpo_kwargs, unknown_keys
 
 KNOWN = ["max_steps", "learning_rate", "bf16", "fp16", "output_dir", "seed", "use_cpu",
          "use_vllm", "vllm_mode", "deepspeed", "logging_steps", "num_generations"]  # fmt: skip

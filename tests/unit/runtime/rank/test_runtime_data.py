@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc_grpo.runtime.rank.data import DatasetError, load_prompts, validate_columns
+from hpc_grpo.runtime.rank.data.dataset import DatasetError, load_prompts, validate_columns
 
 
 def test_builtin_digits_is_deterministic() -> None:
@@ -53,7 +53,7 @@ def test_missing_file_and_validate() -> None:
 def test_builtin_prompt_bounds_hold_for_the_builtin_tokenizer() -> None:
     from hpc_grpo.planner.job import BUILTIN_PROMPT_TOKENS
     from hpc_grpo.runtime.models.tiny import build_tokenizer
-    from hpc_grpo.runtime.rank.data import longest_prompt_tokens
+    from hpc_grpo.runtime.rank.data.dataset import longest_prompt_tokens
 
     tokenizer = build_tokenizer()
     for name, bound in BUILTIN_PROMPT_TOKENS.items():
@@ -67,7 +67,7 @@ def test_builtin_prompt_bounds_hold_for_the_builtin_tokenizer() -> None:
 def test_a_prompt_longer_than_the_plan_allows_is_refused_with_the_value_to_use(
         tmp_path: Path) -> None:
     from hpc_grpo.runtime.models.tiny import build_tokenizer
-    from hpc_grpo.runtime.rank.data import check_prompt_bound, longest_prompt_tokens
+    from hpc_grpo.runtime.rank.data.dataset import check_prompt_bound, longest_prompt_tokens
 
     path = tmp_path / "long.jsonl"
     path.write_text(json.dumps({"prompt": "Count on: " + " ".join(map(str, range(200)))}) + "\n"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from hpc_grpo.rundir.contract import DatasetBlock, ModelBlock, PeftBlock
-from hpc_grpo.runtime.rank.data import DatasetError, load_prompts, longest_prompt_tokens
+from hpc_grpo.runtime.rank.data.dataset import DatasetError, load_prompts, longest_prompt_tokens
 
 ROWS = [{"problem": f"What is {i} over {i + 1}?", "solution": f"\\frac{{{i}}}{{{i + 1}}}",
          "level": f"L{i % 3}"} for i in range(6)]
@@ -61,7 +61,7 @@ def test_missing_solution_column_lists_the_columns(files: dict[str, Path]) -> No
 
 
 def test_accuracy_without_a_solution_column_is_refused_before_the_model(tmp_path: Path) -> None:
-    from hpc_grpo.runtime.rank.job_inputs import load_dataset
+    from hpc_grpo.runtime.rank.data.job_inputs import load_dataset
 
     path = tmp_path / "q.jsonl"
     path.write_text('{"prompt": "1+1?", "answer": "2"}\n')
@@ -115,7 +115,7 @@ def test_prompts_that_are_already_messages(tmp_path: Path) -> None:
 
 def test_custom_reward_receives_the_other_columns(files: dict[str, Path]) -> None:
     """TRL passes every column but prompt by name; the first-row call does the same."""
-    from hpc_grpo.runtime.rank.job_inputs import call_once, load_dataset
+    from hpc_grpo.runtime.rank.data.job_inputs import call_once, load_dataset
 
     seen: dict[str, Any] = {}
 
@@ -132,7 +132,7 @@ def test_custom_reward_receives_the_other_columns(files: dict[str, Path]) -> Non
 
 
 def test_lora_config_and_qlora_refused_on_cpu() -> None:
-    from hpc_grpo.runtime.rank.model_load import (
+    from hpc_grpo.runtime.rank.setup.model_load import (
         ModelLoadError,
         check_quantization,
         init_kwargs,

@@ -16,8 +16,8 @@ from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.contract import RunRecord
 from hpc_grpo.runtime.rank.faults import stale_weights
-from hpc_grpo.runtime.rank.grpo_args import grpo_kwargs
-from hpc_grpo.runtime.rank.stop import StopFlag, request_cause, request_reason
+from hpc_grpo.runtime.rank.setup.grpo_args import grpo_kwargs
+from hpc_grpo.runtime.shared.signals import StopFlag, request_cause, request_reason
 
 KNOWN = ["max_steps", "learning_rate", "bf16", "output_dir", "seed", "use_cpu", "use_vllm",
          "vllm_mode", "vllm_tensor_parallel_size", "vllm_gpu_memory_utilization",
@@ -87,14 +87,14 @@ def test_the_fault_is_off_unless_the_environment_asks() -> None:
             _iter_named_params=lambda: iter([("w", 1.0)])))
 
     untouched = trainer()
-    assert not stale_weights.install(untouched, {})
-    assert not stale_weights.install(untouched, {stale_weights.FAULT_ENV: "0"})
+    assert not stale_weights.apply(untouched, {})
+    assert not stale_weights.apply(untouched, {stale_weights.FAULT_ENV: "0"})
     assert not isinstance(untouched.vllm_generation._iter_named_params,
                           stale_weights.FirstPushForever)
     faulty = trainer()
-    assert stale_weights.install(faulty, {stale_weights.FAULT_ENV: "1"})
+    assert stale_weights.apply(faulty, {stale_weights.FAULT_ENV: "1"})
     assert isinstance(faulty.vllm_generation._iter_named_params, stale_weights.FirstPushForever)
-    assert not stale_weights.install(types.SimpleNamespace(), {stale_weights.FAULT_ENV: "1"})
+    assert not stale_weights.apply(types.SimpleNamespace(), {stale_weights.FAULT_ENV: "1"})
 
 
 def test_the_server_reports_processed_log_probabilities() -> None:

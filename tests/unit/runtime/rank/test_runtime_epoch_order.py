@@ -11,7 +11,7 @@ pytest.importorskip("trl")
 from transformers import TrainerControl, TrainerState, TrainingArguments  # noqa: E402
 from trl.trainer.utils import RepeatSampler  # noqa: E402
 
-from hpc_grpo.runtime.rank import epoch_order  # noqa: E402
+from hpc_grpo.runtime.rank.data import epoch_order  # noqa: E402
 
 DATA = list(range(10))
 
@@ -79,7 +79,7 @@ def test_install_records_the_train_sampler_and_adds_the_callback() -> None:
             self.callbacks.append(callback)
 
     trainer = Trainer()
-    callback = epoch_order.install(trainer)
+    callback = epoch_order.position_sampler(trainer)
     assert trainer.callbacks == [callback] and callback.sampler is None
     built = trainer._get_train_sampler(DATA)
     assert isinstance(built, RepeatSampler) and callback.sampler is built

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from hpc_grpo.rundir.contract import RunRecord
-from hpc_grpo.runtime.rank import math_rewards
-from hpc_grpo.runtime.rank.grpo_args import ConfigError, grpo_kwargs
-from hpc_grpo.runtime.rank.rewards import RewardError, check_weights, resolve_rewards
+from hpc_grpo.runtime.rank.data import math_rewards
+from hpc_grpo.runtime.rank.data.rewards import RewardError, check_weights, resolve_rewards
+from hpc_grpo.runtime.rank.setup.grpo_args import ConfigError, grpo_kwargs
 
 GOOD = "<think>\nhalf of one\n</think>\n<answer>\n\\boxed{\\frac{1}{2}}\n</answer>"
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from hpc_grpo.runtime.rank import phases
+from hpc_grpo.runtime.rank.observe import phases
 
 
 def test_blocks_sum_per_phase_and_take_starts_afresh() -> None:
@@ -32,18 +32,18 @@ def test_install_routes_a_profiling_class_and_keeps_its_own_logging() -> None:
 
     module = types.SimpleNamespace(ProfilingContext=Context)
     phases.STEP.take()
-    assert phases.install(module) and phases.install(module)  # the second call is a no-op
+    assert phases.patch_profiling(module) and phases.patch_profiling(module)  # the second call is a no-op
     Context("GRPOTrainer.compute_loss")._log_metrics(0.5)
     assert seen == [("GRPOTrainer.compute_loss", 0.5)]  # counted once, still logged
     assert phases.STEP.take() == {"loss_forward_s": 0.5}
-    assert not phases.install(types.SimpleNamespace())  # no hook: nothing routed
+    assert not phases.patch_profiling(types.SimpleNamespace())  # no hook: nothing routed
 
 
 def test_install_on_the_real_trl_profiling_context() -> None:
     from trl.extras import profiling
 
     phases.STEP.take()
-    assert phases.install(profiling)
+    assert phases.patch_profiling(profiling)
     context: Any = profiling.ProfilingContext(name="GRPOTrainer.vLLM.generate", report_to=[])
     with context:
         pass
@@ -89,7 +89,7 @@ def test_the_real_trl_engine_class_can_be_tagged() -> None:
 
 
 def test_sampler_keeps_a_peak_per_phase() -> None:
-    from hpc_grpo.runtime.rank.gpumem import GpuMemorySampler
+    from hpc_grpo.runtime.rank.observe.memory import GpuMemorySampler
 
     used = iter([10, 30, 20, 25])
     phase = iter(["training", "generation", "training", "training"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpc_grpo.runtime.rank.rewards import (
+from hpc_grpo.runtime.rank.data.rewards import (
     RewardError,
     digits,
     length,

@@ -1,4 +1,4 @@
-"""A checkpoint's time split by part (runtime/rank/save_parts.py), on transformers' own
+"""A checkpoint's time split by part (runtime/rank/checkpoints/save_parts.py), on transformers' own
 ``Trainer._save_checkpoint`` with a stood-in DeepSpeed engine whose save takes a known time,
 and through the marker callback that records it."""
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from hpc_grpo import rundir
-from hpc_grpo.runtime.rank import checkpoints, deepspeed_save, save_parts
+from hpc_grpo.runtime.rank.checkpoints import deepspeed_save, folders, save_parts
 from tests.unit.runtime.rank.test_deepspeed_save import OFFLOAD3, _run
 from tests.unit.runtime.rank.test_deepspeed_save import trainer as trainer  # noqa: F401 (fixture)
 
@@ -42,10 +42,10 @@ def test_transformers_save_checkpoint_calls_the_parts_it_is_split_into() -> None
 
 
 def test_the_optimizer_save_is_timed_apart_from_the_rest(trainer: Any) -> None:  # noqa: F811
-    deepspeed_save.install(trainer, _run(OFFLOAD3))
+    deepspeed_save.save_files_once(trainer, _run(OFFLOAD3))
     _slow_engine(trainer)
     clock = save_parts.SaveClock()
-    save_parts.install(trainer, clock)
+    save_parts.time_saves(trainer, clock)
     clock.step_ended()
     trainer._save_checkpoint(trainer.model, trial=None)
     parts = clock.rounded()
@@ -61,7 +61,7 @@ def test_without_deepspeed_save_the_model_files_part_holds_the_first_deepspeed_w
     split shows it as model files' time equal to the optimizer's."""
     _slow_engine(trainer)
     clock = save_parts.SaveClock()
-    save_parts.install(trainer, clock)
+    save_parts.time_saves(trainer, clock)
     clock.step_ended()
     trainer._save_checkpoint(trainer.model, trial=None)
     assert clock.parts["model_files"] >= ENGINE_SAVE_S
@@ -75,7 +75,7 @@ def test_a_save_that_raises_still_counts_its_time(trainer: Any) -> None:  # noqa
 
     trainer._save_optimizer_and_scheduler = broken
     clock = save_parts.SaveClock()
-    save_parts.install(trainer, clock)
+    save_parts.time_saves(trainer, clock)
     clock.step_ended()
     with pytest.raises(OSError):
         trainer._save_checkpoint(trainer.model, trial=None)
@@ -120,4 +120,4 @@ def test_the_marker_callback_records_rank_0_s_split(tmp_path: Path,
     assert set(recorded) == {"optimizer", "wait_for_ranks", "marker_and_retention"}
     assert recorded["optimizer"] == 2.0
     assert "[checkpoint] checkpoint-4 saved in" in capsys.readouterr().out
-    assert checkpoints.is_complete(out / "checkpoint-4")
+    assert folders.is_complete(out / "checkpoint-4")

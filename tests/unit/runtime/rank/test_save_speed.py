@@ -1,6 +1,6 @@
-"""torch.save without CRC-32s (runtime/rank/save_speed.py): off by default, on with the
+"""torch.save without CRC-32s (runtime/rank/checkpoints/save_speed.py): off by default, on with the
 variable, and a file written either way loads to the same values on both of the resume's read
-paths (mapped, as checkpoint_read.py reads DeepSpeed's files, and whole)."""
+paths (mapped, as checkpoints/read.py reads DeepSpeed's files, and whole)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hpc_grpo.runtime.rank import save_speed
-from hpc_grpo.runtime.rank.checkpoint_read import MappedReads, mapped_load
+from hpc_grpo.runtime.rank.checkpoints import save_speed
+from hpc_grpo.runtime.rank.checkpoints.read import MappedReads, mapped_load
 from tests.unit.runtime.rank.test_checkpoint_read import _equal, _saved
 
 

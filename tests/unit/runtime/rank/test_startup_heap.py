@@ -1,4 +1,4 @@
-"""The rank's start-up heap (runtime/rank/startup_heap.py): the installed packages' import-name map
+"""The rank's start-up heap (runtime/rank/setup/startup_heap.py): the installed packages' import-name map
 computed once for transformers and TRL together, and the imported objects frozen out of the
 collector's walks. Freezing is process-wide, so those checks run in a child Python."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc_grpo.runtime.rank import startup_heap
+from hpc_grpo.runtime.rank.setup import startup_heap
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -63,7 +63,7 @@ def counting():
     calls.append(1)
     return real()
 md.packages_distributions = counting
-from hpc_grpo.runtime.rank import startup_heap
+from hpc_grpo.runtime.rank.setup import startup_heap
 assert startup_heap.share_package_map(os.environ)
 import importlib
 trl_utils = importlib.import_module("trl.import_utils")
@@ -78,7 +78,7 @@ print(json.dumps({"calls": len(calls), "same": mapping == real(),
 FREEZE = """
 import gc, json, os, sys, weakref
 import email.mime.text, json.decoder  # something imported
-from hpc_grpo.runtime.rank import startup_heap
+from hpc_grpo.runtime.rank.setup import startup_heap
 class Old:
     pass
 old_a, old_b = Old(), Old()

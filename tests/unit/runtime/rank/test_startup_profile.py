@@ -1,4 +1,4 @@
-"""The start-up profile (runtime/rank/startup_profile.py): only rank 0 and only when asked, and
+"""The start-up profile (runtime/rank/observe/startup_profile.py): only rank 0 and only when asked, and
 what runs between its start and the Trainer's on_train_begin is named in the rank's logs."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runtime.rank import startup_profile
+from hpc_grpo.runtime.rank.observe import startup_profile
 
 
 class FakeTrainer:
@@ -34,7 +34,7 @@ def test_off_unless_asked_and_only_on_rank_0(tmp_path: Path) -> None:
     assert startup_profile.start(tmp_path, 0, {startup_profile.ENV: "0"}) is None
     assert startup_profile.start(tmp_path, 1, {startup_profile.ENV: "1"}) is None
     trainer = FakeTrainer()
-    startup_profile.install(trainer, None, tmp_path)
+    startup_profile.write_at_train_begin(trainer, None, tmp_path)
     assert trainer.callbacks == []
 
 
@@ -45,7 +45,7 @@ def test_what_ran_before_train_begin_is_named_and_what_ran_after_is_not(tmp_path
     assert profiler is not None
     a_slow_part_of_start_up()
     trainer = FakeTrainer()
-    startup_profile.install(trainer, profiler, tmp_path)
+    startup_profile.write_at_train_begin(trainer, profiler, tmp_path)
     (callback,) = trainer.callbacks
     control = object()
     assert callback.on_train_begin(None, None, control) is control

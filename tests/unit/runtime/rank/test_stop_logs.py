@@ -13,7 +13,7 @@ from transformers import TrainerControl, TrainerState  # noqa: E402
 
 from hpc_grpo import rundir  # noqa: E402
 from hpc_grpo.runtime.rank.callbacks import GracefulStopCallback  # noqa: E402
-from hpc_grpo.runtime.rank.stop import StopFlag  # noqa: E402
+from hpc_grpo.runtime.shared.signals import StopFlag  # noqa: E402
 
 
 def step_end(run_dir: Path, step: int, max_steps: int = 10, args: object = None) -> TrainerControl:

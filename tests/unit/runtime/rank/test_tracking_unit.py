@@ -11,7 +11,7 @@ import pytest
 from hpc_grpo import api
 from hpc_grpo.rundir.state import RunState
 from hpc_grpo.runs import track, views
-from hpc_grpo.runtime.rank import tracking
+from hpc_grpo.runtime.rank.observe import tracking
 
 
 @pytest.mark.parametrize(("report_to", "names"), [
@@ -101,7 +101,7 @@ def _wandb_file(path: Path, steps: list[int], torn: bool) -> None:
 
 
 def test_wandb_files_say_which_steps_w_and_b_has(tmp_path: Path) -> None:
-    from hpc_grpo.runtime.rank import wandb_log
+    from hpc_grpo.runtime.rank.observe import wandb_log
 
     assert wandb_log.highest_step(tmp_path, "r-1") is None
     _wandb_file(tmp_path / "wandb" / "offline-run-20261124_090000-r-1" / "run-r-1.wandb", [1, 2, 3], False)

@@ -1,0 +1,26 @@
+"""The node's memory and this job's cgroup limit, from /proc and /sys: doctor's probe reports
+them (runtime/probe.py) and each rank checks them against the plan (the rank's hardware check).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def memory(meminfo: Path = Path("/proc/meminfo")) -> dict[str, Any]:
+    """The node's memory and this job's cgroup limit (v2 memory.max, v1 limit_in_bytes)."""
+    fields = {line.split(":")[0]: int(line.split()[1]) * 1024
+              for line in meminfo.read_text().splitlines() if line.endswith("kB")}
+    limit = None
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, rel = line.split(":", 2)
+        base = Path("/sys/fs/cgroup")
+        path = base / rel.lstrip("/") / "memory.max" if controllers == "" else \
+            base / "memory" / rel.lstrip("/") / "memory.limit_in_bytes"
+        if (controllers == "" or "memory" in controllers.split(",")) and path.exists():
+            text = path.read_text().strip()
+            if text.isdigit() and int(text) < fields["MemTotal"]:
+                limit = int(text)
+    return {"total": fields["MemTotal"], "available": fields.get("MemAvailable"),
+            "cgroup_limit": limit}

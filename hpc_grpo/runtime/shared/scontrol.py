@@ -1,0 +1,32 @@
+"""The runtime's only Slurm calls run here: ``scontrol``, in one runner.
+
+The launcher's scheduler/slurm.py cannot be imported on a node (runtime/ never imports the
+launcher side), so ``scontrol`` runs here for the node task (runtime/node/slurm_facts.py) and
+for doctor's probe (runtime/probe.py). Every call is bounded and never raises: a slurmctld that
+does not answer never hangs a node.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+
+TIMEOUT_S = 5.0
+
+
+def scontrol(args: Sequence[str], *, timeout_s: float = TIMEOUT_S,
+             binary: str = "scontrol") -> tuple[str, str]:
+    """``scontrol ARGS``' output and "", or "" and one line saying why it failed (its last line
+    of output, the timeout, no binary): a slurmctld that does not answer never hangs a node."""
+    command = " ".join([binary, *args])
+    try:
+        done = subprocess.run([binary, *args], capture_output=True, text=True,
+                              timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return "", f"{command} timed out"
+    except OSError as err:
+        return "", f"{command} failed: {err.strerror or err}"
+    if done.returncode != 0:
+        said = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+        return "", f"{command} failed: {said[-1] if said else f'exit code {done.returncode}'}"
+    return done.stdout or "", ""
