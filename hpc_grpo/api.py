@@ -26,7 +26,6 @@ from hpc_grpo.export.commands import evaluate as evaluate  # after training
 from hpc_grpo.export.commands import export as export
 from hpc_grpo.export.hub_step import notes as hub_notes
 from hpc_grpo.export.hub_step import run_record
-from hpc_grpo.export.records import check_lines as check_lines  # the export check, as lines
 from hpc_grpo.planner.checkpoint_fit import refuse_if_no_fit, resident_host_gib
 from hpc_grpo.planner.job import JobPlan, build_plan
 from hpc_grpo.planner.report import plan_report
@@ -44,6 +43,7 @@ from hpc_grpo.rundir.contract import (
 )
 from hpc_grpo.rundir.view import append_job_line
 from hpc_grpo.runs import registry
+from hpc_grpo.runs.after_training import check_lines as check_lines  # the export check, as lines
 from hpc_grpo.scheduler import envvars
 from hpc_grpo.scheduler.backend import backend_for
 from hpc_grpo.scheduler.render import render_script, summary_text

@@ -11,8 +11,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hpc_grpo.export import records
 from hpc_grpo.export.plan import ExportPlan
+from hpc_grpo.runs import after_training
 
 HISTORY_ROWS = 12
 _SETTINGS = ("max_steps", "learning_rate", "per_device_train_batch_size", "num_generations",
@@ -69,5 +69,5 @@ def card_text(plan: ExportPlan, record: Mapping[str, Any], metrics: Sequence[Map
     lines += ["", "## Check", "",
               "Log-probabilities of fixed texts (teacher forcing) and greedy continuations, this "
               "folder against the checkpoint's own model:", "",
-              *(f"- {line}" for line in records.check_lines(check)), ""]
+              *(f"- {line}" for line in after_training.check_lines(check)), ""]
     return "\n".join(lines)

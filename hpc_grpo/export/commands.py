@@ -13,6 +13,7 @@ from hpc_grpo.export import evaluate as evaluation
 from hpc_grpo.export import push as hub
 from hpc_grpo.export import write
 from hpc_grpo.rundir.hub import HubBlock, push_command
+from hpc_grpo.rundir.view import read_view
 from hpc_grpo.runs import registry, runfiles
 
 
@@ -25,7 +26,7 @@ def export(name: str, *, step: int | None = None, to: str | None = None, dtype: 
     child ``python`` (runtime/posttrain/export.py). ``push``: then uploaded to that hub
     repository (``Exported.pushed``); a finished export already at the target is pushed as it is.
     ``job``: True as a job of the run's back end, False here, None: a job where this Slurm
-    login node has less memory than the export holds (``Exported.job``; export/job.py)."""
+    login node has less memory than the export holds (``Exported.job``; export/side_job.py)."""
     run_dir = registry.find_run(name)
     if push:
         hub.check_repo_id(push)
@@ -57,8 +58,8 @@ def _as_job(run_dir: Path, *, step: int | None, best: str | None, to: str | None
             job: bool | None, announce: Callable[[str], None] | None) -> write.Exported | None:
     """The export submitted as a job when it should be one (None: run it here)."""
     from hpc_grpo.export import best as best_of
-    from hpc_grpo.export import job as jobs
     from hpc_grpo.export import plan
+    from hpc_grpo.export import side_job as jobs
 
     write.refuse_missing(run_dir)
     record = runfiles.read_record(run_dir, "exported")
@@ -66,7 +67,7 @@ def _as_job(run_dir: Path, *, step: int | None, best: str | None, to: str | None
     if push:
         hub.check_repo_id(push)
     the_plan = plan.build(run_dir, record, picked.step if picked else step, to, dtype, adapter)
-    scheduler = str(record.get("scheduler") or "slurm")
+    scheduler = read_view(run_dir).scheduler  # the one notion of a local run
     reason = jobs.reason_for(job, the_plan, scheduler, plan.available_memory())
     if not reason:
         return None

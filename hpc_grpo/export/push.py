@@ -20,10 +20,11 @@ from typing import Any
 
 from hpc_grpo.errors import UserError
 from hpc_grpo.export import best as best_of
-from hpc_grpo.export import child, layout, plan, records
-from hpc_grpo.rundir import append_jsonl, read_jsonl
+from hpc_grpo.export import child, layout, plan
+from hpc_grpo.rundir import append_jsonl
 from hpc_grpo.rundir.checkpoints import run_checkpoints
 from hpc_grpo.rundir.contract import PUSHES_JSONL
+from hpc_grpo.runs import after_training
 
 MODULE = "hpc_grpo.runtime.posttrain.hub_upload"
 # The hub's repository names: [namespace/]name of letters, digits, '-', '_', '.' (without a
@@ -61,7 +62,7 @@ def existing(run_dir: Path, record: dict[str, Any], step: int | None, best: str 
     picked = best_of.pick(run_dir, run_id, step, best)
     chosen = layout.pick(run_checkpoints(run_dir), picked.step if picked else step, run_id)
     target = plan.target_of(to, run_dir, chosen.step, adapter)
-    for entry in reversed(records.exports(run_dir)):
+    for entry in reversed(after_training.exports(run_dir)):
         if Path(str(entry["path"])) == target and entry.get("step") == chosen.step:
             flag = plan.FLAGS.get(str(entry.get("dtype")))
             return plan.build(run_dir, record, chosen.step, to, flag, adapter,
@@ -97,18 +98,4 @@ def push(the_plan: plan.ExportPlan, check: dict[str, Any], repo_id: str, *,
                   "repo_id": repo_id, "url": done.url, "commit": done.commit})
     return done
 
-
-def pushes(run_dir: Path) -> list[dict[str, Any]]:
-    """pushes.jsonl's lines, oldest first (never raises)."""
-    return [p for p in read_jsonl(run_dir / PUSHES_JSONL) if isinstance(p.get("repo_id"), str)]
-
-
-def newest_push(run_dir: Path) -> dict[str, Any] | None:
-    found = pushes(run_dir)
-    return found[-1] if found else None
-
-
-def push_line(entry: dict[str, Any]) -> str:
-    return (f"pushed step {entry.get('step')} to {entry.get('repo_id')}"
-            + (f" ({str(entry.get('commit'))[:12]})" if entry.get("commit") else ""))
 

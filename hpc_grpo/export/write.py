@@ -32,8 +32,8 @@ from hpc_grpo.rundir.contract import EXPORTS_JSONL, METRICS_JSONL, REWARD_CURVE,
 from hpc_grpo.runs import runfiles
 
 if TYPE_CHECKING:
-    from hpc_grpo.export.job import ExportJob
     from hpc_grpo.export.push import Pushed
+    from hpc_grpo.export.side_job import ExportJob
 
 MODULE = "hpc_grpo.runtime.posttrain.export"
 
@@ -50,7 +50,7 @@ class Exported:
     best: best_of.Best | None = None  # --best: the step picked and its value
     reused: bool = False  # --push: a finished export already at the target, not written again
     pushed: Pushed | None = None  # --push: its error is set when the hub refused
-    job: ExportJob | None = None  # run as a job (export/job.py): nothing written here yet
+    job: ExportJob | None = None  # run as a job (export/side_job.py): nothing written here yet
 
 
 def _partial_prefix(target: Path) -> str:

@@ -59,7 +59,7 @@ EXPORT_DIR = "export"
 EXPORTS_JSONL = "exports.jsonl"
 EVAL_DIR = "eval"
 PUSHES_JSONL = "pushes.jsonl"  # one line per export uploaded to the hub (`export --push`)
-EXPORT_JOBS_JSONL = "export-jobs.jsonl"  # one line per `export` run as a job (export/job.py)
+EXPORT_JOBS_JSONL = "export-jobs.jsonl"  # one line per `export` run as a job (export/side_job.py)
 
 # Each job owns PORTS_PER_JOB consecutive ports from MASTER_PORT: torchrun's rendezvous, the vLLM
 # server and its weight-sync group.

@@ -25,6 +25,7 @@ from hpc_grpo.rundir.contract import (
     RunRecord,
 )
 from hpc_grpo.rundir.view import RestartLine
+from hpc_grpo.runs import after_training as after
 from hpc_grpo.runs import joberror, registry
 from hpc_grpo.runs.attempts import startup_line, with_accounting
 from hpc_grpo.runs.runfiles import RunFiles, read_run
@@ -63,10 +64,10 @@ class RunStatus:
     stalled_ranks: tuple[int, ...] = ()  # the ranks it found behind (() all stopped level)
     tracker_sync: str = ""  # the command that uploads the run's offline W&B run (tracking.py)
     checkpoint_skipped: str = ""  # the last save skipped for lack of space (rank callbacks)
-    exported: str = ""  # the newest `hpc-grpo export` of the run (export/records.py), one line
+    exported: str = ""  # the newest `hpc-grpo export` of the run (runs/after_training.py), one line
     evaluated: str = ""  # the newest `hpc-grpo eval` of the run, one line
     pushed: str = ""  # the newest push to the hub, or "push pending: COMMAND" (export/hub_step.py)
-    export_job: str = ""  # the newest `export` run as a job and its state (export/job.py)
+    export_job: str = ""  # the newest `export` run as a job and its state (export/side_job.py)
     startup: str = ""  # the last attempt's time to its first step, by part (attempts.py)
 
     def to_dict(self) -> dict[str, Any]:
@@ -104,14 +105,12 @@ def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
 
 def _after_training(run_dir: Path, record: RunRecord | None, phase: str) -> dict[str, str]:
     """The newest export, evaluation and push (or the push pending), one line each ("" none)."""
-    from hpc_grpo.export import hub_step, job, push, records
-
-    export, evaluation = records.newest_export(run_dir), records.newest_eval(run_dir)
-    pushed = push.newest_push(run_dir)
-    return {"exported": records.export_line(export) if export else "",
-            "evaluated": records.eval_line(evaluation) if evaluation else "",
-            "pushed": hub_step.pending(run_dir, record, phase)
-            or (push.push_line(pushed) if pushed else ""), "export_job": job.status_line(run_dir)}
+    export, evaluation = after.newest_export(run_dir), after.newest_eval(run_dir)
+    pushed = after.newest_push(run_dir)
+    return {"exported": after.export_line(export) if export else "",
+            "evaluated": after.eval_line(evaluation) if evaluation else "",
+            "pushed": after.push_pending(run_dir, record, phase)
+            or (after.push_line(pushed) if pushed else ""), "export_job": after.export_job_line(run_dir)}
 
 
 def _pending_restart(files: RunFiles, js: JobState) -> tuple[RestartLine, ...]:

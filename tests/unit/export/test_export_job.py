@@ -1,4 +1,4 @@
-"""`hpc-grpo export` as a one-node job of the run's back end (export/job.py), with the shared
+"""`hpc-grpo export` as a one-node job of the run's back end (export/side_job.py), with the shared
 fake Slurm binaries: sbatch's argv (one node, the plan's memory, the run's partition), the
 script (the same command, --here, the step pinned), export-jobs.jsonl, and `status` following
 the job from squeue/sacct to the export it recorded. The local back end's end-to-end run is
@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from hpc_grpo.export import commands, job, plan
+from hpc_grpo.export import commands, plan
+from hpc_grpo.export import side_job as job
 from hpc_grpo.rundir import append_jsonl
+from hpc_grpo.runs.after_training import export_job_line
 from tests.unit.export import fakes
 from tests.unit.slurmfake import FakeSlurm, sacct_line, squeue_line
 
@@ -55,15 +57,15 @@ def test_status_follows_the_job_to_its_export(tmp_path: Path, fake: FakeSlurm) -
     commands.export(str(run), job=True)
     fake.answer("squeue", squeue_line("4242", "RUNNING", "2026-01-01T00:00:00",
                                       name="export-tiny-0001"))
-    assert job.status_line(run) == "export job 4242 (step 4): RUNNING"
+    assert export_job_line(run) == "export job 4242 (step 4): RUNNING"
     fake.answer("squeue", "")
     fake.answer("sacct", sacct_line("4242", "FAILED", "2026-01-01T00:00:00", code="1:0"))
-    assert job.status_line(run) == ("export job 4242 (step 4): FAILED, no export recorded: see "
+    assert export_job_line(run) == ("export job 4242 (step 4): FAILED, no export recorded: see "
                                     f"{run / 'logs' / 'export-job-1.log'}")
     target = run / "export" / "step-4"
     target.mkdir(parents=True)
     append_jsonl(run / "exports.jsonl", {"time": time.time() + 1, "step": 4, "path": str(target)})
-    assert job.status_line(run) == f"export job 4242 (step 4): done, {target}"
+    assert export_job_line(run) == f"export job 4242 (step 4): done, {target}"
 
 
 def test_a_small_login_node_sends_the_export_to_a_job(tmp_path: Path, fake: FakeSlurm,

@@ -1,8 +1,11 @@
-"""What a run directory says of its exports and evaluations, for `status` and `eval`.
+"""What a run directory says of what followed training, for `status` and the export room:
+its exports, evaluations, pushes and export jobs, and the one line `status` shows of each.
 
 exports.jsonl holds one line per finished export (export/write.py); eval/ one JSON file per
-evaluation (export/evaluate.py). Read without ever raising: `status` over many runs must not
-stop at one odd file. A recorded export whose folder was removed since is not offered.
+evaluation (export/evaluate.py); pushes.jsonl one line per push (export/push.py);
+export-jobs.jsonl one line per `export --job` (export/side_job.py). Read without ever raising:
+`status` over many runs must not stop at one odd file. A recorded export whose folder was
+removed since is not offered. Here, below the export room, so that `status` never imports it.
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.rundir import read_json_object, read_jsonl
-from hpc_grpo.rundir.contract import EVAL_DIR, EXPORTS_JSONL
+from hpc_grpo.rundir.contract import EVAL_DIR, EXPORT_JOBS_JSONL, EXPORTS_JSONL, PUSHES_JSONL, RunRecord
+from hpc_grpo.rundir.hub import push_command
+from hpc_grpo.scheduler.backend import backend_for
 
 
 def exports(run_dir: Path) -> list[dict[str, Any]]:
@@ -104,3 +109,57 @@ def eval_line(data: dict[str, Any]) -> str:
     return (f"eval of {subject.get('label', '?')} on {dataset}: mean reward {value} "
             f"(95% CI, {data.get('prompts', '?')} prompts x {data.get('num_samples', '?')}, "
             f"{data.get('engine', '?')})")
+
+
+def pushes(run_dir: Path) -> list[dict[str, Any]]:
+    """pushes.jsonl's lines, oldest first (never raises)."""
+    return [p for p in read_jsonl(run_dir / PUSHES_JSONL) if isinstance(p.get("repo_id"), str)]
+
+
+def newest_push(run_dir: Path) -> dict[str, Any] | None:
+    found = pushes(run_dir)
+    return found[-1] if found else None
+
+
+def push_line(entry: dict[str, Any]) -> str:
+    return (f"pushed step {entry.get('step')} to {entry.get('repo_id')}"
+            + (f" ({str(entry.get('commit'))[:12]})" if entry.get("commit") else ""))
+
+
+def push_pending(run_dir: Path, record: RunRecord | None, phase: str) -> str:
+    """`status`'s line for a run whose push after training has not happened ("" none): its
+    training is done, run.json asks for a push, and pushes.jsonl has none to that repository."""
+    hub = record.hub if record is not None else None
+    if phase != "done" or record is None or hub is None or not hub.repo_id:
+        return ""
+    if any(p.get("repo_id") == hub.repo_id for p in pushes(run_dir)):
+        return ""
+    where = (" (the node task pushes after training; once its job has ended, see "
+             "logs/hub-push.log)") if hub.on_node else ""
+    return f"push pending{where}: {push_command(record.run_id or run_dir.name, hub)}"
+
+
+# Slurm states of a side job that has not ended yet
+WAITING = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED"}
+
+
+def export_job_line(run_dir: Path) -> str:
+    """The newest export job, one line ("" none): done once exports.jsonl has its export,
+    else the back end's state of the job, and the log to read when it ended without one."""
+    jobs = [j for j in read_jsonl(run_dir / EXPORT_JOBS_JSONL) if isinstance(j.get("job_id"), str)]
+    if not jobs:
+        return ""
+    job = jobs[-1]
+    head = f"export job {job['job_id']} (step {job.get('step')})"
+    done = [e for e in exports(run_dir) if e.get("step") == job.get("step")
+            and float(e.get("time") or 0) >= float(job.get("time") or 0)]
+    if done:
+        return f"{head}: done, {done[-1].get('path')}"
+    try:
+        state = backend_for(str(job.get("scheduler") or "slurm")).side_job_state(
+            job["job_id"], Path(str(job.get("script"))))
+    except Exception as exc:  # status never stops at one run: say what could not be asked
+        state = f"UNKNOWN ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+    if state in WAITING:
+        return f"{head}: {state}"
+    return f"{head}: {state}, no export recorded: see {job.get('log')}"

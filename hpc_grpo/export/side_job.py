@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpc_grpo.export import plan, records
+from hpc_grpo.export import plan
 from hpc_grpo.rundir import append_jsonl, read_jsonl
 from hpc_grpo.rundir.contract import EXPORT_JOBS_JSONL, LOGS, SPEC_JSON
 from hpc_grpo.rundir.hub import export_argv, push_args, visibility
+from hpc_grpo.rundir.view import read_view
 from hpc_grpo.scheduler.backend import SideJob, backend_for
 from hpc_grpo.scheduler.jobscript import allocation_options, side_job_script
 
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
 TIME_MIN = 120  # the job's time limit, at most the site's max_time: ZeRO-3 shards of 7B convert in minutes
 MEM_MARGIN = 1.25  # over the plan's host memory (the model's tensors, the check's two models)
 BASE_MEM_MB = 1536  # the process itself: Python, torch, transformers, tokenizer (measured ~1 GiB)
-WAITING = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED"}
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ def submit(the_plan: plan.ExportPlan, record: dict[str, Any], argv: list[str],
     partial.chmod(0o700)
     partial.rename(script)
     mem_mb = BASE_MEM_MB + math.ceil(the_plan.host_bytes * MEM_MARGIN / 2**20)
-    scheduler = str(record.get("scheduler") or "slurm")
+    scheduler = read_view(run_dir).scheduler  # the one notion of a local run
     name = f"export-{the_plan.run_id}"[:64]
     time_min = min(TIME_MIN, minutes(site.max_time, "max_time"))
     sub = backend_for(scheduler).submit_side_job(
@@ -117,28 +117,6 @@ def submit(the_plan: plan.ExportPlan, record: dict[str, Any], argv: list[str],
                   "script": str(script), "log": str(log), "step": the_plan.step,
                   "target": str(the_plan.target), "mem_mb": mem_mb, "reason": reason})
     return ExportJob(sub.job_id, reason, script, log)
-
-
-def status_line(run_dir: Path) -> str:
-    """The newest export job, one line ("" none): done once exports.jsonl has its export,
-    else the back end's state of the job, and the log to read when it ended without one."""
-    jobs = [j for j in read_jsonl(run_dir / EXPORT_JOBS_JSONL) if isinstance(j.get("job_id"), str)]
-    if not jobs:
-        return ""
-    job = jobs[-1]
-    head = f"export job {job['job_id']} (step {job.get('step')})"
-    done = [e for e in records.exports(run_dir) if e.get("step") == job.get("step")
-            and float(e.get("time") or 0) >= float(job.get("time") or 0)]
-    if done:
-        return f"{head}: done, {done[-1].get('path')}"
-    try:
-        state = backend_for(str(job.get("scheduler") or "slurm")).side_job_state(
-            job["job_id"], Path(str(job.get("script"))))
-    except Exception as exc:  # status never stops at one run: say what could not be asked
-        state = f"UNKNOWN ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
-    if state in WAITING:
-        return f"{head}: {state}"
-    return f"{head}: {state}, no export recorded: see {job.get('log')}"
 
 
 def nodes_reach_hub(record: dict[str, Any]) -> bool:
