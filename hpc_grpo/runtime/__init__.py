@@ -7,5 +7,6 @@ submitit's job role, on a local site exec'd by the script itself): torchrun, sig
 vLLM server; ``rank``: one training rank (GRPOTrainer and what it needs); neither of those two
 imports the other (the node task names the rank's entry module as a string). ``models``:
 offline example models; ``posttrain``: export and eval's torch work. The root modules (``probe``:
-doctor's on-node half, ``linkbench``, ``child_answer``) import only ``shared``.
+doctor's on-node half, ``linkbench``, ``child_answer``) import only ``shared`` and
+each other.
 """
