@@ -19,8 +19,9 @@ import pytest
 from hpc_grpo.rundir.contract import DatasetBlock, RunRecord
 from hpc_grpo.rundir.view import append_job_line
 from hpc_grpo.runs import registry
+from tests.paths import TESTS
 
-FAKE = Path(__file__).resolve().parents[1] / "fakebin" / "fake_slurm.py"
+FAKE = TESTS / "fakebin" / "fake_slurm.py"
 FAKED = ("sacct", "squeue", "sbatch", "scancel", "scontrol", "srun", "sinfo")
 
 

@@ -26,6 +26,7 @@ from hpc_grpo.planner import (
     plan_memory,
 )
 from hpc_grpo.rundir.shapes import SHAPES
+from tests.paths import PACKAGE, RESULTS
 
 CHOICES = {"tensor_parallel_size", "zero_stage", "offload_optimizer", "offload_params",
            "gradient_checkpointing", "vllm_gpu_memory_utilization", "enable_sleep_mode",
@@ -407,7 +408,7 @@ ALLOWED_IMPORTS = {"__future__", "collections.abc", "dataclasses", "functools", 
 
 
 @pytest.mark.parametrize("module", sorted(
-    (Path(__file__).resolve().parents[3] / "hpc_grpo" / "planner").rglob("*.py")),
+    (PACKAGE / "planner").rglob("*.py")),
     ids=lambda p: p.relative_to(p.parents[1]).as_posix())
 def test_planner_modules_are_pure_and_small(module: Path) -> None:
     tree = ast.parse(module.read_text())
@@ -449,7 +450,7 @@ def test_recomputation_saving_matches_the_gpu_measurement() -> None:
     """The planner's activations with and without gradient checkpointing, against two runs of
     one GPU job that differed only in that (docs/results, 2 x H200): the rise of torch's
     allocated peak is what turning recomputation off costs."""
-    saved = Path(__file__).resolve().parents[3] / "docs/results/2026-11-23-bench-two-16-steps.json"
+    saved = RESULTS / "2026-11-23-bench-two-16-steps.json"
     runs = json.loads(saved.read_text())
     measured = (runs["no_grad_ckpt"]["torch_peaks_gib"]["torch_alloc_peak_gib"]
                 - runs["default_plan"]["torch_peaks_gib"]["torch_alloc_peak_gib"])
