@@ -1,9 +1,10 @@
 """The library behind the CLI: every command is one function here.
 
-resolve inputs -> plan -> render -> submit, and the reading side (status, logs, cancel), the
-preflight side (doctor, site init) and the example model. The CLI is a thin layer over these
-functions; tests and notebooks call them directly. Heavy modules load inside the functions that
-need them, so ``status`` never pays for Jinja or the planner.
+resolve inputs -> plan -> render -> submit, resume, the preflight side (doctor, site init,
+stage) and the example model; the run side (status, logs, cancel, following a run) is
+``api_runs``, which this module re-exports and the CLI's reading commands import alone, so that
+``status`` never loads Jinja or the planner. The CLI is a thin layer over these functions; tests
+and notebooks call them directly.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo import rundir
+from hpc_grpo.api_runs import cancel as cancel  # the run side, also for the CLI's status
+from hpc_grpo.api_runs import log_paths as log_paths
+from hpc_grpo.api_runs import progress as progress
+from hpc_grpo.api_runs import status as status
 from hpc_grpo.config import names
 from hpc_grpo.config.site import SiteProfile, all_sites, find_site
 from hpc_grpo.config.spec import JobSpec, build_spec, parse_set
@@ -26,13 +31,19 @@ from hpc_grpo.export.commands import evaluate as evaluate  # after training
 from hpc_grpo.export.commands import export as export
 from hpc_grpo.export.hub_step import notes as hub_notes
 from hpc_grpo.export.hub_step import run_record
+from hpc_grpo.planner import catalogue_names
+from hpc_grpo.planner import resume as rules
 from hpc_grpo.planner.checkpoint_fit import refuse_if_no_fit, resident_host_gib
 from hpc_grpo.planner.job import JobPlan, build_plan
 from hpc_grpo.planner.report import plan_report
-from hpc_grpo.preflight import inputs
+from hpc_grpo.preflight import doctor as checks
+from hpc_grpo.preflight import inputs, siteinit
+from hpc_grpo.preflight import stage as staging
 from hpc_grpo.preflight.builtin_model import ensure_builtin_model
 from hpc_grpo.preflight.builtin_model import write_example_model as write_example_model
+from hpc_grpo.preflight.capacity import Capacity
 from hpc_grpo.preflight.checked import check_inputs
+from hpc_grpo.preflight.links import plan_links
 from hpc_grpo.rundir.checkpoints import newest_complete_step
 from hpc_grpo.rundir.contract import (
     ATTEMPTS,
@@ -42,7 +53,7 @@ from hpc_grpo.rundir.contract import (
     SPEC_JSON,
 )
 from hpc_grpo.rundir.view import append_job_line
-from hpc_grpo.runs import registry
+from hpc_grpo.runs import registry, runfiles, track
 from hpc_grpo.runs.after_training import check_lines as check_lines  # the export check, as lines
 from hpc_grpo.scheduler import envvars
 from hpc_grpo.scheduler.backend import backend_for
@@ -214,9 +225,6 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Re
     still alive, a finished run, an override a checkpoint cannot follow (planner/resume.py).
     Without a complete checkpoint training starts again from step 0, in the same directory.
     """
-    from hpc_grpo.planner import resume as rules
-    from hpc_grpo.runs import runfiles, track
-
     run_dir = registry.find_run(name)
     files = runfiles.read_run(run_dir)
     if files.problems:
@@ -267,8 +275,6 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Re
 def stage(name: str, site_name: str, revision: str = "", dataset: bool = False) -> Any:
     """Download a hub model (catalogue names too) or dataset into the site's shared cache once,
     on the login node, and record its commit (``preflight.stage.Staged``)."""
-    from hpc_grpo.preflight import stage as staging
-
     if not name.strip():  # as a path, "" is the current directory
         raise UserError("an empty name would mean the current directory", field="stage",
                         hint="give a hub id (Qwen/Qwen2.5-0.5B) or a catalogue name")
@@ -295,44 +301,13 @@ def sites_report() -> list[dict[str, Any]]:
 def plan(request: Request) -> dict[str, Any]:
     """The plan a request gets (``plan``): what render and submit would use, and why; with
     the site's links (declared, measured by doctor, or assumed: ``preflight.links``)."""
-    from hpc_grpo.preflight.links import plan_links
-
     made = prepare(request).plan
     return {**plan_report(made), "links": plan_links(made.site)}
 
 
 def model_names() -> list[str]:
     """The model shapes the planner knows without a config.json (``plan --list-models``)."""
-    from hpc_grpo.planner import catalogue_names
-
     return list(catalogue_names())
-
-
-def progress(run_dir: Path) -> Any:
-    """A followed run's status row, last step time and final summary (``track.FollowedRun``)."""
-    from hpc_grpo.runs import track
-
-    return track.progress(run_dir)
-
-
-def status(names: tuple[str, ...] = ()) -> list[Any]:
-    """Every run (or the named ones) with its Slurm state and training progress."""
-    from hpc_grpo.runs import track
-
-    return track.status(names)
-
-
-def log_paths(name: str, rank: int | None) -> list[Path]:
-    from hpc_grpo.runs import track
-
-    return track.log_paths(name, rank)
-
-
-def cancel(name: str) -> Any:
-    """Cancel the run's job, if it is still this run's and not over (``track.Action``)."""
-    from hpc_grpo.runs import track
-
-    return track.cancel(name)
 
 
 def doctor(site_name: str, nodes: int | None, partition: str, output_root: str,
@@ -340,9 +315,6 @@ def doctor(site_name: str, nodes: int | None, partition: str, output_root: str,
     """A real preflight job on the site's nodes; with a model, its planned checkpoint and save
     memory are compared with each node's free output space and memory; with ``bandwidth``, a
     second job times the links and caches them for plan."""
-    from hpc_grpo.preflight import doctor as checks
-    from hpc_grpo.preflight.capacity import Capacity
-
     profile = find_site(site_name)
     count = nodes or min(2, profile.max_nodes or 2)
     capacity = Capacity(cpu_memory_gib=profile.cpu_memory_gib)
@@ -360,7 +332,5 @@ def doctor(site_name: str, nodes: int | None, partition: str, output_root: str,
 
 def init_site(name: str, partition: str, output: str, force: bool) -> tuple[Path, dict[str, Any]]:
     """Write a starting profile from the live cluster; returns its path and summary."""
-    from hpc_grpo.preflight import siteinit
-
     path = siteinit.init_site(name, partition=partition, output=output, force=force)
     return path, siteinit.summary(path)

@@ -2,7 +2,8 @@
 
 Every user-fixable problem arrives as a UserError and leaves as one line on stderr (one line
 each when several are found in one pass) with exit code 2. Heavy modules (rich, submitit, the
-API itself) load inside commands to keep ``hpc-grpo --help`` fast on a login node.
+API itself) load inside commands to keep ``hpc-grpo --help`` fast on a login node; status, logs
+and cancel load only the API's run side (``api_runs``: no Jinja, YAML or planner).
 """
 
 from __future__ import annotations
@@ -160,13 +161,13 @@ def submit(dry_run: bool, wait: bool | None, **kwargs: Any) -> None:
 @user_errors
 def status(runs: tuple[str, ...], as_json: bool, watch: bool) -> None:
     """Slurm state joined with training progress, requeues and checkpoint age."""
-    from hpc_grpo import api
+    from hpc_grpo import api_runs  # the run side alone: no Jinja, YAML or planner
     from hpc_grpo.runs.views import status_table, watch_status
 
     if watch:
-        watch_status(lambda: api.status(runs))
+        watch_status(lambda: api_runs.status(runs))
         return
-    rows = api.status(runs)
+    rows = api_runs.status(runs)
     if as_json:
         click.echo(json.dumps([r.to_dict() for r in rows], indent=2))
     else:
@@ -181,12 +182,12 @@ def status(runs: tuple[str, ...], as_json: bool, watch: bool) -> None:
 @user_errors
 def logs(run: str, rank: int | None, follow: bool, as_json: bool) -> None:
     """Print a run's per-rank logs (and the node tasks' Slurm logs)."""
-    from hpc_grpo import api
+    from hpc_grpo import api_runs  # the run side alone
     from hpc_grpo.runs.views import print_logs
 
     if as_json and follow:
         raise click.UsageError("--json lists the log files once; it cannot --follow")
-    paths = api.log_paths(run, rank)
+    paths = api_runs.log_paths(run, rank)
     if as_json:
         click.echo(json.dumps([{"path": str(p), "bytes": p.stat().st_size if p.exists() else None}
                                for p in paths], indent=2))
@@ -199,9 +200,9 @@ def logs(run: str, rank: int | None, follow: bool, as_json: bool) -> None:
 @user_errors
 def cancel(run: str) -> None:
     """Cancel a run's job (all nodes)."""
-    from hpc_grpo import api
+    from hpc_grpo import api_runs  # the run side alone
 
-    click.echo(api.cancel(run).message)  # only ever this run's own job
+    click.echo(api_runs.cancel(run).message)  # only ever this run's own job
 
 
 @main.command()

@@ -15,7 +15,7 @@ from hpc_grpo.config.grpo import SEED
 from hpc_grpo.config.recipe_format import shown
 from hpc_grpo.errors import UserError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # spec.py imports these checks: the type alone, no circle
     from hpc_grpo.config.spec import JobSpec
 
 # Job settings that name a thing to load; their hint on what may be given instead.

@@ -16,7 +16,7 @@ from typing import Any
 
 from hpc_grpo.config.site import SiteProfile, minutes
 from hpc_grpo.preflight import links
-from hpc_grpo.preflight.doctor import Row, Status, last_lines, srun_options
+from hpc_grpo.preflight.node_job import Row, Status, last_lines, srun_options
 from hpc_grpo.runtime.probe_lines import read_reports
 from hpc_grpo.scheduler import slurm
 from hpc_grpo.scheduler.jobscript import node_command

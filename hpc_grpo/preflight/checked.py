@@ -15,7 +15,8 @@ from hpc_grpo.errors import UserError
 from hpc_grpo.planner.blocks import default_name
 from hpc_grpo.planner.timing import Timings
 from hpc_grpo.planner.types import LinkFigures, ModelRef
-from hpc_grpo.preflight import inputs
+from hpc_grpo.preflight import inputs, stage
+from hpc_grpo.preflight.links import site_links
 from hpc_grpo.runs import registry
 
 
@@ -38,8 +39,6 @@ class CheckedInputs:
 def check_inputs(site: SiteProfile, spec: JobSpec, *, root: Path, python: str,
                  site_name: str) -> CheckedInputs:
     """Step one of ``prepare``: every login-node check and measurement, before any planning."""
-    from hpc_grpo.preflight import stage
-
     model = inputs.resolve_model(spec.model, registry.home_dir())
     dataset = inputs.check_dataset(spec.dataset, spec.prompt_column)
     for reward in spec.reward_funcs:
@@ -59,7 +58,5 @@ def check_inputs(site: SiteProfile, spec: JobSpec, *, root: Path, python: str,
 
 
 def _links_for_plan(site: SiteProfile) -> LinkFigures | None:
-    from hpc_grpo.preflight.links import site_links
-
     facts = site_links(site)
     return facts.for_plan() if facts else None

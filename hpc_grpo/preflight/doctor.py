@@ -11,19 +11,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import secrets
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from hpc_grpo import __version__
 from hpc_grpo.config.site import SiteProfile, minutes
 from hpc_grpo.errors import UserError
+from hpc_grpo.preflight import bandwidth as measuring
 from hpc_grpo.preflight.capacity import Capacity, capacity_rows
 from hpc_grpo.preflight.hardware_row import hardware_row
+from hpc_grpo.preflight.node_job import Row, Status, last_lines, runs_on, srun_options
 from hpc_grpo.preflight.requeue_hold import hold_check
 from hpc_grpo.preflight.versions import satisfies
 from hpc_grpo.rundir.contract import HardwareBlock
@@ -31,14 +32,9 @@ from hpc_grpo.runtime.probe import PACKAGES
 from hpc_grpo.runtime.probe_lines import read_reports
 from hpc_grpo.scheduler import slurm
 from hpc_grpo.scheduler.jobscript import (
-    allocation_options,
-    gpu_request,
     node_command,
     pyxis_found,
-    pyxis_options,
 )
-
-Status = Literal["pass", "warn", "fail", "skip"]
 
 # The tested stack (pyproject's runtime and vllm extras): specifier, and how to show it.
 MATRIX: Mapping[str, tuple[str, str]] = {
@@ -55,14 +51,6 @@ CHECK_ORDER = ("job", *PACKAGES, "known: ZeRO-3 + LoRA", "known: vLLM vs TRL", "
                "same stack", "hpc-grpo", "modules", "container runtime", "container", "node names",
                "scontrol", "requeue hold", "interface", "rendezvous port", "shared output", "output disk",
                "node memory", "gpus", "plan hardware", "bandwidth")
-
-
-@dataclass(frozen=True)
-class Row:
-    check: str
-    status: Status
-    nodes: tuple[str, ...]
-    detail: str
 
 
 @dataclass(frozen=True)
@@ -273,30 +261,6 @@ class Result:
                 "links": self.links}
 
 
-def last_lines(text: str, count: int) -> str:
-    """srun's last words, minus its progress chatter, as one line."""
-    lines = [line.strip() for line in text.splitlines()
-             if line.strip() and not re.search(r"job \d+ (queued|has been allocated)", line)]
-    return "; ".join(lines[-count:])[:400]
-
-
-def srun_options(site: SiteProfile, nodes: int, partition: str, time_min: int, *,
-                 tasks_per_node: int = 1, job_name: str = "hpc-grpo-doctor") -> list[str]:
-    """The allocation: the job's partition, account, QOS and GPUs, but one CPU per task (one
-    task per node, or a job's processes per node for the link measurement)."""
-    options = [f"--nodes={nodes}", f"--ntasks-per-node={tasks_per_node}", "--cpus-per-task=1",
-               f"--job-name={job_name}", f"--time={time_min}", "--kill-on-bad-exit=0"]
-    options += allocation_options(site, partition)
-    if site.gpus_per_node:
-        options.append(gpu_request(site))
-    return options + pyxis_options(site)
-
-
-def runs_on(site: SiteProfile) -> bool:
-    """Whether doctor can check this site: its job is Slurm's (srun), a local site has none."""
-    return site.scheduler == "slurm"
-
-
 def run(site: SiteProfile, *, nodes: int, partition: str = "", output_root: str = "",
         python: str = "", timeout_s: float = 180, share_wait_s: float = 20,
         capacity: Capacity | None = None, bandwidth: bool = False) -> Result:
@@ -347,8 +311,6 @@ def run(site: SiteProfile, *, nodes: int, partition: str = "", output_root: str 
     rows.append(_requeue_hold_row())
     links: dict[str, Any] | None = None
     if bandwidth:
-        from hpc_grpo.preflight import bandwidth as measuring
-
         row, links = measuring.measure(site, reports, nodes=nodes, partition=partition,
                                        python=python or site.python or sys.executable,
                                        timeout_s=timeout_s)
@@ -376,7 +338,7 @@ def _nodes_text(nodes: Sequence[str]) -> str:
 
 
 def print_table(result: Result) -> None:
-    from rich.console import Console
+    from rich.console import Console  # start-up: rich loads only to draw (--json never does)
     from rich.markup import escape
     from rich.table import Table
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from hpc_grpo.config.site import SiteProfile
 from hpc_grpo.planner.types import LinkFigures
+from hpc_grpo.preflight.node_job import runs_on
 from hpc_grpo.runs.registry import home_dir
 
 CACHE_DIR = "links"
@@ -193,8 +194,6 @@ def links_line(site: SiteProfile, facts: LinkFacts | None) -> str:
     """One line for plan's report: the figures and where they come from, or that they are
     assumed and how to measure them."""
     measure = f"`hpc-grpo doctor --site {site.name} --bandwidth` measures them"
-    from hpc_grpo.preflight.doctor import runs_on
-
     if not runs_on(site):
         measure = "doctor measures Slurm sites only; declare intra_node_gbs in the profile"
     if facts is None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.config.site import SiteProfile, load_site, minutes, site_dirs
+from hpc_grpo.config.site import SiteProfile, load_site, minutes, site_dirs, user_site_dirs
 from hpc_grpo.errors import UserError, did_you_mean
 from hpc_grpo.preflight.links import Measured, links_line, read_measurement, site_links
 from hpc_grpo.rundir.contract import PORTS_PER_JOB
@@ -283,8 +283,6 @@ def requeue_lines(preemptible: Partition | None) -> list[str]:
 
 def default_dir() -> Path:
     """Where ``--site NAME`` finds user profiles first ($HPC_GRPO_SITES, else ~/.config/...)."""
-    from hpc_grpo.config.site import user_site_dirs
-
     return user_site_dirs()[0]
 
 

@@ -91,7 +91,7 @@ def stage_command(site_ref: str, name: str, revision: str, kind: str) -> str:
 
 def _downloader() -> Downloader:
     try:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import snapshot_download  # the [stage] extra: may be missing
     except ImportError:
         raise UserError("staging needs huggingface_hub, which is not installed", field="stage",
                         hint="pip install 'hpc-grpo[stage]' (or 'hpc-grpo[runtime]')") from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -225,8 +226,6 @@ def redirect_output(run_dir: str | os.PathLike[str], rank: int) -> Path:
 
     At the descriptor level, so C++ warnings (gloo, DeepSpeed) land in the same file.
     """
-    import sys
-
     path = Path(run_dir) / LOGS / RANK_LOG.format(rank=rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

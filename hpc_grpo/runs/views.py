@@ -114,7 +114,7 @@ def status_table(rows: Sequence[track.RunStatus]) -> None:
 
     Only the run id and the node list may fold onto more lines, the run id first: rich, left to
     itself, dropped the run column or cut the node list when a row did not fit."""
-    from rich.console import Console
+    from rich.console import Console  # start-up: rich loads only to draw (--json never does)
     from rich.table import Table
 
     now = time.time()
@@ -171,7 +171,7 @@ def watch_status(fetch: Callable[[], Sequence[track.RunStatus]], interval: float
 def follow(run_dir: Path, progress_of: Callable[[Path], track.FollowedRun], poll: float = 1.0) -> int:
     """Progress bar until the job ends, from ``progress_of`` (the api's progress); exit code 0
     only if training ended. ``run_dir``, not an id: an id may name a run in another root."""
-    from rich.console import Console
+    from rich.console import Console  # start-up: rich loads only to draw
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     console = Console(stderr=True)

@@ -1,8 +1,11 @@
 """One interface for every site's back end: submit, state, cancel, signal, requeue, logs.
 
-In the spirit of submitit's Executor and torchx's Scheduler: the rest of the launcher holds a
-``Backend`` and never asks which one it is. ``backend_for`` is the one place a site's
-``scheduler`` (or a run directory's record of it) picks the implementation: ``LocalBackend``
+In the spirit of submitit's Executor and torchx's Scheduler: what the launcher does to a job
+(submit, state, cancel, signal, requeue, logs, side jobs) goes through a ``Backend`` without
+asking which one it is. ``backend_for`` is the one place a site's ``scheduler`` (or a run
+directory's record of it, ``RunView.scheduler``) picks the implementation; the kind is read as
+data only where it shapes a plan or a script (the one-node rule, the template, doctor's
+Slurm-only job: tests/unit/project/test_facts_once.py lists them): ``LocalBackend``
 (scheduler/local.py: this machine runs the rendered script as it is) or ``SlurmBackend``
 (scheduler/slurm_backend.py: sbatch through submitit, jobs told apart by their identity).
 """
@@ -95,6 +98,8 @@ SCHEDULERS = ("slurm", "local")
 
 def backend_for(scheduler: str) -> Backend:
     """The back end of a site's ``scheduler`` (a profile's key, or run.json's record of it)."""
+    # Each implementation imports this module's types, and loads when a site first asks for
+    # it: the module's own circle stays open, and a local site never loads the Slurm side.
     if scheduler == "local":
         from hpc_grpo.scheduler.local import LocalBackend
 

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -62,8 +63,6 @@ def query_records(job_ids: Sequence[str], *, timeout: float = 30) -> JobRecords:
     and each bounded by ``timeout``; never raises.
 
     Ids that are not Slurm job ids are left out (a bad record must not break a status)."""
-    from concurrent.futures import ThreadPoolExecutor
-
     valid = [j for j in dict.fromkeys(str(j) for j in job_ids) if JOB_ID.fullmatch(j)]
     if not valid:
         return JobRecords({}, {})
@@ -130,6 +129,7 @@ def submit_job(
 ) -> SubmittedJob:
     """sbatch `script_text` as is, through SlurmExecutor so that each node task unpickles `task`
     and, on USR2, rank 0 calls `task.checkpoint()` and requeues; then read the job back once."""
+    # start-up: submitit (and what it imports) loads only to submit, never for status
     from submitit.core.utils import FailedJobError, FailedSubmissionError
     from submitit.slurm.slurm import SlurmExecutor
 

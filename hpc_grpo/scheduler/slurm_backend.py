@@ -19,7 +19,7 @@ from hpc_grpo.scheduler import slurm
 from hpc_grpo.scheduler.backend import Action, SideJob, Submission
 from hpc_grpo.scheduler.identity import Match, match, of_submission
 from hpc_grpo.scheduler.jobstate import JobView, slurm_view
-from hpc_grpo.scheduler.slurm_records import JobRecord
+from hpc_grpo.scheduler.slurm_records import JobRecord, combine
 
 if TYPE_CHECKING:  # the plan's type only: status and cancel never load the planner
     from hpc_grpo.planner.job import JobPlan
@@ -148,8 +148,6 @@ class SlurmBackend:
                                               options=job.options))
 
     def side_job_state(self, job_id: str, script: Path) -> str:
-        from hpc_grpo.scheduler.slurm_records import combine
-
         records = slurm.query_records([job_id], timeout=STATUS_WAIT_S)
         acct = records.acct.get(job_id) or []
         live = records.queue.get(job_id)

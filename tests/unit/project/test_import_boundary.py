@@ -116,7 +116,8 @@ def test_the_rule_catches_a_crossing(tmp_path: Path) -> None:
 # What the CLI may take from beside api: the error type, a default for --help, and the views
 # that draw what api returned.
 CLI_MAY_IMPORT = {
-    "hpc_grpo": {"api"}, "hpc_grpo.api": {"Request"}, "hpc_grpo.errors": {"UserError"},
+    "hpc_grpo": {"api", "api_runs"},  # api_runs: the run side alone (status, logs, cancel)
+    "hpc_grpo.api": {"Request"}, "hpc_grpo.errors": {"UserError"},
     "hpc_grpo.rundir.contract": {"DEFAULT_SEED"},
     "hpc_grpo.runs.views": {"follow", "print_logs", "status_table", "watch_status"},
     "hpc_grpo.preflight": {"doctor"},

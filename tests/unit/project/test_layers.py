@@ -36,8 +36,8 @@ def room_of(module: str) -> str | None:
     parts = module.split(".")
     if parts[0] != "hpc_grpo" or len(parts) < 2 or parts[1] == "errors" or parts[1].startswith("__"):
         return None
-    if parts[1].startswith("cli"):
-        return "cli"
+    if parts[1].startswith(("cli", "api")):  # cli_preflight.py, api_runs.py: the same room
+        return parts[1].split("_")[0]
     if len(parts) > 2 and parts[2] in SUBROOMS.get(parts[1], ()):
         return f"{parts[1]}.{parts[2]}"
     return parts[1]
