@@ -39,7 +39,7 @@ def export(name: str, *, step: int | None = None, to: str | None = None, dtype: 
             if announce:
                 announce(f"checkpoint-{the_plan.step} is already exported (checked) at "
                          f"{the_plan.target}: pushing that folder")
-            done = write.Exported(the_plan, dict(entry.get("check") or {}), (), reused=True)
+            done = write.Exported(the_plan, dict(entry.check), (), reused=True)
             return _pushed(done, push, private, python, announce)
     if job is not False:
         submitted = _as_job(run_dir, step=step, best=best, to=to, dtype=dtype, adapter=adapter,

@@ -32,11 +32,11 @@ from hpc_grpo.errors import UserError
 from hpc_grpo.export import best as best_of
 from hpc_grpo.export import child, layout
 from hpc_grpo.export.plan import base_model
-from hpc_grpo.rundir import write_json_atomic
+from hpc_grpo.rundir import ledgers, write_json_atomic
 from hpc_grpo.rundir.checkpoints import run_checkpoints
 from hpc_grpo.rundir.contract import EVAL_DIR, RUN_JSON
 from hpc_grpo.rundir.hub import hub_snapshot
-from hpc_grpo.runs import after_training, runfiles
+from hpc_grpo.runs import runfiles
 
 MODULE = "hpc_grpo.runtime.posttrain.scoring"
 Z95 = 1.959964
@@ -118,13 +118,12 @@ def subject(target: str, step: int | None, find_run: Any,
     if picked is not None:
         chosen = _checkpoint_subject(run_dir, record, picked.step)
         return dataclasses.replace(chosen, picked=picked.line()), record
-    newest = after_training.furthest_export(run_dir) if step is None else None
+    newest = ledgers.furthest_export(run_dir) if step is None else None
     if newest is not None:
-        path = Path(str(newest["path"]))
-        label = f"export step-{newest.get('step')}"
-        if newest.get("mode") == "adapter":
-            return Subject(base_model(record), str(path), label, run_dir, newest.get("step")), record
-        return Subject(str(path), "", label, run_dir, newest.get("step")), record
+        folder, label = str(Path(newest.path)), f"export step-{newest.step}"
+        if newest.mode == "adapter":
+            return Subject(base_model(record), folder, label, run_dir, newest.step), record
+        return Subject(folder, "", label, run_dir, newest.step), record
     return _checkpoint_subject(run_dir, record, step), record
 
 

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpc_grpo.export import plan
-from hpc_grpo.rundir import append_jsonl, read_jsonl
-from hpc_grpo.rundir.contract import EXPORT_JOBS_JSONL, LOGS, SPEC_JSON
+from hpc_grpo.rundir import ledgers
+from hpc_grpo.rundir.contract import LOGS, SPEC_JSON
 from hpc_grpo.rundir.hub import export_argv, push_args, visibility
+from hpc_grpo.rundir.ledgers import ExportJobLine
 from hpc_grpo.rundir.view import read_view
 from hpc_grpo.scheduler.backend import SideJob, backend_for
 from hpc_grpo.scheduler.jobscript import allocation_options, side_job_script
@@ -98,7 +99,7 @@ def submit(the_plan: plan.ExportPlan, record: dict[str, Any], argv: list[str],
     from hpc_grpo.config.site import minutes
 
     run_dir = the_plan.run_dir
-    number = len(read_jsonl(run_dir / EXPORT_JOBS_JSONL)) + 1
+    number = ledgers.next_export_job(run_dir)
     script = run_dir / f"export-job-{number}.sh"
     log = run_dir / LOGS / f"export-job-{number}.log"
     site, partition = _site(run_dir, str(record.get("site") or ""))
@@ -112,10 +113,10 @@ def submit(the_plan: plan.ExportPlan, record: dict[str, Any], argv: list[str],
     time_min = min(TIME_MIN, minutes(site.max_time, "max_time"))
     sub = backend_for(scheduler).submit_side_job(
         SideJob(script, log, name, mem_mb, time_min, tuple(allocation_options(site, partition))))
-    append_jsonl(run_dir / EXPORT_JOBS_JSONL,
-                 {"time": time.time(), "job_id": sub.job_id, "scheduler": scheduler,
-                  "script": str(script), "log": str(log), "step": the_plan.step,
-                  "target": str(the_plan.target), "mem_mb": mem_mb, "reason": reason})
+    ledgers.append_export_job(run_dir, ExportJobLine(
+        job_id=sub.job_id, time=time.time(), scheduler=scheduler, script=str(script),
+        log=str(log), step=the_plan.step, target=str(the_plan.target), mem_mb=mem_mb,
+        reason=reason))
     return ExportJob(sub.job_id, reason, script, log)
 
 

@@ -15,6 +15,8 @@ from click.testing import CliRunner
 from hpc_grpo.cli import main
 from hpc_grpo.errors import UserError
 from hpc_grpo.export import evaluate
+from hpc_grpo.rundir import ledgers
+from hpc_grpo.rundir.ledgers import ExportLine
 from hpc_grpo.runs import after_training, registry
 from tests.unit.export import fakes
 
@@ -83,7 +85,7 @@ def test_what_is_evaluated(tmp_path: Path) -> None:
         handle.write(json.dumps({"step": 2, "path": str(earlier), "mode": "full"}) + "\n")
     subj, record = evaluate.subject(str(run), None, find)
     assert (subj.model, subj.label, record["run_id"]) == (str(exported), "export step-6", "tiny-0001")
-    assert (after_training.newest_export(run) or {})["step"] == 2  # what status shows: the last one made
+    assert (ledgers.newest_export(run) or ExportLine()).step == 2  # what status shows: the last one made
     (exported / "config.json").write_text("{}")
     inside, record = evaluate.subject(str(exported), None, find)  # an export: its run's defaults
     assert (inside.model, inside.run_dir, record["run_id"]) == (str(exported), run, "tiny-0001")
@@ -120,7 +122,9 @@ def test_an_evaluation_is_written_under_the_run_and_shown_by_status(tmp_path: Pa
     assert result.path.parent == run / "eval" and result.path.name.startswith("step-4-")
     saved = json.loads(result.path.read_text())
     assert saved["per_prompt"] == [0.0, 1.0, 2.0, 3.0] and saved["reward_funcs"] == ["builtin:length"]
-    line = after_training.eval_line(after_training.newest_eval(run) or {})
+    evaluation = ledgers.newest_eval(run)
+    assert evaluation is not None
+    line = after_training.eval_line(evaluation)
     assert line.startswith("eval of step-4 on builtin:digits: mean reward 1.5 +- ")
     assert line.endswith("(95% CI, 4 prompts x 3, vllm)")
     assert (saved["engine"], saved["tensor_parallel"], result.engine) == ("vllm", 1, "vllm")
@@ -132,14 +136,14 @@ def test_status_lines_survive_odd_files(tmp_path: Path) -> None:
     gone = run / "export" / "step-2"
     (run / "exports.jsonl").write_text('not json\n[1, 2]\n{"path": 7}\n'
                                        + json.dumps({"path": str(gone), "step": 2}) + "\n")
-    assert after_training.newest_export(run) is None  # the only well-formed line names a removed folder
+    assert ledgers.newest_export(run) is None  # the only well-formed line names a removed folder
     (run / "eval").mkdir()
     (run / "eval" / "a.json").write_text("{")
     (run / "eval" / "b.json").write_text(json.dumps({"time": 1, "reward": {"mean": "x"},
                                                      "subject": [], "dataset": "d"}))
-    odd = after_training.newest_eval(run)
+    odd = ledgers.newest_eval(run)
     assert odd is not None and after_training.eval_line(odd).startswith("eval of ? on ?: mean reward ?")
-    assert after_training.export_line({"step": 2, "check": ["?"]}).startswith(
+    assert after_training.export_line(ExportLine.from_dict({"step": 2, "check": ["?"]})).startswith(
         "exported step 2 (None, None): ")
 
 
@@ -167,8 +171,9 @@ def test_the_engine_and_tp_go_to_the_child_and_its_answer_to_the_record(
     assert out.exit_code == 0, out.output
     assert sent[0]["engine"] == "transformers" and sent[0]["tensor_parallel"] == 2
     assert "generated through transformers (vLLM not used: no CUDA GPU here)" in out.output
-    saved = after_training.newest_eval(run) or {}
-    assert (saved["engine"], saved["engine_note"]) == ("transformers", "vLLM not used: no CUDA GPU here")
+    saved = ledgers.newest_eval(run)
+    assert saved is not None
+    assert (saved.engine, saved.engine_note) == ("transformers", "vLLM not used: no CUDA GPU here")
     assert after_training.eval_line(saved).endswith(", transformers)")
     out = CliRunner().invoke(main, ["eval", str(run), "--engine", "tgi"])
     assert out.exit_code == 2 and not sent[1:]
