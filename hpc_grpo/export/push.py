@@ -23,6 +23,7 @@ from hpc_grpo.export import best as best_of
 from hpc_grpo.export import child, layout, plan
 from hpc_grpo.rundir import ledgers
 from hpc_grpo.rundir.checkpoints import run_checkpoints
+from hpc_grpo.rundir.contract import RunRecord
 from hpc_grpo.rundir.ledgers import ExportLine, PushLine
 
 MODULE = "hpc_grpo.runtime.posttrain.hub_upload"
@@ -53,11 +54,11 @@ def require_hub(python: str) -> None:
                         hint="pip install 'hpc-grpo[hub]'")
 
 
-def existing(run_dir: Path, record: dict[str, Any], step: int | None, best: str | None,
+def existing(run_dir: Path, record: RunRecord, step: int | None, best: str | None,
              to: str | None, adapter: bool) -> tuple[plan.ExportPlan, ExportLine] | None:
     """A finished export (exports.jsonl) at the target this export would write: pushed again
     as it is instead of being refused as a non-empty target. None where there is none."""
-    run_id = str(record.get("run_id") or run_dir.name)
+    run_id = record.run_id or run_dir.name
     picked = best_of.pick(run_dir, run_id, step, best)
     chosen = layout.pick(run_checkpoints(run_dir), picked.step if picked else step, run_id)
     target = plan.target_of(to, run_dir, chosen.step, adapter)

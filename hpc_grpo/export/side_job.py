@@ -18,11 +18,11 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hpc_grpo.export import plan
 from hpc_grpo.rundir import ledgers
-from hpc_grpo.rundir.contract import LOGS, SPEC_JSON
+from hpc_grpo.rundir.contract import LOGS, SPEC_JSON, RunRecord
 from hpc_grpo.rundir.hub import export_argv, push_args, visibility
 from hpc_grpo.rundir.ledgers import ExportJobLine
 from hpc_grpo.rundir.view import read_view
@@ -93,7 +93,7 @@ def script_text(site: SiteProfile, run_dir: Path, argv: list[str], reason: str) 
     return side_job_script(site, run_dir, argv, "hpc-grpo export as a job: " + reason, root)
 
 
-def submit(the_plan: plan.ExportPlan, record: dict[str, Any], argv: list[str],
+def submit(the_plan: plan.ExportPlan, record: RunRecord, argv: list[str],
            reason: str) -> ExportJob:
     """Write the script, start it through the run's back end with the site's flags, record it."""
     from hpc_grpo.config.site import minutes
@@ -102,7 +102,7 @@ def submit(the_plan: plan.ExportPlan, record: dict[str, Any], argv: list[str],
     number = ledgers.next_export_job(run_dir)
     script = run_dir / f"export-job-{number}.sh"
     log = run_dir / LOGS / f"export-job-{number}.log"
-    site, partition = _site(run_dir, str(record.get("site") or ""))
+    site, partition = _site(run_dir, record.site)
     partial = script.with_name(f".{script.name}.{os.getpid()}")
     partial.write_text(script_text(site, run_dir, argv, reason))
     partial.chmod(0o700)
@@ -120,18 +120,18 @@ def submit(the_plan: plan.ExportPlan, record: dict[str, Any], argv: list[str],
     return ExportJob(sub.job_id, reason, script, log)
 
 
-def nodes_reach_hub(record: dict[str, Any]) -> bool:
+def nodes_reach_hub(record: RunRecord) -> bool:
     """Whether the run's site says its nodes reach the hub (a job may push from there)."""
     from hpc_grpo.config.site import find_site
     from hpc_grpo.errors import UserError
 
     try:
-        return find_site(str(record.get("site") or "")).nodes_reach_hub
+        return find_site(record.site).nodes_reach_hub
     except UserError:
         return False
 
 
-def default_python(record: dict[str, Any], run_dir: Path) -> str:
+def default_python(record: RunRecord, run_dir: Path) -> str:
     """The run's own interpreter (spec.json's: the site's), else this one."""
     from hpc_grpo.rundir import read_json_object
 

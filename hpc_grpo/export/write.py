@@ -28,7 +28,7 @@ from hpc_grpo.export import best as best_of
 from hpc_grpo.export import card, child, plan
 from hpc_grpo.rundir import ledgers, read_jsonl
 from hpc_grpo.rundir.checkpoints import free_bytes_or_none
-from hpc_grpo.rundir.contract import METRICS_JSONL, REWARD_CURVE, RUN_JSON
+from hpc_grpo.rundir.contract import METRICS_JSONL, REWARD_CURVE, RUN_JSON, RunRecord
 from hpc_grpo.rundir.ledgers import ExportLine
 from hpc_grpo.runs import runfiles
 
@@ -96,7 +96,7 @@ def terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _add_card(the_plan: plan.ExportPlan, record: dict[str, Any], folder: Path,
+def _add_card(the_plan: plan.ExportPlan, record: RunRecord, folder: Path,
               check: dict[str, Any]) -> None:
     curve = the_plan.run_dir / REWARD_CURVE
     if curve.is_file():
@@ -120,8 +120,8 @@ def export(run_dir: Path, step: int | None = None, to: str | None = None,
     ``announce`` gets the plan's line before the work starts. ``best``: the complete checkpoint
     whose step logged the highest value of that metrics key (export/best.py), not ``step``."""
     refuse_missing(run_dir)
-    record = runfiles.read_record(run_dir, "exported")
-    picked = best_of.pick(run_dir, str(record.get("run_id") or run_dir.name), step, best)
+    record = runfiles.read_run_record(run_dir, "exported")
+    picked = best_of.pick(run_dir, record.run_id or run_dir.name, step, best)
     step = picked.step if picked else step
     the_plan = plan.build(run_dir, record, step, to, dtype, adapter)
     plan.refuse_space(the_plan, free_bytes_or_none(the_plan.target.parent))
