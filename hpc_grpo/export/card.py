@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hpc_grpo.export.plan import ExportPlan
+from hpc_grpo.rundir.contract import RunRecord
 from hpc_grpo.runs import after_training
 
 HISTORY_ROWS = 12
@@ -31,8 +32,8 @@ def history(metrics: Sequence[Mapping[str, Any]], step: int, rows: int = HISTORY
     return [points[i] for i in sorted(picks)]
 
 
-def _front_matter(plan: ExportPlan, record: Mapping[str, Any]) -> list[str]:
-    base = str(record.get("model") or "")
+def _front_matter(plan: ExportPlan, record: RunRecord) -> list[str]:
+    base = record.model
     lines = ["---", "library_name: " + ("peft" if plan.mode == "adapter" else "transformers"),
              "tags: [grpo, trl, hpc-grpo]"]
     if base:
@@ -40,10 +41,9 @@ def _front_matter(plan: ExportPlan, record: Mapping[str, Any]) -> list[str]:
     return [*lines, "---", ""]
 
 
-def card_text(plan: ExportPlan, record: Mapping[str, Any], metrics: Sequence[Mapping[str, Any]],
+def card_text(plan: ExportPlan, record: RunRecord, metrics: Sequence[Mapping[str, Any]],
               check: Mapping[str, Any], curve: bool) -> str:
-    dataset = record.get("dataset") or {}
-    config = record.get("grpo_config") or {}
+    dataset, config = record.dataset, record.grpo_config
     what = {"full": "the trained weights", "merged": "the LoRA adapter merged into the base model",
             "adapter": "the LoRA adapter (load it on the base model with peft)"}[plan.mode]
     lines = [*_front_matter(plan, record),
@@ -53,9 +53,9 @@ def card_text(plan: ExportPlan, record: Mapping[str, Any], metrics: Sequence[Map
              f"in {plan.written_dtype}.", "",
              "| | |", "|---|---|",
              f"| run | `{plan.run_id}` (`{plan.run_dir}`) |",
-             f"| base model | `{record.get('model', '')}` |",
-             f"| dataset | `{dataset.get('name', '')}` split `{dataset.get('split', 'train')}` |",
-             f"| rewards | {', '.join(f'`{r}`' for r in record.get('reward_funcs') or []) or '-'} |",
+             f"| base model | `{record.model}` |",
+             f"| dataset | `{dataset.name}` split `{dataset.split}` |",
+             f"| rewards | {', '.join(f'`{r}`' for r in record.reward_funcs) or '-'} |",
              f"| step | {plan.step} of {config.get('max_steps', '?')} |"]
     lines += [f"| {key} | {config[key]} |" for key in _SETTINGS if key in config and key != "max_steps"]
     points = history(metrics, plan.step)

@@ -32,14 +32,14 @@ def export(name: str, *, step: int | None = None, to: str | None = None, dtype: 
         hub.check_repo_id(push)
         hub.require_hub(python)
         write.refuse_missing(run_dir)
-        record = runfiles.read_record(run_dir, "exported")
+        record = runfiles.read_run_record(run_dir, "exported")
         found = hub.existing(run_dir, record, step, best, to, adapter)
         if found is not None:
             the_plan, entry = found
             if announce:
                 announce(f"checkpoint-{the_plan.step} is already exported (checked) at "
                          f"{the_plan.target}: pushing that folder")
-            done = write.Exported(the_plan, dict(entry.get("check") or {}), (), reused=True)
+            done = write.Exported(the_plan, dict(entry.check), (), reused=True)
             return _pushed(done, push, private, python, announce)
     if job is not False:
         submitted = _as_job(run_dir, step=step, best=best, to=to, dtype=dtype, adapter=adapter,
@@ -62,8 +62,8 @@ def _as_job(run_dir: Path, *, step: int | None, best: str | None, to: str | None
     from hpc_grpo.export import side_job as jobs
 
     write.refuse_missing(run_dir)
-    record = runfiles.read_record(run_dir, "exported")
-    picked = best_of.pick(run_dir, str(record.get("run_id") or run_dir.name), step, best)
+    record = runfiles.read_run_record(run_dir, "exported")
+    picked = best_of.pick(run_dir, record.run_id or run_dir.name, step, best)
     if push:
         hub.check_repo_id(push)
     the_plan = plan.build(run_dir, record, picked.step if picked else step, to, dtype, adapter)

@@ -32,11 +32,11 @@ from hpc_grpo.errors import UserError
 from hpc_grpo.export import best as best_of
 from hpc_grpo.export import child, layout
 from hpc_grpo.export.plan import base_model
-from hpc_grpo.rundir import write_json_atomic
+from hpc_grpo.rundir import ledgers, write_json_atomic
 from hpc_grpo.rundir.checkpoints import run_checkpoints
-from hpc_grpo.rundir.contract import EVAL_DIR, RUN_JSON
+from hpc_grpo.rundir.contract import EVAL_DIR, RUN_JSON, RunRecord, block_dict
 from hpc_grpo.rundir.hub import hub_snapshot
-from hpc_grpo.runs import after_training, runfiles
+from hpc_grpo.runs import runfiles
 
 MODULE = "hpc_grpo.runtime.posttrain.scoring"
 Z95 = 1.959964
@@ -88,8 +88,8 @@ def per_prompt(rewards: Sequence[Sequence[float | None]], weights: Sequence[floa
     return [sum(totals[p * samples:(p + 1) * samples]) / samples for p in range(prompts)]
 
 
-def _checkpoint_subject(run_dir: Path, record: dict[str, Any], step: int | None) -> Subject:
-    chosen = layout.pick(run_checkpoints(run_dir), step, str(record.get("run_id") or run_dir.name))
+def _checkpoint_subject(run_dir: Path, record: RunRecord, step: int | None) -> Subject:
+    chosen = layout.pick(run_checkpoints(run_dir), step, record.run_id or run_dir.name)
     kind = layout.detect(layout.file_names(chosen.path))
     label = f"step-{chosen.step}"
     if kind == "lora":
@@ -100,41 +100,40 @@ def _checkpoint_subject(run_dir: Path, record: dict[str, Any], step: int | None)
 
 
 def subject(target: str, step: int | None, find_run: Any,
-            best: str | None = None) -> tuple[Subject, dict[str, Any]]:
-    """The model to evaluate and the run record its defaults come from ({} for a bare folder);
+            best: str | None = None) -> tuple[Subject, RunRecord | None]:
+    """The model to evaluate and the run record its defaults come from (None for a bare folder);
     ``best``: a run's complete checkpoint with the highest value of that metrics key."""
     path = Path(target).expanduser().resolve()
     is_model = (path / "config.json").is_file() or (path / layout.ADAPTER_CONFIG).is_file()
     if is_model and not (path / RUN_JSON).exists():
         run_dir = next((p for p in path.parents[:3] if (p / RUN_JSON).is_file()), None)
-        record = runfiles.read_record(run_dir, "evaluated") if run_dir else {}
+        record = runfiles.read_run_record(run_dir, "evaluated") if run_dir else None
         if best:
             raise UserError("--best picks a run's checkpoint, not a model folder's", field="best",
                             hint="name the run instead of the folder")
         return Subject(str(path), "", path.name, run_dir, None), record  # an export of a run?
     run_dir = find_run(target)
-    record = runfiles.read_record(run_dir, "evaluated")
-    picked = best_of.pick(run_dir, str(record.get("run_id") or run_dir.name), step, best)
+    run = runfiles.read_run_record(run_dir, "evaluated")
+    picked = best_of.pick(run_dir, run.run_id or run_dir.name, step, best)
     if picked is not None:
-        chosen = _checkpoint_subject(run_dir, record, picked.step)
-        return dataclasses.replace(chosen, picked=picked.line()), record
-    newest = after_training.furthest_export(run_dir) if step is None else None
+        chosen = _checkpoint_subject(run_dir, run, picked.step)
+        return dataclasses.replace(chosen, picked=picked.line()), run
+    newest = ledgers.furthest_export(run_dir) if step is None else None
     if newest is not None:
-        path = Path(str(newest["path"]))
-        label = f"export step-{newest.get('step')}"
-        if newest.get("mode") == "adapter":
-            return Subject(base_model(record), str(path), label, run_dir, newest.get("step")), record
-        return Subject(str(path), "", label, run_dir, newest.get("step")), record
-    return _checkpoint_subject(run_dir, record, step), record
+        folder, label = str(Path(newest.path)), f"export step-{newest.step}"
+        if newest.mode == "adapter":
+            return Subject(base_model(run), folder, label, run_dir, newest.step), run
+        return Subject(folder, "", label, run_dir, newest.step), run
+    return _checkpoint_subject(run_dir, run, step), run
 
 
-def request(subj: Subject, record: dict[str, Any], dataset: str | None, split: str | None,
+def request(subj: Subject, record: RunRecord | None, dataset: str | None, split: str | None,
             reward_funcs: Sequence[str], limit: int, num_samples: int, seed: int,
             max_new_tokens: int | None = None, engine: str = "auto") -> dict[str, Any]:
     """The child's request: the run's dataset block, rewards and sampling, with the flags'
     changes. A bare folder has no run: --dataset and --reward-funcs are needed."""
-    block = dict(record.get("dataset") or {})
-    hf_home = str((record.get("model_load") or {}).get("hf_home") or "")
+    block = dict(block_dict(record.dataset)) if record else {}
+    hf_home = record.model_load.hf_home if record else ""
     if block.get("commit") and hf_home:  # staged: its pinned snapshot folder, as the ranks read it
         block["name"] = hub_snapshot(hf_home, "dataset", str(block["name"]), str(block.pop("commit")))
     if dataset:
@@ -144,14 +143,15 @@ def request(subj: Subject, record: dict[str, Any], dataset: str | None, split: s
         block["split"] = split
     if not block.get("name"):
         raise UserError("no dataset to evaluate on", field="dataset", hint="pass --dataset")
-    specs = list(reward_funcs) or list(record.get("reward_funcs") or [])
+    own = list(record.reward_funcs) if record else []
+    specs = list(reward_funcs) or own
     if not specs:
         raise UserError("no reward functions to score with", field="reward_funcs",
                         hint="pass --reward-funcs (e.g. builtin:length)")
-    same = not reward_funcs or list(reward_funcs) == list(record.get("reward_funcs") or [])
-    config = record.get("grpo_config") or {}
-    kwargs = {k: v for k, v in (record.get("reward_kwargs") or {}).items() if k in specs}
-    weights = list(record.get("reward_weights") or []) if same else []
+    same = not reward_funcs or list(reward_funcs) == own
+    config = record.grpo_config if record else {}
+    kwargs = {k: dict(v) for k, v in (record.reward_kwargs if record else {}).items() if k in specs}
+    weights = list(record.reward_weights) if record and same else []
     return {"model": subj.model, "adapter": subj.adapter, "layout": subj.layout,
             "dataset": block, "reward_funcs": specs,
             "reward_kwargs": kwargs, "reward_weights": weights, "limit": limit,
@@ -163,7 +163,7 @@ def request(subj: Subject, record: dict[str, Any], dataset: str | None, split: s
             "min_p": float(config.get("min_p") or 0.0),
             "repetition_penalty": float(config.get("repetition_penalty", 1.0)),
             "engine": engine,
-            "tensor_parallel": int((record.get("vllm") or {}).get("tensor_parallel_size") or 1)}
+            "tensor_parallel": (record.vllm.tensor_parallel_size if record else 0) or 1}
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 from hpc_grpo.errors import UserError
 from hpc_grpo.export import layout
 from hpc_grpo.rundir.checkpoints import run_checkpoints
-from hpc_grpo.rundir.contract import EXPORT_DIR
+from hpc_grpo.rundir.contract import EXPORT_DIR, RunRecord
 from hpc_grpo.rundir.hub import hub_snapshot
 
 GIB = float(2**30)
@@ -100,13 +100,12 @@ def dtype_of(flag: str | None, device: str) -> str:
     return DTYPES[flag]
 
 
-def base_model(record: dict[str, Any]) -> str:
+def base_model(record: RunRecord) -> str:
     """The folder a LoRA run's base model loads from: its staged snapshot, or the model as
     given when that is a folder here. A hub name that is not staged cannot be merged offline."""
-    model = str(record.get("model") or "")
-    load = record.get("model_load") or {}
-    if load.get("commit") and load.get("hf_home"):
-        model = hub_snapshot(str(load["hf_home"]), "model", model, str(load["commit"]))
+    model, load = record.model, record.model_load
+    if load.commit and load.hf_home:
+        model = hub_snapshot(load.hf_home, "model", model, load.commit)
     if not (Path(model) / "config.json").exists():
         raise UserError(f"the run's base model {model} is not a model folder on this machine",
                         field="model", hint="stage it (`hpc-grpo stage`) or export with --adapter")
@@ -160,19 +159,19 @@ def refuse_space(plan: ExportPlan, free: int | None) -> None:
                         field="to", hint="free space, or --to a folder on another file system")
 
 
-def build(run_dir: Path, record: dict[str, Any], step: int | None, to: str | None,
+def build(run_dir: Path, record: RunRecord, step: int | None, to: str | None,
           dtype: str | None, adapter: bool, allow_existing: bool = False) -> ExportPlan:
     """The plan, or a UserError: no such or incomplete checkpoint, --adapter without LoRA,
     a base model not here, a non-empty target (``allow_existing``: the plan of a finished
     export already there, to push it)."""
-    run_id = str(record.get("run_id") or run_dir.name)
+    run_id = record.run_id or run_dir.name
     chosen = layout.pick(run_checkpoints(run_dir), step, run_id)
     kind = layout.detect(layout.file_names(chosen.path))
     if adapter and kind != "lora":
         raise UserError(f"checkpoint-{chosen.step} of run {run_id} holds full weights, not a "
                         "LoRA adapter", field="adapter", hint="drop --adapter")
     base = base_model(record) if kind == "lora" else ""
-    written = dtype_of(dtype, str(record.get("device") or "cpu"))
+    written = dtype_of(dtype, record.device or "cpu")
     mode = ("adapter" if adapter else "merged") if kind == "lora" else "full"
     params = count_params(mode, chosen.path, base)  # merged: the base model's size
     per = 4 if mode == "adapter" else BYTES[written]

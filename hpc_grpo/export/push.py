@@ -21,10 +21,10 @@ from typing import Any
 from hpc_grpo.errors import UserError
 from hpc_grpo.export import best as best_of
 from hpc_grpo.export import child, layout, plan
-from hpc_grpo.rundir import append_jsonl
+from hpc_grpo.rundir import ledgers
 from hpc_grpo.rundir.checkpoints import run_checkpoints
-from hpc_grpo.rundir.contract import PUSHES_JSONL
-from hpc_grpo.runs import after_training
+from hpc_grpo.rundir.contract import RunRecord
+from hpc_grpo.rundir.ledgers import ExportLine, PushLine
 
 MODULE = "hpc_grpo.runtime.posttrain.hub_upload"
 # The hub's repository names: [namespace/]name of letters, digits, '-', '_', '.' (without a
@@ -54,17 +54,17 @@ def require_hub(python: str) -> None:
                         hint="pip install 'hpc-grpo[hub]'")
 
 
-def existing(run_dir: Path, record: dict[str, Any], step: int | None, best: str | None,
-             to: str | None, adapter: bool) -> tuple[plan.ExportPlan, dict[str, Any]] | None:
+def existing(run_dir: Path, record: RunRecord, step: int | None, best: str | None,
+             to: str | None, adapter: bool) -> tuple[plan.ExportPlan, ExportLine] | None:
     """A finished export (exports.jsonl) at the target this export would write: pushed again
     as it is instead of being refused as a non-empty target. None where there is none."""
-    run_id = str(record.get("run_id") or run_dir.name)
+    run_id = record.run_id or run_dir.name
     picked = best_of.pick(run_dir, run_id, step, best)
     chosen = layout.pick(run_checkpoints(run_dir), picked.step if picked else step, run_id)
     target = plan.target_of(to, run_dir, chosen.step, adapter)
-    for entry in reversed(after_training.exports(run_dir)):
-        if Path(str(entry["path"])) == target and entry.get("step") == chosen.step:
-            flag = plan.FLAGS.get(str(entry.get("dtype")))
+    for entry in reversed(ledgers.exports(run_dir)):
+        if Path(entry.path) == target and entry.step == chosen.step:
+            flag = plan.FLAGS.get(str(entry.dtype))
             return plan.build(run_dir, record, chosen.step, to, flag, adapter,
                               allow_existing=True), entry
     return None
@@ -93,9 +93,9 @@ def push(the_plan: plan.ExportPlan, check: dict[str, Any], repo_id: str, *,
         return Pushed(repo_id, "", "", f"push to {repo_id} failed: {answer.get('error')}; the "
                       f"export stays at {the_plan.target}")
     done = Pushed(repo_id, str(answer.get("url") or ""), str(answer.get("commit") or ""))
-    append_jsonl(the_plan.run_dir / PUSHES_JSONL,
-                 {"time": time.time(), "step": the_plan.step, "path": str(the_plan.target),
-                  "repo_id": repo_id, "url": done.url, "commit": done.commit})
+    ledgers.append_push(the_plan.run_dir, PushLine(
+        repo_id=repo_id, time=time.time(), step=the_plan.step, path=str(the_plan.target),
+        url=done.url, commit=done.commit))
     return done
 
 

@@ -18,12 +18,13 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hpc_grpo.export import plan
-from hpc_grpo.rundir import append_jsonl, read_jsonl
-from hpc_grpo.rundir.contract import EXPORT_JOBS_JSONL, LOGS, SPEC_JSON
+from hpc_grpo.rundir import ledgers
+from hpc_grpo.rundir.contract import LOGS, SPEC_JSON, RunRecord
 from hpc_grpo.rundir.hub import export_argv, push_args, visibility
+from hpc_grpo.rundir.ledgers import ExportJobLine
 from hpc_grpo.rundir.view import read_view
 from hpc_grpo.scheduler.backend import SideJob, backend_for
 from hpc_grpo.scheduler.jobscript import allocation_options, side_job_script
@@ -92,16 +93,16 @@ def script_text(site: SiteProfile, run_dir: Path, argv: list[str], reason: str) 
     return side_job_script(site, run_dir, argv, "hpc-grpo export as a job: " + reason, root)
 
 
-def submit(the_plan: plan.ExportPlan, record: dict[str, Any], argv: list[str],
+def submit(the_plan: plan.ExportPlan, record: RunRecord, argv: list[str],
            reason: str) -> ExportJob:
     """Write the script, start it through the run's back end with the site's flags, record it."""
     from hpc_grpo.config.site import minutes
 
     run_dir = the_plan.run_dir
-    number = len(read_jsonl(run_dir / EXPORT_JOBS_JSONL)) + 1
+    number = ledgers.next_export_job(run_dir)
     script = run_dir / f"export-job-{number}.sh"
     log = run_dir / LOGS / f"export-job-{number}.log"
-    site, partition = _site(run_dir, str(record.get("site") or ""))
+    site, partition = _site(run_dir, record.site)
     partial = script.with_name(f".{script.name}.{os.getpid()}")
     partial.write_text(script_text(site, run_dir, argv, reason))
     partial.chmod(0o700)
@@ -112,25 +113,25 @@ def submit(the_plan: plan.ExportPlan, record: dict[str, Any], argv: list[str],
     time_min = min(TIME_MIN, minutes(site.max_time, "max_time"))
     sub = backend_for(scheduler).submit_side_job(
         SideJob(script, log, name, mem_mb, time_min, tuple(allocation_options(site, partition))))
-    append_jsonl(run_dir / EXPORT_JOBS_JSONL,
-                 {"time": time.time(), "job_id": sub.job_id, "scheduler": scheduler,
-                  "script": str(script), "log": str(log), "step": the_plan.step,
-                  "target": str(the_plan.target), "mem_mb": mem_mb, "reason": reason})
+    ledgers.append_export_job(run_dir, ExportJobLine(
+        job_id=sub.job_id, time=time.time(), scheduler=scheduler, script=str(script),
+        log=str(log), step=the_plan.step, target=str(the_plan.target), mem_mb=mem_mb,
+        reason=reason))
     return ExportJob(sub.job_id, reason, script, log)
 
 
-def nodes_reach_hub(record: dict[str, Any]) -> bool:
+def nodes_reach_hub(record: RunRecord) -> bool:
     """Whether the run's site says its nodes reach the hub (a job may push from there)."""
     from hpc_grpo.config.site import find_site
     from hpc_grpo.errors import UserError
 
     try:
-        return find_site(str(record.get("site") or "")).nodes_reach_hub
+        return find_site(record.site).nodes_reach_hub
     except UserError:
         return False
 
 
-def default_python(record: dict[str, Any], run_dir: Path) -> str:
+def default_python(record: RunRecord, run_dir: Path) -> str:
     """The run's own interpreter (spec.json's: the site's), else this one."""
     from hpc_grpo.rundir import read_json_object
 

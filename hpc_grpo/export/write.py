@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 from hpc_grpo.errors import UserError
 from hpc_grpo.export import best as best_of
 from hpc_grpo.export import card, child, plan
-from hpc_grpo.rundir import append_jsonl, read_jsonl
+from hpc_grpo.rundir import ledgers, read_jsonl
 from hpc_grpo.rundir.checkpoints import free_bytes_or_none
-from hpc_grpo.rundir.contract import EXPORTS_JSONL, METRICS_JSONL, REWARD_CURVE, RUN_JSON
+from hpc_grpo.rundir.contract import METRICS_JSONL, REWARD_CURVE, RUN_JSON, RunRecord
+from hpc_grpo.rundir.ledgers import ExportLine
 from hpc_grpo.runs import runfiles
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ def terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _add_card(the_plan: plan.ExportPlan, record: dict[str, Any], folder: Path,
+def _add_card(the_plan: plan.ExportPlan, record: RunRecord, folder: Path,
               check: dict[str, Any]) -> None:
     curve = the_plan.run_dir / REWARD_CURVE
     if curve.is_file():
@@ -106,12 +107,10 @@ def _add_card(the_plan: plan.ExportPlan, record: dict[str, Any], folder: Path,
 
 
 def _record(the_plan: plan.ExportPlan, check: dict[str, Any], best: best_of.Best | None) -> None:
-    line = {"time": time.time(), "step": the_plan.step, "path": str(the_plan.target),
-            "layout": the_plan.layout, "mode": the_plan.mode, "dtype": the_plan.written_dtype,
-            "check": check}
-    if best is not None:
-        line["best"] = {"key": best.key, "value": best.value}
-    append_jsonl(the_plan.run_dir / EXPORTS_JSONL, line)
+    ledgers.append_export(the_plan.run_dir, ExportLine(
+        time=time.time(), step=the_plan.step, path=str(the_plan.target), layout=the_plan.layout,
+        mode=the_plan.mode, dtype=the_plan.written_dtype, check=check,
+        best_key=best.key if best else "", best_value=best.value if best else None))
 
 
 def export(run_dir: Path, step: int | None = None, to: str | None = None,
@@ -121,8 +120,8 @@ def export(run_dir: Path, step: int | None = None, to: str | None = None,
     ``announce`` gets the plan's line before the work starts. ``best``: the complete checkpoint
     whose step logged the highest value of that metrics key (export/best.py), not ``step``."""
     refuse_missing(run_dir)
-    record = runfiles.read_record(run_dir, "exported")
-    picked = best_of.pick(run_dir, str(record.get("run_id") or run_dir.name), step, best)
+    record = runfiles.read_run_record(run_dir, "exported")
+    picked = best_of.pick(run_dir, record.run_id or run_dir.name, step, best)
     step = picked.step if picked else step
     the_plan = plan.build(run_dir, record, step, to, dtype, adapter)
     plan.refuse_space(the_plan, free_bytes_or_none(the_plan.target.parent))

@@ -1,11 +1,10 @@
-"""What a run directory says of what followed training, for `status` and the export room:
-its exports, evaluations, pushes and export jobs, and the one line `status` shows of each.
+"""The one line `status` shows of each thing that followed training: the newest export (with
+its check, which the model card lists too), evaluation, push or the push still pending, and
+export job (its state asked of the run's back end).
 
-exports.jsonl holds one line per finished export (export/write.py); eval/ one JSON file per
-evaluation (export/evaluate.py); pushes.jsonl one line per push (export/push.py);
-export-jobs.jsonl one line per `export --job` (export/side_job.py). Read without ever raising:
-`status` over many runs must not stop at one odd file. A recorded export whose folder was
-removed since is not offered. Here, below the export room, so that `status` never imports it.
+They read the typed ledgers of rundir/ledgers.py and never raise: `status` over many runs must
+not stop at one odd file. Here, below the export room, so that `status` never imports it; the
+export room takes the same lines from here.
 """
 
 from __future__ import annotations
@@ -14,42 +13,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.rundir import read_json_object, read_jsonl
-from hpc_grpo.rundir.contract import EVAL_DIR, EXPORT_JOBS_JSONL, EXPORTS_JSONL, PUSHES_JSONL, RunRecord
+from hpc_grpo.rundir import ledgers
+from hpc_grpo.rundir.contract import RunRecord
 from hpc_grpo.rundir.hub import push_command
+from hpc_grpo.rundir.ledgers import EvalResult, ExportLine, PushLine
 from hpc_grpo.scheduler.backend import backend_for
-
-
-def exports(run_dir: Path) -> list[dict[str, Any]]:
-    """exports.jsonl's lines whose folder still exists, oldest first."""
-    return [entry for entry in read_jsonl(run_dir / EXPORTS_JSONL)
-            if isinstance(entry.get("path"), str) and Path(entry["path"]).is_dir()]
-
-
-def newest_export(run_dir: Path) -> dict[str, Any] | None:
-    """The export made last (what `status` shows), or None."""
-    found = exports(run_dir)
-    return found[-1] if found else None
-
-
-def furthest_export(run_dir: Path) -> dict[str, Any] | None:
-    """The export of the highest step, the last made among those (what `eval` takes), or None."""
-    found = [e for e in exports(run_dir) if isinstance(e.get("step"), int)]
-    return max(reversed(found), key=lambda e: int(e["step"])) if found else None
-
-
-def newest_eval(run_dir: Path) -> dict[str, Any] | None:
-    """The newest evaluation file of eval/ (by its recorded time), or None."""
-    try:
-        files = list((run_dir / EVAL_DIR).glob("*.json"))
-    except OSError:
-        return None
-    found = []
-    for path in files:
-        data = read_json_object(path)
-        if isinstance(data.get("time"), int | float) and isinstance(data.get("reward"), dict):
-            found.append((float(data["time"]), str(path), data))
-    return max(found)[2] if found else None
 
 
 def check_lines(check: Mapping[str, Any]) -> list[str]:
@@ -82,48 +50,38 @@ def check_lines(check: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def export_line(entry: dict[str, Any]) -> str:
-    check = _object(entry, "check")
+def export_line(entry: ExportLine) -> str:
+    check = entry.check
     diff = check.get("max_abs_diff")
     checked = f", checked (max |dlogp| {diff:.2g})" if isinstance(diff, int | float) else ""
     by_vllm = _object(check, "vllm").get("max_abs_diff")
     if checked and isinstance(by_vllm, int | float):
         checked = f", checked (max |dlogp| {diff:.2g}; vLLM {by_vllm:.2g})"
-    return (f"exported step {entry.get('step')} ({entry.get('mode')}, {entry.get('dtype')})"
-            f"{checked}: {entry.get('path')}")
+    return (f"exported step {entry.step} ({entry.mode}, {entry.dtype}){checked}: {entry.path}")
 
 
-def _object(data: dict[str, Any], key: str) -> dict[str, Any]:
+def _object(data: Mapping[str, Any], key: str) -> dict[str, Any]:
     value = data.get(key)
     return value if isinstance(value, dict) else {}
 
 
-def eval_line(data: dict[str, Any]) -> str:
-    reward, subject = _object(data, "reward"), _object(data, "subject")
-    dataset = _object(data, "dataset").get("name", "?")
-    try:
-        half = (float(reward["high"]) - float(reward["low"])) / 2
-        value = f"{float(reward['mean']):.4g} +- {half:.3g}"
-    except (KeyError, TypeError, ValueError):
-        value = "?"
-    return (f"eval of {subject.get('label', '?')} on {dataset}: mean reward {value} "
-            f"(95% CI, {data.get('prompts', '?')} prompts x {data.get('num_samples', '?')}, "
-            f"{data.get('engine', '?')})")
+def _or_unknown(value: object) -> object:
+    return "?" if value is None else value
 
 
-def pushes(run_dir: Path) -> list[dict[str, Any]]:
-    """pushes.jsonl's lines, oldest first (never raises)."""
-    return [p for p in read_jsonl(run_dir / PUSHES_JSONL) if isinstance(p.get("repo_id"), str)]
+def eval_line(result: EvalResult) -> str:
+    value = "?"
+    if None not in (result.reward_mean, result.reward_low, result.reward_high):
+        half = (float(result.reward_high or 0) - float(result.reward_low or 0)) / 2
+        value = f"{float(result.reward_mean or 0):.4g} +- {half:.3g}"
+    return (f"eval of {_or_unknown(result.label)} on {_or_unknown(result.dataset)}: mean reward "
+            f"{value} (95% CI, {_or_unknown(result.prompts)} prompts x "
+            f"{_or_unknown(result.num_samples)}, {_or_unknown(result.engine)})")
 
 
-def newest_push(run_dir: Path) -> dict[str, Any] | None:
-    found = pushes(run_dir)
-    return found[-1] if found else None
-
-
-def push_line(entry: dict[str, Any]) -> str:
-    return (f"pushed step {entry.get('step')} to {entry.get('repo_id')}"
-            + (f" ({str(entry.get('commit'))[:12]})" if entry.get("commit") else ""))
+def push_line(entry: PushLine) -> str:
+    return (f"pushed step {entry.step} to {entry.repo_id}"
+            + (f" ({entry.commit[:12]})" if entry.commit else ""))
 
 
 def push_pending(run_dir: Path, record: RunRecord | None, phase: str) -> str:
@@ -132,7 +90,7 @@ def push_pending(run_dir: Path, record: RunRecord | None, phase: str) -> str:
     hub = record.hub if record is not None else None
     if phase != "done" or record is None or hub is None or not hub.repo_id:
         return ""
-    if any(p.get("repo_id") == hub.repo_id for p in pushes(run_dir)):
+    if any(p.repo_id == hub.repo_id for p in ledgers.pushes(run_dir)):
         return ""
     where = (" (the node task pushes after training; once its job has ended, see "
              "logs/hub-push.log)") if hub.on_node else ""
@@ -146,20 +104,19 @@ WAITING = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZ
 def export_job_line(run_dir: Path) -> str:
     """The newest export job, one line ("" none): done once exports.jsonl has its export,
     else the back end's state of the job, and the log to read when it ended without one."""
-    jobs = [j for j in read_jsonl(run_dir / EXPORT_JOBS_JSONL) if isinstance(j.get("job_id"), str)]
-    if not jobs:
+    job = ledgers.newest_export_job(run_dir)
+    if job is None:
         return ""
-    job = jobs[-1]
-    head = f"export job {job['job_id']} (step {job.get('step')})"
-    done = [e for e in exports(run_dir) if e.get("step") == job.get("step")
-            and float(e.get("time") or 0) >= float(job.get("time") or 0)]
+    head = f"export job {job.job_id} (step {job.step})"
+    done = [e for e in ledgers.exports(run_dir) if e.step == job.step
+            and (e.time or 0) >= (job.time or 0)]
     if done:
-        return f"{head}: done, {done[-1].get('path')}"
+        return f"{head}: done, {done[-1].path}"
     try:
-        state = backend_for(str(job.get("scheduler") or "slurm")).side_job_state(
-            job["job_id"], Path(str(job.get("script"))))
+        state = backend_for(job.scheduler or "slurm").side_job_state(job.job_id,
+                                                                       Path(str(job.script)))
     except Exception as exc:  # status never stops at one run: say what could not be asked
         state = f"UNKNOWN ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
     if state in WAITING:
         return f"{head}: {state}"
-    return f"{head}: {state}, no export recorded: see {job.get('log')}"
+    return f"{head}: {state}, no export recorded: see {job.log}"

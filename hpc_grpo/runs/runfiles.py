@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.errors import UserError
-from hpc_grpo.rundir.contract import METRICS_JSONL, RUN_JSON, STALLED, STATE_JSON, RunRecord
-from hpc_grpo.rundir.view import RunView, read_object, read_view
+from hpc_grpo.rundir.contract import METRICS_JSONL, STALLED, STATE_JSON, RunRecord
+from hpc_grpo.rundir.view import RunView, read_view
 from hpc_grpo.runs import drift
 
 
@@ -59,17 +59,6 @@ def read_run_record(run_dir: Path, doing: str) -> RunRecord:
                         f"{view.record_problem or 'run.json cannot be read'}", field="run",
                         hint="`hpc-grpo status` shows what is wrong with it")
     return view.record
-
-
-def read_record(run_dir: Path, doing: str) -> dict[str, Any]:
-    """run.json as a dict, refused in one line as ``read_run_record`` refuses (export and eval
-    still read the record as a dict)."""
-    problems: list[str] = []
-    record = read_object(run_dir / RUN_JSON, problems, required=True)
-    if problems:
-        raise UserError(f"run {run_dir.name} cannot be {doing}: {problems[0]}", field="run",
-                        hint="`hpc-grpo status` shows what is wrong with it")
-    return record
 
 
 def _number(source: str, data: Mapping[str, Any], key: str, problems: list[str]) -> float | None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from hpc_grpo import rundir
 from hpc_grpo.errors import UserError
+from hpc_grpo.rundir import ledgers
 from hpc_grpo.rundir.contract import (
     JOBS_JSONL,
     LOGS,
@@ -66,7 +67,7 @@ class RunStatus:
     checkpoint_skipped: str = ""  # the last save skipped for lack of space (rank callbacks)
     exported: str = ""  # the newest `hpc-grpo export` of the run (runs/after_training.py), one line
     evaluated: str = ""  # the newest `hpc-grpo eval` of the run, one line
-    pushed: str = ""  # the newest push to the hub, or "push pending: COMMAND" (export/hub_step.py)
+    pushed: str = ""  # the newest push to the hub, or "push pending: COMMAND" (runs/after_training.py)
     export_job: str = ""  # the newest `export` run as a job and its state (export/side_job.py)
     startup: str = ""  # the last attempt's time to its first step, by part (attempts.py)
 
@@ -105,8 +106,8 @@ def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
 
 def _after_training(run_dir: Path, record: RunRecord | None, phase: str) -> dict[str, str]:
     """The newest export, evaluation and push (or the push pending), one line each ("" none)."""
-    export, evaluation = after.newest_export(run_dir), after.newest_eval(run_dir)
-    pushed = after.newest_push(run_dir)
+    export, evaluation = ledgers.newest_export(run_dir), ledgers.newest_eval(run_dir)
+    pushed = ledgers.newest_push(run_dir)
     return {"exported": after.export_line(export) if export else "",
             "evaluated": after.eval_line(evaluation) if evaluation else "",
             "pushed": after.push_pending(run_dir, record, phase)

@@ -447,7 +447,7 @@ def test_export_and_eval_read_a_broken_run_json_as_resume_does(
         tmp_path: Path, content: bytes, command: list[str]) -> None:
     """They parsed run.json themselves: JSONDecodeError, AttributeError ('list' has no get) and
     UnicodeDecodeError tracebacks where status shows the problem and resume refuses in one line
-    (runfiles.read_record: the same reader, the same line)."""
+    (runfiles.read_run_record: the same reader, the same line)."""
     run_dir = tmp_path / "grpo-x-0001"
     run_dir.mkdir()
     (run_dir / "run.json").write_bytes(content)

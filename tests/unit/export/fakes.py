@@ -8,6 +8,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from hpc_grpo.rundir.contract import RunRecord
+
 TINY_CONFIG = {"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
                "vocab_size": 512, "max_position_embeddings": 512, "tie_word_embeddings": True}
@@ -60,6 +62,18 @@ def run_dir(tmp: Path, *, device: str = "cpu", model: str = "", **over: Any) -> 
     (folder / "metrics.jsonl").write_text("".join(
         json.dumps({"step": s, "reward_mean": -30.0 + s}) + "\n" for s in range(1, 5)))
     return folder
+
+
+def run_record(run_dir: Path) -> RunRecord:
+    """The run's run.json, typed, as export and eval read it."""
+    return RunRecord.from_dict(json.loads((run_dir / "run.json").read_text()))
+
+
+def record(**over: Any) -> RunRecord:
+    """A run record of no run directory, with ``over``'s keys as run.json would hold them."""
+    return RunRecord.from_dict({"schema": 1, "run_id": "tiny-0001", "run_dir": "/runs/tiny-0001",
+                                "model": "/m", "dataset": {"name": "builtin:digits"}, "nodes": 1,
+                                "procs_per_node": 1, **over})
 
 
 def base_model(tmp: Path) -> Path:

@@ -15,6 +15,9 @@ from click.testing import CliRunner
 from hpc_grpo.cli import main
 from hpc_grpo.errors import UserError
 from hpc_grpo.export import evaluate
+from hpc_grpo.rundir import ledgers
+from hpc_grpo.rundir.contract import block_dict
+from hpc_grpo.rundir.ledgers import ExportLine
 from hpc_grpo.runs import after_training, registry
 from tests.unit.export import fakes
 
@@ -34,28 +37,30 @@ def test_per_prompt_weights_rewards_and_averages_each_prompts_samples() -> None:
 
 
 def test_the_request_takes_the_runs_dataset_rewards_and_sampling(tmp_path: Path) -> None:
-    record = {"dataset": {"name": "data.jsonl", "prompt_column": "q", "split": "train",
-                          "commit": "abc"},
-              "reward_funcs": ["builtin:accuracy", "builtin:format"], "reward_weights": [1.0, 0.5],
-              "reward_kwargs": {"builtin:format": {"x": 1}},
-              "grpo_config": {"max_completion_length": 24, "temperature": 0.7}}
+    fields: dict[str, Any] = {
+        "dataset": {"name": "data.jsonl", "prompt_column": "q", "split": "train", "commit": "abc"},
+        "reward_funcs": ["builtin:accuracy", "builtin:format"], "reward_weights": [1.0, 0.5],
+        "reward_kwargs": {"builtin:format": {"x": 1}},
+        "grpo_config": {"max_completion_length": 24, "temperature": 0.7}}
+    record = fakes.record(**fields)
     subj = evaluate.Subject("/m", "", "step-2", tmp_path, 2)
     req = evaluate.request(subj, record, None, "test", (), 8, 2, 0)
-    assert req["dataset"] == {**record["dataset"], "split": "test"}
+    assert req["dataset"] == {**block_dict(record.dataset), "split": "test"}
     assert (req["reward_weights"], req["max_new_tokens"], req["temperature"]) == ([1.0, 0.5], 24, 0.7)
     other = evaluate.request(subj, record, "other.jsonl", None, ("builtin:format",), 8, 1, 0)
     assert other["dataset"]["name"] == "other.jsonl" and "commit" not in other["dataset"]
     assert other["reward_weights"] == [] and other["reward_kwargs"] == {"builtin:format": {"x": 1}}
     assert evaluate.request(subj, record, None, None, (), 8, 1, 0, max_new_tokens=5)["max_new_tokens"] == 5
-    bare = evaluate.request(subj, {}, "d.jsonl", None, ("builtin:length",), 8, 1, 0)
+    bare = evaluate.request(subj, None, "d.jsonl", None, ("builtin:length",), 8, 1, 0)
     assert bare["max_new_tokens"] == 256 and bare["temperature"] == 1.0  # TRL's defaults
-    staged = evaluate.request(subj, {**record, "model_load": {"hf_home": "/hf"}}, None, None, (), 8, 1, 0)
+    staged = evaluate.request(subj, fakes.record(**fields, model_load={"hf_home": "/hf"}), None, None,
+                              (), 8, 1, 0)
     assert staged["dataset"]["name"] == "/hf/hub/datasets--data.jsonl/snapshots/abc"
     assert "commit" not in staged["dataset"]
     with pytest.raises(UserError, match="no reward functions"):
-        evaluate.request(subj, {"dataset": {"name": "d"}}, None, None, (), 8, 1, 0)
+        evaluate.request(subj, fakes.record(dataset={"name": "d"}), None, None, (), 8, 1, 0)
     with pytest.raises(UserError, match="no dataset"):
-        evaluate.request(subj, {}, None, None, ("builtin:length",), 8, 1, 0)
+        evaluate.request(subj, None, None, None, ("builtin:length",), 8, 1, 0)
 
 
 def test_what_is_evaluated(tmp_path: Path) -> None:
@@ -70,7 +75,7 @@ def test_what_is_evaluated(tmp_path: Path) -> None:
     assert evaluate.subject(str(run), 2, find)[0].model == str(run / "checkpoints" / "checkpoint-2")
     shards, _ = evaluate.subject(str(run), None, find)  # the newest complete one: shards only
     assert (shards.model, shards.layout) == (str(run / "checkpoints" / "checkpoint-6"), "zero")
-    assert evaluate.request(shards, {"dataset": {"name": "d"}, "reward_funcs": ["builtin:length"]},
+    assert evaluate.request(shards, fakes.record(dataset={"name": "d"}, reward_funcs=["builtin:length"]),
                             None, None, (), 8, 1, 0)["layout"] == "zero"  # the child reads it so
     assert evaluate.subject(str(run), 2, find)[0].layout == ""
     exported = run / "export" / "step-6"
@@ -82,16 +87,18 @@ def test_what_is_evaluated(tmp_path: Path) -> None:
     with (run / "exports.jsonl").open("a") as handle:  # made last, of an earlier step
         handle.write(json.dumps({"step": 2, "path": str(earlier), "mode": "full"}) + "\n")
     subj, record = evaluate.subject(str(run), None, find)
-    assert (subj.model, subj.label, record["run_id"]) == (str(exported), "export step-6", "tiny-0001")
-    assert (after_training.newest_export(run) or {})["step"] == 2  # what status shows: the last one made
+    assert record is not None
+    assert (subj.model, subj.label, record.run_id) == (str(exported), "export step-6", "tiny-0001")
+    assert (ledgers.newest_export(run) or ExportLine()).step == 2  # what status shows: the last one made
     (exported / "config.json").write_text("{}")
     inside, record = evaluate.subject(str(exported), None, find)  # an export: its run's defaults
-    assert (inside.model, inside.run_dir, record["run_id"]) == (str(exported), run, "tiny-0001")
+    assert record is not None
+    assert (inside.model, inside.run_dir, record.run_id) == (str(exported), run, "tiny-0001")
     alone = tmp_path / "elsewhere" / "model"
     alone.mkdir(parents=True)
     (alone / "config.json").write_text("{}")
     folder, none = evaluate.subject(str(alone), None, find)  # a model folder of no run
-    assert (folder.model, folder.run_dir, none) == (str(alone), None, {})
+    assert (folder.model, folder.run_dir, none) == (str(alone), None, None)
 
 
 FAKE = """#!{python}
@@ -120,7 +127,9 @@ def test_an_evaluation_is_written_under_the_run_and_shown_by_status(tmp_path: Pa
     assert result.path.parent == run / "eval" and result.path.name.startswith("step-4-")
     saved = json.loads(result.path.read_text())
     assert saved["per_prompt"] == [0.0, 1.0, 2.0, 3.0] and saved["reward_funcs"] == ["builtin:length"]
-    line = after_training.eval_line(after_training.newest_eval(run) or {})
+    evaluation = ledgers.newest_eval(run)
+    assert evaluation is not None
+    line = after_training.eval_line(evaluation)
     assert line.startswith("eval of step-4 on builtin:digits: mean reward 1.5 +- ")
     assert line.endswith("(95% CI, 4 prompts x 3, vllm)")
     assert (saved["engine"], saved["tensor_parallel"], result.engine) == ("vllm", 1, "vllm")
@@ -132,14 +141,14 @@ def test_status_lines_survive_odd_files(tmp_path: Path) -> None:
     gone = run / "export" / "step-2"
     (run / "exports.jsonl").write_text('not json\n[1, 2]\n{"path": 7}\n'
                                        + json.dumps({"path": str(gone), "step": 2}) + "\n")
-    assert after_training.newest_export(run) is None  # the only well-formed line names a removed folder
+    assert ledgers.newest_export(run) is None  # the only well-formed line names a removed folder
     (run / "eval").mkdir()
     (run / "eval" / "a.json").write_text("{")
     (run / "eval" / "b.json").write_text(json.dumps({"time": 1, "reward": {"mean": "x"},
                                                      "subject": [], "dataset": "d"}))
-    odd = after_training.newest_eval(run)
+    odd = ledgers.newest_eval(run)
     assert odd is not None and after_training.eval_line(odd).startswith("eval of ? on ?: mean reward ?")
-    assert after_training.export_line({"step": 2, "check": ["?"]}).startswith(
+    assert after_training.export_line(ExportLine.from_dict({"step": 2, "check": ["?"]})).startswith(
         "exported step 2 (None, None): ")
 
 
@@ -148,10 +157,10 @@ def test_the_engine_and_tp_go_to_the_child_and_its_answer_to_the_record(
     run = fakes.run_dir(tmp_path, vllm={"enabled": True, "tensor_parallel_size": 2})
     fakes.checkpoint(run, 4)
     subj = evaluate.Subject("/m", "", "step-4", run, 4)
-    record = json.loads((run / "run.json").read_text())
+    record = fakes.run_record(run)
     req = evaluate.request(subj, record, None, None, (), 8, 1, 0, engine="vllm")
     assert (req["engine"], req["tensor_parallel"]) == ("vllm", 2)  # the run's planned TP
-    bare = evaluate.request(subj, {}, "d.jsonl", None, ("builtin:length",), 8, 1, 0)
+    bare = evaluate.request(subj, None, "d.jsonl", None, ("builtin:length",), 8, 1, 0)
     assert (bare["engine"], bare["tensor_parallel"]) == ("auto", 1)  # a folder of no run
     sent: list[dict[str, Any]] = []
 
@@ -167,8 +176,9 @@ def test_the_engine_and_tp_go_to_the_child_and_its_answer_to_the_record(
     assert out.exit_code == 0, out.output
     assert sent[0]["engine"] == "transformers" and sent[0]["tensor_parallel"] == 2
     assert "generated through transformers (vLLM not used: no CUDA GPU here)" in out.output
-    saved = after_training.newest_eval(run) or {}
-    assert (saved["engine"], saved["engine_note"]) == ("transformers", "vLLM not used: no CUDA GPU here")
+    saved = ledgers.newest_eval(run)
+    assert saved is not None
+    assert (saved.engine, saved.engine_note) == ("transformers", "vLLM not used: no CUDA GPU here")
     assert after_training.eval_line(saved).endswith(", transformers)")
     out = CliRunner().invoke(main, ["eval", str(run), "--engine", "tgi"])
     assert out.exit_code == 2 and not sent[1:]

@@ -72,7 +72,7 @@ def test_status_follows_the_job_to_its_export(tmp_path: Path, fake: FakeSlurm) -
 def test_a_small_login_node_sends_the_export_to_a_job(tmp_path: Path, fake: FakeSlurm,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     run = _run(tmp_path)
-    the_plan = plan.build(run, json.loads((run / "run.json").read_text()), None, None, None, False)
+    the_plan = plan.build(run, fakes.run_record(run), None, None, None, False)
     needed = the_plan.host_bytes
     assert job.reason_for(None, the_plan, "slurm", needed) == ""
     assert job.reason_for(None, the_plan, "slurm", None) == ""  # unknown memory: here

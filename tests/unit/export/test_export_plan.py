@@ -18,7 +18,7 @@ def test_newest_complete_checkpoint_is_picked_over_a_newer_cut_off_one(tmp_path:
     fakes.checkpoint(run, 2)
     fakes.checkpoint(run, 4)
     fakes.checkpoint(run, 6, complete=False)  # files, no marker: a save cut off half-way
-    chosen = plan.build(run, json.loads((run / "run.json").read_text()), None, None, None, False)
+    chosen = plan.build(run, fakes.run_record(run), None, None, None, False)
     assert chosen.step == 4 and chosen.checkpoint.name == "checkpoint-4"
     assert chosen.target == run / "export" / "step-4"
 
@@ -31,7 +31,7 @@ def test_an_incomplete_or_missing_step_is_refused_in_one_line(tmp_path: Path, st
     fakes.checkpoint(run, 4)
     fakes.checkpoint(run, 6, complete=False)
     with pytest.raises(UserError) as err:
-        plan.build(run, {"run_id": "tiny-0001"}, step, None, None, False)
+        plan.build(run, fakes.run_record(run), step, None, None, False)
     assert words in err.value.message and "complete checkpoints: 4" in err.value.hint
     assert "\n" not in err.value.one_line()
 
@@ -41,7 +41,7 @@ def test_a_marker_naming_another_step_does_not_make_a_checkpoint_complete(tmp_pa
     folder = fakes.checkpoint(run, 4)
     (folder / "hpc_grpo_complete.json").write_text(json.dumps({"step": 2}))
     with pytest.raises(UserError, match="no complete checkpoint"):
-        plan.build(run, {}, None, None, None, False)
+        plan.build(run, fakes.run_record(run), None, None, None, False)
 
 
 @pytest.mark.parametrize(("kind", "expected"), [("full", "full"), ("zero", "zero"), ("lora", "lora")])
@@ -58,7 +58,7 @@ def test_a_checkpoint_without_weights_is_refused() -> None:
 def test_sizes_follow_the_dtype_and_the_device(tmp_path: Path) -> None:
     run = fakes.run_dir(tmp_path, device="cuda")
     fakes.checkpoint(run, 2)
-    record = json.loads((run / "run.json").read_text())
+    record = fakes.run_record(run)
     gpu = plan.build(run, record, None, str(tmp_path / "a"), None, False)
     fp32 = plan.build(run, record, None, str(tmp_path / "b"), "fp32", False)
     assert gpu.dtype == "bfloat16" and fp32.dtype == "float32" and gpu.num_params == 105
@@ -69,7 +69,7 @@ def test_sizes_follow_the_dtype_and_the_device(tmp_path: Path) -> None:
 def test_deepspeed_shards_only_count_parameters_from_config_json(tmp_path: Path) -> None:
     run = fakes.run_dir(tmp_path)
     fakes.checkpoint(run, 2, "zero")
-    planned = plan.build(run, {}, None, None, None, False)
+    planned = plan.build(run, fakes.run_record(run), None, None, None, False)
     assert planned.layout == "zero" and planned.num_params == 107_072  # builtin:tiny's count
 
 
@@ -85,7 +85,7 @@ def test_shards_of_an_architecture_the_planner_does_not_model_count_from_their_s
     for rank in (0, 1):
         (folder / "global_step2" / f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt").write_bytes(
             b"x" * 12 * 500)
-    planned = plan.build(run, {}, None, None, None, False)
+    planned = plan.build(run, fakes.run_record(run), None, None, None, False)
     assert planned.layout == "zero" and planned.num_params == 1000
 
 
@@ -93,7 +93,7 @@ def test_lora_merges_into_the_base_by_default_and_sizes_it_so(tmp_path: Path) ->
     base = fakes.base_model(tmp_path)
     run = fakes.run_dir(tmp_path, model=str(base))
     fakes.checkpoint(run, 2, "lora")
-    record = json.loads((run / "run.json").read_text())
+    record = fakes.run_record(run)
     merged = plan.build(run, record, None, None, None, False)
     adapter = plan.build(run, record, None, None, None, True)
     assert (merged.mode, merged.num_params, merged.base) == ("merged", 1000, str(base))
@@ -105,11 +105,11 @@ def test_adapter_of_a_full_checkpoint_and_a_missing_base_are_refused(tmp_path: P
     run = fakes.run_dir(tmp_path, model=str(tmp_path / "gone"))
     fakes.checkpoint(run, 2)
     with pytest.raises(UserError, match="holds full weights, not a LoRA adapter"):
-        plan.build(run, {}, None, None, None, True)
+        plan.build(run, fakes.run_record(run), None, None, None, True)
     lora_run = fakes.run_dir(tmp_path / "x", model="Qwen/Qwen2.5-7B")
     fakes.checkpoint(lora_run, 2, "lora")
     with pytest.raises(UserError, match="not a model folder on this machine"):
-        plan.build(lora_run, {"model": "Qwen/Qwen2.5-7B"}, None, None, None, False)
+        plan.build(lora_run, fakes.run_record(lora_run), None, None, None, False)
 
 
 def test_a_non_empty_target_is_refused_an_empty_one_is_taken(tmp_path: Path) -> None:
@@ -117,16 +117,16 @@ def test_a_non_empty_target_is_refused_an_empty_one_is_taken(tmp_path: Path) -> 
     fakes.checkpoint(run, 2)
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert plan.build(run, {}, None, str(empty), None, False).target == empty
+    assert plan.build(run, fakes.run_record(run), None, str(empty), None, False).target == empty
     (empty / "model.safetensors").write_text("someone else's")
     with pytest.raises(UserError, match="already exists and is not empty"):
-        plan.build(run, {}, None, str(empty), None, False)
+        plan.build(run, fakes.run_record(run), None, str(empty), None, False)
 
 
 def test_too_little_free_disk_is_refused(tmp_path: Path) -> None:
     run = fakes.run_dir(tmp_path)
     fakes.checkpoint(run, 2)
-    planned = plan.build(run, {}, None, None, None, False)
+    planned = plan.build(run, fakes.run_record(run), None, None, None, False)
     plan.refuse_space(planned, planned.disk_bytes)  # exactly enough: fine
     with pytest.raises(UserError, match=r"the export needs 1\.\d MiB but 0\.0 MiB are free"):
         plan.refuse_space(planned, 1000)

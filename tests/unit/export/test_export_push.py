@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from hpc_grpo.cli import main
 from hpc_grpo.errors import UserError
 from hpc_grpo.export import commands, push, write
+from hpc_grpo.rundir import ledgers
 from hpc_grpo.runs import after_training
 from tests.unit.export import fakes
 from tests.unit.export.test_export_write import FAKE
@@ -95,9 +96,9 @@ def test_export_then_push_uploads_the_checked_folder(tmp_path: Path, fake_python
                                               "/api/models/my-org/tiny-grpo/preupload/main",
                                               "/my-org/tiny-grpo.git/info/lfs/objects/batch",
                                               "/api/models/my-org/tiny-grpo/commit/main"}
-    entry = after_training.newest_push(run)
-    assert entry is not None and entry["repo_id"] == "my-org/tiny-grpo" and entry["step"] == 4
-    assert entry["commit"] == done.pushed.commit and after_training.push_line(entry).startswith(
+    entry = ledgers.newest_push(run)
+    assert entry is not None and entry.repo_id == "my-org/tiny-grpo" and entry.step == 4
+    assert entry.commit == done.pushed.commit and after_training.push_line(entry).startswith(
         "pushed step 4 to my-org/tiny-grpo (")
     assert lines[-1] == f"pushing {target} to my-org/tiny-grpo"
     _nowhere(TOKEN, run, target)
@@ -116,15 +117,15 @@ def test_a_refused_push_is_one_line_and_leaves_the_export(tmp_path: Path, fake_p
     assert "\n" not in error and error.startswith("push to my-org/tiny-grpo failed: ")
     assert f"(HTTP {status})" in error and error.endswith(f"the export stays at {target}")
     assert TOKEN not in error
-    assert (target / "model.safetensors").is_file() and after_training.newest_export(run) is not None
-    assert after_training.newest_push(run) is None
+    assert (target / "model.safetensors").is_file() and ledgers.newest_export(run) is not None
+    assert ledgers.newest_push(run) is None
     _nowhere(TOKEN, run)
     # the same command again, once the hub takes it: the finished export is pushed as it is
     hub.refuse = None
     again = commands.export(str(run), python=fake_python, push="my-org/tiny-grpo")
     assert again.reused and again.pushed is not None and again.pushed.error == ""
     assert _hashes(hub.repos["my-org/tiny-grpo"]) == _hashes(_folder(target))
-    assert len(after_training.exports(run)) == 1
+    assert len(ledgers.exports(run)) == 1
 
 
 def test_the_cli_prints_the_refusal_in_one_line_and_exits_1(tmp_path: Path, fake_python: str,

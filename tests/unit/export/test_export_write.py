@@ -15,6 +15,7 @@ import pytest
 
 from hpc_grpo.errors import UserError
 from hpc_grpo.export import write
+from hpc_grpo.rundir import ledgers
 from hpc_grpo.runs import after_training
 from tests.unit.export import fakes
 
@@ -69,8 +70,8 @@ def test_a_checked_export_is_renamed_into_place_with_its_card(tmp_path: Path, fa
     assert "![reward curve of the run](reward_curve.png)" in card and "tolerance 0.05" in card
     assert lines and lines[0].startswith("export tiny-0001 checkpoint-4 (full layout")
     assert _leftovers(run / "export") == []
-    entry = after_training.newest_export(run)
-    assert entry is not None and entry["path"] == str(target) and entry["check"]["max_abs_diff"] == 0.001
+    entry = ledgers.newest_export(run)
+    assert entry is not None and entry.path == str(target) and entry.check["max_abs_diff"] == 0.001
     assert after_training.export_line(entry).startswith("exported step 4 (full, float32), checked")
 
 
@@ -82,7 +83,7 @@ def test_a_failed_check_leaves_nothing(tmp_path: Path, fake_python: str,
     done = write.export(run, python=fake_python)
     assert "above the tolerance 0.05" in done.error and "nothing was written" in done.error
     assert not (run / "export" / "step-4").exists() and _leftovers(run / "export") == []
-    assert after_training.newest_export(run) is None
+    assert ledgers.newest_export(run) is None
 
 
 def test_a_child_that_dies_half_way_leaves_nothing(tmp_path: Path, fake_python: str,
@@ -112,7 +113,7 @@ def test_sigterm_during_the_export_leaves_nothing(tmp_path: Path, fake_python: s
     proc.wait(timeout=30)
     assert proc.returncode != 0
     assert not (run / "export" / "step-4").exists() and _leftovers(run / "export") == []
-    assert after_training.newest_export(run) is None
+    assert ledgers.newest_export(run) is None
 
 
 def test_a_killed_exports_hidden_folder_is_cleared_by_the_next(tmp_path: Path, fake_python: str) -> None:

@@ -53,9 +53,7 @@ def test_online_nodes_push_at_the_end_offline_ones_leave_the_command() -> None:
 
 
 def test_run_json_holds_the_block_only_when_asked(tmp_path: Path) -> None:
-    record = json.loads((fakes.run_dir(tmp_path) / "run.json").read_text())
-    record.update(nodes=1, procs_per_node=1)
-    plain = RunRecord.from_dict(record)
+    plain = fakes.run_record(fakes.run_dir(tmp_path))
     assert plain.hub is None and "hub" not in plain.to_dict()
     hub = dataclasses.replace(plain, hub=HubBlock("org/x", False, True))
     again = RunRecord.from_dict(hub.to_dict())
@@ -66,7 +64,7 @@ def test_run_json_holds_the_block_only_when_asked(tmp_path: Path) -> None:
 def test_status_shows_the_push_pending_until_one_is_recorded(tmp_path: Path) -> None:
     run = fakes.run_dir(tmp_path, hub={"repo_id": "my-org/tiny-grpo", "private": None,
                                        "on_node": False})
-    record = RunRecord.from_dict(json.loads((run / "run.json").read_text()))
+    record = fakes.run_record(run)
     assert record.hub is not None
     assert push_pending(run, record, "training") == ""
     assert push_pending(run, record, "done") == \

@@ -61,9 +61,9 @@ RULES: dict[str, tuple[str, set[str]]] = {
     "the allocation request": (r"--gres=gpu|--gpus-per-node=|lmod/init",
                                {"scheduler/jobscript.py"}),
     "a signal's name": (r"removeprefix\(\"SIG\"\)", {"rundir/contract.py"}),
-    # (an export job's own ledger line names the back end it went to: runs/after_training.py)
+    # (an export job's own ledger line names the back end it went to: rundir/ledgers.py)
     "the scheduler read from run.json": (r"\.get\(\"scheduler\"\)",
-                                         {"rundir/view.py", "runs/after_training.py"}),
+                                         {"rundir/view.py", "rundir/ledgers.py"}),
 }
 
 
