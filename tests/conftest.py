@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.paths import REPO
 from tests.unit.slurmfake import FakeSlurm, install
 
-REPO = Path(__file__).resolve().parent.parent
 SANDBOX = REPO / "tests" / "cluster" / "sandbox.sh"
 
 

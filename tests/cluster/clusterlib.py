@@ -12,11 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.paths import RECIPES
+
 # The console script of this environment; where the package is only importable (the GPU
 # machine runs the checkout from PYTHONPATH), the module itself.
 _SCRIPT = Path(sys.executable).with_name("hpc-grpo")
 CLI = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "hpc_grpo.cli"]
-RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "tiny-cpu.yaml"
+RECIPE = RECIPES / "tiny-cpu.yaml"
 NODES = ("node1", "node2", "node3", "node4")
 SLOWEST_POLL_S = 4.0  # wait_for's longest pause between two status polls
 

@@ -10,9 +10,10 @@ import pytest
 
 from hpc_grpo.config.site import load_site
 from tests.cluster.clusterlib import NODES, cli
+from tests.paths import SITE_CONFIGS
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("sandbox_cluster")]
-SANDBOX = Path(__file__).resolve().parents[2] / "site_configs" / "sandbox.yaml"
+SANDBOX = SITE_CONFIGS / "sandbox.yaml"
 
 
 def test_doctor_passes_on_two_nodes(tmp_path: Path) -> None:

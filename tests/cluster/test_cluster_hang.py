@@ -27,6 +27,7 @@ from tests.cluster.clusterlib import (
     wait_for,
     wait_no_processes,
 )
+from tests.paths import SITE_CONFIGS
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("sandbox_cluster")]
 STEPS = 8
@@ -35,7 +36,7 @@ HUNG = 3
 
 def _site(tmp_path: Path) -> str:
     """The sandbox profile with small watchdog bounds, as a profile file of its own."""
-    shipped = Path(__file__).resolve().parents[2] / "site_configs" / "sandbox.yaml"
+    shipped = SITE_CONFIGS / "sandbox.yaml"
     path = tmp_path / "sandbox-hang.yaml"
     path.write_text(shipped.read_text() + "watchdog_startup_s: 120\nwatchdog_min_s: 10\n")
     return str(path)

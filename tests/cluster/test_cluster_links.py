@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.clusterlib import NODES, cli
+from tests.paths import SITE_CONFIGS
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("sandbox_cluster")]
-SANDBOX = Path(__file__).resolve().parents[2] / "site_configs" / "sandbox.yaml"
+SANDBOX = SITE_CONFIGS / "sandbox.yaml"
 
 
 def _bandwidth(site: str, root: Path) -> tuple[dict, dict]:

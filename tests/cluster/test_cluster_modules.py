@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.clusterlib import cli, finished, submit, wait_for
+from tests.paths import SITE_CONFIGS
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("sandbox_cluster")]
-SANDBOX = Path(__file__).resolve().parents[2] / "site_configs" / "sandbox.yaml"
+SANDBOX = SITE_CONFIGS / "sandbox.yaml"
 MODULE = "hpc-grpo-test/1.0"
 MODULE_BIN = "/opt/hpc-grpo-test-module/1.0/bin"
 

@@ -18,10 +18,11 @@ import pytest
 import yaml
 
 from tests.cluster.clusterlib import cli, submit, wait_for
+from tests.paths import SITE_CONFIGS
 from tests.unit.hubfake import FakeHub, Repo, commit_of, read_folder
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("sandbox_cluster")]
-SANDBOX = Path(__file__).resolve().parents[2] / "site_configs" / "sandbox.yaml"
+SANDBOX = SITE_CONFIGS / "sandbox.yaml"
 MODEL, DATASET = "tiny-org/tiny-grpo", "tiny-org/tiny-math"
 OPEN_R1_RECIPE = {  # keys as open-r1's grpo.py / `trl grpo --config` read them
     "model_name_or_path": MODEL, "dataset_name": DATASET, "dataset_prompt_column": "problem",

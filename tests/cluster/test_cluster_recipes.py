@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.clusterlib import finished, submit, wait_for
+from tests.paths import REPO
 
 # whole_cluster: partition high would preempt another cluster test's job in partition low.
 pytestmark = [pytest.mark.cluster, pytest.mark.whole_cluster,
               pytest.mark.usefixtures("sandbox_cluster")]
-REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "tests" / "fixtures" / "recipes" / "open-r1-qwen2.5-1.5b-instruct-grpo-demo.yaml"
 # What makes the GPU demo a CPU smoke run (the recipe's model and dataset by flags, the rest by
 # --set): the same overrides tests/unit/config/test_overrides.py holds at plan level.

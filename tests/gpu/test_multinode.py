@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from tests.cluster.clusterlib import cli, finished, submit, wait_for, wait_step
+from tests.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 SANDBOX = REPO / "tests" / "cluster" / "sandbox.sh"
 CHECKED = ("node", "rank", "local_rank", "tp_group", "tp_rank", "vllm_seed", "dp_shard")
 

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from hpc_grpo import api
 from hpc_grpo.cli import main
 from hpc_grpo.errors import UserError
+from tests.paths import REPO
 from tests.unit.cli.test_cli_errors import assert_refused, fake_slurm  # noqa: F401 (fixture)
 from tests.unit.slurmfake import FakeSlurm
 
@@ -112,7 +113,7 @@ def test_measured_longest_prompt_sizes_the_plan(workdir: Path, tiny: Path) -> No
 def test_no_training_stack_here_is_a_note_not_a_failure(workdir: Path, tiny: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     bare = Path(sys.base_prefix) / "bin" / "python3"  # hpc_grpo on its path, no datasets/torch
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
     prepared = api.prepare(api.Request(site="local", recipe=recipe(workdir, str(tiny)),
                                        python=str(bare)))
     assert any("has no training stack" in w and "not checked" in w for w in prepared.plan.warnings)

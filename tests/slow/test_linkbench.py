@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 
 from hpc_grpo.runtime.probe_lines import read_reports
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.paths import REPO
 
 
 def test_two_processes_measure_inside_the_node(tmp_path: Path) -> None:

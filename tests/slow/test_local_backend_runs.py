@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.clusterlib import submitted
+from tests.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 CLI = str(Path(sys.executable).with_name("hpc-grpo"))
 OLD_RUN = REPO / "tests" / "fixtures" / "run-dir-d93392d"
 

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.clusterlib import submitted
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.paths import REPO
 
 
 @pytest.mark.slow

@@ -23,7 +23,8 @@ import tomllib
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.paths import REPO
+
 TRAINING = ("torch", "trl", "transformers", "vllm", "deepspeed")  # only on the compute nodes
 TRACKERS = ("wandb", "tensorboard", "mlflow", "trackio")  # report_to's extras, nodes only too
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.clusterlib import submitted
+from tests.paths import REPO
 from tests.unit.hubfake import UploadHub
 
-REPO = Path(__file__).resolve().parents[2]
 CLI = str(Path(sys.executable).with_name("hpc-grpo"))
 TOKEN = "hf_standin_node_push_SECRET"
 

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from hpc_grpo.runs import registry
+from tests.paths import TESTS
 
-FAKE = Path(__file__).resolve().parents[1] / "fakebin" / "fake_slurm.py"
+FAKE = TESTS / "fakebin" / "fake_slurm.py"
 FAKED = ("sacct", "squeue", "sbatch", "scancel", "scontrol", "srun", "sinfo")
 
 

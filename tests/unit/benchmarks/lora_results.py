@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.gpu.test_lora_7b import KEYS
+from tests.paths import DOCS
 
-DOCS = Path(__file__).resolve().parents[3] / "docs"
 # the UTC day each session's files are named by, and the machine kind
 DAYS = {34: "2026-11-26", 35: "2026-11-27", 47: "2026-11-28", 48: "2026-11-29"}
 MACHINES = {34: "h100x2", 35: "h100x2", 47: "h200", 48: "h200"}

@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_gpu.py"
+from tests.paths import BENCHMARKS
+
+BENCH = BENCHMARKS / "bench_gpu.py"
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from hpc_grpo.cli import main
-
-REPO = Path(__file__).resolve().parents[3]
+from tests.paths import REPO
 
 
 def _gen_script() -> ModuleType:

@@ -7,13 +7,11 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import re
-from pathlib import Path
 
 import click
 
 from hpc_grpo.cli import main
-
-REPO = Path(__file__).resolve().parents[3]
+from tests.paths import REPO
 
 
 def _exit_codes() -> dict[str, str]:

@@ -9,6 +9,7 @@ import pytest
 from hpc_grpo.config.site import available_sites, builtin_sites_dir, load_site, minutes
 from hpc_grpo.config.spec import JobSpec, build_spec, grpo_fields, parse_set
 from hpc_grpo.errors import UserError
+from tests.paths import PACKAGE, REPO
 
 
 def test_every_shipped_profile_loads() -> None:
@@ -194,7 +195,7 @@ def test_parse_set_values() -> None:
 
 
 def _field_script() -> ModuleType:
-    path = Path(__file__).resolve().parents[3] / "scripts" / "update_grpo_fields.py"
+    path = REPO / "scripts" / "update_grpo_fields.py"
     spec = importlib.util.spec_from_file_location("update_grpo_fields", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -213,7 +214,7 @@ def test_shipped_grpo_fields_match_installed_trl() -> None:
     assert trl.__version__.startswith("1.16")
     assert grpo_fields() == {f.name for f in dataclasses.fields(GRPOConfig)}, (
         "run: python scripts/update_grpo_fields.py")
-    shipped = (Path(__file__).resolve().parents[3] / "hpc_grpo" / "grpo_fields.txt").read_text()
+    shipped = (PACKAGE / "grpo_fields.txt").read_text()
     assert shipped == _field_script().render(), "run: python scripts/update_grpo_fields.py"
 
 

@@ -17,8 +17,9 @@ from click.testing import CliRunner
 
 from hpc_grpo.cli import main
 from hpc_grpo.preflight import inputs
+from tests.paths import FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recipes"
+FIXTURES = FIXTURES / "recipes"
 DEMO = FIXTURES / "open-r1-qwen2.5-1.5b-instruct-grpo-demo.yaml"
 TRL_CLI = FIXTURES / "trl-cli-example-config.yaml"
 # What makes open-r1's GPU demo a CPU smoke run: overrides only, the recipe unchanged.

@@ -20,10 +20,10 @@ from hpc_grpo.config.recipe_format import (
 from hpc_grpo.config.spec import build_spec, grpo_fields
 from hpc_grpo.errors import did_you_mean
 from hpc_grpo.preflight import inputs
+from tests.paths import FIXTURES, RECIPES
 from tests.unit.slurmfake import FakeSlurm
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recipes"
-RECIPES = Path(__file__).resolve().parents[3] / "recipes"
+FIXTURES = FIXTURES / "recipes"
 DEMO = FIXTURES / "open-r1-qwen2.5-1.5b-instruct-grpo-demo.yaml"
 EARLY_DEMO = FIXTURES / "open-r1-qwen2.5-1.5b-instruct-grpo-demo-early.yaml"
 SIMPLE_RL = FIXTURES / "open-r1-qwen2.5-math-7b-grpo-simple-rl.yaml"

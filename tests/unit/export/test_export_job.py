@@ -14,6 +14,7 @@ import pytest
 
 from hpc_grpo.export import commands, job, plan
 from hpc_grpo.rundir import append_jsonl
+from tests.paths import SITE_CONFIGS
 from tests.unit.export import fakes
 from tests.unit.slurmfake import FakeSlurm, sacct_line, squeue_line
 
@@ -112,7 +113,7 @@ def test_the_export_jobs_time_is_capped_at_the_sites_max_time(tmp_path: Path,
                                                              fake: FakeSlurm) -> None:
     sites = tmp_path / "sites"  # the user's site folder (hpc_home): h100-pyxis, 45 minutes at most
     sites.mkdir(exist_ok=True)
-    shipped = Path(__file__).resolve().parents[3] / "site_configs" / "h100-pyxis.yaml"
+    shipped = SITE_CONFIGS / "h100-pyxis.yaml"
     (sites / "h100-pyxis.yaml").write_text(
         shipped.read_text().replace('max_time: "2-00:00:00"', 'max_time: "00:45:00"'))
     run = _pyxis_run(tmp_path)

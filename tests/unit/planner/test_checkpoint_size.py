@@ -23,8 +23,8 @@ from hpc_grpo.planner.checkpoint_size import (
 )
 from hpc_grpo.preflight import inputs
 from hpc_grpo.runtime.rank import checkpoints
+from tests.paths import RESULTS
 
-RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 TINY = json.loads((RESULTS / "2026-11-24-ckpt-tiny-cpu.json").read_text())
 H200 = json.loads((RESULTS / "2026-11-24-ckpt-1.5b-reference-h200.json").read_text())
 BIG_FILES = (".safetensors", ".pt", ".bin")  # weights and optimizer states, not the small files

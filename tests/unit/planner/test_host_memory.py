@@ -28,7 +28,6 @@ plan counts.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,8 +37,8 @@ from hpc_grpo.planner.catalogue import builtin_arch
 from hpc_grpo.planner.checkpoint_size import CheckpointRequest, size_checkpoint
 from hpc_grpo.planner.memory import host
 from hpc_grpo.planner.memory.host import host_gib
+from tests.paths import RESULTS
 
-RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 GIB = float(2**30)
 
 NODE = ("host_peak_detail", "node_used_peak_less_start_gib")

@@ -25,6 +25,7 @@ from hpc_grpo.planner import (
     lookup_model,
     plan_memory,
 )
+from tests.paths import PACKAGE, RESULTS
 
 CHOICES = {"tensor_parallel_size", "zero_stage", "offload_optimizer", "offload_params",
            "gradient_checkpointing", "vllm_gpu_memory_utilization", "enable_sleep_mode",
@@ -406,7 +407,7 @@ ALLOWED_IMPORTS = {"__future__", "collections.abc", "dataclasses", "functools", 
 
 
 @pytest.mark.parametrize("module", sorted(
-    (Path(__file__).resolve().parents[3] / "hpc_grpo" / "planner").rglob("*.py")),
+    (PACKAGE / "planner").rglob("*.py")),
     ids=lambda p: p.relative_to(p.parents[1]).as_posix())
 def test_planner_modules_are_pure_and_small(module: Path) -> None:
     tree = ast.parse(module.read_text())
@@ -450,7 +451,7 @@ def test_recomputation_saving_matches_the_gpu_measurement() -> None:
     allocated peak is what turning recomputation off costs."""
     from hpc_grpo.runtime.models.shapes import SHAPES
 
-    saved = Path(__file__).resolve().parents[3] / "docs/results/2026-11-23-bench-two-16-steps.json"
+    saved = RESULTS / "2026-11-23-bench-two-16-steps.json"
     runs = json.loads(saved.read_text())
     measured = (runs["no_grad_ckpt"]["torch_peaks_gib"]["torch_alloc_peak_gib"]
                 - runs["default_plan"]["torch_peaks_gib"]["torch_alloc_peak_gib"])

@@ -17,8 +17,8 @@ import pytest
 
 from hpc_grpo.planner import PlanRequest, arch_from_config, plan_memory
 from hpc_grpo.runtime.models.shapes import SHAPES
+from tests.paths import RESULTS
 
-RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 SAVED = {"qwen2-1.5b": "2026-11-24-memory-phases-1.5b-h200.json",
          "qwen2-7b": "2026-11-24-memory-phases-7b-h200.json"}
 

@@ -15,7 +15,6 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from statistics import mean
 from typing import Any
 
@@ -26,8 +25,8 @@ from hpc_grpo.planner.memory.estimate import Layout
 from hpc_grpo.planner.speed import terms
 from hpc_grpo.planner.speed.predict import StepTime, predict, predict_server
 from hpc_grpo.planner.types import PlanRequest
+from tests.paths import RESULTS
 
-RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 TOLERANCE = 0.20
 H200, H100 = 139.0, 79.0
 FACTS = "../shared/design/gpu-facts-2026-11-25.md"

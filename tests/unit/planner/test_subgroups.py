@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from math import ceil
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -16,8 +15,8 @@ from hpc_grpo.planner.arch import arch_from_config
 from hpc_grpo.planner.catalogue import builtin_arch
 from hpc_grpo.planner.memory import host
 from hpc_grpo.planner.memory.subgroups import _split, _tensors, sub_group_elements
+from tests.paths import RESULTS
 
-RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 GIB = float(2**30)
 TINY = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 3,
         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128,

@@ -21,8 +21,8 @@ from hpc_grpo.preflight import doctor
 from hpc_grpo.preflight.doctor import Expect, Row
 from hpc_grpo.rundir.contract import job_port
 from hpc_grpo.runtime import probe, probe_lines
+from tests.paths import REPO
 
-REPO = Path(__file__).resolve().parents[3]
 GOOD = {"torch": "2.7.1+cu126", "trl": "1.16.0", "vllm": "0.24.0", "transformers": "4.57.1",
         "deepspeed": "0.19.8", "accelerate": "1.10.0", "peft": "0.17.1"}
 

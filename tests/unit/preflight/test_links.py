@@ -19,9 +19,9 @@ from hpc_grpo.preflight import bandwidth, links, siteinit
 from hpc_grpo.rundir.contract import job_port
 from hpc_grpo.runtime import linkbench
 from hpc_grpo.runtime.probe_lines import report_lines
+from tests.paths import REPO
 from tests.unit.slurmfake import FakeSlurm
 
-REPO = Path(__file__).resolve().parents[3]
 SANDBOX = REPO / "site_configs" / "sandbox.yaml"
 
 

@@ -26,10 +26,10 @@ from hpc_grpo.rundir.contract import ModelBlock, RunRecord, ServerBlock, VllmBlo
 from hpc_grpo.runtime.node.environment import child_env
 from hpc_grpo.runtime.node.vllm_server import server_argv
 from hpc_grpo.runtime.rank import staged
+from tests.paths import REPO
 from tests.unit.hubfake import FakeHub, Repo, commit_of, lay_out, read_folder
 from tests.unit.slurmfake import FakeSlurm
 
-REPO = Path(__file__).resolve().parents[3]
 MODEL = "tiny-org/tiny-grpo"  # in no catalogue: the plan can only come from its config.json
 DATASET = "tiny-org/tiny-math"
 ROWS = b"".join(json.dumps({"prompt": f"What is {i} + {i}?", "solution": str(2 * i)}).encode()

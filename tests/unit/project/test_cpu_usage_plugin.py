@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
+from tests.paths import REPO
 
 SAMPLE = '''
 import subprocess, sys, time

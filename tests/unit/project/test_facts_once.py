@@ -9,11 +9,11 @@ reads source text, so the test is cheap and says where the copy is.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[3] / "hpc_grpo"
+from tests.paths import PACKAGE
+
 SOURCES = {p.relative_to(PACKAGE).as_posix(): p.read_text() for p in PACKAGE.rglob("*.py")}
 
 # rule -> (pattern, the modules allowed to hold it, why there)

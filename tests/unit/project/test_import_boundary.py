@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+from tests.paths import REPO
+
 PACKAGE = REPO / "hpc_grpo"
 LAUNCHER_MAY_IMPORT = {"hpc_grpo.runtime.node.task",
                        "hpc_grpo.runtime.probe", "hpc_grpo.runtime.probe_lines"}

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "cluster" / "offline-packages.sh"
+from tests.paths import TESTS
+
+SCRIPT = TESTS / "cluster" / "offline-packages.sh"
 pytestmark = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs dpkg-deb")
 
 

@@ -4,9 +4,8 @@ is the one on disk (issue #12: someone new reads the architecture from it)."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
+from tests.paths import REPO
 
 
 def _table() -> str:

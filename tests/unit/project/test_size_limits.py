@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[3] / "hpc_grpo"
+from tests.paths import PACKAGE
+
 MODULE_LINES = 400
 PLANNER_MODULE_LINES = 250
 FUNCTION_LINES = 60

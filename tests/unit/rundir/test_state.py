@@ -8,8 +8,9 @@ from pathlib import Path
 
 from hpc_grpo import rundir
 from hpc_grpo.rundir.state import STATE_FIELDS, RunState
+from tests.paths import FIXTURES
 
-OLD_RUN = Path(__file__).resolve().parents[2] / "fixtures" / "run-dir-d93392d"
+OLD_RUN = FIXTURES / "run-dir-d93392d"
 
 
 def test_every_field_of_a_well_formed_state_reads_typed() -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from hpc_grpo.rundir.contract import StopBlock, recorded_stop_signals
+from tests.paths import GOLDEN
 
-GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 FAKE_SRUN = """#!/bin/bash
 trap 'echo "USR2" >> "$FAKE_OUT"; exit 7' USR2
 trap 'echo "USR1" >> "$FAKE_OUT"; exit 9' USR1

@@ -22,8 +22,7 @@ from hpc_grpo.rundir.contract import JOB_SBATCH, JOBS_JSONL, RUN_JSON
 from hpc_grpo.runs.runfiles import read_run
 from hpc_grpo.scheduler import local
 from hpc_grpo.scheduler.backend import backend_for
-
-REPO = Path(__file__).resolve().parents[3]
+from tests.paths import REPO
 
 # A node task stand-in: records its environment, writes "TERM" when signalled, then lives on.
 NODE = """

@@ -17,8 +17,8 @@ import pytest
 from hpc_grpo import api
 from hpc_grpo.errors import UserError
 from hpc_grpo.preflight import inputs
+from tests.paths import GOLDEN
 
-GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 CASES = {
     "sandbox-2n-tiny": dict(site="sandbox", flags={"model": "builtin:tiny", "nodes": 2}),
     "sandbox-3n-tp2-check": dict(site="sandbox", flags={

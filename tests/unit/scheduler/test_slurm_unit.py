@@ -15,6 +15,7 @@ import pytest
 from hpc_grpo.errors import UserError
 from hpc_grpo.scheduler import slurm, slurm_records
 from hpc_grpo.scheduler.slurm_records import JobState
+from tests.paths import REPO
 from tests.unit.slurmfake import FakeSlurm, install
 
 
@@ -44,7 +45,6 @@ def submit(**kwargs: Any) -> str:
     return slurm.submit_job(**kwargs).job_id
 
 
-REPO = Path(__file__).resolve().parents[3]
 FINISHED = {
     "TIMEOUT",
     "NODE_FAIL",

@@ -15,8 +15,7 @@ from pathlib import Path
 import tomllib
 
 from hpc_grpo.scheduler import slurm
-
-REPO = Path(__file__).resolve().parents[3]
+from tests.paths import REPO
 
 
 def test_installed_submitit_is_inside_the_pin() -> None:

@@ -21,6 +21,7 @@ from hpc_grpo.runtime.node.task import (
     handled_signals,
     torchrun_argv,
 )
+from tests.paths import REPO
 
 
 def rec(data: dict[str, Any]) -> RunRecord:
@@ -423,7 +424,7 @@ def test_a_server_node_of_its_own_serves_until_the_trainers_end(tmp_path: Path) 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_"))}
     env.update(SLURM_JOB_ID="77", SLURM_RESTART_COUNT="0", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(free_port_pair()), HPC_GRPO_VLLM_SERVER_HOST="127.0.0.1",
-               PYTHONPATH=str(Path(__file__).resolve().parents[4]))
+               PYTHONPATH=str(REPO))
     tasks = [subprocess.Popen([sys.executable, "-c", NODE_DRIVER, str(run_dir), FAKE_SERVER,
                                WAITING_RANK], env={**env, "SLURM_NODEID": str(node)})
              for node in (1, 0)]
@@ -604,7 +605,7 @@ def test_a_node_without_a_default_route_still_names_its_address(tmp_path: Path) 
              "ip link set ha up && ip link set hb up && exec \"$0\" -c \"$1\"")
     proc = subprocess.run(["unshare", "-n", "sh", "-c", setup, sys.executable,
                            PROBE_WITHOUT_DEFAULT_ROUTE], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[4])})
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
     if proc.returncode != 0 and "Operation not permitted" in proc.stderr:
         pytest.skip("no network namespaces here")
     assert proc.returncode == 0, proc.stderr

@@ -28,6 +28,7 @@ from hpc_grpo.runtime.node import stall, watchdog
 from hpc_grpo.runtime.node.stall import Beat, Policy, judge
 from hpc_grpo.runtime.rank import heartbeat
 from hpc_grpo.runtime.rank.faults import hang as hang_fault
+from tests.paths import SITE_CONFIGS
 from tests.unit.runtime.node.test_config_error_node import _node_task
 
 POLICY = Policy(startup_s=100.0, min_s=10.0, factor=3.0)
@@ -289,7 +290,7 @@ def test_run_json_carries_the_watchdog_and_the_timeout_and_older_files_still_loa
 
 
 def _site(tmp_path: Path, **keys: Any) -> str:
-    text = (Path(__file__).resolve().parents[4] / "site_configs" / "sandbox.yaml").read_text()
+    text = (SITE_CONFIGS / "sandbox.yaml").read_text()
     path = tmp_path / "hang-sandbox.yaml"
     path.write_text(text + "".join(f"{k}: {v}\n" for k, v in keys.items()))
     return str(path)

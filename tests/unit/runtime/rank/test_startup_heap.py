@@ -8,13 +8,13 @@ import importlib.metadata
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from hpc_grpo.runtime.rank import startup_heap
+from tests.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[4]
+ROOT = REPO
 
 
 def _child(code: str, env: dict[str, str] | None = None) -> dict[str, object]:
