@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.gpu.test_lora_7b import KEYS
+from tests.gpu.lora_7b_helpers import KEYS
 from tests.paths import DOCS
 
 # the UTC day each session's files are named by, and the machine kind

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tests.unit.planner import test_speed_calibration as calibration
+from tests.unit.planner import calibration_cases as calibration
 
 GIB = 1024**3
 Saved = Callable[[str], Any]

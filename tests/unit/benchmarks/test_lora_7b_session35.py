@@ -7,7 +7,7 @@ step 1 is the warm runs' step 1 of session 34 and the other way round."""
 
 from __future__ import annotations
 
-from tests.gpu.test_lora_7b import LOSS_RTOL
+from tests.gpu.lora_7b_helpers import LOSS_RTOL
 from tests.unit.benchmarks.lora_results import assert_warm_under_half_of_cold, docs_section, load
 
 

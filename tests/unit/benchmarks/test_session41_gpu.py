@@ -10,7 +10,7 @@ from typing import Any
 
 from hpc_grpo.runs import drift
 from tests.unit.benchmarks.lora_results import docs_section
-from tests.unit.planner import test_speed_calibration as calibration
+from tests.unit.planner import calibration_cases as calibration
 
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 HEADING = "## 2026-11-27 (session 41)"

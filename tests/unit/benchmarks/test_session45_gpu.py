@@ -11,7 +11,7 @@ from typing import Any
 
 from tests.unit.benchmarks.lora_results import docs_section
 from tests.unit.benchmarks.startup_sections import assert_startup_parts, restart_timeline
-from tests.unit.planner import test_speed_calibration as calibration
+from tests.unit.planner import calibration_cases as calibration
 
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 HEADING = "## 2026-11-28 (session 45), GPU"

@@ -10,7 +10,7 @@ from pathlib import Path
 from statistics import mean, median
 from typing import Any
 
-from tests.gpu.test_lora_7b import assert_cold_first_step
+from tests.gpu.lora_7b_helpers import assert_cold_first_step
 from tests.unit.benchmarks.lora_results import (
     assert_warm_chain_equal,
     assert_warm_under_half_of_cold,
@@ -19,7 +19,7 @@ from tests.unit.benchmarks.lora_results import (
     docs_section,
     load,
 )
-from tests.unit.planner import test_speed_calibration as calibration
+from tests.unit.planner import calibration_cases as calibration
 
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 HEADING = "## 2026-11-28 (session 47), GPU"

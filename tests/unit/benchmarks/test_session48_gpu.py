@@ -11,7 +11,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from tests.gpu.test_lora_7b import assert_cold_first_step
+from tests.gpu.lora_7b_helpers import assert_cold_first_step
 from tests.unit.benchmarks.lora_results import (
     assert_warm_chain_equal,
     assert_warm_under_half_of_cold,
