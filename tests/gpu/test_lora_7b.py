@@ -35,7 +35,7 @@ resumed one at every step, the cold reference did not). On 2 x H200 (session 29)
 uninterrupted runs on two loans were 4.3e-5 apart at step 1. Session 35 (2 x H100) confirmed
 the warm chain (every step and adapter tensor equal) and found the two step-1 losses swapped:
 its cold reference got 0.0055 and its warm runs -0.0401, so the cache state does not pick the
-compiled variant (tests/unit/benchmarks/test_lora_7b_session35.py).
+compiled variant (tests/unit/benchmarks/claims.yaml, session 35's section).
 The reference's final checkpoint is what ``tests/gpu/test_export_gpu.py -k lora`` exports.
 """
 
