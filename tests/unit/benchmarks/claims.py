@@ -282,6 +282,11 @@ def load(path: Path = CLAIMS) -> list[Section]:
             for entry, start in zip(data["sections"], starts, strict=True)]
 
 
+def unchecked(path: Path = CLAIMS) -> dict[str, str]:
+    """The result files no section reads, each with the reason (claims.yaml's ``unchecked``)."""
+    return dict(yaml.safe_load(path.read_text()).get("unchecked") or {})
+
+
 class Results:
     """Reads the section's result files, once each: ``J(name)``, ``name`` a short name filled
     into the section's ``results`` pattern or a whole file name; .json gives the JSON, .jsonl its

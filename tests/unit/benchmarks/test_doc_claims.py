@@ -37,6 +37,19 @@ def test_every_section_is_in_the_doc_once_and_reads_results() -> None:
         assert all((RESULTS / name).exists() for name in section.names)
 
 
+def test_every_result_of_the_loans_is_read_or_listed() -> None:
+    """Each result file of session 34 on (the loans claims.yaml covers, and every later one) is
+    read by a section's claims, or listed under ``unchecked`` with the reason."""
+    read = {name for section in SECTIONS for name in _names(section)}
+    listed = claims.unchecked()
+    dated = {p.name for p in RESULTS.iterdir()
+             if int((re.search(r"session(\d+)", p.name) or [0, "0"])[1]) >= 34}
+    assert not set(listed) - dated, f"listed, not a result of these loans: {set(listed) - dated}"
+    assert not set(listed) & read, f"listed as unchecked, yet read: {set(listed) & read}"
+    missing = sorted(dated - read - set(listed))
+    assert not missing, f"neither read by a section's claims nor listed as unchecked: {missing}"
+
+
 def _quoted_figures(section: claims.Section) -> list[str]:
     """The figures (with a digit) the section's claims quote."""
     quoted = []
