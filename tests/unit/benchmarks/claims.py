@@ -275,7 +275,9 @@ def load(path: Path = CLAIMS) -> list[Section]:
     raw = path.read_text()
     data = yaml.safe_load(raw)
     # the line each entry's claims block starts on, for messages
-    (entries,) = [v for k, v in yaml.compose(raw).value if k.value == "sections"]
+    root = yaml.compose(raw)
+    assert root is not None, path
+    (entries,) = [v for k, v in root.value if k.value == "sections"]
     starts = [next(v.start_mark.line + 2 for k, v in entry.value if k.value == "claims")
               for entry in entries.value]
     return [Section(entry["heading"], _parse(entry["claims"], start), entry.get("results", "{}"))

@@ -42,12 +42,17 @@ def test_every_result_of_the_loans_is_read_or_listed() -> None:
     read by a section's claims, or listed under ``unchecked`` with the reason."""
     read = {name for section in SECTIONS for name in _names(section)}
     listed = claims.unchecked()
-    dated = {p.name for p in RESULTS.iterdir()
-             if int((re.search(r"session(\d+)", p.name) or [0, "0"])[1]) >= 34}
+    dated = {p.name for p in RESULTS.iterdir() if _session(p.name) >= 34}
     assert not set(listed) - dated, f"listed, not a result of these loans: {set(listed) - dated}"
     assert not set(listed) & read, f"listed as unchecked, yet read: {set(listed) & read}"
     missing = sorted(dated - read - set(listed))
     assert not missing, f"neither read by a section's claims nor listed as unchecked: {missing}"
+
+
+def _session(name: str) -> int:
+    """The session a result file's name carries (0: none)."""
+    found = re.search(r"session(\d+)", name)
+    return int(found[1]) if found else 0
 
 
 def _quoted_figures(section: claims.Section) -> list[str]:
@@ -84,7 +89,7 @@ def test_a_changed_figure_in_the_doc_fails(section: claims.Section) -> None:
         pattern = r"\s+".join(re.escape(word) for word in figure.split(" "))
         if not re.search(pattern, body):
             continue  # not stated: test_the_section_states_what_its_results_give says so
-        doctored = DOC[:start] + re.sub(pattern, lambda _, new=new: new, body) + DOC[end:]
+        doctored = DOC[:start] + re.sub(pattern, new.replace("\\", "\\\\"), body) + DOC[end:]
         assert claims.check(section, doctored), f"{figure!r} -> {new!r} went unnoticed"
         changed += 1
     assert changed

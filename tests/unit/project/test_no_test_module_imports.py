@@ -21,12 +21,14 @@ def imports_of_test_modules(path: Path) -> list[str]:
     tree = ast.parse(path.read_text(), filename=str(path))
     found = []
     for node in ast.walk(tree):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        elif node.module and node.level == 0:
             names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level:  # relative: from .test_x import y
+        elif node.level:  # relative: from .test_x import y
             names = [f"tests.{node.module or ''}"] + [f"tests.{alias.name}" for alias in node.names]
         for name in names:
             if _is_test_module(name) and (name.count(".") == 0 or _exists(name)):
