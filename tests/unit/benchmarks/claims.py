@@ -11,9 +11,9 @@ and ``claims``, one per line (a line that starts with a space continues the one 
 * any other expression is a claim that must be true (an equality, an ordering, a bound).
 
 Expressions are Python expressions limited to the operations below (``OPERATIONS``): reading a
-result, arithmetic, comparisons, comprehensions and these named operations. No name or
-attribute outside ``ATTRIBUTES`` is reachable, a binding binds names only, and nothing is
-imported.
+result, arithmetic, comparisons, comprehensions and these named operations. No attribute
+outside ``ATTRIBUTES`` and no name that starts with ``_`` is reachable, a binding binds names
+only, and nothing is imported.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import yaml
 from hpc_grpo.runs import drift
 from hpc_grpo.runtime.rank.engine_weights import NOTE
 from tests.gpu.lora_7b_helpers import KEYS, LOSS_RTOL, assert_cold_first_step
-from tests.paths import DOCS, RESULTS
+from tests.paths import RESULTS
 from tests.unit.planner import calibration_cases as calibration
 
 CLAIMS = Path(__file__).with_name("claims.yaml")
@@ -359,10 +359,4 @@ def check(section: Section, doc: str, results: Path = RESULTS) -> list[str]:
             failures.append(f"{where}\n    gave {_show(got)}; {shown}")
     section.names = sorted(scope["J"].read)
     return failures
-
-
-def check_all(doc_path: Path = DOCS / "benchmarks.md", results: Path = RESULTS,
-              claims: Path = CLAIMS) -> dict[str, list[str]]:
-    doc = doc_path.read_text()
-    return {s.heading: check(s, doc, results) for s in load(claims)}
 
