@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo import rundir
+from hpc_grpo.config import names
 from hpc_grpo.config.site import SiteProfile, all_sites, find_site
 from hpc_grpo.config.spec import JobSpec, build_spec, parse_set
 from hpc_grpo.config.strict import read_yaml
@@ -33,6 +34,7 @@ from hpc_grpo.preflight import inputs
 from hpc_grpo.preflight.builtin_model import ensure_builtin_model
 from hpc_grpo.preflight.builtin_model import write_example_model as write_example_model
 from hpc_grpo.preflight.checked import check_inputs
+from hpc_grpo.rundir.checkpoints import newest_complete_step
 from hpc_grpo.rundir.contract import (
     ATTEMPTS,
     JOB_SBATCH,
@@ -40,7 +42,8 @@ from hpc_grpo.rundir.contract import (
     RUN_JSON,
     SPEC_JSON,
 )
-from hpc_grpo.runs import names, registry
+from hpc_grpo.rundir.view import append_job_line
+from hpc_grpo.runs import registry
 from hpc_grpo.scheduler import envvars
 from hpc_grpo.scheduler.backend import backend_for
 from hpc_grpo.scheduler.render import render_script, summary_text
@@ -155,7 +158,7 @@ def submit(request: Request) -> Submitted:
             with registry.create_run_dir(prepared.root, prepared.run_id, _run_files(prepared),
                                          mode=plan.site.dir_mode) as run_dir:
                 job_id, known = _submit_job(prepared, run_dir)
-                registry.record_job(run_dir, job_id, "submitted", **known)
+                append_job_line(run_dir, job_id, "submitted", **known)
                 registry.register(prepared.run_id, run_dir)
             return Submitted(prepared.run_id, run_dir, job_id, plan.warnings,
                              backend_for(plan.site.scheduler).follow_by_default)
@@ -226,6 +229,7 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Re
     track.refuse_if_alive(files)
     flags = {"time": time} if time else {}
     site = find_site(saved["site"])
+    assert files.record is not None  # a record that cannot be read is one of files.problems
     spec = rules.pinned_layout(build_spec(saved["spec"], parse_set(sets), flags, site), files.record)
     python = saved.get("python") if isinstance(saved.get("python"), str) else None
     prepared = _prepare(site, spec, root=run_dir.parent, run_id=run_dir.name, python=python,
@@ -233,10 +237,10 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Re
     _refuse_unstaged(prepared)
     refuse_if_no_fit(prepared.plan.checkpoint_problem)
     record = run_record(prepared.plan, files.run_id, str(run_dir))
-    problems = rules.unchangeable(files.record, record.to_dict())
+    problems = rules.unchangeable(files.record, record)
     if problems:
         raise UserErrors(problems) if len(problems) > 1 else problems[0]
-    from_step = runfiles.newest_checkpoint_step(run_dir) or 0
+    from_step = newest_complete_step(run_dir) or 0
     nothing = rules.left_to_train(phase=files.progress.phase, step=files.progress.step,
                                   checkpoint_step=from_step, max_steps=record.max_steps)
     if nothing is not None:
@@ -253,7 +257,7 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Re
     number = len(list(attempts.iterdir())) + 1 if attempts.is_dir() else 1
     with registry.replace_run_files(run_dir, files_now, f"{number:02d}-job-{previous or 'none'}"):
         job_id, known = _submit_job(prepared, run_dir)
-    registry.record_job(run_dir, job_id, "submitted", **known, resumed_from_job=previous,
+    append_job_line(run_dir, job_id, "submitted", **known, resumed_from_job=previous,
                         resumed_from_step=from_step)
     if not any(r.run_dir == run_dir for r in registry.indexed_runs()):
         registry.register(files.run_id, run_dir)

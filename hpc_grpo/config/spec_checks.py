@@ -10,10 +10,10 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from hpc_grpo.config import names
 from hpc_grpo.config.grpo import SEED
 from hpc_grpo.config.recipe_format import shown
 from hpc_grpo.errors import UserError
-from hpc_grpo.runs import names
 
 if TYPE_CHECKING:
     from hpc_grpo.config.spec import JobSpec

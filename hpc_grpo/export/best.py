@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.errors import UserError
-from hpc_grpo.export import layout
 from hpc_grpo.rundir import read_jsonl
+from hpc_grpo.rundir.checkpoints import run_checkpoints
 from hpc_grpo.rundir.contract import METRICS_JSONL
 
 # Keys of a metrics line that are not a measure of the model (never offered as a close name).
@@ -87,7 +87,7 @@ def best_step(run_dir: Path, key: str, run_id: str) -> Best:
         step, value = line.get("step"), _number(line.get(resolved))
         if isinstance(step, int) and value is not None:
             by_step[step] = value  # the last line of a step wins
-    complete = [c.step for c in layout.checkpoints(run_dir) if c.complete]
+    complete = [c.step for c in run_checkpoints(run_dir) if c.complete]
     scored = [(by_step[s], s) for s in complete if s in by_step]
     if not scored:
         raise UserError(f"no complete checkpoint of run {run_id} is at a step that logged "

@@ -33,6 +33,7 @@ from hpc_grpo.export import best as best_of
 from hpc_grpo.export import child, layout, records
 from hpc_grpo.export.plan import base_model
 from hpc_grpo.rundir import write_json_atomic
+from hpc_grpo.rundir.checkpoints import run_checkpoints
 from hpc_grpo.rundir.contract import EVAL_DIR, RUN_JSON, hub_snapshot
 from hpc_grpo.runs import runfiles
 
@@ -87,7 +88,7 @@ def per_prompt(rewards: Sequence[Sequence[float | None]], weights: Sequence[floa
 
 
 def _checkpoint_subject(run_dir: Path, record: dict[str, Any], step: int | None) -> Subject:
-    chosen = layout.pick(layout.checkpoints(run_dir), step, str(record.get("run_id") or run_dir.name))
+    chosen = layout.pick(run_checkpoints(run_dir), step, str(record.get("run_id") or run_dir.name))
     kind = layout.detect(layout.file_names(chosen.path))
     label = f"step-{chosen.step}"
     if kind == "lora":

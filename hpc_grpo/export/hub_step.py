@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hpc_grpo.errors import UserError
 from hpc_grpo.rundir.hub import HubBlock, push_command
@@ -74,18 +74,16 @@ def run_record(plan: JobPlan, run_id: str, run_dir: str) -> RunRecord:
                                hub=hub_block(plan.spec, plan.site))
 
 
-def pending(run_dir: Path, record: dict[str, Any], phase: str) -> str:
+def pending(run_dir: Path, record: RunRecord | None, phase: str) -> str:
     """`status`'s line for a run whose push after training has not happened ("" none): its
     training is done, run.json asks for a push, and pushes.jsonl has none to that repository."""
     from hpc_grpo.export.push import pushes
 
-    block = record.get("hub")
-    if phase != "done" or not isinstance(block, dict) or not block.get("repo_id"):
+    hub = record.hub if record is not None else None
+    if phase != "done" or record is None or hub is None or not hub.repo_id:
         return ""
-    if any(p.get("repo_id") == block["repo_id"] for p in pushes(run_dir)):
+    if any(p.get("repo_id") == hub.repo_id for p in pushes(run_dir)):
         return ""
-    hub = HubBlock(str(block["repo_id"]), block.get("private"), bool(block.get("on_node")))
     where = (" (the node task pushes after training; once its job has ended, see "
              "logs/hub-push.log)") if hub.on_node else ""
-    return (f"push pending{where}: "
-            f"{push_command(str(record.get('run_id') or run_dir.name), hub)}")
+    return f"push pending{where}: {push_command(record.run_id or run_dir.name, hub)}"

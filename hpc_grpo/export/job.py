@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import os
-import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from hpc_grpo.rundir import append_jsonl, read_jsonl
 from hpc_grpo.rundir.contract import EXPORT_JOBS_JSONL, LOGS, SPEC_JSON
 from hpc_grpo.rundir.hub import export_argv, push_args, visibility
 from hpc_grpo.scheduler.backend import SideJob, backend_for
+from hpc_grpo.scheduler.jobscript import allocation_options, side_job_script
 
 if TYPE_CHECKING:
     from hpc_grpo.config.site import SiteProfile
@@ -87,25 +87,15 @@ def _site(run_dir: Path, site_name: str) -> tuple[SiteProfile, str]:
 
 def script_text(site: SiteProfile, run_dir: Path, argv: list[str], reason: str) -> str:
     """The job's script: the profile's env, then the command under its modules and container
-    (nodecmd: apptainer and modules in bash; a pyxis image through an srun step, as training's)."""
-    from hpc_grpo.preflight.nodecmd import pyxis_options, wrapped
-    from hpc_grpo.scheduler.slurm import one_task_step
-
+    (scheduler/jobscript.py side_job_script)."""
     root = str(Path(__file__).resolve().parents[2])  # a checkout's package, as the node task's
-    pyxis = pyxis_options(site)
-    launch = [*(one_task_step(pyxis) if pyxis else []), *wrapped(site, argv)]
-    lines = ["#!/bin/bash", "# hpc-grpo export as a job: " + reason.replace("\n", " "),
-             f"export PYTHONPATH={shlex.quote(root)}${{PYTHONPATH:+:$PYTHONPATH}}",
-             *(f"export {key}={shlex.quote(value)}" for key, value in sorted(site.public_env.items())),
-             f"cd {shlex.quote(str(run_dir))}", shlex.join(launch)]  # no exec: the local back
-    return "\n".join(lines) + "\n"  # end knows its job by the script in bash's argv
+    return side_job_script(site, run_dir, argv, "hpc-grpo export as a job: " + reason, root)
 
 
 def submit(the_plan: plan.ExportPlan, record: dict[str, Any], argv: list[str],
            reason: str) -> ExportJob:
     """Write the script, start it through the run's back end with the site's flags, record it."""
     from hpc_grpo.config.site import minutes
-    from hpc_grpo.preflight.nodecmd import allocation_options
 
     run_dir = the_plan.run_dir
     number = len(read_jsonl(run_dir / EXPORT_JOBS_JSONL)) + 1

@@ -10,16 +10,14 @@ and a full-parameter ZeRO-3 checkpoint has no model file at all); ``lora`` an ad
 from __future__ import annotations
 
 import json
-import re
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 from hpc_grpo.errors import UserError
-from hpc_grpo.rundir.contract import CHECKPOINT_MARKER, CHECKPOINTS
+from hpc_grpo.rundir.checkpoints import Checkpoint
+from hpc_grpo.rundir.contract import CHECKPOINT_MARKER
 
-_NAME = re.compile(r"^checkpoint-(\d+)$")
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 MODEL_FILE = "model.safetensors"
@@ -31,33 +29,6 @@ SMALL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "token
                "merges.txt")
 _DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "I64": 8, "I32": 4, "I8": 1, "U8": 1,
                 "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    path: Path
-    step: int
-    complete: bool  # the ranks' completion marker is there and names this step
-
-
-def marker_step(folder: Path) -> int | None:
-    """The step the completion marker names, or None without a readable marker."""
-    try:
-        data = json.loads((folder / CHECKPOINT_MARKER).read_text())
-        return int(data["step"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def checkpoints(run_dir: Path) -> list[Checkpoint]:
-    """Every ``checkpoint-<step>`` folder of a run, by step."""
-    try:
-        entries = list((run_dir / CHECKPOINTS).iterdir())
-    except OSError:
-        return []
-    found = [Checkpoint(p, int(m.group(1)), marker_step(p) == int(m.group(1)))
-             for p in entries if p.is_dir() and (m := _NAME.match(p.name))]
-    return sorted(found, key=lambda c: c.step)
 
 
 def pick(found: list[Checkpoint], step: int | None, run_id: str) -> Checkpoint:

@@ -16,6 +16,7 @@ from typing import Any
 
 from hpc_grpo.errors import UserError
 from hpc_grpo.export import layout
+from hpc_grpo.rundir.checkpoints import run_checkpoints
 from hpc_grpo.rundir.contract import EXPORT_DIR, hub_snapshot
 
 GIB = float(2**30)
@@ -119,7 +120,7 @@ def count_params(kind: str, checkpoint: Path, base: str) -> int:
     files = layout.weight_files(folder)
     if files:
         return sum(layout.safetensors_elements(f) for f in files)
-    from hpc_grpo.planner.arch import arch_from_config
+    from hpc_grpo.planner.memory.arch import arch_from_config
 
     config = json.loads((checkpoint / "config.json").read_text())
     try:
@@ -164,7 +165,7 @@ def build(run_dir: Path, record: dict[str, Any], step: int | None, to: str | Non
     a base model not here, a non-empty target (``allow_existing``: the plan of a finished
     export already there, to push it)."""
     run_id = str(record.get("run_id") or run_dir.name)
-    chosen = layout.pick(layout.checkpoints(run_dir), step, run_id)
+    chosen = layout.pick(run_checkpoints(run_dir), step, run_id)
     kind = layout.detect(layout.file_names(chosen.path))
     if adapter and kind != "lora":
         raise UserError(f"checkpoint-{chosen.step} of run {run_id} holds full weights, not a "

@@ -22,6 +22,7 @@ from hpc_grpo.errors import UserError
 from hpc_grpo.export import best as best_of
 from hpc_grpo.export import child, layout, plan, records
 from hpc_grpo.rundir import append_jsonl, read_jsonl
+from hpc_grpo.rundir.checkpoints import run_checkpoints
 from hpc_grpo.rundir.contract import PUSHES_JSONL
 
 MODULE = "hpc_grpo.runtime.posttrain.push"
@@ -58,7 +59,7 @@ def existing(run_dir: Path, record: dict[str, Any], step: int | None, best: str 
     as it is instead of being refused as a non-empty target. None where there is none."""
     run_id = str(record.get("run_id") or run_dir.name)
     picked = best_of.pick(run_dir, run_id, step, best)
-    chosen = layout.pick(layout.checkpoints(run_dir), picked.step if picked else step, run_id)
+    chosen = layout.pick(run_checkpoints(run_dir), picked.step if picked else step, run_id)
     target = plan.target_of(to, run_dir, chosen.step, adapter)
     for entry in reversed(records.exports(run_dir)):
         if Path(str(entry["path"])) == target and entry.get("step") == chosen.step:

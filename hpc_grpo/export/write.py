@@ -27,6 +27,7 @@ from hpc_grpo.errors import UserError
 from hpc_grpo.export import best as best_of
 from hpc_grpo.export import card, child, plan
 from hpc_grpo.rundir import append_jsonl, read_jsonl
+from hpc_grpo.rundir.checkpoints import free_bytes_or_none
 from hpc_grpo.rundir.contract import EXPORTS_JSONL, METRICS_JSONL, REWARD_CURVE, RUN_JSON
 from hpc_grpo.runs import runfiles
 
@@ -94,16 +95,6 @@ def terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def free_bytes(folder: Path) -> int | None:
-    probe = folder
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    try:
-        return shutil.disk_usage(probe).free
-    except OSError:
-        return None
-
-
 def _add_card(the_plan: plan.ExportPlan, record: dict[str, Any], folder: Path,
               check: dict[str, Any]) -> None:
     curve = the_plan.run_dir / REWARD_CURVE
@@ -134,7 +125,7 @@ def export(run_dir: Path, step: int | None = None, to: str | None = None,
     picked = best_of.pick(run_dir, str(record.get("run_id") or run_dir.name), step, best)
     step = picked.step if picked else step
     the_plan = plan.build(run_dir, record, step, to, dtype, adapter)
-    plan.refuse_space(the_plan, free_bytes(the_plan.target.parent))
+    plan.refuse_space(the_plan, free_bytes_or_none(the_plan.target.parent))
     if announce:
         if picked:
             announce(picked.line())

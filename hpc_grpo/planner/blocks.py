@@ -4,14 +4,10 @@ carry the user's choices to the ranks."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from hpc_grpo.config.site import SiteProfile
 from hpc_grpo.config.spec import JobSpec
+from hpc_grpo.planner.types import ModelRef
 from hpc_grpo.rundir.contract import DatasetBlock, HardwareBlock, ModelBlock, PeftBlock
-
-if TYPE_CHECKING:
-    from hpc_grpo.planner.types import ModelRef
 
 
 def dataset_block(spec: JobSpec, max_prompt_length: int, commit: str = "") -> DatasetBlock:
@@ -48,7 +44,7 @@ def hardware_block(site: SiteProfile) -> HardwareBlock:
 
 def default_name(model: str) -> str:
     """The Slurm job name when the user gives none: from the model's last path part, ASCII
-    letters and digits kept (a job name and its run ids are plain tokens, runs/names.py: a
+    letters and digits kept (a job name and its run ids are plain tokens, config/names.py: a
     folder named 'modèle' made a name the script refused, blaming a --name never given)."""
     base = model.rstrip("/").rsplit("/", 1)[-1].lower()
     safe = "".join(c if (c.isascii() and c.isalnum()) or c in "-_." else "-" for c in base)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from hpc_grpo.planner.arch import ModelArch, dense_arch
+from hpc_grpo.planner.memory.arch import ModelArch, dense_arch
+from hpc_grpo.rundir.shapes import MODEL_TYPE, SHAPES, TIED_EMBEDDINGS
 
 _QWEN_VOCAB_SMALL = 151936  # Qwen2.5 <= 3B (tied embeddings), every Qwen3
 _QWEN_VOCAB_LARGE = 152064  # Qwen2.5 >= 7B
@@ -112,8 +113,6 @@ def builtin_arch(shape_name: str) -> ModelArch | None:
     table the ranks build it from, as its written config.json will read (a Qwen2 config with
     q/k/v biases and tied embeddings): ``plan`` needs no files. None for an unknown name and for
     ``tiny``, whose vocabulary is the in-code tokenizer's (known once written)."""
-    from hpc_grpo.rundir.shapes import MODEL_TYPE, SHAPES, TIED_EMBEDDINGS
-
     shape = SHAPES.get(shape_name)
     if shape is None or not shape.vocab_size:
         return None

@@ -11,7 +11,6 @@ from typing import Any
 from hpc_grpo.config.site import SiteProfile
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
-from hpc_grpo.planner.arch import ModelArch
 from hpc_grpo.planner.blocks import model_block
 from hpc_grpo.planner.checkpoint_size import (
     GIB,
@@ -22,8 +21,9 @@ from hpc_grpo.planner.checkpoint_size import (
     size_checkpoint,
     size_limit,
 )
+from hpc_grpo.planner.memory.arch import ModelArch
+from hpc_grpo.planner.memory_plan import MemoryPlan
 from hpc_grpo.planner.speed.server import ServerPlan
-from hpc_grpo.planner.types import MemoryPlan
 from hpc_grpo.rundir.contract import DEFAULT_SAVE_TOTAL_LIMIT, DeepSpeedBlock
 from hpc_grpo.rundir.precision import load_dtype
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from hpc_grpo.config.site import SiteProfile
 from hpc_grpo.config.spec import JobSpec
+from hpc_grpo.planner.memory_plan import MemoryPlan
 from hpc_grpo.planner.topology import ServerSplit
-from hpc_grpo.planner.types import MemoryPlan
 from hpc_grpo.rundir.contract import (
     DEFAULT_VLLM_GPU_MEMORY_UTILIZATION,
     DeepSpeedBlock,

@@ -24,9 +24,9 @@ from hpc_grpo.planner.bounds import (  # noqa: F401 - BUILTIN_PROMPT_TOKENS, TRL
 from hpc_grpo.planner.checkpoint_fit import check_checkpoints
 from hpc_grpo.planner.checkpoint_size import CheckpointSize
 from hpc_grpo.planner.engines import deepspeed_plan, vllm_plan
-from hpc_grpo.planner.memory.reasons import MEASURED_CKPT
 from hpc_grpo.planner.modes import plan_request, resolve_mode, server_plan
 from hpc_grpo.planner.precision import context_check, precision
+from hpc_grpo.planner.speed.choose import MEASURED_CKPT
 from hpc_grpo.planner.speed.server import ServerPlan
 from hpc_grpo.planner.timeouts import collective_timeout
 from hpc_grpo.planner.timing import Timings, signal_lead

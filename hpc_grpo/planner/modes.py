@@ -17,10 +17,11 @@ from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner.bounds import grpo_value
 from hpc_grpo.planner.engines import SERVER_GPU_MEMORY_UTILIZATION
-from hpc_grpo.planner.memory.plan import check_zero_stage, plan_memory
+from hpc_grpo.planner.memory.request import PlanRequest
+from hpc_grpo.planner.memory_plan import check_zero_stage, plan_memory
 from hpc_grpo.planner.speed.server import ServerPlan, plan_server
 from hpc_grpo.planner.topology import ServerSplit, server_split
-from hpc_grpo.planner.types import LinkFigures, ModelRef, PlanRequest
+from hpc_grpo.planner.types import LinkFigures, ModelRef
 
 
 def plan_request(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int,
@@ -70,7 +71,7 @@ def _refuse_undeclared_memory(site: SiteProfile) -> None:
 
 def check_server_zero(spec: JobSpec) -> None:
     """Server mode's trainers run the ZeRO stage the spec gives (0, bare TRL's DDP, when unset),
-    with no search: refuse what the colocated plan refuses (memory/plan.py), rather than plan
+    with no search: refuse what the colocated plan refuses (memory_plan.py), rather than plan
     an offload the runtime would not run (no DeepSpeed block without ZeRO: engines.py)."""
     zero = spec.zero_stage
     check_zero_stage(zero)

@@ -4,36 +4,48 @@ A resumed run is the same run: it continues from a checkpoint in the same run di
 new job must load that checkpoint exactly as the old job saved it and see the same data in the
 same order. What the checkpoint or the data order depend on cannot change (the model, the data,
 the world size, the ZeRO layout, the batch shape, the seeds); how long to train and how often to
-save can. Pure: two run records (run.json as dicts) and numbers in, problems out.
+save can. Pure: two typed run records and numbers in, problems out.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable
 from typing import Any
 
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
+from hpc_grpo.rundir.contract import RunRecord
 
 _NEW_RUN = "submit a new run for that"
-# run.json keys (dotted for nested blocks) a resume cannot change, with the reason why.
-FIXED_RECORD: dict[str, str] = {
-    "model": "the checkpoint holds this model's weights",
-    "payload": "the run directory holds this payload's results",
-    "dataset.name": "the checkpoint's data position counts this dataset's prompts",
-    "dataset.prompt_column": "the checkpoint's data position counts this dataset's prompts",
-    "dataset.split": "the checkpoint's data position counts this dataset's prompts",
-    "reward_funcs": "the rewards logged so far come from these functions",
-    "seed": "the data order and every RNG stream in the checkpoint follow this seed",
-    "device": "the checkpoint's optimizer and RNG states were saved on this device",
-    "vllm.tensor_parallel_size": "vLLM's sampling seeds are rank // TP: another TP size samples "
-                                 "other completions",
-    "vllm.mode": "server mode trains on other GPUs than colocate: another world size",
+# What a resume cannot change in run.json, named as the file names it (dotted for nested blocks),
+# read from the typed record, with the reason why.
+FIXED_RECORD: dict[str, tuple[Callable[[RunRecord], Any], str]] = {
+    "model": (lambda r: r.model, "the checkpoint holds this model's weights"),
+    "payload": (lambda r: r.payload, "the run directory holds this payload's results"),
+    "dataset.name": (lambda r: r.dataset.name,
+                     "the checkpoint's data position counts this dataset's prompts"),
+    "dataset.prompt_column": (lambda r: r.dataset.prompt_column,
+                              "the checkpoint's data position counts this dataset's prompts"),
+    "dataset.split": (lambda r: r.dataset.split,
+                      "the checkpoint's data position counts this dataset's prompts"),
+    "reward_funcs": (lambda r: r.reward_funcs,
+                     "the rewards logged so far come from these functions"),
+    "seed": (lambda r: r.seed,
+             "the data order and every RNG stream in the checkpoint follow this seed"),
+    "device": (lambda r: r.device,
+               "the checkpoint's optimizer and RNG states were saved on this device"),
+    "vllm.tensor_parallel_size": (lambda r: r.vllm.tensor_parallel_size,
+                                  "vLLM's sampling seeds are rank // TP: another TP size samples "
+                                  "other completions"),
+    "vllm.mode": (lambda r: r.vllm.mode,
+                  "server mode trains on other GPUs than colocate: another world size"),
     # Staged on the login node (preflight/stage.py): a branch staged again since points elsewhere.
-    "model_load.commit": "the run trains from this commit of the model (stage it with --revision "
-                         "COMMIT and resume with --set model_revision=COMMIT)",
-    "dataset.commit": "the checkpoint's data position counts this commit's prompts",
+    "model_load.commit": (lambda r: r.model_load.commit,
+                          "the run trains from this commit of the model (stage it with "
+                          "--revision COMMIT and resume with --set model_revision=COMMIT)"),
+    "dataset.commit": (lambda r: r.dataset.commit,
+                       "the checkpoint's data position counts this commit's prompts"),
 }
 # GRPOConfig fields that shape the batch or the data order: another value trains other steps.
 FIXED_GRPO: dict[str, str] = {
@@ -48,31 +60,27 @@ FIXED_GRPO: dict[str, str] = {
 }
 
 
-def pinned_layout(spec: JobSpec, record: Mapping[str, Any]) -> JobSpec:
+def pinned_layout(spec: JobSpec, record: RunRecord) -> JobSpec:
     """The spec of a resume with the saved run's TP size, ZeRO stage and optimizer offload where
     the spec leaves them to the planner. The plan picks the fastest layout from the link figures,
     which doctor may have measured since the run started; a layout chosen again would not load
     the checkpoint (``unchangeable`` refuses it), so the saved one stands. What the user sets on
     the resume stays theirs, and is refused there if it differs."""
-    if record.get("device") != "cuda":
+    if record.device != "cuda":
         return spec  # CPU plans choose no layout
     pins: dict[str, Any] = {}
-    tp = _get(record, "vllm.tensor_parallel_size")
-    if not spec.tensor_parallel_size and isinstance(tp, int) and tp > 0:
+    tp = record.vllm.tensor_parallel_size
+    if not spec.tensor_parallel_size and tp > 0:
         pins["tensor_parallel_size"] = tp
-    deepspeed = record.get("deepspeed")
-    if spec.zero_stage is None and "deepspeed" in record:
-        pins["zero_stage"] = deepspeed.get("zero_stage", 0) if isinstance(deepspeed, dict) else 0
-    if spec.offload_optimizer is None and isinstance(deepspeed, dict):
-        pins["offload_optimizer"] = bool(deepspeed.get("offload_optimizer"))
+    if spec.zero_stage is None:
+        pins["zero_stage"] = _zero(record) or 0
+    if spec.offload_optimizer is None and record.deepspeed is not None:
+        pins["offload_optimizer"] = bool(record.deepspeed.offload_optimizer)
     return dataclasses.replace(spec, **pins) if pins else spec
 
 
-def _get(record: Mapping[str, Any], dotted: str) -> Any:
-    value: Any = record
-    for part in dotted.split("."):
-        value = value.get(part) if isinstance(value, Mapping) else None
-    return value
+def _zero(record: RunRecord) -> int | None:
+    return record.deepspeed.zero_stage if record.deepspeed is not None else None
 
 
 def _shown(value: Any) -> str:
@@ -81,20 +89,17 @@ def _shown(value: Any) -> str:
     return "unset" if value is None else str(value)
 
 
-def _layout(record: Mapping[str, Any]) -> tuple[Any, Any, Any]:
-    return record.get("nodes"), record.get("procs_per_node"), _get(record, "deepspeed.zero_stage")
-
-
-def unchangeable(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[UserError]:
+def unchangeable(old: RunRecord, new: RunRecord) -> list[UserError]:
     """Each difference between the run's record and the resumed job's that a resume cannot make,
     one problem each, with the reason (the site profile changing under a run counts too)."""
     problems: list[UserError] = []
-    for key, why in FIXED_RECORD.items():
-        was, now = _get(old, key), _get(new, key)
+    for key, (read, why) in FIXED_RECORD.items():
+        was, now = read(old), read(new)
         if was not in (None, "") and _shown(was) != _shown(now):  # "": older or unstaged
             problems.append(UserError(f"cannot change {key} from {_shown(was)} to {_shown(now)}: "
                                       f"{why}", field="resume", hint=_NEW_RUN))
-    (nodes, procs, zero), (new_nodes, new_procs, new_zero) = _layout(old), _layout(new)
+    (nodes, procs, zero) = (old.nodes, old.procs_per_node, _zero(old))
+    (new_nodes, new_procs, new_zero) = (new.nodes, new.procs_per_node, _zero(new))
     if (nodes, procs) != (new_nodes, new_procs):
         shards = (f"ZeRO-{zero} saved optimizer and parameter shards for {nodes} x {procs} ranks"
                   if zero else f"the checkpoint holds RNG states for {nodes} x {procs} ranks and "
@@ -108,7 +113,7 @@ def unchangeable(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[UserErr
             f"cannot change the ZeRO stage from {_shown(zero)} to {_shown(new_zero)}: "
             "the checkpoint's optimizer state is laid out for its stage", field="resume",
             hint=_NEW_RUN))
-    old_grpo, new_grpo = old.get("grpo_config") or {}, new.get("grpo_config") or {}
+    old_grpo, new_grpo = old.grpo_config, new.grpo_config
     for key, why in FIXED_GRPO.items():
         if old_grpo.get(key) != new_grpo.get(key):
             problems.append(UserError(

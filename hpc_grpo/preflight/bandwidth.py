@@ -17,9 +17,9 @@ from typing import Any
 from hpc_grpo.config.site import SiteProfile, minutes
 from hpc_grpo.preflight import links
 from hpc_grpo.preflight.doctor import Row, Status, last_lines, srun_options
-from hpc_grpo.preflight.nodecmd import node_command
 from hpc_grpo.runtime.probe_lines import read_reports
 from hpc_grpo.scheduler import slurm
+from hpc_grpo.scheduler.jobscript import node_command
 
 MODULE = "hpc_grpo.runtime.linkbench"
 CPU_SIZES_MIB = "4,16,64"  # Gloo over sockets: 64 MiB already takes tenths of a second

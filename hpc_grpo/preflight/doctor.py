@@ -24,13 +24,13 @@ from hpc_grpo.config.site import SiteProfile, minutes
 from hpc_grpo.errors import UserError
 from hpc_grpo.preflight.capacity import Capacity, capacity_rows
 from hpc_grpo.preflight.hardware_row import hardware_row
-from hpc_grpo.preflight.nodecmd import allocation_options, node_command, pyxis_found, pyxis_options
 from hpc_grpo.preflight.requeue_hold import hold_check
 from hpc_grpo.preflight.versions import satisfies
 from hpc_grpo.rundir.contract import HardwareBlock
 from hpc_grpo.runtime.probe import PACKAGES
 from hpc_grpo.runtime.probe_lines import read_reports
 from hpc_grpo.scheduler import slurm
+from hpc_grpo.scheduler.jobscript import allocation_options, node_command, pyxis_options
 
 Status = Literal["pass", "warn", "fail", "skip"]
 
@@ -386,3 +386,12 @@ def print_table(result: Result) -> None:
     console = Console(width=None if sys.stdout.isatty() else 200, highlight=False)
     console.print(table)
     console.print(f"{counts['pass']} passed, {counts['warn']} warning(s), {counts['fail']} failed")
+
+
+def pyxis_found(srun_help: str) -> tuple[Literal["pass", "fail"], str]:
+    """Whether this Slurm's srun has pyxis's container options (a SPANK plugin: without it srun
+    refuses --container-image and no job of a pyxis profile can start)."""
+    if "--container-image" in srun_help:
+        return "pass", "srun --help lists --container-image (pyxis)"
+    return "fail", ("srun --help lists no --container-image: pyxis is not installed here (the "
+                    "probe ran without the container)")

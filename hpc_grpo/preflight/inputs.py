@@ -13,7 +13,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from hpc_grpo.planner import ModelArch, arch_from_config, lookup_model
 from hpc_grpo.planner.blocks import dataset_block, model_block
 from hpc_grpo.planner.catalogue import builtin_arch
 from hpc_grpo.planner.types import ModelRef
+from hpc_grpo.rundir.checkpoints import checkpoint_step, existing_parent, free_bytes_or_none
 from hpc_grpo.rundir.contract import CHECKPOINTS, hub_snapshot
 
 # runtime/models/shapes.py SHAPES (the launcher may not import it; a unit test keeps them equal)
@@ -129,9 +129,9 @@ def _refuse_without_weights(path: Path) -> None:
                         "pytorch_model*.bin files)", field="model",
                         hint="give the folder save_pretrained wrote, or a hub id")
     path = path.resolve()  # `--model .` inside the checkpoint still names its run
-    checkpoint = re.fullmatch(r"checkpoint-(\d+)", path.name)
-    run = path.parent.parent if checkpoint and path.parent.name == "checkpoints" else None
-    command = (f"hpc-grpo export {run} --step {checkpoint.group(1)}" if run and checkpoint
+    step = checkpoint_step(path)
+    run = path.parent.parent if step is not None and path.parent.name == CHECKPOINTS else None
+    command = (f"hpc-grpo export {run} --step {step}" if run and step is not None
                else "hpc-grpo export RUN --step N")
     raise UserError(
         f"model folder {path} is a DeepSpeed checkpoint: its weights are ZeRO shards, which "
@@ -308,13 +308,9 @@ def with_prompt_bound(spec: JobSpec, probed: Probed) -> JobSpec:
 def free_space(root: Path) -> tuple[int | None, str]:
     """Free bytes of the file system that will hold ``root`` (its nearest existing parent, as
     the run directory may not exist yet) and how to name it; (None, "") when it cannot be read."""
-    probe = root
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    try:
-        return shutil.disk_usage(probe).free, f"the output file system ({probe})"
-    except OSError:
-        return None, ""
+    free = free_bytes_or_none(root)
+    return (free, f"the output file system ({existing_parent(root)})") if free is not None \
+        else (None, "")
 
 
 def with_run_checkpoints(free: tuple[int | None, str], run_dir: Path) -> tuple[int | None, str]:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from hpc_grpo.rundir import finite_number
 from hpc_grpo.rundir.startup import INNER_PARTS, PART_NAMES
+from hpc_grpo.rundir.view import RestartLine
 
 SACCT_CAUSES = {"PREEMPTED": "preempted", "NODE_FAIL": "node failure", "TIMEOUT": "time limit"}
 # Causes that sacct's own record may correct; a precise one (user signal, preempted) stays.
@@ -27,21 +29,20 @@ def _vague(cause: str) -> bool:
     return cause in _VAGUE or cause.endswith("(Slurm gave no record)")
 
 
-def with_accounting(restarts: Sequence[Mapping[str, Any]], job_id: str,
-                    attempt_states: Sequence[str]) -> list[dict[str, Any]]:
+def with_accounting(restarts: Sequence[RestartLine], job_id: str,
+                    attempt_states: Sequence[str]) -> list[RestartLine]:
     """Each restart with ``slurm_state``, the end state sacct recorded for the attempt it ended
     (``attempt_states``: this job's records in attempt order), and a vague cause replaced where
     that state names the cause."""
     out = []
     for restart in restarts:
-        row = dict(restart)
-        found = _ATTEMPT.match(str(row.get("previous_attempt") or ""))
+        found = _ATTEMPT.match(restart.previous_attempt)
         if found and found.group(1) == job_id and int(found.group(2)) < len(attempt_states):
             state = attempt_states[int(found.group(2))]
-            row["slurm_state"] = state
-            if state in SACCT_CAUSES and _vague(str(row.get("cause") or "")):
-                row["cause"] = SACCT_CAUSES[state]
-        out.append(row)
+            cause = SACCT_CAUSES[state] if state in SACCT_CAUSES and _vague(restart.cause) \
+                else restart.cause
+            restart = replace(restart, slurm_state=state, cause=cause)
+        out.append(restart)
     return out
 
 

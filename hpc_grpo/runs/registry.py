@@ -13,25 +13,22 @@ import os
 import re
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from hpc_grpo.config import names
 from hpc_grpo.errors import UserError, did_you_mean
 from hpc_grpo.rundir import load_state, read_json_object, tail_jsonl
 from hpc_grpo.rundir.contract import (
     ATTEMPTS,
     CHECKPOINTS,
-    JOBS_JSONL,
     LOGS,
     METRICS_JSONL,
     RUN_JSON,
     SUBMITIT,
 )
-from hpc_grpo.runs import names
 
 
 def home_dir() -> Path:
@@ -151,12 +148,6 @@ def replace_run_files(run_dir: Path, files: Mapping[str, str], keep_as: str) -> 
         with suppress(OSError):
             kept.parent.rmdir()  # only when no earlier attempt is kept there
         raise
-
-
-def record_job(run_dir: Path, job_id: str, event: str, **extra: Any) -> None:
-    line = {"job_id": job_id, "event": event, "time": time.time(), **extra}
-    with (run_dir / JOBS_JSONL).open("a") as handle:
-        handle.write(json.dumps(line) + "\n")
 
 
 def register(run_id: str, run_dir: Path) -> None:

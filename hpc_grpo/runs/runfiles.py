@@ -8,29 +8,17 @@ wrong goes into ``problems`` (shown on that run's row) and the value is left out
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo import rundir
 from hpc_grpo.errors import UserError
-from hpc_grpo.rundir.contract import (
-    CHECKPOINT_MARKER,
-    CHECKPOINTS,
-    JOBS_JSONL,
-    METRICS_JSONL,
-    RESTARTS_JSONL,
-    RUN_JSON,
-    STALLED,
-    STARTUP_JSONL,
-    STATE_JSON,
-)
+from hpc_grpo.rundir.contract import METRICS_JSONL, RUN_JSON, STALLED, STATE_JSON, RunRecord
+from hpc_grpo.rundir.view import RunView, read_object, read_view
 from hpc_grpo.runs import drift
-from hpc_grpo.runs.identity import JobIdentity, from_jobs
-
-RECENT = 32  # metrics lines status reads from a run's end (read_run)
 
 
 @dataclass(frozen=True)
@@ -54,102 +42,37 @@ class Progress:
 
 
 @dataclass(frozen=True)
-class RunFiles:
-    """What the launcher and the ranks wrote into one run directory, read without Slurm."""
+class RunFiles(RunView):
+    """A run directory's view (``rundir.view``) with the progress ``status`` shows on its row;
+    ``problems`` holds the view's and what the progress found of the wrong type."""
 
-    run_id: str
-    run_dir: Path
-    record: dict[str, Any]
-    jobs: list[dict[str, Any]]
-    state: dict[str, Any]
-    last_metrics: dict[str, Any]
-    restarts: list[dict[str, Any]]
     progress: Progress = Progress()
-    problems: tuple[str, ...] = field(default=())
-    startup: dict[str, Any] = field(default_factory=dict)  # startup.jsonl's last line
-
-    @property
-    def job_id(self) -> str:
-        return str(self.jobs[-1]["job_id"]) if self.jobs else ""
-
-    @property
-    def site(self) -> str:
-        return str(self.record.get("site", ""))
-
-    @property
-    def identity(self) -> JobIdentity | None:
-        return from_jobs(str(self.run_dir), self.jobs)
-
-    @property
-    def is_local(self) -> bool:
-        """Runs of a local-scheduler site (whatever its name) have a pid, not a Slurm job id."""
-        return self.record.get("scheduler") == "local" or self.site == "local"
-
-    @property
-    def scheduler(self) -> str:
-        """The back end the run's job went to (``scheduler/backend.py backend_for``)."""
-        return "local" if self.is_local else "slurm"
 
 
-def _object(path: Path, problems: list[str], *, required: bool) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        if required:
-            problems.append(f"{path.name} is missing")
-        return {}
-    except (OSError, ValueError) as err:
-        problems.append(f"{path.name} cannot be read ({type(err).__name__}: {err})")
-        return {}
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        problems.append(f"{path.name} is not JSON ({err})")
-        return {}
-    if not isinstance(data, dict):
-        problems.append(f"{path.name} holds a {type(data).__name__}, not a JSON object")
-        return {}
-    return data
+def read_run_record(run_dir: Path, doing: str) -> RunRecord:
+    """run.json typed, for the commands that act on the record itself (export, eval, resume):
+    an empty, truncated, non-UTF-8 or otherwise unreadable record refuses them in one line, not
+    a traceback."""
+    view = read_view(run_dir)
+    if view.record is None:
+        raise UserError(f"run {run_dir.name} cannot be {doing}: "
+                        f"{view.record_problem or 'run.json cannot be read'}", field="run",
+                        hint="`hpc-grpo status` shows what is wrong with it")
+    return view.record
 
 
 def read_record(run_dir: Path, doing: str) -> dict[str, Any]:
-    """run.json read as ``status`` and ``resume`` read it (``_object``), for the commands that
-    need the record itself (export, eval): an empty, truncated or non-UTF-8 file or one that
-    holds no JSON object refuses them in the line resume gives, not a JSONDecodeError,
-    AttributeError or UnicodeDecodeError traceback."""
+    """run.json as a dict, refused in one line as ``read_run_record`` refuses (export and eval
+    still read the record as a dict)."""
     problems: list[str] = []
-    record = _object(run_dir / RUN_JSON, problems, required=True)
+    record = read_object(run_dir / RUN_JSON, problems, required=True)
     if problems:
         raise UserError(f"run {run_dir.name} cannot be {doing}: {problems[0]}", field="run",
                         hint="`hpc-grpo status` shows what is wrong with it")
     return record
 
 
-def _jobs(path: Path, problems: list[str]) -> list[dict[str, Any]]:
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except FileNotFoundError:
-        return []
-    except OSError as err:
-        problems.append(f"{path.name} cannot be read ({type(err).__name__}: {err})")
-        return []
-    jobs = []
-    for number, line in enumerate(lines, 1):
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError:
-            if number < len(lines):  # the last line may be being written right now
-                problems.append(f"{path.name} line {number} is not JSON")
-            continue
-        if isinstance(entry, dict) and isinstance(entry.get("job_id"), str | int) \
-                and not isinstance(entry.get("job_id"), bool):
-            jobs.append(entry)
-        else:
-            problems.append(f"{path.name} line {number} has no job_id")
-    return jobs
-
-
-def _number(source: str, data: dict[str, Any], key: str, problems: list[str]) -> float | None:
+def _number(source: str, data: Mapping[str, Any], key: str, problems: list[str]) -> float | None:
     value = data.get(key)
     if value is None:
         return None
@@ -159,7 +82,7 @@ def _number(source: str, data: dict[str, Any], key: str, problems: list[str]) ->
     return float(value)
 
 
-def _text(source: str, data: dict[str, Any], key: str, problems: list[str]) -> str:
+def _text(source: str, data: Mapping[str, Any], key: str, problems: list[str]) -> str:
     value = data.get(key)
     if value is None or isinstance(value, str):
         return value or ""
@@ -171,7 +94,7 @@ def _whole(value: float | None) -> int | None:
     return None if value is None else int(value)
 
 
-def _stalled(state: dict[str, Any], problems: list[str]) -> tuple[str, tuple[int, ...]]:
+def _stalled(state: Mapping[str, Any], problems: list[str]) -> tuple[str, tuple[int, ...]]:
     """The watchdog's finding (runtime/node/watchdog.py) while it is why the run stopped last:
     the next attempt's rank 0 clears stop_cause, and restarts.jsonl keeps the history."""
     found = state.get("stalled")
@@ -184,34 +107,30 @@ def _stalled(state: dict[str, Any], problems: list[str]) -> tuple[str, tuple[int
     return _text("state.json stalled", found, "line", problems) or "no progress", tuple(ranks)
 
 
-def _progress(record: dict[str, Any], state: dict[str, Any], recent: list[dict[str, Any]],
-              problems: list[str]) -> Progress:
+def _progress(view: RunView, problems: list[str]) -> Progress:
+    state, recent = view.raw_state, list(view.recent_metrics)
     metrics = recent[-1] if recent else {}
     # a step that trained on an earlier step's generation logs no reward (steps_per_generation)
-    rewarded: dict[str, Any] = next(
+    rewarded: Mapping[str, Any] = next(
         (row for row in reversed(recent) if row.get("reward_mean") is not None), {})
     phase = state.get("phase", "")
     if not isinstance(phase, str):
         problems.append(f"{STATE_JSON}: phase is {json.dumps(phase)[:40]}, not a word")
         phase = ""
-    config = record.get("grpo_config", {})
-    if not isinstance(config, dict):
-        problems.append(f"{RUN_JSON}: grpo_config is not an object")
-        config = {}
     step = _number(METRICS_JSONL, metrics, "step", problems)
     state_step = _number(STATE_JSON, state, "step", problems)
     step = state_step if step is None else step
     # TRL's -1 (train by epochs) is no total: the trainer's own count arrives with the first step
     max_steps = next((n for n in (_number(STATE_JSON, state, "max_steps", problems),
-                                  _number(RUN_JSON, config, "max_steps", problems))
-                      if n is not None and n > 0), None)
+                                  view.head.max_steps) if n is not None and n > 0), None)
     stalled, stalled_ranks = _stalled(state, problems)
+    resumable = view.resume_checkpoint
     return Progress(
         phase=phase, step=int(step or 0), max_steps=int(max_steps or 0),
         reward=_number(METRICS_JSONL, rewarded, "reward_mean", problems),
         tokens_per_s=_number(METRICS_JSONL, metrics, "tokens_per_s", problems),
-        checkpoint_step=_whole(_number(STATE_JSON, state, "last_checkpoint_step", problems)),
-        checkpoint_time=_number(STATE_JSON, state, "last_checkpoint_time", problems),
+        checkpoint_step=resumable.step if resumable else None,
+        checkpoint_time=resumable.saved_at if resumable else None,
         cause=_text(STATE_JSON, state, "stop_cause", problems),
         message=_text(STATE_JSON, state, "message", problems),
         logp_diff=next((v for row in reversed(recent) if (v := drift.logp_diff(row)) is not None),
@@ -224,38 +143,8 @@ def _progress(record: dict[str, Any], state: dict[str, Any], recent: list[dict[s
 
 def read_run(run_dir: Path) -> RunFiles:
     """Everything ``status`` shows about one run directory; never raises for its content."""
-    problems: list[str] = []
-    if not run_dir.is_dir():
-        problems.append("the run directory is gone")
-    record = _object(run_dir / RUN_JSON, problems, required=run_dir.is_dir())
-    run_id = record.get("run_id")
-    state = _object(run_dir / STATE_JSON, problems, required=False)
-    # RECENT lines (a GPU run's line is about 0.7 kB: rewards, memory, phases; where they are
-    # longer the tail is simply shorter): enough to hold drift.WINDOW lines with a reward and a
-    # log-prob difference when one generation trains many steps and only its first logs them.
-    recent = rundir.tail_jsonl(run_dir / METRICS_JSONL, RECENT, tail_bytes=RECENT * 1024)
-    metrics = recent[-1] if recent else {}
-    jobs = _jobs(run_dir / JOBS_JSONL, problems)
-    progress = _progress(record, state, recent, problems)
-    return RunFiles(
-        run_id=run_id if isinstance(run_id, str) and run_id else run_dir.name,
-        run_dir=run_dir, record=record, jobs=jobs, state=state, last_metrics=metrics,
-        restarts=rundir.read_jsonl(run_dir / RESTARTS_JSONL),
-        progress=progress, problems=tuple(problems),
-        startup=rundir.last_jsonl(run_dir / STARTUP_JSONL),
-    )
-
-
-_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-
-
-def newest_checkpoint_step(run_dir: Path) -> int | None:
-    """The step of the newest checkpoint the ranks marked complete (the one a new job resumes
-    from: the ranks pick it by the same marker); None when there is none."""
-    try:
-        entries = list((run_dir / CHECKPOINTS).iterdir())
-    except OSError:
-        return None
-    steps = [int(m.group(1)) for p in entries if (m := _CHECKPOINT.match(p.name))
-             and (p / CHECKPOINT_MARKER).is_file()]
-    return max(steps, default=None)
+    view = read_view(run_dir)
+    problems = list(view.problems)
+    progress = _progress(view, problems)
+    fields = {f.name: getattr(view, f.name) for f in dataclasses.fields(RunView)}
+    return RunFiles(**{**fields, "problems": tuple(problems)}, progress=progress)

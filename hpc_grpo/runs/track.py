@@ -9,7 +9,7 @@ its number alone (``identity``), and one run directory never breaks the status o
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,13 +22,14 @@ from hpc_grpo.rundir.contract import (
     METRICS_JSONL,
     RANK_LOG,
     SUMMARY_JSON,
+    RunRecord,
 )
-from hpc_grpo.rundir.state import RunState
+from hpc_grpo.rundir.view import RestartLine
 from hpc_grpo.runs import joberror, registry
 from hpc_grpo.runs.attempts import startup_line, with_accounting
-from hpc_grpo.runs.jobstate import JobView
 from hpc_grpo.runs.runfiles import RunFiles, read_run
 from hpc_grpo.scheduler.backend import Action, Backend, backend_for
+from hpc_grpo.scheduler.jobstate import JobView
 from hpc_grpo.scheduler.slurm_records import JobState
 
 
@@ -79,7 +80,7 @@ def _row(files: RunFiles, view: JobView) -> RunStatus:
 
 def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
     js, progress = view.state, files.progress
-    identity, state = files.identity, RunState.from_dict(files.state)
+    identity, state = files.identity, files.state
     return RunStatus(
         run_id=files.run_id, run_dir=str(files.run_dir), site=files.site, job_id=files.job_id,
         state=js.state, finished=js.finished, meaning=js.meaning, phase=progress.phase,
@@ -87,11 +88,9 @@ def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
         tokens_per_s=progress.tokens_per_s, checkpoint_step=progress.checkpoint_step,
         checkpoint_time=progress.checkpoint_time,
         requeues=max(js.restarts, len(files.restarts)), nodes=js.nodes,
-        restarts=(*({**{k: r.get(k) for k in ("cause", "stopped_at_step", "resumed_from_step",
-                                                  "steps_lost", "time")},
-                     **({"slurm_state": r["slurm_state"]} if "slurm_state" in r else {})}
-                    for r in with_accounting(files.restarts, files.job_id, view.attempts)),
-                  *_pending_restart(files, js)),
+        restarts=tuple(r.to_row() for r in (
+            *with_accounting(files.restarts, files.job_id, view.attempts),
+            *_pending_restart(files, js))),
         cluster=identity.cluster if identity else "", source=view.source,
         note="; ".join([*files.problems, *([view.note] if view.note else [])]),
         cause=progress.cause, message=progress.message,
@@ -103,7 +102,7 @@ def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
     )
 
 
-def _after_training(run_dir: Path, record: dict[str, Any], phase: str) -> dict[str, str]:
+def _after_training(run_dir: Path, record: RunRecord | None, phase: str) -> dict[str, str]:
     """The newest export, evaluation and push (or the push pending), one line each ("" none)."""
     from hpc_grpo.export import hub_step, job, push, records
 
@@ -115,7 +114,7 @@ def _after_training(run_dir: Path, record: dict[str, Any], phase: str) -> dict[s
             or (push.push_line(pushed) if pushed else ""), "export_job": job.status_line(run_dir)}
 
 
-def _pending_restart(files: RunFiles, js: JobState) -> tuple[dict[str, Any], ...]:
+def _pending_restart(files: RunFiles, js: JobState) -> tuple[RestartLine, ...]:
     """The restart Slurm counts but no attempt has recorded yet (the requeued job still waits):
     its cause is what the stopped attempt's node task recorded in state.json (#27: a pending
     requeue showed 2 restarts and one cause). Slurm counts the current job's restarts only, so
@@ -123,22 +122,19 @@ def _pending_restart(files: RunFiles, js: JobState) -> tuple[dict[str, Any], ...
     the earlier jobs' lines and the resumed job's first one."""
     if js.finished or js.restarts <= _requeued_attempts(files.restarts, files.job_id):
         return ()
-    return ({"cause": files.progress.cause or "not recorded yet", "stopped_at_step":
-             files.progress.step, "resumed_from_step": None, "steps_lost": None, "time": None,
-             "pending": True},)
+    return (RestartLine(cause=files.progress.cause or "not recorded yet",
+                        stopped_at_step=files.progress.step, pending=True),)
 
 
-def _requeued_attempts(restarts: Sequence[Mapping[str, Any]],
-                       job_id: str) -> int:
+def _requeued_attempts(restarts: Sequence[RestartLine], job_id: str) -> int:
     """The restart lines of Slurm's requeues of ``job_id``: attempts ``slurm-JOB.N`` with N
     from 1 (runtime/node/task.py ``attempt_id``; N is SLURM_RESTART_COUNT)."""
     prefix = f"slurm-{job_id}."
 
-    def requeue_of_job(line: Mapping[str, Any]) -> bool:
-        if "attempt" not in line:  # older lines: the attempt it followed was this job's
-            return str(line.get("previous_attempt", "")).startswith(prefix)
-        attempt = str(line["attempt"])
-        return attempt.startswith(prefix) and attempt[len(prefix):] not in ("", "0")
+    def requeue_of_job(line: RestartLine) -> bool:
+        if not line.attempt:  # older lines: the attempt it followed was this job's
+            return line.previous_attempt.startswith(prefix)
+        return line.attempt.startswith(prefix) and line.attempt[len(prefix):] not in ("", "0")
 
     return sum(1 for line in restarts if requeue_of_job(line))
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo import __version__
+from hpc_grpo.rundir.checkpoints import existing_parent, free_bytes
 from hpc_grpo.rundir.contract import DEFAULT_PORT_RANGE, PORTS_PER_JOB, job_port, port_slots
 from hpc_grpo.rundir.hardware import slurm_memory_gib
 from hpc_grpo.runtime.node import slurm_facts
@@ -284,10 +285,8 @@ def container(expected: str, env: dict[str, str]) -> dict[str, Any] | None:
 
 def disk(path: str) -> dict[str, Any]:
     """Free space of the file system holding path (its nearest existing parent)."""
-    probe = Path(path or ".")
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    return {"free": shutil.disk_usage(probe).free, "path": str(probe)}
+    probe = existing_parent(Path(path or "."))
+    return {"free": free_bytes(probe), "path": str(probe)}
 
 
 def memory(meminfo: Path = Path("/proc/meminfo")) -> dict[str, Any]:

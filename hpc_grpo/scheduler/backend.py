@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-if TYPE_CHECKING:
+from hpc_grpo.rundir.view import RunView
+from hpc_grpo.scheduler.jobstate import JobView
+
+if TYPE_CHECKING:  # the plan's type only: status and cancel never load the planner
     from hpc_grpo.planner.job import JobPlan
-    from hpc_grpo.runs.jobstate import JobView
-    from hpc_grpo.runs.runfiles import RunFiles
 
 
 @dataclass(frozen=True)
@@ -51,19 +52,19 @@ class Backend(Protocol):
     def submit(self, *, script: str, run_dir: Path, plan: JobPlan, python: str) -> Submission:
         """Start the job that runs ``script`` (already written to ``run_dir/job.sbatch``)."""
 
-    def views(self, runs: Sequence[RunFiles]) -> list[JobView]:
+    def views(self, runs: Sequence[RunView]) -> list[JobView]:
         """Each run's job state, in order, from as few scheduler queries as it takes."""
 
-    def refuse_if_alive(self, files: RunFiles, verb: str) -> None:
+    def refuse_if_alive(self, files: RunView, verb: str) -> None:
         """A UserError unless the run's own job is known to be over."""
 
-    def cancel(self, files: RunFiles) -> Action:
+    def cancel(self, files: RunView) -> Action:
         """Stop the run's job on all nodes, if it is still this run's."""
 
-    def signal(self, files: RunFiles, signal_name: str) -> Action:
+    def signal(self, files: RunView, signal_name: str) -> Action:
         """Send a signal to the run's node tasks (USR2: checkpoint at the step end, stop)."""
 
-    def requeue(self, files: RunFiles) -> Action:
+    def requeue(self, files: RunView) -> Action:
         """Put the run's job back in the queue (no checkpoint first)."""
 
     def node_logs(self, run_dir: Path) -> list[Path]:

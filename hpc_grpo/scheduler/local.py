@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING
 
 from hpc_grpo.errors import UserError
 from hpc_grpo.rundir.contract import JOB_SBATCH, LOCAL_NODE_LOG, LOGS, SUBMITIT
+from hpc_grpo.rundir.view import RunView
 from hpc_grpo.scheduler.backend import Action, SideJob, Submission
+from hpc_grpo.scheduler.jobstate import JobView, local_view
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the plan's type only: status and cancel never load the planner
     from hpc_grpo.planner.job import JobPlan
-    from hpc_grpo.runs.jobstate import JobView
-    from hpc_grpo.runs.runfiles import RunFiles
 
 NODE_TASK_MODULE = b"hpc_grpo.runtime.node"  # what the script execs (local.sh.j2)
 _OLD_CONTROLLER = b"submitit.local._local"  # runs submitted before the script ran as is
@@ -142,37 +142,35 @@ class LocalBackend:
         del script, plan, python  # the script is run from the run directory, as written there
         return Submission(start_script(run_dir))
 
-    def views(self, runs: Sequence[RunFiles]) -> list[JobView]:
-        from hpc_grpo.runs.jobstate import local_view
-
+    def views(self, runs: Sequence[RunView]) -> list[JobView]:
         return [local_view(files, local_job_alive(files.job_id, files.run_dir))
                 for files in runs]
 
-    def refuse_if_alive(self, files: RunFiles, verb: str) -> None:
+    def refuse_if_alive(self, files: RunView, verb: str) -> None:
         if files.job_id and local_job_alive(files.job_id, files.run_dir):
             raise UserError(f"run {files.run_id} is still running (pid {files.job_id})",
                             field="run", hint=f"wait for it or `hpc-grpo cancel {files.run_id}` first")
 
-    def _act(self, files: RunFiles, verb: str, signum: int) -> Action:
+    def _act(self, files: RunView, verb: str, signum: int) -> Action:
         run, job_id = files.run_id, files.job_id
         if not local_job_alive(job_id, files.run_dir):
             return Action(run, job_id, False, f"run {run} is not running: nothing {verb}")
         _send(job_id, files.run_dir, signum)
         return Action(run, job_id, True, f"{verb} local run {run} (pid {job_id})")
 
-    def cancel(self, files: RunFiles) -> Action:
+    def cancel(self, files: RunView) -> Action:
         """SIGTERM, as scancel: the ranks checkpoint at the step end and stop; ``timeout`` in
         the script kills what is left ``signal_lead_s`` later."""
         return self._act(files, "cancelled", _signal.SIGTERM)
 
-    def signal(self, files: RunFiles, signal_name: str) -> Action:
+    def signal(self, files: RunView, signal_name: str) -> Action:
         try:
             signum = _signal.Signals["SIG" + signal_name.upper().removeprefix("SIG")]
         except KeyError:
             raise UserError(f"not a signal name: {signal_name!r}", field="signal") from None
         return self._act(files, "signalled", signum)
 
-    def requeue(self, files: RunFiles) -> Action:
+    def requeue(self, files: RunView) -> Action:
         raise UserError(f"a local run cannot be requeued ({files.run_id})", field="run",
                         hint=f"signal it to stop, then `hpc-grpo resume {files.run_id}`")
 

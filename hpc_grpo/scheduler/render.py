@@ -17,12 +17,18 @@ from hpc_grpo import __version__
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner.job import JobPlan
 from hpc_grpo.planner.topology import layout_line
-from hpc_grpo.preflight.nodecmd import pyxis_options
 from hpc_grpo.rundir.contract import (
     PORTS_PER_JOB,
     VLLM_SERVER_PORT_OFFSET,
     WEIGHT_SYNC_PORT_OFFSET,
     port_slots,
+)
+from hpc_grpo.scheduler.jobscript import (
+    MODULE_INITS,
+    allocation_options,
+    apptainer_options,
+    gpu_request,
+    pyxis_options,
 )
 from hpc_grpo.scheduler.slurm_backend import submitit_folder
 
@@ -96,10 +102,7 @@ def _container_prefix(plan: JobPlan) -> str:
         return ""
     if box.runtime == "pyxis":
         return " ".join(shlex.quote(w) for w in pyxis_options(plan.site)) + " "
-    words = ["apptainer", "exec"] + (["--nv"] if plan.site.gpus_per_node else [])
-    for mount in box.mounts:
-        words += ["--bind", mount]
-    words.append(box.image)
+    words = ["apptainer", "exec", *apptainer_options(plan.site)]
     return " ".join(shlex.quote(w) for w in words) + " "
 
 
@@ -116,13 +119,16 @@ def render_script(plan: JobPlan, *, run_id: str, run_dir: str, python: str) -> s
     low = plan.site.port_range[0]
     hours, mins = divmod(plan.time_min, 60)
     template = "local.sh.j2" if plan.site.scheduler == "local" else "slurm.sbatch.j2"
+    partition = _directive(plan.spec.partition or plan.site.partition, "partition")
     return _environment().get_template(template).render(
         version=__version__,
         run_id=run_id,
         run_dir=run_dir,
         site=plan.site,  # its name, in the header comment: one line (SiteProfile checks it)
         job_name=_directive(plan.job_name, "name"),
-        partition=_directive(plan.spec.partition or plan.site.partition, "partition"),
+        allocation=allocation_options(plan.site, partition),
+        gpu_request=gpu_request(plan.site),
+        module_inits=" ".join(MODULE_INITS),
         nodes=plan.nodes,
         procs_per_node=plan.procs_per_node,
         time=f"{hours:02d}:{mins:02d}:00",

@@ -47,7 +47,7 @@ _ALIASES = {
 # of these states, and counting them gives the restarts.
 _RESTART_STATES = frozenset({"REQUEUED", "PREEMPTED", "NODE_FAIL"})
 # The first seven columns say what a job is doing; the last three say whose it is (job ids repeat:
-# see hpc_grpo/runs/identity.py). SubmitLine (sacct 22.05+) holds the script path sbatch got and
+# see hpc_grpo/scheduler/identity.py). SubmitLine (sacct 22.05+) holds the script path sbatch got and
 # comes last, so a '|' inside it cannot shift the other columns.
 SACCT_FIELDS = "JobID,State,NodeList,Elapsed,ExitCode,Reason,Submit,JobName,Cluster,SubmitLine"
 SACCT_FIELDS_BEFORE_22_05 = SACCT_FIELDS.removesuffix(",SubmitLine")

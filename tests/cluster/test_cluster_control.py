@@ -68,9 +68,9 @@ def test_cancel_leaves_nothing_then_resume_continues(tmp_path: Path) -> None:
     assert row["state"] == "CANCELLED"
     assert wait_no_processes(str(run_dir)) == {}
 
-    from hpc_grpo.runs.runfiles import newest_checkpoint_step
+    from hpc_grpo.rundir.checkpoints import newest_complete_step
 
-    start = newest_checkpoint_step(run_dir) or 0
+    start = newest_complete_step(run_dir) or 0
     out = cli("resume", run_id, "--set", f"max_steps={start + 4}").stdout
     _, new_job, same_dir = submitted(out)
     assert new_job != job and same_dir == run_dir and f"after job {job}" in out, out

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from hpc_grpo.rundir.contract import DatasetBlock, RunRecord
+from hpc_grpo.rundir.view import append_job_line
 from hpc_grpo.runs import registry
 from tests.paths import TESTS
 
@@ -79,12 +81,13 @@ def make_run(root: Path, run_id: str, *, job: dict[str, Any] | None = None, phas
     `job` is the "submitted" line of jobs.jsonl beside event and time (job_id and identity)."""
     run_dir = root / run_id
     (run_dir / "submitit").mkdir(parents=True)
-    record = {"schema": 1, "run_id": run_id, "run_dir": str(run_dir), "site": site,
-              "scheduler": "local" if site == "local" else "slurm", "payload": "train",
-              "grpo_config": {"max_steps": 10}}
-    (run_dir / "run.json").write_text(json.dumps(record))
+    record = RunRecord(run_id=run_id, run_dir=str(run_dir), model="tiny",
+                       dataset=DatasetBlock(name="builtin:digits"), nodes=1, procs_per_node=1,
+                       ranks=(), site=site, scheduler="local" if site == "local" else "slurm",
+                       grpo_config={"max_steps": 10})
+    (run_dir / "run.json").write_text(json.dumps(record.to_dict()))
     if job is not None:
-        registry.record_job(run_dir, str(job["job_id"]), "submitted",
+        append_job_line(run_dir, str(job["job_id"]), "submitted",
                             **{k: v for k, v in job.items() if k != "job_id"})
     if phase:
         (run_dir / "state.json").write_text(json.dumps(

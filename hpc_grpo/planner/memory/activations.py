@@ -20,7 +20,7 @@ the cache torch keeps of them. Assumptions (GiB = 2**30 bytes):
 
 from __future__ import annotations
 
-from hpc_grpo.planner.types import PlanRequest
+from hpc_grpo.planner.memory.request import PlanRequest
 
 GIB = float(2**30)
 NO_RECOMPUTE_CACHE = {"zero": 0.7, "plain": 0.25}  # × activations, without recomputation

@@ -43,7 +43,7 @@ from math import ceil
 
 from hpc_grpo.planner.memory.activations import activations_gib, cache_gib, sequence_length
 from hpc_grpo.planner.memory.host import host_gib
-from hpc_grpo.planner.types import PlanRequest
+from hpc_grpo.planner.memory.request import PlanRequest
 
 __all__ = ["activations_gib", "cache_gib", "sequence_length"]  # re-exported
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hpc_grpo.planner.memory.request import PlanRequest
 from hpc_grpo.planner.memory.search import fits
-from hpc_grpo.planner.types import PlanRequest
 
 GPU_SIZES_GIB = (24, 40, 48, 80, 94, 141, 192)
 MAX_NODES = 256

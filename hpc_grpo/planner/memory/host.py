@@ -54,8 +54,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from math import ceil, log2
 
+from hpc_grpo.planner.memory.request import PlanRequest
 from hpc_grpo.planner.memory.subgroups import SUB_GROUP_ELEMENTS, sub_group_elements
-from hpc_grpo.planner.types import PlanRequest
 
 GIB = float(2**30)
 RANK_PROCESS_GIB = 4.0

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner.memory.estimate import Estimate, estimate
-from hpc_grpo.planner.types import PlanRequest
+from hpc_grpo.planner.memory.request import PlanRequest
 
 LINEAR_LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 

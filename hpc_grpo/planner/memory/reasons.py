@@ -14,33 +14,14 @@ from hpc_grpo.planner.memory.estimate import (
     vllm_need,
 )
 from hpc_grpo.planner.memory.lora import lora_reason
+from hpc_grpo.planner.memory.request import PlanRequest
 from hpc_grpo.planner.memory.search import share_for, valid_tps
-from hpc_grpo.planner.speed.choose import SpeedPlan, label
-from hpc_grpo.planner.types import PlanRequest
-
-MEASURED_CKPT = ("measured at 1.5B on 2 x H200, ZeRO-2: 1.253 s/step without against 1.449 "
-                 "with, docs/results/2026-11-26-bench-two-1.5b-layouts-h200x2-call1.json")
 
 
 def checkpointing(req: PlanRequest) -> str:
-    """The recipe's value (plan_request marks an unset one: checkpointing_choice says why)."""
+    """The recipe's value (plan_request marks an unset one: speed/choose.py's
+    checkpointing_choice says why)."""
     return f"{req.gradient_checkpointing}: set by you"
-
-
-def checkpointing_choice(req: PlanRequest, est: Estimate, speed: SpeedPlan) -> str:
-    """The plan's choice where the recipe leaves gradient_checkpointing unset."""
-    with_gc, without = activations_gib(req, True), activations_gib(req, False)
-    memory = f"activations take {with_gc:.1f} GiB with recomputation, {without:.1f} GiB without"
-    if not req.gradient_checkpointing and speed.with_checkpointing is not None:
-        return (f"False: the plan's choice (the recipe leaves it to TRL's default, True): "
-                f"fits without recomputation (training peaks at {est.training:.1f} of "
-                f"{req.gpu_memory_gib:g} GiB), predicted {speed.step.seconds:.2f} s/step against "
-                f"{speed.with_checkpointing.seconds:.2f} with it ({MEASURED_CKPT}); {memory}")
-    off = next((row for row in speed.considered
-                if row.layout == label(est.layout, False)), None)
-    why = ("not tried" if off is None else off.verdict if off.verdict.startswith("does not fit")
-           else f"predicted {off.step.seconds:.2f} s/step, not faster than the layout chosen")
-    return f"True: TRL's default (the plan may turn it off; without: {why}); {memory}"
 
 
 def _lenient(req: PlanRequest, layout: Layout) -> Estimate:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from hpc_grpo.planner.arch import ModelArch
+from hpc_grpo.planner.memory.arch import ModelArch
 from hpc_grpo.planner.memory.estimate import UTIL_MAX, UTIL_SHARE, Estimate, Layout, estimate
-from hpc_grpo.planner.types import PlanRequest
+from hpc_grpo.planner.memory.request import PlanRequest
 
 
 def valid_tps(arch: ModelArch, gpus_per_node: int) -> tuple[int, ...]:

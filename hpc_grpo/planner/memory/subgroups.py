@@ -8,7 +8,7 @@ element groups and one remainder (the earlier model) was exact for 1.5B with 1 a
 (docs/results/2026-11-26-memory-offload-7b-1rank-partial-h100x2.json), because real groups
 overshoot 1e9 by up to one tensor and leave a smaller remainder.
 
-Assumptions (DeepSpeed 0.19, transformers 5, the dense decoders of planner/arch.py):
+Assumptions (DeepSpeed 0.19, transformers 5, the dense decoders of arch.py):
 
 * The trainer gives the optimizer two parameter groups (transformers'
   ``Trainer.get_decay_parameter_names``): weight decay for the matrices and embeddings, none for
@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from math import ceil
 
-from hpc_grpo.planner.arch import ModelArch
+from hpc_grpo.planner.memory.arch import ModelArch
 
 SUB_GROUP_ELEMENTS = 10**9  # DeepSpeed's default sub_group_size
 

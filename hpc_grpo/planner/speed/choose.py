@@ -11,6 +11,7 @@ tried without recomputation first, then with it, so at the same layout "off" win
 fits and is predicted faster at all. Recomputation only adds work (the model's sign is sure
 even where its size is not: 0.10 s predicted against 0.16-0.20 s measured at 1.5B, terms.py),
 and the memory it saves is what the fit checks. A recipe's explicit value is kept.
+checkpointing_choice writes the plan's reason for it, citing the measurement (MEASURED_CKPT).
 """
 
 from __future__ import annotations
@@ -18,13 +19,16 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from hpc_grpo.planner.memory.activations import activations_gib
 from hpc_grpo.planner.memory.estimate import Estimate, Layout
+from hpc_grpo.planner.memory.request import PlanRequest
 from hpc_grpo.planner.memory.search import candidates
-from hpc_grpo.planner.speed.hardware import card, links
+from hpc_grpo.planner.speed.hardware_figures import card, links
 from hpc_grpo.planner.speed.predict import StepTime, predict
-from hpc_grpo.planner.types import PlanRequest
 
 CLEAR_WIN = 0.10
+MEASURED_CKPT = ("measured at 1.5B on 2 x H200, ZeRO-2: 1.253 s/step without against 1.449 "
+                 "with, docs/results/2026-11-26-bench-two-1.5b-layouts-h200x2-call1.json")
 
 
 def label(layout: Layout, checkpointing: bool = True) -> str:
@@ -91,7 +95,7 @@ def _variants(req: PlanRequest) -> tuple[PlanRequest, ...]:
 
 def fastest(req: PlanRequest) -> tuple[Estimate | None, SpeedPlan | None]:
     """The fitting layout predicted fastest (None when none fits) and the table of the others;
-    SpeedPlan.checkpointing says whether it recomputes (planner/memory/plan.py applies it)."""
+    SpeedPlan.checkpointing says whether it recomputes (planner/memory_plan.py applies it)."""
     variants = _variants(req)
     per_variant = [candidates(one) for one in variants]
     tried = [(one, est, predict(one, est.layout, est.util))
@@ -112,3 +116,19 @@ def fastest(req: PlanRequest) -> tuple[Estimate | None, SpeedPlan | None]:
         other = next(step for one, est, step in tried
                      if one.gradient_checkpointing and est.layout == chosen.layout)
     return chosen, SpeedPlan(best, hardware_note(req), rows, mine.gradient_checkpointing, other)
+
+
+def checkpointing_choice(req: PlanRequest, est: Estimate, speed: SpeedPlan) -> str:
+    """The plan's choice where the recipe leaves gradient_checkpointing unset."""
+    with_gc, without = activations_gib(req, True), activations_gib(req, False)
+    memory = f"activations take {with_gc:.1f} GiB with recomputation, {without:.1f} GiB without"
+    if not req.gradient_checkpointing and speed.with_checkpointing is not None:
+        return (f"False: the plan's choice (the recipe leaves it to TRL's default, True): "
+                f"fits without recomputation (training peaks at {est.training:.1f} of "
+                f"{req.gpu_memory_gib:g} GiB), predicted {speed.step.seconds:.2f} s/step against "
+                f"{speed.with_checkpointing.seconds:.2f} with it ({MEASURED_CKPT}); {memory}")
+    off = next((row for row in speed.considered
+                if row.layout == label(est.layout, False)), None)
+    why = ("not tried" if off is None else off.verdict if off.verdict.startswith("does not fit")
+           else f"predicted {off.step.seconds:.2f} s/step, not faster than the layout chosen")
+    return f"True: TRL's default (the plan may turn it off; without: {why}); {memory}"

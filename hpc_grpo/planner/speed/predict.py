@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from math import ceil
 
 from hpc_grpo.planner.memory.estimate import Layout, max_num_seqs, sequence_length
+from hpc_grpo.planner.memory.request import PlanRequest
 from hpc_grpo.planner.speed import terms
-from hpc_grpo.planner.speed.hardware import card, links
-from hpc_grpo.planner.types import PlanRequest
+from hpc_grpo.planner.speed.hardware_figures import card, links
 
 
 @dataclass(frozen=True)

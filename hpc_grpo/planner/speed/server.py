@@ -29,9 +29,9 @@ from hpc_grpo.planner.memory.estimate import (
     overhead_gib,
     vllm_need,
 )
+from hpc_grpo.planner.memory.request import PlanRequest
 from hpc_grpo.planner.speed.choose import hardware_note
 from hpc_grpo.planner.speed.predict import StepTime, predict_server
-from hpc_grpo.planner.types import PlanRequest
 
 
 @dataclass(frozen=True)

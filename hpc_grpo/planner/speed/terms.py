@@ -110,7 +110,7 @@ from __future__ import annotations
 
 from math import log2
 
-from hpc_grpo.planner.speed.hardware import PCIE_GBS, Card
+from hpc_grpo.planner.speed.hardware_figures import PCIE_GBS, Card
 
 GB = 1e9
 DECODE_STEP_S = {"H100": 4.1e-3, "H200": 2.8e-3}

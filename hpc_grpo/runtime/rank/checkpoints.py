@@ -8,58 +8,25 @@ never picked, however many files it already holds.
 from __future__ import annotations
 
 import errno
-import json
-import re
 import shutil
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hpc_grpo.rundir.checkpoints import (  # the one rule, shared with the launcher
+    checkpoint_step,
+    free_bytes,
+    free_bytes_or_none,
+    is_complete,
+    newest_complete,
+    write_marker,
+)
 from hpc_grpo.rundir.contract import CHECKPOINT_MARKER, DEFAULT_SAVE_TOTAL_LIMIT
 
+__all__ = ["checkpoint_step", "free_bytes", "free_bytes_or_none", "is_complete",
+           "newest_complete", "write_marker"]
+
 MARKER = CHECKPOINT_MARKER
-TRAINER_STATE = "trainer_state.json"
-_NAME = re.compile(r"^checkpoint-(\d+)$")
-
-
-def checkpoint_step(path: Path) -> int | None:
-    """The step in a `checkpoint-<step>` folder name, or None for any other name."""
-    match = _NAME.match(path.name)
-    return int(match.group(1)) if match else None
-
-
-def write_marker(checkpoint_dir: Path, step: int, world_size: int) -> None:
-    """Mark a checkpoint complete (call after a barrier that follows the save on every rank)."""
-    info = {"step": step, "world_size": world_size, "time": time.time()}
-    tmp = checkpoint_dir / f".{MARKER}.tmp"
-    tmp.write_text(json.dumps(info) + "\n")
-    tmp.replace(checkpoint_dir / MARKER)
-
-
-def is_complete(checkpoint_dir: Path) -> bool:
-    """Marker present and consistent with the folder name and the trainer state inside it."""
-    step = checkpoint_step(checkpoint_dir)
-    if step is None:
-        return False
-    try:
-        marker = json.loads((checkpoint_dir / MARKER).read_text())
-        state = json.loads((checkpoint_dir / TRAINER_STATE).read_text())
-    except (OSError, ValueError):
-        return False
-    return int(marker.get("step", -1)) == step and int(state.get("global_step", -1)) == step
-
-
-def newest_complete(output_dir: Path) -> Path | None:
-    """The complete checkpoint with the highest step under output_dir, if any."""
-    if not output_dir.is_dir():
-        return None
-    found = [
-        (step, p)
-        for p in output_dir.iterdir()
-        if p.is_dir() and (step := checkpoint_step(p)) is not None and is_complete(p)
-    ]
-    return max(found)[1] if found else None
 
 
 def folder_bytes(path: Path) -> int:
@@ -81,14 +48,6 @@ def bytes_needed(planned: int, output_dir: Path) -> int:
     return folder_bytes(newest) if newest is not None else planned
 
 
-def free_bytes(output_dir: Path) -> int:
-    """Free bytes on the file system that holds output_dir (or its nearest existing parent)."""
-    probe = output_dir
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    return shutil.disk_usage(probe).free
-
-
 def skip_line(step: int, needed: int, free: int, output_dir: Path) -> str:
     gib = float(2**30)
     return (f"checkpoint at step {step} skipped: it needs {needed / gib:.1f} GiB but "
@@ -100,14 +59,6 @@ def skip_line(step: int, needed: int, free: int, output_dir: Path) -> str:
 # 64 GiB disk on an H200 ended with these (issue #15).
 _TORCH_WRITE_FAILED = ("iostream error", "unexpected pos", "file write failed")
 LOW_SPACE = 2**30  # below this much free space a failed write is taken for a full disk
-
-
-def free_bytes_or_none(output_dir: Path) -> int | None:
-    """free_bytes, or None where even that fails (an error's report must not raise)."""
-    try:
-        return free_bytes(output_dir)
-    except OSError:
-        return None
 
 
 def disk_full_message(exc: BaseException, free: int | None) -> str:

@@ -9,10 +9,10 @@ import pytest
 from click.testing import CliRunner
 
 from hpc_grpo.cli import main
+from hpc_grpo.config.names import check_job_name
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner.blocks import default_name
 from hpc_grpo.preflight import builtin_model, inputs
-from hpc_grpo.runs.names import check_job_name
 from tests.unit.cli.cli_errors_helpers import assert_refused
 from tests.unit.cli.cli_errors_helpers import fake_slurm as fake_slurm  # noqa: F401, F811 (a fixture)
 from tests.unit.slurmfake import FakeSlurm

@@ -45,6 +45,7 @@ def _trained(run_dir: Path, *, phase: str, step: int, complete: tuple[int, ...],
     for number in (*complete, *torn):
         folder = run_dir / "checkpoints" / f"checkpoint-{number}"
         folder.mkdir(parents=True)
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": number}))
         if number in complete:
             (folder / "hpc_grpo_complete.json").write_text(json.dumps({"step": number}))
 

@@ -54,7 +54,8 @@ def run_dir(tmp: Path, *, device: str = "cpu", model: str = "", **over: Any) -> 
     record = {"schema": 1, "run_id": "tiny-0001", "run_dir": str(folder), "model": model or "/m",
               "device": device, "dataset": {"name": "builtin:digits", "prompt_column": "prompt",
                                             "split": "train"},
-              "reward_funcs": ["builtin:length"], "grpo_config": {"max_steps": 4}, **over}
+              "reward_funcs": ["builtin:length"], "grpo_config": {"max_steps": 4},
+              "nodes": 1, "procs_per_node": 1, **over}
     (folder / "run.json").write_text(json.dumps(record))
     (folder / "metrics.jsonl").write_text("".join(
         json.dumps({"step": s, "reward_mean": -30.0 + s}) + "\n" for s in range(1, 5)))

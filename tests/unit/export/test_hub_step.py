@@ -65,17 +65,19 @@ def test_run_json_holds_the_block_only_when_asked(tmp_path: Path) -> None:
 def test_status_shows_the_push_pending_until_one_is_recorded(tmp_path: Path) -> None:
     run = fakes.run_dir(tmp_path, hub={"repo_id": "my-org/tiny-grpo", "private": None,
                                        "on_node": False})
-    record = json.loads((run / "run.json").read_text())
+    record = RunRecord.from_dict(json.loads((run / "run.json").read_text()))
+    assert record.hub is not None
     assert hub_step.pending(run, record, "training") == ""
     assert hub_step.pending(run, record, "done") == \
         "push pending: hpc-grpo export tiny-0001 --push my-org/tiny-grpo"
-    node = {**record, "hub": {**record["hub"], "on_node": True}}
+    node = dataclasses.replace(record, hub=dataclasses.replace(record.hub, on_node=True))
     assert hub_step.pending(run, node, "done").startswith(
         "push pending (the node task pushes after training; once its job has ended, see "
         "logs/hub-push.log): hpc-grpo export")
     append_jsonl(run / "pushes.jsonl", {"step": 4, "repo_id": "my-org/tiny-grpo", "commit": "ab"})
     assert hub_step.pending(run, record, "done") == ""
-    assert hub_step.pending(run, {**record, "hub": None}, "done") == ""
+    assert hub_step.pending(run, dataclasses.replace(record, hub=None), "done") == ""
+    assert hub_step.pending(run, None, "done") == ""  # a record that cannot be read: no line
 
 
 def _node_push(tmp_path: Path, script: str, *, private: bool | None
@@ -161,7 +163,7 @@ def test_the_push_is_bounded_by_the_jobs_time_left(tmp_path: Path, capsys: pytes
     assert log[-1] == ("hpc-grpo: push_to_hub stopped after 2 s (the job's time left, less 120 s "
                        "to end): on the login node, `hpc-grpo export tiny-0001 --push my-org/x`")
     assert "timed out after 2 s" in capsys.readouterr().out
-    assert hub_step.pending(run_dir, record | {"hub": run.hub.__dict__}, "done").startswith(
+    assert hub_step.pending(run_dir, run, "done").startswith(
         "push pending")
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from hpc_grpo.planner.catalogue import builtin_arch
 from hpc_grpo.planner.memory.estimate import Layout
+from hpc_grpo.planner.memory.request import PlanRequest
 from hpc_grpo.planner.speed.predict import StepTime, predict, predict_server
-from hpc_grpo.planner.types import PlanRequest
 from tests.paths import RESULTS
 
 TOLERANCE = 0.20

@@ -5,11 +5,13 @@ a recipe's value is kept; the ranks' GRPOConfig gets the choice through run.json
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from hpc_grpo import api
+from hpc_grpo.config.spec import build_spec
 from hpc_grpo.preflight import inputs
 
 SETS = ("per_device_train_batch_size=32", "num_generations=8", "max_completion_length=256")
@@ -54,10 +56,6 @@ def test_unset_on_two_h200_the_plan_turns_recomputation_off(tmp_path: Path) -> N
 def test_spec_json_keeps_the_request_so_a_resume_plans_the_choice_again(tmp_path: Path) -> None:
     """spec.json is what resume plans from: the plan's choice must not come back as the user's
     ("False: set by you"), and the run record still carries it to the ranks."""
-    import json
-
-    from hpc_grpo.config.spec import build_spec
-
     prepared = _prepare(tmp_path, 140, "H200")
     saved = json.loads(prepared.spec_text())["spec"]
     assert "gradient_checkpointing" not in saved["grpo"]

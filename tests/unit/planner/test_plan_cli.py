@@ -10,8 +10,10 @@ from click.testing import CliRunner
 
 from hpc_grpo import api
 from hpc_grpo.cli import main
-from hpc_grpo.planner import catalogue_names
+from hpc_grpo.planner import arch_from_config, catalogue_names
+from hpc_grpo.planner.catalogue import builtin_arch
 from hpc_grpo.preflight import inputs
+from hpc_grpo.rundir.shapes import SHAPES
 
 BIG = ["--site", "h100-pyxis", "--model", "Qwen2.5-Math-72B", "--nodes", "4",
        "--set", "max_completion_length=2048", "--set", "per_device_train_batch_size=8",
@@ -203,11 +205,7 @@ def test_a_builtin_shape_is_planned_before_its_files_are_written(
 ) -> None:
     """Issue #29: `plan --model builtin:qwen2-7b` on a fresh home (nothing written yet) plans
     from the shape table, with the arch the written config.json will give."""
-    from transformers import Qwen2Config
-
-    from hpc_grpo.planner import arch_from_config
-    from hpc_grpo.planner.catalogue import builtin_arch
-    from hpc_grpo.rundir.shapes import SHAPES
+    from transformers import Qwen2Config  # imported here: transformers takes seconds to load
 
     monkeypatch.setenv("HPC_GRPO_HOME", str(tmp_path / "home"))
     code, out, err = invoke("--site", "h100-pyxis", "--model", "builtin:qwen2-7b", "--json")

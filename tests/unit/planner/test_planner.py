@@ -25,6 +25,7 @@ from hpc_grpo.planner import (
     lookup_model,
     plan_memory,
 )
+from hpc_grpo.rundir.shapes import SHAPES
 from tests.paths import PACKAGE, RESULTS
 from tests.unit.planner.planner_helpers import request
 
@@ -439,8 +440,6 @@ def test_recomputation_saving_matches_the_gpu_measurement() -> None:
     """The planner's activations with and without gradient checkpointing, against two runs of
     one GPU job that differed only in that (docs/results, 2 x H200): the rise of torch's
     allocated peak is what turning recomputation off costs."""
-    from hpc_grpo.runtime.models.shapes import SHAPES
-
     saved = RESULTS / "2026-11-23-bench-two-16-steps.json"
     runs = json.loads(saved.read_text())
     measured = (runs["no_grad_ckpt"]["torch_peaks_gib"]["torch_alloc_peak_gib"]

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 from hpc_grpo.planner import PlanRequest, arch_from_config, plan_memory
+from hpc_grpo.planner.catalogue import builtin_arch
+from hpc_grpo.planner.speed.server import plan_server
 from hpc_grpo.runtime.models.shapes import SHAPES
 from tests.paths import RESULTS
 
@@ -64,8 +66,6 @@ LAYOUTS_AGAIN = RESULTS / "2026-11-26-bench-two-1.5b-layouts-h200x2-call2.json"
 
 def _colocated(run: dict[str, Any]) -> Any:
     """The saved run's own plan, rebuilt: 1.5B, 2 ranks on one host, 32 × 288 tokens a rank."""
-    from hpc_grpo.planner.catalogue import builtin_arch
-
     planned = run["planned"]
     arch = builtin_arch("qwen2-1.5b")
     assert arch is not None
@@ -99,9 +99,6 @@ def test_server_trainer_plan_against_the_45_step_measurement() -> None:
     lm-head tile, autocast copies) cover torch's allocated peak (22.9 GiB) with at most 30 % to
     spare; its total (45.9 GiB with overhead and reserve) does not cover the reserve torch's
     cache grew to (74.8 GiB), which the plan's warning states instead of counting."""
-    from hpc_grpo.planner.catalogue import builtin_arch
-    from hpc_grpo.planner.speed.server import plan_server
-
     run = json.loads((RESULTS / "2026-11-26-server-trainer-memory-45-steps-h200x2.json")
                      .read_text())["server"]
     arch = builtin_arch("qwen2-1.5b")

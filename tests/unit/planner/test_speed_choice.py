@@ -9,6 +9,7 @@ import pytest
 
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner import plan_memory
+from hpc_grpo.planner.checkpoint_fit import resident_host_gib
 from hpc_grpo.planner.memory.search import search
 from hpc_grpo.planner.modes import faster_mode
 from hpc_grpo.planner.speed.server import plan_server
@@ -121,8 +122,6 @@ def test_server_mode_plans_the_optimizer_offload_it_is_given() -> None:
 
 
 def test_the_save_s_host_check_counts_what_server_mode_s_trainers_offload() -> None:
-    from hpc_grpo.planner.checkpoint_fit import resident_host_gib
-
     trainers = request("qwen2-7b", gpu_memory_gib=79.0, per_device_train_batch_size=64,
                        zero_stage=3, offload_optimizer=True)
     served = plan_server(trainers, 1, 0.9, 3)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from hpc_grpo.planner.speed import terms
-from hpc_grpo.planner.speed.hardware import CARDS
+from hpc_grpo.planner.speed.hardware_figures import CARDS
 
 H100 = CARDS["H100"]
 SEVEN_B, LAYERS = 7_600_000_000, 28

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from hpc_grpo.planner.arch import arch_from_config
 from hpc_grpo.planner.catalogue import builtin_arch
 from hpc_grpo.planner.memory import host
+from hpc_grpo.planner.memory.arch import arch_from_config
 from hpc_grpo.planner.memory.subgroups import _split, _tensors, sub_group_elements
 from tests.paths import RESULTS
 
@@ -31,6 +31,7 @@ TINY = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 3,
 def test_tensor_list_is_the_model_s_own(kind: str, extra: dict[str, Any]) -> None:
     """Built in code by transformers (no download): every trainable tensor's size, in
     named_parameters order, and whether the Trainer gives it weight decay."""
+    # imported here: torch and transformers take seconds to load, for this test alone
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, Trainer
 
@@ -45,6 +46,7 @@ def test_tensor_list_is_the_model_s_own(kind: str, extra: dict[str, Any]) -> Non
 
 def _deepspeed_split(sizes: list[int], limit: int) -> list[int]:
     """DeepSpeed's own _create_fp16_sub_groups on stand-in parameters of these partition sizes."""
+    # imported here: deepspeed takes seconds to load (torch with it), for this helper alone
     from deepspeed.runtime.zero.stage3 import DeepSpeedZeroOptimizer_Stage3
 
     params = [SimpleNamespace(partition_numel=lambda n=n: n) for n in sizes]

@@ -23,7 +23,7 @@ RULES: dict[str, tuple[str, set[str]]] = {
     "a branch on the scheduler": (
         r"scheduler\s*[!=]=\s*\"(local|slurm)\"|\"(local|slurm)\"\s*[!=]=\s*\w*scheduler",
         {"scheduler/backend.py", "config/site.py", "planner/job.py", "scheduler/render.py",
-         "preflight/doctor.py", "runs/runfiles.py"}),
+         "preflight/doctor.py", "rundir/view.py"}),
     "the stop-signal set": (r"ALWAYS_STOP\b", {"rundir/contract.py", "runtime/rank/train.py"}),
     "world size as a product": (
         r"\bnodes\)?\s*\*\s*[\w.(]*(procs|ppn|gpus_per_node)|\b(procs|ppn)\w*\)?\s*\*\s*[\w.(]*nodes\b",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hpc_grpo.rundir.view import RestartLine
 from hpc_grpo.runs import track, views
 from hpc_grpo.runs.attempts import with_accounting
 from tests.unit.slurmfake import FakeSlurm, identity, make_run, sacct_line, squeue_line
@@ -34,15 +35,16 @@ def test_recorded_states_of_the_probe_job() -> None:
     ("slurm-1.2", "signal SIGTERM (Slurm gave no record)", "node failure", "NODE_FAIL"),
 ])
 def test_a_vague_cause_takes_sacct_s_word(attempt: str, cause: str, shown: str, state: str) -> None:
-    [row] = with_accounting([{"cause": cause, "previous_attempt": attempt}], "1",
+    [row] = with_accounting([RestartLine(cause=cause, previous_attempt=attempt)], "1",
                             _recorded_states("1"))
-    assert (row["cause"], row["slurm_state"]) == (shown, state)
+    assert (row.cause, row.slurm_state) == (shown, state)
 
 
 def test_other_jobs_and_unknown_attempts_are_left_alone() -> None:
-    restarts = [{"cause": "task crash", "previous_attempt": "slurm-9.2"},
-                {"cause": "task crash", "previous_attempt": "slurm-1.7"},
-                {"cause": "task crash", "previous_attempt": "local-1-abc"}, {"cause": "task crash"}]
+    restarts = [RestartLine(cause="task crash", previous_attempt="slurm-9.2"),
+                RestartLine(cause="task crash", previous_attempt="slurm-1.7"),
+                RestartLine(cause="task crash", previous_attempt="local-1-abc"),
+                RestartLine(cause="task crash")]
     assert with_accounting(restarts, "1", _recorded_states("1")) == restarts
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from hpc_grpo.config import names
 from hpc_grpo.errors import UserError
-from hpc_grpo.runs import names, registry
+from hpc_grpo.runs import registry
 from tests.unit.slurmfake import make_run
 
 

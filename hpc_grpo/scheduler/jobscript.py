@@ -1,5 +1,7 @@
-"""What ``doctor``'s srun runs on each node: the probe under the job's modules and container
-(``wrapped``: any command so, e.g. an export job's), and the profile's job flags.
+"""How every job of a site asks Slurm for its allocation and runs its command: the one builder of
+the training script's allocation lines (render passes them to the template), ``doctor``'s srun
+on each node (the probe under the job's modules and container: ``wrapped``, ``node_command``)
+and a side job's script (``side_job_script``: an export run as a job).
 
 Modules are loaded the way the job script loads them (Lmod initialised when the shell has no
 ``module`` function yet), one by one, and each outcome is handed to the probe, so a module that
@@ -13,9 +15,10 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from typing import Literal
+from pathlib import Path
 
 from hpc_grpo.config.site import SiteProfile
+from hpc_grpo.scheduler.slurm import one_task_step
 
 # Where Lmod / Environment Modules put their shell setup (the job script tries the same list).
 MODULE_INITS = ("/etc/profile.d/lmod.sh", "/usr/share/lmod/lmod/init/bash", "/etc/profile.d/modules.sh")
@@ -38,13 +41,18 @@ def module_lines(modules: Sequence[str]) -> list[str]:
     ]
 
 
+def apptainer_options(site: SiteProfile) -> list[str]:
+    """``apptainer exec``'s options of an apptainer profile: GPUs, the mounts, the image."""
+    box = site.container
+    assert box is not None and box.runtime == "apptainer"
+    return [*(["--nv"] if site.gpus_per_node else []),
+            *(w for mount in box.mounts for w in ("--bind", mount)), box.image]
+
+
 def apptainer_lines(site: SiteProfile, probe: list[str]) -> list[str]:
     """Bash that runs the probe in the image with apptainer (or singularity), or says neither
     is on the node's PATH and runs it on the host."""
-    box = site.container
-    assert box is not None
-    options = [*(["--nv"] if site.gpus_per_node else []),
-               *(w for mount in box.mounts for w in ("--bind", mount)), box.image]
+    options = apptainer_options(site)
     missing = "missing: neither apptainer nor singularity is on PATH of the node"
     return [
         "if command -v apptainer >/dev/null 2>&1; then b=apptainer",
@@ -54,6 +62,15 @@ def apptainer_lines(site: SiteProfile, probe: list[str]) -> list[str]:
         "fi",
         f"exec \"$b\" exec {shlex.join(options)} {shlex.join(probe)}",
     ]
+
+
+def gpu_request(site: SiteProfile) -> str:
+    """The profile's GPUs per node as its cluster wants them asked for (``gpu_request``: the
+    generic resource, or ``--gpus-per-node``), "" for a profile without GPUs."""
+    if not site.gpus_per_node:
+        return ""
+    count = f"{site.gpu_type}:{site.gpus_per_node}" if site.gpu_type else str(site.gpus_per_node)
+    return f"--gres=gpu:{count}" if site.gpu_request == "gres" else f"--gpus-per-node={count}"
 
 
 def allocation_options(site: SiteProfile, partition: str) -> list[str]:
@@ -96,10 +113,16 @@ def node_command(site: SiteProfile, python: str, probe_args: Sequence[str],
                           *(["--container", runtime] if runtime else [])])
 
 
-def pyxis_found(srun_help: str) -> tuple[Literal["pass", "fail"], str]:
-    """Whether this Slurm's srun has pyxis's container options (a SPANK plugin: without it srun
-    refuses --container-image and no job of a pyxis profile can start)."""
-    if "--container-image" in srun_help:
-        return "pass", "srun --help lists --container-image (pyxis)"
-    return "fail", ("srun --help lists no --container-image: pyxis is not installed here (the "
-                    "probe ran without the container)")
+def side_job_script(site: SiteProfile, run_dir: Path, argv: list[str], comment: str,
+                    package_root: str) -> str:
+    """A side job's script (an export as a job): the profile's env, then ``argv`` under its
+    modules and container (apptainer and modules in bash; a pyxis image through an srun step,
+    as training's). ``package_root`` goes first on PYTHONPATH (a checkout's package, as the node
+    task's)."""
+    pyxis = pyxis_options(site)
+    launch = [*(one_task_step(pyxis) if pyxis else []), *wrapped(site, argv)]
+    lines = ["#!/bin/bash", f"# {comment.replace(chr(10), ' ')}",
+             f"export PYTHONPATH={shlex.quote(package_root)}${{PYTHONPATH:+:$PYTHONPATH}}",
+             *(f"export {key}={shlex.quote(value)}" for key, value in sorted(site.public_env.items())),
+             f"cd {shlex.quote(str(run_dir))}", shlex.join(launch)]  # no exec: the local back
+    return "\n".join(lines) + "\n"  # end knows its job by the script in bash's argv

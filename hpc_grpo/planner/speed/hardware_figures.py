@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpc_grpo.planner.types import PlanRequest
+from hpc_grpo.planner.memory.request import PlanRequest
 
 INTRA_NODE_GBS = 150.0
 INTER_NODE_GBS = 25.0

@@ -16,10 +16,10 @@ counts for nothing either way.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
+from hpc_grpo.rundir.view import JobIdentity
 from hpc_grpo.scheduler.slurm_records import JobRecord, SubmittedJob
 
 Verdict = Literal["ours", "likely", "unsure", "other", "elsewhere"]
@@ -28,24 +28,8 @@ Verdict = Literal["ours", "likely", "unsure", "other", "elsewhere"]
 _PLACEHOLDER_NAMES = frozenset({"allocation"})
 
 
-@dataclass(frozen=True)
-class JobIdentity:
-    """One submission of a run, as recorded in its jobs.jsonl ("" where not known)."""
-
-    job_id: str
-    run_dir: str
-    cluster: str = ""
-    submit_time: str = ""
-    name: str = ""
-    script: str = ""
-
-    def fields(self) -> dict[str, str]:
-        """The keys jobs.jsonl's "submitted" line carries beside job_id."""
-        return {"cluster": self.cluster, "submit_time": self.submit_time,
-                "job_name": self.name, "script": self.script}
-
-
 def of_submission(job: SubmittedJob, run_dir: str) -> JobIdentity:
+    """What tells a just-submitted job apart, as jobs.jsonl records it."""
     record = job.record
     return JobIdentity(
         job_id=job.job_id, run_dir=run_dir,
@@ -54,21 +38,6 @@ def of_submission(job: SubmittedJob, run_dir: str) -> JobIdentity:
         name=(record.name if record else "") or job.name,
         script=job.script or (record.command if record else ""),
     )
-
-
-def from_jobs(run_dir: str, jobs: Sequence[Mapping[str, Any]]) -> JobIdentity | None:
-    """The current job: the last "submitted" line (older runs' lines have only job_id)."""
-    submitted = [j for j in jobs if j.get("event") == "submitted"] or list(jobs)
-    if not submitted:
-        return None
-    line = submitted[-1]
-
-    def text(key: str) -> str:
-        value = line.get(key)
-        return str(value) if isinstance(value, str | int) else ""
-
-    return JobIdentity(text("job_id"), run_dir, text("cluster"), text("submit_time"),
-                       text("job_name"), text("script"))
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hpc_grpo.rundir.contract import CHECK
-from hpc_grpo.runs.identity import Match, match
-from hpc_grpo.runs.runfiles import RunFiles
+from hpc_grpo.rundir.view import RunView
+from hpc_grpo.scheduler.identity import Match, match
 from hpc_grpo.scheduler.slurm_records import (
     STATE_MEANINGS,
     JobRecord,
@@ -39,20 +39,20 @@ def _state(job_id: str, state: str, finished: bool, meaning: str, nodes: str = "
     return JobState(job_id, state, finished, meaning, nodes, "", "", 0, "")
 
 
-def training_ended(files: RunFiles) -> bool:
+def training_ended(files: RunView) -> bool:
     """The run directory says the payload finished (training done, or every check written)."""
-    phase = files.progress.phase
-    return phase == "done" or (files.record.get("payload") == "check" and phase != "failed"
+    phase = files.state.phase
+    return phase == "done" or (files.head.payload == "check" and phase != "failed"
                                and (files.run_dir / CHECK).exists())
 
 
-def from_run_dir(files: RunFiles, job_id: str, *, over: bool, why: str) -> JobView:
+def from_run_dir(files: RunView, job_id: str, *, over: bool, why: str) -> JobView:
     """What the run directory says, for a job Slurm cannot speak for. `over`: the job is known
     to have left Slurm (its id now names another job on the same cluster)."""
-    phase = files.progress.phase or "not started"
+    phase = files.state.phase or "not started"
     if training_ended(files):
         state = _state(job_id, "COMPLETED", True, "training ended (from the run directory)")
-    elif files.progress.phase == "failed":
+    elif files.state.phase == "failed":
         state = _state(job_id, "FAILED", True, "training failed (from the run directory)")
     elif over:
         state = _state(job_id, "ENDED", True, f"the job is gone; training stopped at phase {phase}")
@@ -62,7 +62,7 @@ def from_run_dir(files: RunFiles, job_id: str, *, over: bool, why: str) -> JobVi
     return JobView(state, "run directory", f"{why}: state from the run directory")
 
 
-def local_view(files: RunFiles, alive: bool) -> JobView:
+def local_view(files: RunView, alive: bool) -> JobView:
     """A local run's state: RUNNING while its job's process lives (the back end tells), else
     what the run directory says."""
     job_id = files.job_id
@@ -70,7 +70,7 @@ def local_view(files: RunFiles, alive: bool) -> JobView:
         state = "RUNNING"
     elif training_ended(files):
         state = "COMPLETED"
-    elif files.progress.phase == "interrupted" and _stopped_by_this_job(files):
+    elif files.state.phase == "interrupted" and _stopped_by_this_job(files):
         return JobView(_state(job_id, "ENDED", True, INTERRUPTED_LOCAL, "localhost"), "local")
     else:
         state = "FAILED"
@@ -78,14 +78,13 @@ def local_view(files: RunFiles, alive: bool) -> JobView:
     return JobView(_state(job_id, state, finished, meaning, "localhost"), "local")
 
 
-def _stopped_by_this_job(files: RunFiles) -> bool:
+def _stopped_by_this_job(files: RunView) -> bool:
     """state.json's attempt started after the current job was submitted: the phase is its own
     (cancel, the time limit or a signal; exit 0). A resume that died before its rank 0 wrote
     the phase leaves the previous job's ``interrupted`` there: that job stopped, this one failed."""
-    submitted = files.jobs[-1].get("time") if files.jobs else None
-    started = files.state.get("started")
-    return isinstance(submitted, int | float) and isinstance(started, int | float) \
-        and started >= submitted
+    submitted = files.jobs[-1].time if files.jobs else None
+    started = files.state.started
+    return submitted is not None and started is not None and started >= submitted
 
 
 # A local run has no requeue: its ranks saved a checkpoint and stopped, and nothing failed.
@@ -93,7 +92,7 @@ INTERRUPTED_LOCAL = ("stopped at a checkpoint (cancel, its time limit or a signa
                      "hpc-grpo resume RUN continues it")
 
 
-def slurm_view(files: RunFiles, records: JobRecords) -> JobView:
+def slurm_view(files: RunView, records: JobRecords) -> JobView:
     """This run's state from one batched query, using only the records that are its job's."""
     identity = files.identity
     if identity is None or not identity.job_id:

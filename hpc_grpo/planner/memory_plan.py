@@ -1,21 +1,72 @@
-"""plan_memory: check the request, pick the cheapest layout that fits, explain it or say what fits."""
+"""The memory plan of a colocated GPU job (``plan_memory``, its answer ``MemoryPlan``): check
+the request, take the layout the speed room predicts fastest among those the memory room finds
+to fit, and give a reason for every choice, or say what would fit. It sits above both rooms and
+ties them together."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hpc_grpo.errors import UserError
-from hpc_grpo.planner.arch import ModelArch
 from hpc_grpo.planner.batch import check_batch_rules
+from hpc_grpo.planner.memory.arch import ModelArch
 from hpc_grpo.planner.memory.estimate import Estimate, sequence_length
 from hpc_grpo.planner.memory.hints import smallest_change
 from hpc_grpo.planner.memory.lora import check_targets
-from hpc_grpo.planner.memory.reasons import checkpointing_choice, explain
+from hpc_grpo.planner.memory.reasons import explain
+from hpc_grpo.planner.memory.request import PlanRequest
 from hpc_grpo.planner.memory.search import search, tp_divisibility, valid_tps
-from hpc_grpo.planner.speed.choose import SpeedPlan, fastest, label
-from hpc_grpo.planner.types import MemoryPlan, PlanRequest
+from hpc_grpo.planner.speed.choose import SpeedPlan, checkpointing_choice, fastest, label
 from hpc_grpo.rundir.contract import DEFAULT_VLLM_GPU_MEMORY_UTILIZATION
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """The chosen layout, its per-GPU memory estimate in GiB and one reason per choice."""
+
+    tensor_parallel_size: int
+    zero_stage: int
+    offload_optimizer: bool
+    offload_params: bool
+    gradient_checkpointing: bool
+    vllm_gpu_memory_utilization: float
+    enable_sleep_mode: bool
+    max_num_seqs: int
+    vllm_max_model_length: int
+    breakdown: tuple[tuple[str, float], ...]
+    reasons: tuple[tuple[str, str], ...]
+    speed: SpeedPlan | None = None  # predicted step time and the layouts it beat (not in run.json)
+
+    def gib(self, item: str) -> float:
+        """One breakdown line by name (KeyError when absent)."""
+        for name, value in self.breakdown:
+            if name == item:
+                return value
+        raise KeyError(item)
+
+    def reason(self, choice: str) -> str:
+        return dict(self.reasons)[choice]
+
+    @property
+    def peak_gib(self) -> float:
+        return max(self.gib("total during training"), self.gib("total during generation"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: breakdown and reasons as ordered mappings."""
+        return {
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "zero_stage": self.zero_stage,
+            "offload_optimizer": self.offload_optimizer,
+            "offload_params": self.offload_params,
+            "gradient_checkpointing": self.gradient_checkpointing,
+            "vllm_gpu_memory_utilization": self.vllm_gpu_memory_utilization,
+            "enable_sleep_mode": self.enable_sleep_mode,
+            "max_num_seqs": self.max_num_seqs,
+            "vllm_max_model_length": self.vllm_max_model_length,
+            "breakdown_gib": dict(self.breakdown),
+            "reasons": dict(self.reasons),
+        }
 
 
 def _validate(req: PlanRequest) -> None:
