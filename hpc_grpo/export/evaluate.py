@@ -34,7 +34,8 @@ from hpc_grpo.export import child, layout, records
 from hpc_grpo.export.plan import base_model
 from hpc_grpo.rundir import write_json_atomic
 from hpc_grpo.rundir.checkpoints import run_checkpoints
-from hpc_grpo.rundir.contract import EVAL_DIR, RUN_JSON, hub_snapshot
+from hpc_grpo.rundir.contract import EVAL_DIR, RUN_JSON
+from hpc_grpo.rundir.hub import hub_snapshot
 from hpc_grpo.runs import runfiles
 
 MODULE = "hpc_grpo.runtime.posttrain.evaluate"

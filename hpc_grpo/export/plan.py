@@ -17,7 +17,8 @@ from typing import Any
 from hpc_grpo.errors import UserError
 from hpc_grpo.export import layout
 from hpc_grpo.rundir.checkpoints import run_checkpoints
-from hpc_grpo.rundir.contract import EXPORT_DIR, hub_snapshot
+from hpc_grpo.rundir.contract import EXPORT_DIR
+from hpc_grpo.rundir.hub import hub_snapshot
 
 GIB = float(2**30)
 DTYPES = {"bf16": "bfloat16", "fp32": "float32"}

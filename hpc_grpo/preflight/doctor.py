@@ -30,7 +30,13 @@ from hpc_grpo.rundir.contract import HardwareBlock
 from hpc_grpo.runtime.probe import PACKAGES
 from hpc_grpo.runtime.probe_lines import read_reports
 from hpc_grpo.scheduler import slurm
-from hpc_grpo.scheduler.jobscript import allocation_options, node_command, pyxis_options
+from hpc_grpo.scheduler.jobscript import (
+    allocation_options,
+    gpu_request,
+    node_command,
+    pyxis_found,
+    pyxis_options,
+)
 
 Status = Literal["pass", "warn", "fail", "skip"]
 
@@ -282,8 +288,7 @@ def srun_options(site: SiteProfile, nodes: int, partition: str, time_min: int, *
                f"--job-name={job_name}", f"--time={time_min}", "--kill-on-bad-exit=0"]
     options += allocation_options(site, partition)
     if site.gpus_per_node:
-        gpus = f"{site.gpu_type + ':' if site.gpu_type else ''}{site.gpus_per_node}"
-        options.append(f"--gres=gpu:{gpus}" if site.gpu_request == "gres" else f"--gpus-per-node={gpus}")
+        options.append(gpu_request(site))
     return options + pyxis_options(site)
 
 
@@ -386,12 +391,3 @@ def print_table(result: Result) -> None:
     console = Console(width=None if sys.stdout.isatty() else 200, highlight=False)
     console.print(table)
     console.print(f"{counts['pass']} passed, {counts['warn']} warning(s), {counts['fail']} failed")
-
-
-def pyxis_found(srun_help: str) -> tuple[Literal["pass", "fail"], str]:
-    """Whether this Slurm's srun has pyxis's container options (a SPANK plugin: without it srun
-    refuses --container-image and no job of a pyxis profile can start)."""
-    if "--container-image" in srun_help:
-        return "pass", "srun --help lists --container-image (pyxis)"
-    return "fail", ("srun --help lists no --container-image: pyxis is not installed here (the "
-                    "probe ran without the container)")

@@ -13,7 +13,6 @@ import importlib.util
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -27,7 +26,9 @@ from hpc_grpo.planner.blocks import dataset_block, model_block
 from hpc_grpo.planner.catalogue import builtin_arch
 from hpc_grpo.planner.types import ModelRef
 from hpc_grpo.rundir.checkpoints import checkpoint_step, existing_parent, free_bytes_or_none
-from hpc_grpo.rundir.contract import CHECKPOINTS, hub_snapshot
+from hpc_grpo.rundir.child import call_child
+from hpc_grpo.rundir.contract import CHECKPOINTS
+from hpc_grpo.rundir.hub import hub_snapshot
 
 # runtime/models/shapes.py SHAPES (the launcher may not import it; a unit test keeps them equal)
 BUILTIN_MODELS = ("builtin:tiny", "builtin:qwen2-0.5b", "builtin:qwen2-1.5b", "builtin:qwen2-7b")
@@ -258,20 +259,12 @@ def probe_inputs(spec: JobSpec, model: ModelRef, python: str, dataset_commit: st
         env["TMPDIR"] = tmp  # what torch, datasets, W&B leave in /tmp goes with the folder
         if not (env.get("HF_HOME") or env.get("HF_DATASETS_CACHE")):  # nor in ~/.cache
             env["HF_DATASETS_CACHE"] = str(Path(tmp) / "datasets")
-        answer_path = Path(tmp) / "answer.json"
-        try:
-            proc = subprocess.run([python, "-m", PROBE_MODULE, str(answer_path)],
-                                  input=json.dumps(request), capture_output=True, text=True,
-                                  env=env, timeout=PROBE_TIMEOUT_S, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            why = f"cannot run {python}: {getattr(exc, 'strerror', None) or exc}"
-            return Probed(notes=(f"rewards and prompts not checked on this machine ({why})",))
-        if not answer_path.exists():
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            return Probed(notes=(f"rewards and prompts not checked on this machine ({python}: "
-                                 f"{last})",))
-        answer = json.loads(answer_path.read_text())
-    return _read_answer(answer)
+        outcome = call_child(python, PROBE_MODULE, request, env=env, folder=Path(tmp),
+                             timeout=PROBE_TIMEOUT_S)
+    if outcome.answer is None:
+        why = outcome.why if not outcome.started else f"{python}: {outcome.why}"
+        return Probed(notes=(f"rewards and prompts not checked on this machine ({why})",))
+    return _read_answer(outcome.answer)
 
 
 def _read_answer(answer: dict[str, Any]) -> Probed:

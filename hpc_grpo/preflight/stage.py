@@ -30,7 +30,7 @@ from hpc_grpo.config.site import SiteProfile
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner import arch_from_config
 from hpc_grpo.planner.types import ModelRef
-from hpc_grpo.rundir.contract import hub_snapshot
+from hpc_grpo.rundir.hub import hub_snapshot
 
 Kind = Literal["model", "dataset"]
 RECORDS = "hpc-grpo-staged"  # beside hub/ in hf_home

@@ -9,7 +9,6 @@ the two sides cannot drift apart. See docs/run-directory.md for the files themse
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,10 +130,16 @@ class ContractError(ValueError):
     """A run directory this version cannot read; the message is one line saying what to do."""
 
 
+def signal_name(name: str) -> str:
+    """A signal as the run directory and Slurm name it: upper case, no SIG prefix (``usr2``,
+    ``SIGUSR2`` and ``USR2`` are all ``USR2``)."""
+    return name.upper().removeprefix("SIG")
+
+
 def recorded_stop_signals(requeue_signal: str) -> tuple[str, ...]:
     """What run.json's stop block records for a profile: its requeue signal and TERM, sorted.
     The run stops on ``StopBlock.every`` of it, which adds USR2 whatever the profile says."""
-    return tuple(sorted({requeue_signal.upper().removeprefix("SIG"), "TERM"}))
+    return tuple(sorted({signal_name(requeue_signal), "TERM"}))
 
 
 @dataclass(frozen=True)
@@ -171,13 +176,6 @@ def rank_row(rank: int, procs_per_node: int, tp: int) -> RankRow:
     contiguous ranks, and TRL's colocated engine seed ``rank // tp`` (one seed per TP group)."""
     return RankRow(node=rank // procs_per_node, rank=rank, local_rank=rank % procs_per_node,
                    tp_group=rank // tp, tp_rank=rank % tp, vllm_seed=rank // tp, dp_shard=rank)
-
-
-def hub_snapshot(hf_home: str, kind: str, repo_id: str, commit: str) -> str:
-    """Where huggingface_hub keeps one commit of a repository under HF_HOME (kind "model" or
-    "dataset"): `hpc-grpo stage` puts it there and the ranks load it from there."""
-    folder = f"{kind}s--" + repo_id.replace("/", "--")
-    return os.path.join(hf_home, "hub", folder, "snapshots", commit)
 
 
 @dataclass(frozen=True)
@@ -256,7 +254,7 @@ class StopBlock:
     def every(self) -> tuple[str, ...]:
         """Every signal name the node task and the ranks turn into "checkpoint and stop":
         ALWAYS_STOP first, then what the profile added. The one place the set is built."""
-        return tuple(dict.fromkeys(s.upper().removeprefix("SIG") for s in (*ALWAYS_STOP, *self.signals)))
+        return tuple(dict.fromkeys(signal_name(s) for s in (*ALWAYS_STOP, *self.signals)))
 
     def forwarded_by_batch_shell(self) -> tuple[str, ...]:
         """The signals the batch shell passes on to the node tasks: all but TERM, which Slurm

@@ -5,6 +5,7 @@ Standard library only, like the rest of the run directory's room; contract.py im
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 
@@ -39,3 +40,10 @@ def export_argv(python: str, run: str, *flags: str) -> list[str]:
 def push_command(run_id: str, hub: HubBlock) -> str:
     """The one command that exports a run's last checkpoint and pushes it (login node or node)."""
     return " ".join(["hpc-grpo", "export", run_id, *push_args(hub.repo_id, hub.private)])
+
+
+def hub_snapshot(hf_home: str, kind: str, repo_id: str, commit: str) -> str:
+    """Where huggingface_hub keeps one commit of a repository under HF_HOME (kind "model" or
+    "dataset"): `hpc-grpo stage` puts it there and the ranks load it from there."""
+    folder = f"{kind}s--" + repo_id.replace("/", "--")
+    return os.path.join(hf_home, "hub", folder, "snapshots", commit)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 from hpc_grpo.config.site import SiteProfile
 from hpc_grpo.scheduler.slurm import one_task_step
@@ -87,6 +88,15 @@ def pyxis_options(site: SiteProfile) -> list[str]:
         return []
     return ["--container-image", box.image,
             *(["--container-mounts", ",".join(box.mounts)] if box.mounts else [])]
+
+
+def pyxis_found(srun_help: str) -> tuple[Literal["pass", "fail"], str]:
+    """Whether this Slurm's srun has pyxis's container options (a SPANK plugin: without it srun
+    refuses --container-image and no job of a pyxis profile can start)."""
+    if "--container-image" in srun_help:
+        return "pass", "srun --help lists --container-image (pyxis)"
+    return "fail", ("srun --help lists no --container-image: pyxis is not installed here (the "
+                    "probe ran without the container)")
 
 
 def wrapped(site: SiteProfile, argv: Sequence[str]) -> list[str]:

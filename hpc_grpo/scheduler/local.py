@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from hpc_grpo.errors import UserError
 from hpc_grpo.rundir.contract import JOB_SBATCH, LOCAL_NODE_LOG, LOGS, SUBMITIT
+from hpc_grpo.rundir.contract import signal_name as signal_name_of
 from hpc_grpo.rundir.view import RunView
 from hpc_grpo.scheduler.backend import Action, SideJob, Submission
 from hpc_grpo.scheduler.jobstate import JobView, local_view
@@ -165,7 +166,7 @@ class LocalBackend:
 
     def signal(self, files: RunView, signal_name: str) -> Action:
         try:
-            signum = _signal.Signals["SIG" + signal_name.upper().removeprefix("SIG")]
+            signum = _signal.Signals["SIG" + signal_name_of(signal_name)]
         except KeyError:
             raise UserError(f"not a signal name: {signal_name!r}", field="signal") from None
         return self._act(files, "signalled", signum)

@@ -130,7 +130,7 @@ def test_the_readme_job_runs_no_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     def forbidden(*_: object, **__: object) -> None:
         raise AssertionError("probe started")
 
-    monkeypatch.setattr(inputs.subprocess, "run", forbidden)
+    monkeypatch.setattr(inputs, "call_child", forbidden)
     prepared = api.prepare(api.Request(site="local", recipe="recipes/tiny-cpu.yaml"))
     assert prepared.plan.warnings == () or all("not checked" not in w for w in prepared.plan.warnings)
     assert os.path.basename(prepared.plan.spec.dataset).startswith("builtin:")

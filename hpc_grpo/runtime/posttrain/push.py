@@ -14,10 +14,11 @@ false, "error": one line, "status": the HTTP status or 0}``.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from hpc_grpo.runtime.child_answer import serve
 
 
 def _refusal(exc: Exception) -> tuple[str, int]:
@@ -67,10 +68,9 @@ def push(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    answer_path = Path(argv[1])
-    answer = push(json.load(sys.stdin))
-    answer_path.write_text(json.dumps(answer))
-    return 0 if answer["ok"] else 1
+    """`python -m hpc_grpo.runtime.posttrain.push ANSWER.json < request.json`
+    (runtime/child_answer.py)."""
+    return serve("hpc_grpo.runtime.posttrain.push", push, argv[1:])
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import socket
 
-from hpc_grpo.rundir.contract import RunRecord, hub_snapshot
+from hpc_grpo.rundir.contract import RunRecord
+from hpc_grpo.rundir.hub import hub_snapshot
 
 
 class NotStagedError(RuntimeError):

@@ -20,10 +20,10 @@ import pytest
 from hpc_grpo import api
 from hpc_grpo.config.site import Container, SiteProfile
 from hpc_grpo.preflight import doctor
-from hpc_grpo.preflight.doctor import Expect, pyxis_found
+from hpc_grpo.preflight.doctor import Expect
 from hpc_grpo.runs import joberror
 from hpc_grpo.runtime import probe
-from hpc_grpo.scheduler.jobscript import node_command
+from hpc_grpo.scheduler.jobscript import node_command, pyxis_found
 from tests.paths import REPO
 from tests.unit.preflight.doctor_helpers import install_fake_srun, report
 from tests.unit.preflight.modules_containers_helpers import FAKE_SRUN, doctor_json

@@ -43,6 +43,26 @@ RULES: dict[str, tuple[str, set[str]]] = {
     "nodes reach the hub": (r"nodes_offline\s+is\s+False", {"config/site.py"}),
     "the push's --private/--public": (r"\"\s*--private\"\s+if\b", {"rundir/hub.py"}),
     "the export command line": (r"\"hpc_grpo\.cli\",\s*\"export\"", {"rundir/hub.py"}),
+    # The launcher built on the run directory's typed view (#57). Which checkpoint is complete
+    # (status, resume, export and the ranks had three versions of it, one drifted), the folder
+    # name's pattern, free space of the nearest existing parent.
+    "a checkpoint's completeness (trainer_state's step)": (
+        r"\.get\(\"global_step\"|\[\"global_step\"\]", {"rundir/checkpoints.py"}),
+    "the checkpoint-N pattern": (r"checkpoint-\(\\d\+\)", {"rundir/checkpoints.py"}),
+    "free space": (r"disk_usage\(", {"rundir/checkpoints.py"}),
+    # The child-Python protocol's launcher side: request on stdin, answer file (export, eval,
+    # push, the check of rewards and prompts).
+    "the child protocol's answer file": (r"answer\.json\"|answer_path\b", {"rundir/child.py"}),
+    # ... and its child side: the request read, the answer written, an error as one line.
+    "the child protocol's request": (r"json\.load\(sys\.stdin\)",
+                                     {"runtime/child_answer.py", "runtime/rank/inputs_probe.py"}),
+    # How a job asks Slurm for its allocation: one builder for the training script, doctor's
+    # srun and side jobs.
+    "the allocation request": (r"--gres=gpu|--gpus-per-node=|lmod/init",
+                               {"scheduler/jobscript.py"}),
+    "a signal's name": (r"removeprefix\(\"SIG\"\)", {"rundir/contract.py", "runtime/rank/stop.py"}),
+    "the scheduler read from run.json": (r"\.get\(\"scheduler\"\)",
+                                         {"rundir/view.py", "export/commands.py", "export/job.py"}),
 }
 
 
@@ -68,6 +88,15 @@ def test_the_scan_sees_a_second_copy() -> None:
         "nodes reach the hub": "return find_site(name).nodes_offline is False",
         "the push's --private/--public": 'private = "" if p is None else " --private" if p else ""',
         "the export command line": 'return [python, "-m", "hpc_grpo.cli", "export", run_dir]',
+        "a checkpoint's completeness (trainer_state's step)":
+            'return int(state.get("global_step", -1)) == step',
+        "the checkpoint-N pattern": '_NAME = re.compile(r"^checkpoint-(\\d+)$")',
+        "free space": "return shutil.disk_usage(probe).free",
+        "the child protocol's answer file": 'answer_path = Path(tmp) / "answer.json"',
+        "the child protocol's request": "answer = push(json.load(sys.stdin))",
+        "the allocation request": 'options.append(f"--gres=gpu:{gpus}")',
+        "a signal's name": 'signum = signal.Signals["SIG" + name.upper().removeprefix("SIG")]',
+        "the scheduler read from run.json": 'scheduler = str(record.get("scheduler") or "slurm")',
     }
     for rule, line in copies.items():
         assert re.search(RULES[rule][0], line), rule
