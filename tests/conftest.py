@@ -18,6 +18,14 @@ from tests.unit.slurmfake import FakeSlurm, install
 
 SANDBOX = REPO / "tests" / "cluster" / "sandbox.sh"
 
+# Helper modules whose asserts run inside tests (moved out of test modules, where pytest rewrote
+# them): rewritten too, so that their failures still show the values.
+pytest.register_assert_rewrite(
+    "tests.gpu.checkpoint_resume_helpers", "tests.gpu.gpu_helpers", "tests.gpu.lora_7b_helpers",
+    "tests.gpu.resume_7b_helpers", "tests.unit.cli.cli_errors_helpers",
+    "tests.unit.planner.calibration_cases", "tests.unit.planner.planner_helpers",
+    "tests.unit.planner.speed_choice_helpers")
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-golden", action="store_true",

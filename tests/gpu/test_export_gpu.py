@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from tests.gpu.test_checkpoint_resume import _cli, _folder_bytes, _work
-from tests.gpu.test_gpu import needs_gpu
-from tests.gpu.test_multinode import _save, _saved
+from tests.gpu.checkpoint_resume_helpers import _cli, _folder_bytes, _work
+from tests.gpu.gpu_helpers import needs_gpu
+from tests.gpu.multinode_helpers import _save, _saved
 
 pytestmark = pytest.mark.gpu
 

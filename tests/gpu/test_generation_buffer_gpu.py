@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.gpu.test_checkpoint_resume import _attempt, _metrics, _node_env
-from tests.gpu.test_gpu import _site, needs_gpu
-from tests.gpu.test_multinode import _save
+from tests.gpu.checkpoint_resume_helpers import _attempt, _metrics, _node_env
+from tests.gpu.gpu_helpers import _site, needs_gpu
+from tests.gpu.multinode_helpers import _save
 
 pytestmark = pytest.mark.gpu
 

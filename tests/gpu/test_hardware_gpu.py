@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.gpu.test_gpu import machine, needs_gpu
-from tests.gpu.test_multinode import _save
+from tests.gpu.gpu_helpers import machine, needs_gpu
+from tests.gpu.multinode_helpers import _save
 
 pytestmark = pytest.mark.gpu
 

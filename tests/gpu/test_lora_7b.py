@@ -35,7 +35,7 @@ resumed one at every step, the cold reference did not). On 2 x H200 (session 29)
 uninterrupted runs on two loans were 4.3e-5 apart at step 1. Session 35 (2 x H100) confirmed
 the warm chain (every step and adapter tensor equal) and found the two step-1 losses swapped:
 its cold reference got 0.0055 and its warm runs -0.0401, so the cache state does not pick the
-compiled variant (tests/unit/benchmarks/test_lora_7b_session35.py).
+compiled variant (tests/unit/benchmarks/claims.yaml, session 35's section).
 The reference's final checkpoint is what ``tests/gpu/test_export_gpu.py -k lora`` exports.
 """
 
@@ -49,7 +49,7 @@ from typing import Any
 
 import pytest
 
-from tests.gpu.test_checkpoint_resume import (
+from tests.gpu.checkpoint_resume_helpers import (
     _attempt,
     _cli,
     _cold_caches,
@@ -58,24 +58,16 @@ from tests.gpu.test_checkpoint_resume import (
     _node_env,
     _work,
 )
-from tests.gpu.test_gpu import _site, machine, needs_gpu
-from tests.gpu.test_multinode import _save, _saved
-from tests.gpu.test_resume_7b import _checkpoint
+from tests.gpu.gpu_helpers import _site, machine, needs_gpu
+from tests.gpu.lora_7b_helpers import KEYS, assert_cold_first_step
+from tests.gpu.multinode_helpers import _save, _saved
+from tests.gpu.resume_7b_helpers import _checkpoint
 
 pytestmark = pytest.mark.gpu
 
 STEPS = 6  # room after the cold resume's stop: a 7B LoRA step takes about a second
 SETS = {"max_steps": STEPS, "learning_rate": 1e-4, "per_device_train_batch_size": 8,
         "num_generations": 8, "max_completion_length": 64, "save_steps": 1, "use_peft": "true"}
-KEYS = ("step", "reward_mean", "reward_std", "loss")
-# The first step after a cold-cache restart against the warm run's: 8e-5 relative in session 34,
-# 1.3e-3 in session 35 (0.270848 against 0.271208; rewards equal both times). The test held
-# 1e-4 when session 35 ran it and failed there; 5e-3 is set from those two measurements and has
-# not been run on a GPU since.
-LOSS_RTOL = 5e-3
-# The engine-trainer log-probability gap at the first step after a cold restart, against the
-# widest of the uninterrupted run's steps: session 47 measured 0.047 against at most 0.0516
-LOGP_GAP_SLACK = 1.5
 
 
 def _final_adapter(run_dir: Path) -> dict[str, Any]:
@@ -210,17 +202,3 @@ def test_lora_cold_cache_restart() -> None:
     assert_cold_first_step(rows[2], second.get("rows") or [])
 
 
-def assert_cold_first_step(ours: dict[str, Any], control: list[dict[str, Any]]) -> None:
-    """The first step after a cold restart against this loan's uninterrupted run: the same loss
-    within LOSS_RTOL where the completions are the same (same rewards), and either way vLLM's
-    mean log-probability gap to the trainer no wider than LOGP_GAP_SLACK times the widest the
-    uninterrupted run showed at any step (session 47: 0.047 against 0.0465-0.0516)."""
-    theirs = next(r for r in control if r["step"] == ours["step"])
-    if ours["reward_mean"] == theirs["reward_mean"]:
-        assert abs(ours["loss"] - theirs["loss"]) <= LOSS_RTOL * abs(theirs["loss"]) + 1e-7, (
-            ours, theirs)
-    gaps = [r.get("vllm_logp_diff_mean") for r in control]
-    gaps = [g for g in gaps if g is not None]
-    assert gaps and ours.get("vllm_logp_diff_mean") is not None, (
-        "no vllm_logp_diff_mean in metrics.jsonl: TRL's importance-sampling correction is off?")
-    assert ours["vllm_logp_diff_mean"] <= LOGP_GAP_SLACK * max(gaps), (ours, max(gaps))

@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from tests.gpu.test_checkpoint_resume import _metrics, _work
-from tests.gpu.test_gpu import _site, needs_gpu
-from tests.gpu.test_multinode import _save
+from tests.gpu.checkpoint_resume_helpers import _metrics, _work
+from tests.gpu.gpu_helpers import _site, needs_gpu
+from tests.gpu.multinode_helpers import _save
 
 pytestmark = pytest.mark.gpu
 
@@ -111,8 +111,8 @@ def test_host_memory_with_optimizer_offload_against_the_plan(shape: str, ranks: 
     compile workers; each page once, HostPeak), sampled every 2 s, within 10 %
     (planner/memory/host.py; tests/unit/planner/test_host_memory.py holds the saved runs).
     ``-k "offload and 1.5b-2rank"`` etc.; CPU Adam compiles on first use."""
-    from tests.gpu.test_checkpoint_resume import HostPeak
-    from tests.gpu.test_gpu import _gpus
+    from tests.gpu.checkpoint_resume_helpers import HostPeak
+    from tests.gpu.gpu_helpers import _gpus
 
     if _gpus() < ranks:
         pytest.skip(f"needs {ranks} CUDA GPUs")

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.clusterlib import cli, finished, submit, wait_for, wait_step
+from tests.gpu.multinode_helpers import _save, _saved
 from tests.paths import REPO
 
 SANDBOX = REPO / "tests" / "cluster" / "sandbox.sh"
@@ -67,26 +68,6 @@ def gpu_cluster() -> Iterator[None]:
         subprocess.run(["bash", str(SANDBOX), "stop"], capture_output=True, env=env)
 
 
-def _result_path(name: str) -> Path | None:
-    """Where the result ``name`` is saved: HPC_GRPO_RESULTS/NAME.json, or nowhere when unset."""
-    out = os.environ.get("HPC_GRPO_RESULTS")
-    return Path(out) / f"{name}.json" if out else None
-
-
-def _save(name: str, data: dict[str, Any]) -> None:
-    path = _result_path(name)
-    if path:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(data, indent=1, default=str))
-
-
-def _forget(name: str) -> None:
-    """A saved result removed (a later call must not read it as this loan's)."""
-    path = _result_path(name)
-    if path:
-        path.unlink(missing_ok=True)
-
-
 def _metrics(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
@@ -113,11 +94,6 @@ def _timeline(run_dir: Path, job: str) -> dict[str, Any]:
     startup = run_dir / "startup.jsonl"
     return {"sacct": slurm_rows, "startup": [json.loads(x) for x in
                                              startup.read_text().splitlines()] if startup.exists() else []}
-
-
-def _saved(name: str) -> dict[str, Any] | None:
-    path = _result_path(name)
-    return json.loads(path.read_text()) if path and path.exists() else None
 
 
 @pytest.fixture(scope="module")

@@ -64,19 +64,19 @@ from typing import Any
 import pytest
 
 from hpc_grpo.rundir import read_jsonl
-from tests.gpu.test_checkpoint_resume import (
+from tests.gpu.checkpoint_resume_helpers import (
     GIB,
     _attempt,
     _cli,
     _cold_caches,
     _copy_of,
-    _folder_bytes,
     _metrics,
     _node_env,
     _work,
 )
-from tests.gpu.test_gpu import _site, machine, needs_two
-from tests.gpu.test_multinode import _forget, _save, _saved
+from tests.gpu.gpu_helpers import _site, machine, needs_two
+from tests.gpu.multinode_helpers import _forget, _save, _saved
+from tests.gpu.resume_7b_helpers import _add_round, _checkpoint, check_warm_restart_at_most_half_the_cold_one
 
 pytestmark = pytest.mark.gpu
 
@@ -91,20 +91,6 @@ def _args() -> list[str]:
     site = _site(_work("site"), 2)
     return ["--site", str(site), "--model", "builtin:qwen2-7b",
             *(f"--set={k}={v}" for k, v in SETS.items())]
-
-
-def _checkpoint(run_dir: Path) -> dict[str, Any]:
-    """The newest checkpoint's size and the save's time as state.json recorded it."""
-    state = json.loads((run_dir / "state.json").read_text())
-    folders = sorted((run_dir / "checkpoints").glob("checkpoint-*"),
-                     key=lambda p: int(p.name.split("-")[1]))
-    if not folders:
-        return {"bytes": 0, "state": state}
-    size = _folder_bytes(folders[-1])
-    seconds = state.get("checkpoint_seconds")
-    return {"folder": folders[-1].name, "bytes": size, "gib": round(size / GIB, 2),
-            "save_s": seconds, "gb_per_s": round(size / 1e9 / seconds, 2) if seconds else None,
-            "files": {p.name: p.stat().st_size for p in folders[-1].rglob("*") if p.is_file()}}
 
 
 @needs_two
@@ -220,17 +206,6 @@ def _restart(cache: str) -> None:
     # the disk held no second checkpoint: the stop's save was skipped, checkpoint-2 stays
     assert result["state"].get("last_checkpoint_step") == stop["checkpoint_step"], result["state"]
     _add_round(f"7b-resume-{cache}-rounds", result)  # a failed restart is no round
-
-
-def _add_round(name: str, result: dict[str, Any]) -> None:
-    """Each restart's time kept beside the others of its kind (``-k warm_cache`` and ``-k
-    cold_cache`` run in alternating rounds on one machine: session 42's single cold attempt and
-    the warm one right after the stop's save left the comparison to one pair)."""
-    rounds = (_saved(name) or {"rounds": []})["rounds"]
-    row = {"first_new_step_s": result["attempt"]["first_new_step_s"],
-           "started": result["attempt"]["started"], "sync_s": result["sync_s"],
-           "equal_to_second_run": result["equal_to_second_run"], "startup": result["startup"]}
-    _save(name, {"rounds": [*rounds, row]})
 
 
 @needs_two
@@ -372,24 +347,6 @@ def test_7b_warm_restart_at_most_half_the_cold_one() -> None:
     they ran, else the warm resume of -k resume_equals) against the cold-cache ones (-k
     cold_cache's rounds); all load the same 86.6 GiB checkpoint. With several rounds the goal is
     held on their means, and the worst pairing (slowest warm over fastest cold) is recorded."""
-    cold = _times("7b-resume-cold")
-    warm_from = "7b-resume-warm" if _times("7b-resume-warm") else "7b-resume-resumed"
-    warm = _times(warm_from)
-    assert cold and warm, "run -k cold_cache and -k warm_cache (or -k resume_equals) first"
-    assert min(cold) > 0 and min(warm) > 0, (cold, warm)
-    cold_s, warm_s = sum(cold) / len(cold), sum(warm) / len(warm)
-    _save("7b-resume-restart-times", {
-        "cold_s": round(cold_s, 1), "warm_s": round(warm_s, 1), "warm_from": warm_from,
-        "cold_rounds": cold, "warm_rounds": warm, "warm_over_cold": round(warm_s / cold_s, 3),
-        "worst_warm_over_best_cold": round(max(warm) / min(cold), 3)})
-    assert warm_s <= 0.5 * cold_s, (warm, cold)
+    check_warm_restart_at_most_half_the_cold_one()
 
 
-def _times(name: str) -> list[float]:
-    """Every saved round's seconds to the first new step (one where only the single result
-    was saved)."""
-    rounds = (_saved(f"{name}-rounds") or {"rounds": []})["rounds"]
-    if rounds:
-        return [float(r["first_new_step_s"]) for r in rounds]
-    single = _saved(name)
-    return [float(single["attempt"]["first_new_step_s"])] if single else []

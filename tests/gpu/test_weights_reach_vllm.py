@@ -47,8 +47,8 @@ import pytest
 
 from hpc_grpo.runs import drift
 from hpc_grpo.runtime.rank.generation import engine_weights
-from tests.gpu.test_gpu import _site, needs_gpu
-from tests.gpu.test_multinode import _save
+from tests.gpu.gpu_helpers import _site, needs_gpu
+from tests.gpu.multinode_helpers import _save
 
 pytestmark = pytest.mark.gpu
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.slow.test_runtime_slow import metrics, node_cmd, node_env, state
+from tests.slow.runtime_slow_helpers import metrics, node_cmd, node_env, state
 
 STEP_KEYS = ("step", "reward_mean", "reward_std", "loss")
 

@@ -18,7 +18,7 @@ import pytest
 
 from hpc_grpo.runtime.rank.checkpoints import prefetch as checkpoint_prefetch
 from tests.slow.resume_runs import counting_prompts, run_with_stops, step_rows, within_rounding
-from tests.slow.test_runtime_slow import write_run
+from tests.slow.runtime_slow_helpers import write_run
 
 pytestmark = pytest.mark.slow
 STEPS, STOP = 5, 3

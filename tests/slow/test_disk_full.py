@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hpc_grpo.runtime.rank.checkpoints.folders import is_complete, newest_complete
-from tests.slow.test_runtime_slow import metrics, run_node, state, tiny_model, write_run
+from tests.slow.runtime_slow_helpers import metrics, run_node, state, tiny_model, write_run
 
 pytestmark = pytest.mark.slow
 __all__ = ["tiny_model"]  # the module fixture, shared

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.slow.test_runtime_slow import run_node, write_run
+from tests.slow.runtime_slow_helpers import run_node, write_run
 
 pytestmark = pytest.mark.slow
 STEPS, SAVE = 6, 3

@@ -15,7 +15,7 @@ from hpc_grpo import api
 from hpc_grpo.cli import main
 from hpc_grpo.errors import UserError
 from tests.paths import REPO
-from tests.unit.cli.test_cli_errors import assert_refused, fake_slurm  # noqa: F401 (fixture)
+from tests.unit.cli.cli_errors_helpers import assert_refused, fake_slurm  # noqa: F401 (fixture)
 from tests.unit.slurmfake import FakeSlurm
 
 MATH = [{"problem": f"What is {i} + {i}? Put the answer in a box.", "solution": str(2 * i)}

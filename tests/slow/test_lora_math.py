@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from tests.slow.test_runtime_slow import metrics, node_cmd, run_node, signal_tree, state, write_run
-from tests.slow.test_runtime_slow import node_env as env
+from tests.slow.runtime_slow_helpers import metrics, node_cmd, run_node, signal_tree, state, write_run
+from tests.slow.runtime_slow_helpers import node_env as env
 
 pytestmark = pytest.mark.slow
 STEPS = 6

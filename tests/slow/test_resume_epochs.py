@@ -22,7 +22,7 @@ from tests.slow.resume_runs import (
     step_rows,
     within_rounding,
 )
-from tests.slow.test_runtime_slow import write_run
+from tests.slow.runtime_slow_helpers import write_run
 
 pytestmark = pytest.mark.slow
 STEPS = 14

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.slow.resume_runs import counting_prompts, prompts_per_step, run_with_stops
-from tests.slow.test_runtime_slow import metrics, write_run
+from tests.slow.runtime_slow_helpers import metrics, write_run
 
 pytestmark = pytest.mark.slow
 STEPS = 12

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.slow.resume_runs import run_with_stops
-from tests.slow.test_runtime_slow import metrics, tiny_model, write_run
+from tests.slow.runtime_slow_helpers import metrics, tiny_model, write_run
 
 pytestmark = pytest.mark.slow
 STEPS = 7

@@ -17,8 +17,9 @@ from click.testing import CliRunner
 
 from hpc_grpo.cli import main
 from hpc_grpo.preflight import stage
-from tests.unit.preflight.test_stage import DATASET, MODEL, REPO, _hub, _profile
-from tests.unit.preflight.test_stage import tiny_files as tiny_files  # noqa: F401 (a fixture)
+from tests.paths import REPO
+from tests.unit.preflight.stage_helpers import DATASET, MODEL, _hub, _profile
+from tests.unit.preflight.stage_helpers import tiny_files as tiny_files  # noqa: F401 (a fixture)
 from tests.unit.slurmfake import FakeSlurm
 
 

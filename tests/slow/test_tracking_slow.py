@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from hpc_grpo.runtime.rank.checkpoints.folders import newest_complete
-from tests.slow.test_runtime_slow import metrics, node_cmd, node_env, signal_tree, state, write_run
+from tests.slow.runtime_slow_helpers import metrics, node_cmd, node_env, signal_tree, state, write_run
 
 pytest.importorskip("wandb")
 pytest.importorskip("tensorboard")

@@ -13,15 +13,9 @@ from hpc_grpo.config.names import check_job_name
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner.blocks import default_name
 from hpc_grpo.preflight import builtin_model, inputs
+from tests.unit.cli.cli_errors_helpers import assert_refused
+from tests.unit.cli.cli_errors_helpers import fake_slurm as fake_slurm  # noqa: F401, F811 (a fixture)
 from tests.unit.slurmfake import FakeSlurm
-
-
-@pytest.fixture
-def fake_slurm(fake: FakeSlurm) -> FakeSlurm:
-    """The shared fake Slurm (tests/unit/conftest.py) with four nodes: a refused request must
-    call none of it."""
-    fake.answer("sinfo", "node1\nnode2\nnode3\nnode4\n")
-    return fake
 
 
 def run(tmp_path: Path, *args: str) -> tuple[int, str, Path]:
@@ -29,17 +23,6 @@ def run(tmp_path: Path, *args: str) -> tuple[int, str, Path]:
     result = CliRunner().invoke(
         main, ["submit", "--output-root", str(root), *args], catch_exceptions=False)
     return result.exit_code, result.stderr, root
-
-
-def assert_refused(code: int, stderr: str, root: Path, calls: FakeSlurm, *words: str) -> None:
-    assert code == 2, stderr
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1, stderr
-    assert lines[0].startswith("error: ")
-    for word in words:
-        assert word in lines[0]
-    assert calls.calls("sbatch") == []
-    assert not root.exists() or not any(root.iterdir())
 
 
 def test_unknown_profile_key(tmp_path: Path, fake_slurm: FakeSlurm) -> None:

@@ -13,7 +13,7 @@ import pytest
 from hpc_grpo.errors import UserError
 from hpc_grpo.export import best, evaluate, write
 from tests.unit.export import fakes
-from tests.unit.export.test_export_write import FAKE
+from tests.unit.export.export_fake import FAKE
 
 
 def _metrics(run: Path, rows: list[dict[str, object]]) -> None:

@@ -23,7 +23,7 @@ from hpc_grpo.export import commands, push, write
 from hpc_grpo.rundir import ledgers
 from hpc_grpo.runs import after_training
 from tests.unit.export import fakes
-from tests.unit.export.test_export_write import FAKE
+from tests.unit.export.export_fake import FAKE
 from tests.unit.hubfake import UploadHub
 
 TOKEN = "hf_standin_0123456789abcdefSECRET"

@@ -21,7 +21,7 @@ from hpc_grpo.planner.checkpoint_size import (
 from hpc_grpo.planner.report import plan_report
 from hpc_grpo.preflight import inputs
 from hpc_grpo.rundir.contract import DEFAULT_SAVE_TOTAL_LIMIT
-from tests.unit.planner.test_checkpoint_size import _request, tiny_home  # noqa: F401 - fixture
+from tests.unit.planner.checkpoint_size_helpers import _request, tiny_home  # noqa: F401 - fixture
 
 GIB = 2**30
 QWEN_7B = dense_arch("qwen2.5-7b", hidden_size=3584, num_layers=28, num_attention_heads=28,

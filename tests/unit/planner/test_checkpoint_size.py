@@ -24,6 +24,8 @@ from hpc_grpo.planner.checkpoint_size import (
 from hpc_grpo.preflight import inputs
 from hpc_grpo.runtime.rank.checkpoints import folders
 from tests.paths import RESULTS
+from tests.unit.planner.checkpoint_size_helpers import _request
+from tests.unit.planner.checkpoint_size_helpers import tiny_home as tiny_home  # noqa: F401, F811 (a fixture)
 
 TINY = json.loads((RESULTS / "2026-11-24-ckpt-tiny-cpu.json").read_text())
 H200 = json.loads((RESULTS / "2026-11-24-ckpt-1.5b-reference-h200.json").read_text())
@@ -95,27 +97,6 @@ def test_host_memory_of_a_save_warns_over_the_node() -> None:
     assert big.host_bytes == 5 * 10**9  # safetensors builds one 5 GB shard in memory
     assert "host memory" in host_verdict(big, 100.0, 104)
     assert host_verdict(big, 10.0, 512) == ""
-
-
-def _request(tmp_path: Path, **sets: object) -> api.Request:
-    return api.Request(site="local", recipe="recipes/tiny-cpu.yaml", output_root=str(tmp_path),
-                       sets=tuple(f"{k}={v}" for k, v in sets.items()))
-
-
-@pytest.fixture
-def tiny_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A home with builtin:tiny's config.json (its shape is all the plan reads)."""
-    home = tmp_path / "home"
-    model = home / "models" / "tiny"
-    model.mkdir(parents=True)
-    (model / "config.json").write_text(json.dumps({
-        "model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "vocab_size": 522, "tie_word_embeddings": True, "max_position_embeddings": 512}))
-    (model / "tokenizer.json").write_text("{}")
-    (model / "model.safetensors").write_bytes(b"")  # weights: only their presence is read
-    monkeypatch.setenv("HPC_GRPO_HOME", str(home))
-    return home
 
 
 def test_submit_refuses_when_no_checkpoint_fits(tiny_home: Path, tmp_path: Path,

@@ -11,7 +11,7 @@ from hpc_grpo.errors import UserError
 from hpc_grpo.planner import lookup_model, plan_memory
 from hpc_grpo.planner.job import build_plan
 from hpc_grpo.planner.types import ModelRef
-from tests.unit.planner.test_planner import request
+from tests.unit.planner.planner_helpers import request
 
 
 def test_adapter_size_follows_rank_and_targets() -> None:

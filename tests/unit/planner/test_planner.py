@@ -27,6 +27,7 @@ from hpc_grpo.planner import (
 )
 from hpc_grpo.rundir.shapes import SHAPES
 from tests.paths import PACKAGE, RESULTS
+from tests.unit.planner.planner_helpers import request
 
 CHOICES = {"tensor_parallel_size", "zero_stage", "offload_optimizer", "offload_params",
            "gradient_checkpointing", "vllm_gpu_memory_utilization", "enable_sleep_mode",
@@ -49,17 +50,6 @@ QWEN3_8B_CONFIG: dict[str, Any] = {
     "model_type": "qwen3", "num_attention_heads": 32, "num_hidden_layers": 36,
     "num_key_value_heads": 8, "tie_word_embeddings": False, "vocab_size": 151936,
 }
-
-
-def request(model: str, **kw: Any) -> PlanRequest:
-    arch = lookup_model(model)
-    assert arch is not None, model
-    values: dict[str, Any] = dict(
-        nodes=1, gpus_per_node=8, gpu_memory_gib=80.0, cpu_memory_gib_per_node=1000.0,
-        prompt_length=512, completion_length=1024, per_device_train_batch_size=8,
-        num_generations=8)
-    values.update(kw)
-    return PlanRequest(arch=arch, **values)
 
 
 # --- catalogue ---------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from hpc_grpo.planner.speed.server import plan_server
 from hpc_grpo.planner.topology import server_split
 from hpc_grpo.planner.types import LinkFigures, ModelRef
 from hpc_grpo.scheduler.render import render_script, summary_text
-from tests.unit.planner.test_speed_choice import request
+from tests.unit.planner.speed_choice_helpers import request
 
 SANDBOX_LINK = 2.553  # doctor on the GPU sandbox, 2026-11-27 (docs/benchmarks.md, session 36)
 

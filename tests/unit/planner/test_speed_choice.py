@@ -4,27 +4,16 @@ server mode, and layouts the user forces (planned as given or refused with the n
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import pytest
 
 from hpc_grpo.errors import UserError
-from hpc_grpo.planner import PlanRequest, plan_memory
-from hpc_grpo.planner.catalogue import builtin_arch, lookup_model
+from hpc_grpo.planner import plan_memory
 from hpc_grpo.planner.checkpoint_fit import resident_host_gib
 from hpc_grpo.planner.memory.search import search
 from hpc_grpo.planner.modes import faster_mode
 from hpc_grpo.planner.speed.server import plan_server
-
-
-def request(shape: str, **kw: Any) -> PlanRequest:
-    arch = builtin_arch(shape) or lookup_model(shape)
-    assert arch is not None
-    values: dict[str, Any] = dict(nodes=1, gpus_per_node=1, gpu_memory_gib=139.0,
-                                  cpu_memory_gib_per_node=250.0, prompt_length=32,
-                                  completion_length=256, per_device_train_batch_size=8,
-                                  num_generations=8)
-    return PlanRequest(arch=arch, **{**values, **kw})
+from tests.unit.planner.speed_choice_helpers import request
 
 
 def test_7b_on_one_h200_trains_without_zero_in_sleep_mode_not_with_offload() -> None:

@@ -12,8 +12,8 @@ import pytest
 
 from hpc_grpo.runtime import probe
 from hpc_grpo.runtime.probe_lines import read_reports, report_lines
-from tests.unit.preflight.test_doctor import install_fake_srun
-from tests.unit.preflight.test_modules_containers import FAKE_SRUN, doctor_json
+from tests.unit.preflight.doctor_helpers import install_fake_srun
+from tests.unit.preflight.modules_containers_helpers import FAKE_SRUN, doctor_json
 
 # Names the allocation as `show hostnames` does; `show job` fails the way scontrol does in an
 # image that cannot reach the controller (two lines: the detail must keep one).

@@ -15,7 +15,7 @@ from hpc_grpo.preflight.capacity import Capacity
 from hpc_grpo.preflight.hardware_row import hardware_row
 from hpc_grpo.rundir.contract import HardwareBlock
 from hpc_grpo.runtime import probe_gpus as probe
-from tests.unit.preflight.test_doctor import report
+from tests.unit.preflight.doctor_helpers import report
 
 GIB = 2**30
 H100_SMI_GIB = 81559 / 1024  # nvidia-smi's memory.total of an "80 GB" H100: 79.6 GiB

@@ -16,17 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from hpc_grpo import api
-from hpc_grpo.cli import main
 from hpc_grpo.config.site import Container, SiteProfile
 from hpc_grpo.preflight import doctor
 from hpc_grpo.preflight.doctor import Expect
 from hpc_grpo.runs import joberror
 from hpc_grpo.runtime import probe
 from hpc_grpo.scheduler.jobscript import node_command, pyxis_found
-from tests.unit.preflight.test_doctor import REPO, install_fake_srun, report
+from tests.paths import REPO
+from tests.unit.preflight.doctor_helpers import install_fake_srun, report
+from tests.unit.preflight.modules_containers_helpers import FAKE_SRUN, doctor_json
 
 # A `module` that fails for any name containing "missing", exported into `bash -c`.
 FAKE_MODULE = ('module() { [ "$1" = load ] && case "$2" in *missing*) echo "unknown $2" >&2; '
@@ -208,38 +208,10 @@ def test_pyxis_found_in_srun_help() -> None:
 
 # ---- the CLI: a fake srun (with or without pyxis) running the real probe -------------------
 
-FAKE_SRUN = """#!{python}
-import os, socket, subprocess, sys
-args = sys.argv[1:]
-if args == ["--help"]:
-    print("Usage: srun [OPTIONS]\\n  -N, --nodes=N")
-    if os.environ.get("FAKE_PYXIS"):
-        print("  --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH")
-    sys.exit(0)
-with open(os.environ["FAKE_SRUN_LOG"], "a") as log:
-    log.write(" ".join(args) + "\\n")
-while args[0].startswith("--"):
-    if args.pop(0) in ("--container-image", "--container-mounts"):
-        args.pop(0)
-env = dict(os.environ, SLURM_NODEID="0", SLURM_JOB_NUM_NODES="1", SLURM_JOB_ID="78",
-           SLURM_JOB_NODELIST=socket.gethostname())
-sys.exit(subprocess.run(args, env=env).returncode)
-"""
-
 
 @pytest.fixture
 def srun_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return install_fake_srun(tmp_path, monkeypatch, FAKE_SRUN)  # skips container options
-
-
-def doctor_json(tmp_path: Path, extra: str) -> dict[str, Any]:
-    site = tmp_path / "one.yaml"
-    site.write_text((REPO / "site_configs" / "sandbox.yaml").read_text() + extra)
-    result = CliRunner().invoke(main, ["doctor", "--nodes", "1", "--site", str(site), "--json",
-                                       "--output-root", str(tmp_path / "out")],
-                                catch_exceptions=False)
-    data: dict[str, Any] = json.loads(result.output)
-    return data
 
 
 @pytest.mark.parametrize("pyxis", [True, False])

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
-PACKAGE = REPO / "hpc_grpo"
+from tests.paths import PACKAGE
 
 # Each stack, lowest level first; a level is one room or several side by side. The package
 # root's own modules (``hpc_grpo/__init__.py``, ``errors.py``) are below every room.

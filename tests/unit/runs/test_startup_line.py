@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hpc_grpo.runs import attempts, runfiles, views
-from tests.unit.runs.test_views_unit import _row
+from tests.unit.runs.views_helpers import _row
 
 LINE = {"attempt": "slurm-7.1", "process_start": 1.0, "resumed_from_step": 3,
         "parts_s": {"first_step": 3.9, "imports": 0.9, "prepare_and_load": 6.2,

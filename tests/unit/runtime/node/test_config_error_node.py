@@ -20,6 +20,7 @@ from hpc_grpo.runtime.node import task as node
 from hpc_grpo.runtime.shared import setup_failure
 from hpc_grpo.runtime.shared.setup_failure import common_error, exception_line, settle
 from tests.unit.nodefake import fake_node, minimal_run
+from tests.unit.runtime.node.config_error_node_helpers import _node_task
 
 LINE = "ValueError: log_completions_hub_repo is set, but log_completions is False."
 
@@ -106,18 +107,6 @@ def test_a_rank_whose_rank0_never_decides_leaves_after_the_wait(tmp_path: Path) 
 
 
 # -- the node task: no requeue, and the job ends failed ---------------------------------------
-
-def _node_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-               **state: Any) -> tuple[Path, list[list[str]]]:
-    """A node task under Slurm job 7 whose torchrun stand-in leaves ``state`` and exits 1."""
-    run_dir = minimal_run(tmp_path)
-
-    def leaves_state() -> int:
-        rundir.update_state(run_dir, attempt="slurm-7.0", **state)
-        return 1
-
-    called = fake_node(monkeypatch, "7", leaves_state)
-    return run_dir, called
 
 
 def test_a_configuration_error_is_not_requeued_and_fails_the_job(

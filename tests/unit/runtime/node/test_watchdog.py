@@ -29,7 +29,7 @@ from hpc_grpo.runtime.node.stall import Beat, Policy, judge
 from hpc_grpo.runtime.rank.faults import hang as hang_fault
 from hpc_grpo.runtime.rank.observe import heartbeat
 from tests.paths import SITE_CONFIGS
-from tests.unit.runtime.node.test_config_error_node import _node_task
+from tests.unit.runtime.node.config_error_node_helpers import _node_task
 
 POLICY = Policy(startup_s=100.0, min_s=10.0, factor=3.0)
 T0 = 1_000_000.0  # the attempt's start

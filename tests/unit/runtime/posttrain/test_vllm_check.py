@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from hpc_grpo.runtime.posttrain import check, engine, export, vllm_check  # noqa: E402
-from tests.unit.runtime.posttrain.test_check import CharTokenizer, tiny  # noqa: E402
+from tests.unit.runtime.posttrain.check_helpers import CharTokenizer, tiny  # noqa: E402
 
 
 @dataclass

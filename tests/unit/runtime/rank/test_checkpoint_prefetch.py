@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from hpc_grpo.runtime.rank.checkpoints import prefetch as prefetch
-from tests.unit.runtime.rank.test_runtime_checks import make_run, record
+from tests.unit.runtime.rank.runtime_checks_helpers import make_run, record
 
 # DeepSpeed 0.19's names in a tag folder (global_step<N>/), bf16 runs
 ZERO2 = ["bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt",

@@ -20,9 +20,8 @@ from hpc_grpo.runtime.rank.checkpoints.read import (
     still_mapped,
     wanted,
 )
-from tests.unit.runtime.rank.test_runtime_checks import make_run, record
-
-BIG = 1 << 20  # float32 elements: 4 MiB, above SMALL_BYTES
+from tests.unit.runtime.rank.checkpoint_read_helpers import BIG, _equal, _saved
+from tests.unit.runtime.rank.runtime_checks_helpers import make_run, record
 
 
 def _run(device: str = "cuda", **deepspeed: Any) -> Any:
@@ -43,26 +42,6 @@ def _run(device: str = "cuda", **deepspeed: Any) -> Any:
 ])
 def test_where_it_is_on(device: str, ds: dict[str, Any], env: dict[str, str], expected: bool) -> None:
     assert wanted(_run(device, **ds), env) is expected
-
-
-def _saved(path: Path, legacy: bool = False) -> dict[str, Any]:
-    state = {"module": OrderedDict(w=torch.arange(BIG, dtype=torch.float32), b=torch.ones(3)),
-             "optimizer": {"state": {0: {"step": torch.tensor(7.0),
-                                         "exp_avg": torch.full((BIG,), 0.5)}},
-                           "groups": [(torch.zeros(2), 1e-5)]},
-             "global_steps": 7}
-    torch.save(state, path, _use_new_zipfile_serialization=not legacy)
-    return state
-
-
-def _equal(a: Any, b: Any) -> bool:
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and torch.equal(a, b)
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple):
-        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)
 
 
 def test_a_mapped_read_is_torch_loads_and_lets_the_file_go(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from transformers.trainer_utils import rotate_checkpoints
 from hpc_grpo.rundir.contract import DEFAULT_SAVE_TOTAL_LIMIT, RunRecord
 from hpc_grpo.runtime.rank.checkpoints.folders import newest_complete, retain, retention_limit, write_marker
 from hpc_grpo.runtime.rank.setup.grpo_args import grpo_kwargs
-from tests.unit.runtime.rank.test_runtime_checkpoints import make_checkpoint
+from tests.unit.runtime.rank.runtime_checkpoints_helpers import make_checkpoint
 
 KNOWN = ["output_dir", "seed", "use_cpu", "use_vllm", "bf16", "fp16", "ddp_timeout", "logging_steps",
          "report_to", "disable_tqdm", "save_strategy", "save_steps", "save_total_limit", "run_name"]

@@ -8,18 +8,8 @@ import time
 from pathlib import Path
 
 from hpc_grpo import rundir
-from hpc_grpo.runtime.rank.checkpoints.folders import is_complete, newest_complete, write_marker
-
-
-def make_checkpoint(root: Path, step: int, *, marker: bool = True, state_step: int | None = None) -> Path:
-    folder = root / f"checkpoint-{step}"
-    folder.mkdir(parents=True)
-    (folder / "model.safetensors").write_bytes(b"x")
-    if state_step is not None:
-        (folder / "trainer_state.json").write_text(json.dumps({"global_step": state_step}))
-    if marker:
-        write_marker(folder, step, world_size=2)
-    return folder
+from hpc_grpo.runtime.rank.checkpoints.folders import is_complete, newest_complete
+from tests.unit.runtime.rank.runtime_checkpoints_helpers import make_checkpoint
 
 
 def test_newest_complete_skips_half_written(tmp_path: Path) -> None:

@@ -13,8 +13,8 @@ import pytest
 
 from hpc_grpo import rundir
 from hpc_grpo.runtime.rank.checkpoints import deepspeed_save, folders, save_parts
-from tests.unit.runtime.rank.test_deepspeed_save import OFFLOAD3, _run
-from tests.unit.runtime.rank.test_deepspeed_save import trainer as trainer  # noqa: F401 (fixture)
+from tests.unit.runtime.rank.deepspeed_save_helpers import OFFLOAD3, _run
+from tests.unit.runtime.rank.deepspeed_save_helpers import trainer as trainer  # noqa: F401 (fixture)
 
 ENGINE_SAVE_S = 0.5
 

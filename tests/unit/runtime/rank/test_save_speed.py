@@ -13,7 +13,7 @@ import torch
 
 from hpc_grpo.runtime.rank.checkpoints import save_speed
 from hpc_grpo.runtime.rank.checkpoints.read import MappedReads, mapped_load
-from tests.unit.runtime.rank.test_checkpoint_read import _equal, _saved
+from tests.unit.runtime.rank.checkpoint_read_helpers import _equal, _saved
 
 
 @pytest.fixture(autouse=True)
