@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hpc_grpo.errors import UserError
-from hpc_grpo.rundir.child import call_child
+from hpc_grpo.rundir.child_call import call_child
 
 QUIET = {"TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false",
          "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "DS_ACCELERATOR": "cpu",

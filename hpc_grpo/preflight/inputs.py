@@ -26,7 +26,7 @@ from hpc_grpo.planner.blocks import dataset_block, model_block
 from hpc_grpo.planner.catalogue import builtin_arch
 from hpc_grpo.planner.types import ModelRef
 from hpc_grpo.rundir.checkpoints import checkpoint_step, existing_parent, free_bytes_or_none
-from hpc_grpo.rundir.child import call_child
+from hpc_grpo.rundir.child_call import call_child
 from hpc_grpo.rundir.contract import CHECKPOINTS
 from hpc_grpo.rundir.hub import hub_snapshot
 

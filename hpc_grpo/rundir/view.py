@@ -192,6 +192,12 @@ class RecordHead:
                    and not isinstance(max_steps, bool) else None)
 
 
+def read_head(run_dir: Path) -> RecordHead:
+    """What run.json says of the run's name, site, back end and payload, for a reader that needs
+    nothing else (the planner's learnt timings of a site); empty where it cannot be read."""
+    return RecordHead.read(read_object(run_dir / RUN_JSON, [], required=False), [])
+
+
 def read_object(path: Path, problems: list[str], *, required: bool) -> dict[str, Any]:
     """A JSON object file; what stops it being read is one problem (a missing file only where
     ``required``)."""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from hpc_grpo.config import names
 from hpc_grpo.errors import UserError, did_you_mean
-from hpc_grpo.rundir import load_state, read_json_object, tail_jsonl
+from hpc_grpo.rundir import load_state, tail_jsonl
 from hpc_grpo.rundir.contract import (
     ATTEMPTS,
     CHECKPOINTS,
@@ -29,6 +29,7 @@ from hpc_grpo.rundir.contract import (
     RUN_JSON,
     SUBMITIT,
 )
+from hpc_grpo.rundir.view import read_head
 
 
 def home_dir() -> Path:
@@ -225,7 +226,7 @@ def measured_timings(job_name: str, site: str) -> tuple[float, float, str] | Non
     for run in reversed(indexed_runs()):
         if not run.run_id.startswith(f"{job_name}-"):
             continue
-        record = read_json_object(run.run_dir / RUN_JSON)
+        head = read_head(run.run_dir)
         state = load_state(run.run_dir)
         try:
             checkpoint_s = float(state.checkpoint_seconds or 0.0)
@@ -235,7 +236,7 @@ def measured_timings(job_name: str, site: str) -> tuple[float, float, str] | Non
             step_s = max((float(r.get("step_time") or 0.0) for r in recent), default=0.0)
         except (TypeError, ValueError):
             continue  # a damaged run teaches nothing
-        if record.get("site") != site or not checkpoint_s:
+        if head.site != site or not checkpoint_s:
             continue
         return checkpoint_s, step_s, run.run_id
     return None

@@ -17,6 +17,7 @@ from hpc_grpo.errors import UserError
 from hpc_grpo.export import write
 from hpc_grpo.rundir import ledgers
 from hpc_grpo.runs import after_training
+from tests.paths import REPO
 from tests.unit.export import fakes
 from tests.unit.export.export_fake import FAKE
 
@@ -79,7 +80,7 @@ def test_sigterm_during_the_export_leaves_nothing(tmp_path: Path, fake_python: s
     fakes.checkpoint(run, 4)
     code = ("import sys; from pathlib import Path; from hpc_grpo.export import write; "
             f"write.export(Path({str(run)!r}), python={fake_python!r})")
-    env = {**os.environ, "FAKE_EXPORT": "hang", "PYTHONPATH": str(Path(__file__).parents[3])}
+    env = {**os.environ, "FAKE_EXPORT": "hang", "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
     started = run / "export" / "child-started"
     deadline = time.time() + 30

@@ -52,7 +52,7 @@ RULES: dict[str, tuple[str, set[str]]] = {
     "free space": (r"disk_usage\(", {"rundir/checkpoints.py"}),
     # The child-Python protocol's launcher side: request on stdin, answer file (export, eval,
     # push, the check of rewards and prompts).
-    "the child protocol's answer file": (r"answer\.json\"|answer_path\b", {"rundir/child.py"}),
+    "the child protocol's answer file": (r"answer\.json\"|answer_path\b", {"rundir/child_call.py"}),
     # ... and its child side: the request read, the answer written, an error as one line.
     "the child protocol's request": (r"json\.load\(sys\.stdin\)",
                                      {"runtime/child_answer.py", "runtime/rank/data/inputs_probe.py"}),

@@ -5,7 +5,9 @@ alike, since a circle kept alive by imports inside functions is still a circle (
 rooms had grown into one: config, planner, scheduler, runs, preflight and export each reached
 the others). The order is the README's ("Architecture"): data flows from the command line down
 to the run directory, and the run directory's room (shared with the runtime) sits at the bottom.
-Rooms on one level (the runtime's node task and rank) may not import each other either.
+Rooms on one level may not import each other either. The runtime's rooms are held by
+tests/unit/runtime/test_runtime_layers.py (which room may import which: node and rank side by
+side, neither importing the other).
 """
 
 from __future__ import annotations
@@ -23,10 +25,7 @@ LAUNCHER: tuple[tuple[str, ...], ...] = (
     ("rundir",), ("config",), ("planner",), ("scheduler",), ("runs",), ("preflight",),
     ("export",), ("api",), ("cli",))
 PLANNER: tuple[tuple[str, ...], ...] = (("planner.memory",), ("planner.speed",), ("planner",))
-RUNTIME: tuple[tuple[str, ...], ...] = (
-    ("rundir",), ("runtime",), ("runtime.models",), ("runtime.node", "runtime.rank"),
-    ("runtime.posttrain",))
-STACKS = {"launcher": LAUNCHER, "planner": PLANNER, "runtime": RUNTIME}
+STACKS = {"launcher": LAUNCHER, "planner": PLANNER}
 SUBROOMS = {"planner": ("memory", "speed"), "runtime": ("node", "rank", "posttrain", "models")}
 
 
@@ -88,25 +87,26 @@ def test_each_room_imports_only_rooms_below_it(name: str) -> None:
 
 
 def test_every_room_has_its_place() -> None:
-    """A new room joins a stack: none may sit outside every order unchecked."""
+    """A new launcher room joins a stack: none may sit outside every order unchecked."""
     placed = {room for stack in STACKS.values() for rooms in stack for room in rooms}
-    rooms = {room for edge in EDGES for room in edge}
+    rooms = {room for edge in EDGES for room in edge if not room.startswith("runtime")}
     assert rooms - placed == set()
 
 
 def test_a_planted_upward_import_fails(tmp_path: Path) -> None:
-    """The check can fail: an import up the stack (config -> runs, the edge that once closed
-    the launcher's circle) and one beside (node -> rank) inside a function are both found."""
+    """The check can fail: an import up the stack inside a function (config -> runs, the edge
+    that once closed the launcher's circle) and one under TYPE_CHECKING (memory -> speed)."""
     package = tmp_path / "hpc_grpo"
-    for folder in ("config", "runs", "runtime/node", "runtime/rank"):
+    for folder in ("config", "runs", "planner/memory", "planner/speed"):
         (package / folder).mkdir(parents=True)
         (package / folder / "__init__.py").write_text("")
     (package / "config" / "spec.py").write_text(
         "def check():\n    from hpc_grpo.runs import names\n    return names\n")
-    (package / "runtime" / "node" / "task.py").write_text(
+    (package / "planner" / "memory" / "estimate.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-        "    from hpc_grpo.runtime.rank import heartbeat\n")
+        "    from hpc_grpo.planner.speed import choose\n")
     planted = room_edges(package)
-    found = violations(planted, LAUNCHER) + violations(planted, RUNTIME)
+    found = violations(planted, LAUNCHER) + violations(planted, PLANNER)
     assert any("config imports runs (above it)" in line for line in found), found
-    assert any("runtime.node imports runtime.rank (beside it)" in line for line in found), found
+    assert any("planner.memory imports planner.speed (above it)" in line for line in found), found
+    assert violations(planted, (("config", "runs"),)) != [], "rooms side by side are refused too"

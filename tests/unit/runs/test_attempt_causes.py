@@ -11,9 +11,10 @@ import pytest
 from hpc_grpo.rundir.view import RestartLine
 from hpc_grpo.runs import track, views
 from hpc_grpo.runs.attempts import with_accounting
+from tests.paths import TESTS
 from tests.unit.slurmfake import FakeSlurm, identity, make_run, sacct_line, squeue_line
 
-RECORDS = json.loads((Path(__file__).parents[1] / "records" / "slurm_causes.json").read_text())
+RECORDS = json.loads((TESTS / "unit" / "records" / "slurm_causes.json").read_text())
 
 
 def _recorded_states(job: str) -> list[str]:

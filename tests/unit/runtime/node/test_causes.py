@@ -26,8 +26,9 @@ from hpc_grpo.runtime.node.causes import (
     USER_SIGNAL,
     JobFacts,
 )
+from tests.paths import TESTS
 
-RECORDS = json.loads((Path(__file__).parents[2] / "records" / "slurm_causes.json").read_text())
+RECORDS = json.loads((TESTS / "unit" / "records" / "slurm_causes.json").read_text())
 SIGNALLED = {c["name"]: c for c in RECORDS["signalled"]}
 CRASHES = {c["name"]: c for c in RECORDS["crashes"]}
 
