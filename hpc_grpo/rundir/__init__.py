@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -210,7 +211,7 @@ def consume_stale_stop_request(run_dir: str | os.PathLike[str], started_at: floa
     except FileNotFoundError:
         return False
     # a person's file (not JSON, or not a record) has no attempt: its age alone decides
-    if mtime >= started_at or (attempt and read_json_object(path).get("attempt") == attempt):
+    if mtime >= started_at or (attempt and read_stop_request(run_dir).attempt == attempt):
         return False
     logs = Path(run_dir) / LOGS
     logs.mkdir(parents=True, exist_ok=True)
@@ -219,6 +220,37 @@ def consume_stale_stop_request(run_dir: str | os.PathLike[str], started_at: floa
     except FileNotFoundError:
         return False
     return True
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    """A stop-request file, read: the node task's record (``request_stop``) or a person's words.
+    ``reason`` is the record's reason or the first line a person wrote ("" none)."""
+
+    reason: str = ""
+    signal: str = ""  # the signal the node task turned into this request ("" none)
+    attempt: str = ""  # the attempt it is for ("" a person's, or an older record)
+
+    @classmethod
+    def parse(cls, text: str) -> StopRequest:
+        try:
+            record = json.loads(text)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict):
+            return cls(reason=text.strip().splitlines()[0] if text.strip() else "")
+        return cls(reason=str(record.get("reason") or ""), signal=str(record.get("signal") or ""),
+                   attempt=str(record.get("attempt") or ""))
+
+
+def read_stop_request(run_dir: str | os.PathLike[str]) -> StopRequest:
+    """The run's stop-request file, parsed (an empty request where it cannot be read: moved or
+    removed between a check and the read is a request all the same)."""
+    try:
+        text = (Path(run_dir) / STOP_REQUEST).read_text(errors="replace")
+    except OSError:
+        text = ""
+    return StopRequest.parse(text)
 
 
 def redirect_output(run_dir: str | os.PathLike[str], rank: int) -> Path:

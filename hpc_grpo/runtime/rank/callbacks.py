@@ -66,11 +66,7 @@ class GracefulStopCallback(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
     ) -> TrainerControl:
         if self.flag.reason is None and self.stop_file.exists():
-            try:
-                text = self.stop_file.read_text(errors="replace")
-            except OSError:  # moved or removed between the two calls: a request all the same
-                text = ""
-            self.flag.reason = request_reason(text)
+            self.flag.reason = request_reason(rundir.read_stop_request(self.stop_file.parent))
         local = torch.tensor([1 if self.flag.reason else 0], dtype=torch.int32, device=self.device)
         if _dist_ready():
             dist.all_reduce(local, op=dist.ReduceOp.MAX)

@@ -7,11 +7,11 @@ watchdog sends (runtime/node/watchdog.py) and each rank answers with its Python 
 
 from __future__ import annotations
 
-import json
 import signal
 from collections.abc import Iterable
 from types import FrameType
 
+from hpc_grpo.rundir import StopRequest
 from hpc_grpo.rundir.contract import STOP_REQUEST, STOP_REQUESTED, signal_name
 
 # SIGQUIT because the stop signals (USR2, TERM, a site's USR1) are taken, it is the JVM's
@@ -20,20 +20,13 @@ from hpc_grpo.rundir.contract import STOP_REQUEST, STOP_REQUESTED, signal_name
 DUMP_SIGNAL = signal.SIGQUIT
 
 
-def request_reason(text: str) -> str:
-    """The stop flag's reason for a stop-request file holding ``text``: the file's own reason
-    where it gives one (the node task's JSON, or a person's words), so the cause can be told."""
-    try:
-        record = json.loads(text)
-    except ValueError:
-        record = None
-    if isinstance(record, dict):
-        reason = str(record.get("reason") or "")
-        if record.get("signal"):
-            return f"{STOP_REQUEST} file: signal {record['signal']}" + (f" ({reason})" if reason else "")
-    else:
-        reason = text.strip().splitlines()[0] if text.strip() else ""
-    return f"{STOP_REQUEST} file" + (f": {reason}" if reason else "")
+def request_reason(request: StopRequest) -> str:
+    """The stop flag's reason for a stop-request file: the file's own reason where it gives one
+    (the node task's record, or a person's words), so the cause can be told."""
+    if request.signal:
+        return f"{STOP_REQUEST} file: signal {request.signal}" + (
+            f" ({request.reason})" if request.reason else "")
+    return f"{STOP_REQUEST} file" + (f": {request.reason}" if request.reason else "")
 
 
 def request_cause(reason: str | None) -> str | None:

@@ -60,6 +60,8 @@ RULES: dict[str, tuple[str, set[str]]] = {
     # srun and side jobs.
     "the allocation request": (r"--gres=gpu|--gpus-per-node=|lmod/init",
                                {"scheduler/jobscript.py"}),
+    # The stop-request file: written (request_stop) and read (StopRequest.parse) in one place.
+    "the stop request's fields": (r"\.get\(\"signal\"\)", {"rundir/__init__.py"}),
     "a signal's name": (r"removeprefix\(\"SIG\"\)", {"rundir/contract.py"}),
     # (an export job's own ledger line names the back end it went to: rundir/ledgers.py)
     "the scheduler read from run.json": (r"\.get\(\"scheduler\"\)",
@@ -96,6 +98,7 @@ def test_the_scan_sees_a_second_copy() -> None:
         "the child protocol's answer file": 'answer_path = Path(tmp) / "answer.json"',
         "the child protocol's request": "answer = push(json.load(sys.stdin))",
         "the allocation request": 'options.append(f"--gres=gpu:{gpus}")',
+        "the stop request's fields": 'if record.get("signal"):',
         "a signal's name": 'signum = signal.Signals["SIG" + name.upper().removeprefix("SIG")]',
         "the scheduler read from run.json": 'scheduler = str(record.get("scheduler") or "slurm")',
     }

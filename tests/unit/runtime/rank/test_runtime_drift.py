@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from hpc_grpo import rundir
-from hpc_grpo.rundir import contract
+from hpc_grpo.rundir import StopRequest, contract
 from hpc_grpo.rundir.contract import RunRecord
 from hpc_grpo.runtime.rank.faults import stale_weights
 from hpc_grpo.runtime.rank.setup.grpo_args import grpo_kwargs
@@ -113,7 +113,7 @@ def test_the_server_reports_processed_log_probabilities() -> None:
      "stop-request file: signal USR2 (USR2 to node task on n1)", None),
 ])
 def test_a_stop_request_is_told_from_a_signal(text: str, reason: str, cause: str | None) -> None:
-    assert request_reason(text) == reason
+    assert request_reason(StopRequest.parse(text)) == reason
     assert request_cause(reason) == cause
 
 
