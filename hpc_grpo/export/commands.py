@@ -9,9 +9,11 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from hpc_grpo.export import best as best_of
 from hpc_grpo.export import evaluate as evaluation
+from hpc_grpo.export import plan, write
 from hpc_grpo.export import push as hub
-from hpc_grpo.export import write
+from hpc_grpo.export import side_job as jobs
 from hpc_grpo.rundir.hub import HubBlock, push_command
 from hpc_grpo.rundir.view import read_view
 from hpc_grpo.runs import registry, runfiles
@@ -57,9 +59,6 @@ def _as_job(run_dir: Path, *, step: int | None, best: str | None, to: str | None
             dtype: str | None, adapter: bool, push: str | None, private: bool | None,
             job: bool | None, announce: Callable[[str], None] | None) -> write.Exported | None:
     """The export submitted as a job when it should be one (None: run it here)."""
-    from hpc_grpo.export import best as best_of
-    from hpc_grpo.export import plan
-    from hpc_grpo.export import side_job as jobs
 
     write.refuse_missing(run_dir)
     record = runfiles.read_run_record(run_dir, "exported")

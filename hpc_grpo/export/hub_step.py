@@ -12,16 +12,14 @@ each save or checkpoint) is not done: one push of the checked model, said in a w
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
+from hpc_grpo.config.site import SiteProfile
+from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
+from hpc_grpo.export.push import check_repo_id
+from hpc_grpo.planner.job import JobPlan
+from hpc_grpo.rundir.contract import RunRecord
 from hpc_grpo.rundir.hub import HubBlock, push_command
-
-if TYPE_CHECKING:
-    from hpc_grpo.config.site import SiteProfile
-    from hpc_grpo.config.spec import JobSpec
-    from hpc_grpo.planner.job import JobPlan
-    from hpc_grpo.rundir.contract import RunRecord
 
 STRATEGIES = ("end", "every_save", "checkpoint", "all_checkpoints")  # TRL's hub_strategy
 
@@ -30,7 +28,6 @@ def hub_block(spec: JobSpec, site: SiteProfile) -> HubBlock | None:
     """run.json's block: None without push_to_hub or without a repository to push to."""
     if not spec.push_to_hub or not spec.hub_model_id:
         return None
-    from hpc_grpo.export.push import check_repo_id
 
     try:
         check_repo_id(spec.hub_model_id)

@@ -16,6 +16,7 @@ from typing import Any
 
 from hpc_grpo.errors import UserError
 from hpc_grpo.export import layout
+from hpc_grpo.planner.memory.arch import arch_from_config
 from hpc_grpo.rundir.checkpoints import run_checkpoints
 from hpc_grpo.rundir.contract import EXPORT_DIR, RunRecord
 from hpc_grpo.rundir.hub import hub_snapshot
@@ -120,7 +121,6 @@ def count_params(kind: str, checkpoint: Path, base: str) -> int:
     files = layout.weight_files(folder)
     if files:
         return sum(layout.safetensors_elements(f) for f in files)
-    from hpc_grpo.planner.memory.arch import arch_from_config
 
     config = json.loads((checkpoint / "config.json").read_text())
     try:

@@ -18,19 +18,17 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from hpc_grpo.config.site import SiteProfile, find_site, minutes
+from hpc_grpo.errors import UserError
 from hpc_grpo.export import plan
-from hpc_grpo.rundir import ledgers
+from hpc_grpo.rundir import ledgers, read_json_object
 from hpc_grpo.rundir.contract import LOGS, SPEC_JSON, RunRecord
 from hpc_grpo.rundir.hub import export_argv, push_args, visibility
 from hpc_grpo.rundir.ledgers import ExportJobLine
 from hpc_grpo.rundir.view import read_view
 from hpc_grpo.scheduler.backend import SideJob, backend_for
 from hpc_grpo.scheduler.jobscript import allocation_options, side_job_script
-
-if TYPE_CHECKING:
-    from hpc_grpo.config.site import SiteProfile
 
 TIME_MIN = 120  # the job's time limit, at most the site's max_time: ZeRO-3 shards of 7B convert in minutes
 MEM_MARGIN = 1.25  # over the plan's host memory (the model's tensors, the check's two models)
@@ -71,9 +69,6 @@ def command(the_plan: plan.ExportPlan, python: str, *, to: str | None, dtype: st
 def _site(run_dir: Path, site_name: str) -> tuple[SiteProfile, str]:
     """The run's site profile (spec.json's, else run.json's; an empty one, Slurm's defaults,
     where it is gone) and the partition its training asked for (spec.json's), else the site's."""
-    from hpc_grpo.config.site import SiteProfile, find_site
-    from hpc_grpo.errors import UserError
-    from hpc_grpo.rundir import read_json_object
 
     saved = read_json_object(run_dir / SPEC_JSON)
     name = str(saved.get("site") or site_name)
@@ -96,7 +91,6 @@ def script_text(site: SiteProfile, run_dir: Path, argv: list[str], reason: str) 
 def submit(the_plan: plan.ExportPlan, record: RunRecord, argv: list[str],
            reason: str) -> ExportJob:
     """Write the script, start it through the run's back end with the site's flags, record it."""
-    from hpc_grpo.config.site import minutes
 
     run_dir = the_plan.run_dir
     number = ledgers.next_export_job(run_dir)
@@ -122,8 +116,6 @@ def submit(the_plan: plan.ExportPlan, record: RunRecord, argv: list[str],
 
 def nodes_reach_hub(record: RunRecord) -> bool:
     """Whether the run's site says its nodes reach the hub (a job may push from there)."""
-    from hpc_grpo.config.site import find_site
-    from hpc_grpo.errors import UserError
 
     try:
         return find_site(record.site).nodes_reach_hub
@@ -133,7 +125,6 @@ def nodes_reach_hub(record: RunRecord) -> bool:
 
 def default_python(record: RunRecord, run_dir: Path) -> str:
     """The run's own interpreter (spec.json's: the site's), else this one."""
-    from hpc_grpo.rundir import read_json_object
 
     python = read_json_object(run_dir / SPEC_JSON).get("python")
     return python if isinstance(python, str) and python else sys.executable

@@ -21,20 +21,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hpc_grpo.errors import UserError
 from hpc_grpo.export import best as best_of
 from hpc_grpo.export import card, child, plan
+from hpc_grpo.export.push import Pushed
+from hpc_grpo.export.side_job import ExportJob
 from hpc_grpo.rundir import ledgers, read_jsonl
 from hpc_grpo.rundir.checkpoints import free_bytes_or_none
 from hpc_grpo.rundir.contract import METRICS_JSONL, REWARD_CURVE, RUN_JSON, RunRecord
 from hpc_grpo.rundir.ledgers import ExportLine
 from hpc_grpo.runs import runfiles
-
-if TYPE_CHECKING:
-    from hpc_grpo.export.push import Pushed
-    from hpc_grpo.export.side_job import ExportJob
 
 MODULE = "hpc_grpo.runtime.posttrain.export"
 
