@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from hpc_grpo.errors import UserError
 from hpc_grpo.rundir.contract import JOB_SBATCH, LOCAL_NODE_LOG, LOGS, SUBMITIT
 from hpc_grpo.rundir.contract import signal_name as signal_name_of
-from hpc_grpo.rundir.view import RunView
+from hpc_grpo.rundir.view import RunView, append_job_line
 from hpc_grpo.scheduler.backend import Action, SideJob, Submission
 from hpc_grpo.scheduler.jobstate import JobView, local_view
 
@@ -157,6 +157,7 @@ class LocalBackend:
         if not local_job_alive(job_id, files.run_dir):
             return Action(run, job_id, False, f"run {run} is not running: nothing {verb}")
         _send(job_id, files.run_dir, signum)
+        append_job_line(files.run_dir, job_id, verb)  # as the Slurm back end: status reads it
         return Action(run, job_id, True, f"{verb} local run {run} (pid {job_id})")
 
     def cancel(self, files: RunView) -> Action:

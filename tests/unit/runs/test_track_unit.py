@@ -208,3 +208,32 @@ def test_a_pending_stranger_under_the_id_is_no_evidence_for_the_run(
     assert (row.state, row.finished, row.source) == ("COMPLETED", True, "run directory")
     assert "job 10 is now another job ('sleep'" in row.note
     assert not track.cancel("check-0001").done and fake.calls("scancel") == []
+
+
+def test_a_cancelled_run_shows_cancelled_once_slurm_forgot_its_job(
+        fake: FakeSlurm, tmp_path: Path) -> None:
+    """Issue #58: a run cancelled with hpc-grpo cancel, then forgotten by Slurm, showed UNKNOWN*
+    (phase interrupted); so did one cancelled with scancel, whose node task recorded
+    stop_cause "cancelled". Both are CANCELLED, from the run directory."""
+    run_dir = tmp_path / "runs" / "grpo-tiny-0001"
+    job = identity(run_dir, "5")
+    make_run(tmp_path / "runs", "grpo-tiny-0001", phase="training", step=3, job=job)
+    fake.answer("squeue", squeue_line("5", "RUNNING", T0, command=str(job["script"])))
+    assert track.cancel("grpo-tiny-0001").done
+    fake.answer("sacct", "")
+    fake.answer("squeue", "")  # forgotten
+    (run_dir / "state.json").write_text(json.dumps({"phase": "interrupted", "step": 3}))
+    row = _only(track.status())
+    assert (row.state, row.finished, row.source) == ("CANCELLED", True, "run directory")
+
+    other = tmp_path / "runs" / "grpo-tiny-0002"  # scancel outside hpc-grpo: no jobs.jsonl line
+    make_run(tmp_path / "runs", "grpo-tiny-0002", job=identity(other, "6"))
+    submitted = _jobs(other)[0]["time"]
+    (other / "state.json").write_text(json.dumps({
+        "phase": "interrupted", "step": 2, "stop_cause": "cancelled", "started": submitted + 1}))
+    row = _only(track.status(["grpo-tiny-0002"]))
+    assert (row.state, row.finished, row.source) == ("CANCELLED", True, "run directory")
+    # an earlier job's cancel (this job, a resume, has not started yet) is not this job's
+    (other / "state.json").write_text(json.dumps({
+        "phase": "interrupted", "step": 2, "stop_cause": "cancelled", "started": submitted - 60}))
+    assert _only(track.status(["grpo-tiny-0002"])).state == "UNKNOWN"
