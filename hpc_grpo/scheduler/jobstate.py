@@ -138,8 +138,8 @@ def slurm_view(files: RunView, records: JobRecords) -> JobView:
         state = combine(job_id, fold_sacct(ours) if ours else None,
                         live.state if live else None)
         attempts = tuple(r.state.state for _, r in sorted(enumerate(ours), key=lambda p: (p[1].submit, p[0])))
-        return JobView(state, "slurm", f"not confirmed as this run's job: {likely}" if likely else "",
-                       attempts)
+        notes = [f"not confirmed as this run's job: {likely}" if likely else "", partial(records)]
+        return JobView(state, "slurm", "; ".join(n for n in notes if n), attempts)
     elsewhere = [m for m, _ in refused if m.verdict == "elsewhere"]
     if elsewhere:
         return from_run_dir(files, job_id, over=False, why=elsewhere[-1].why)
@@ -150,4 +150,18 @@ def slurm_view(files: RunView, records: JobRecords) -> JobView:
     why = silent or f"Slurm no longer knows job {job_id}"
     if records.sacct_error is not None:
         why = f"squeue no longer has job {job_id} and sacct failed ({records.sacct_error.message})"
+    elif records.squeue_error is not None:
+        why = f"sacct has no record of job {job_id} and squeue failed ({records.squeue_error.message})"
     return from_run_dir(files, job_id, over=False, why=why)
+
+
+def partial(records: JobRecords) -> str:
+    """What is missing from a state when one of sacct and squeue answered and the other did not
+    (hung past STATUS_WAIT_S or failed): "" when both answered."""
+    if records.sacct_error is not None:
+        return (f"sacct did not answer ({records.sacct_error.message}): the state is squeue's, "
+                "without the exit code and the requeue count")
+    if records.squeue_error is not None:
+        return (f"squeue did not answer ({records.squeue_error.message}): the state is sacct's, "
+                "which lags Slurm's own by seconds")
+    return ""
