@@ -15,6 +15,7 @@ still recognised, so ``status`` and ``cancel`` of such a run directory keep work
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal as _signal
 import subprocess
@@ -163,7 +164,11 @@ class LocalBackend:
     def cancel(self, files: RunView) -> Action:
         """SIGTERM, as scancel: the ranks checkpoint at the step end and stop; ``timeout`` in
         the script kills what is left ``signal_lead_s`` later."""
-        return self._act(files, "cancelled", _signal.SIGTERM)
+        action = self._act(files, "cancelled", _signal.SIGTERM)
+        if not action.done:
+            return action
+        return dataclasses.replace(action, message=f"{action.message}: its ranks stop before "
+                                   "their first step, or save a checkpoint at the step end")
 
     def signal(self, files: RunView, signal_name: str) -> Action:
         try:
