@@ -108,6 +108,7 @@ STOP_REQUESTED = "stop request"
 # state.json stop_cause when the watchdog ended an attempt that made no progress (never a
 # configuration error: it is retried like a crash).
 STALLED = "stalled"
+CANCELLED = "cancelled"  # stop_cause of a scancel, jobs.jsonl's event of a cancel: CANCELLED
 
 # metrics.jsonl keys: the mean and the largest absolute difference, over the step's sampled
 # completion tokens, between vLLM's log-probability of each token and the trainer's (issue #15:

@@ -21,6 +21,7 @@ from typing import Any
 from hpc_grpo.rundir import last_jsonl, read_jsonl, tail_jsonl
 from hpc_grpo.rundir.checkpoints import Checkpoint, run_checkpoints
 from hpc_grpo.rundir.contract import (
+    CANCELLED,
     JOBS_JSONL,
     METRICS_JSONL,
     RESTARTS_JSONL,
@@ -251,10 +252,26 @@ class RunView:
         return self.head.site
 
     @property
+    def submitted(self) -> JobLine | None:
+        """The current job's line: the last "submitted" one (older runs' lines have no event)."""
+        lines = [j for j in self.jobs if j.event == "submitted"] or list(self.jobs)
+        return lines[-1] if lines else None
+
+    @property
     def identity(self) -> JobIdentity | None:
-        """The current job: the last "submitted" line (older runs' lines have no event)."""
-        submitted = [j for j in self.jobs if j.event == "submitted"] or list(self.jobs)
-        return submitted[-1].identity(self.run_dir) if submitted else None
+        """The current job's identity (``submitted``)."""
+        line = self.submitted
+        return line.identity(self.run_dir) if line else None
+
+    @property
+    def cancelled(self) -> bool:
+        """``hpc-grpo cancel`` reached the current job: a "cancelled" line of its id follows
+        its submission (either back end writes one when the cancel was sent)."""
+        line = self.submitted
+        if line is None:
+            return False
+        after = self.jobs[max(i for i, j in enumerate(self.jobs) if j is line) + 1:]
+        return any(j.event == CANCELLED and j.job_id == line.job_id for j in after)
 
     @property
     def is_local(self) -> bool:

@@ -46,6 +46,33 @@ def with_accounting(restarts: Sequence[RestartLine], job_id: str,
     return out
 
 
+def _job_of(attempt: str) -> str:
+    """The job an attempt id belongs to: ``slurm-JOB.N``'s JOB; any other id (a local attempt,
+    ``local-PID-XXXX``: one per job, as a local run has no requeue) is a job of its own."""
+    found = _ATTEMPT.match(attempt)
+    return found.group(1) if found else attempt
+
+
+def is_resume(restart: RestartLine) -> bool:
+    """The restart line of ``hpc-grpo resume``: the first attempt of a new job after an earlier
+    job's. Not a requeue (nothing of Slurm's or of the node task's brought the run back: the
+    user did), so status shows it apart from the requeues. Lines without attempts (older
+    releases) stay requeues, as they were shown."""
+    return bool(restart.attempt and restart.previous_attempt) and \
+        _job_of(restart.attempt) != _job_of(restart.previous_attempt)
+
+
+def resumed_line(resumes: Sequence[RestartLine]) -> str:
+    """The user's resumes, one line: 'resumed by the user from step 3' (the last one; how many
+    where more than one; the steps the earlier job trained past its checkpoint, where any)."""
+    if not resumes:
+        return ""
+    last = resumes[-1]
+    times = f" {len(resumes)} times, last" if len(resumes) > 1 else ""
+    lost = f" ({last.steps_lost} steps past it lost)" if last.steps_lost else ""
+    return f"resumed by the user{times} from step {last.resumed_from_step or 0}{lost}"
+
+
 def startup_line(last: Mapping[str, Any], attempt: str = "") -> str:
     """The last attempt's time to its first step, largest part first (startup.jsonl's last line,
     written by rank 0: runtime/rank/observe/startup_times.py); "" before any attempt reached a step, when the

@@ -28,7 +28,7 @@ from hpc_grpo.rundir.contract import (
 from hpc_grpo.rundir.view import RestartLine
 from hpc_grpo.runs import after_training as after
 from hpc_grpo.runs import joberror, registry
-from hpc_grpo.runs.attempts import startup_line, with_accounting
+from hpc_grpo.runs.attempts import is_resume, resumed_line, startup_line, with_accounting
 from hpc_grpo.runs.runfiles import RunFiles, read_run
 from hpc_grpo.scheduler.backend import Action, Backend, backend_for
 from hpc_grpo.scheduler.jobstate import JobView
@@ -70,6 +70,8 @@ class RunStatus:
     pushed: str = ""  # the newest push to the hub, or "push pending: COMMAND" (runs/after_training.py)
     export_job: str = ""  # the newest `export` run as a job and its state (export/side_job.py)
     startup: str = ""  # the last attempt's time to its first step, by part (attempts.py)
+    resumes: tuple[dict[str, Any], ...] = ()  # hpc-grpo resume's restarts: not requeues
+    resumed: str = ""  # "resumed by the user from step N" (attempts.resumed_line), "" never
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -83,16 +85,19 @@ def _row(files: RunFiles, view: JobView) -> RunStatus:
 def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
     js, progress = view.state, files.progress
     identity, state = files.identity, files.state
+    resumes = [r for r in files.restarts if is_resume(r)]
+    requeued = [r for r in files.restarts if not is_resume(r)]
     return RunStatus(
         run_id=files.run_id, run_dir=str(files.run_dir), site=files.site, job_id=files.job_id,
         state=js.state, finished=js.finished, meaning=js.meaning, phase=progress.phase,
         step=progress.step, max_steps=progress.max_steps, reward=progress.reward,
         tokens_per_s=progress.tokens_per_s, checkpoint_step=progress.checkpoint_step,
         checkpoint_time=progress.checkpoint_time,
-        requeues=max(js.restarts, len(files.restarts)), nodes=js.nodes,
+        requeues=max(js.restarts, len(requeued)), nodes=js.nodes,
         restarts=tuple(r.to_row() for r in (
-            *with_accounting(files.restarts, files.job_id, view.attempts),
+            *with_accounting(requeued, files.job_id, view.attempts),
             *_pending_restart(files, js))),
+        resumes=tuple(r.to_row() for r in resumes), resumed=resumed_line(resumes),
         cluster=identity.cluster if identity else "", source=view.source,
         note="; ".join([*files.problems, *([view.note] if view.note else [])]),
         cause=progress.cause, message=progress.message,

@@ -68,8 +68,10 @@ def _notes(row: track.RunStatus) -> list[str]:
         notes.append(f"stalled: {row.stalled}")
     if row.restarts:
         notes.append(f"requeues: {_requeue_causes(row)}")
-        if row.startup:  # what the last restart cost once the job ran again
-            notes.append(row.startup)
+    if row.resumed:  # hpc-grpo resume: the user brought it back, not a requeue
+        notes.append(row.resumed)
+    if row.startup and (row.restarts or row.resumed):  # what the last restart cost
+        notes.append(row.startup)
     if row.drift:  # e.g. "vLLM drift: at step 7 ... differ ... by 0.412 on average (bound 0.1)..."
         notes.append(row.drift)
     if row.checkpoint_skipped:

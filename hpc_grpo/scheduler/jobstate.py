@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from hpc_grpo.rundir.contract import CHECK
+from hpc_grpo.rundir.contract import CANCELLED, CHECK
 from hpc_grpo.rundir.view import RunView
 from hpc_grpo.scheduler.identity import Match, match
 from hpc_grpo.scheduler.slurm_records import (
@@ -46,6 +46,14 @@ def training_ended(files: RunView) -> bool:
                                and (files.run_dir / CHECK).exists())
 
 
+def was_cancelled(files: RunView) -> bool:
+    """The current job was cancelled: ``hpc-grpo cancel`` recorded it in jobs.jsonl, or the node
+    task named the stop "cancelled" (a scancel outside hpc-grpo) in state.json."""
+    state = files.state
+    return files.cancelled or (state.phase == "interrupted" and state.stop_cause == CANCELLED
+                               and _stopped_by_this_job(files))
+
+
 def from_run_dir(files: RunView, job_id: str, *, over: bool, why: str) -> JobView:
     """What the run directory says, for a job Slurm cannot speak for. `over`: the job is known
     to have left Slurm (its id now names another job on the same cluster)."""
@@ -54,6 +62,9 @@ def from_run_dir(files: RunView, job_id: str, *, over: bool, why: str) -> JobVie
         state = _state(job_id, "COMPLETED", True, "training ended (from the run directory)")
     elif files.state.phase == "failed":
         state = _state(job_id, "FAILED", True, "training failed (from the run directory)")
+    elif was_cancelled(files):
+        state = _state(job_id, "CANCELLED", True, f"cancelled; training stopped at phase {phase} "
+                                                   "(from the run directory)")
     elif over:
         state = _state(job_id, "ENDED", True, f"the job is gone; training stopped at phase {phase}")
     else:
@@ -70,6 +81,8 @@ def local_view(files: RunView, alive: bool) -> JobView:
         state = "RUNNING"
     elif training_ended(files):
         state = "COMPLETED"
+    elif files.state.phase != "failed" and was_cancelled(files):
+        return JobView(_state(job_id, "CANCELLED", True, CANCELLED_LOCAL, "localhost"), "local")
     elif files.state.phase == "interrupted" and _stopped_by_this_job(files):
         return JobView(_state(job_id, "ENDED", True, INTERRUPTED_LOCAL, "localhost"), "local")
     else:
@@ -82,11 +95,13 @@ def _stopped_by_this_job(files: RunView) -> bool:
     """state.json's attempt started after the current job was submitted: the phase is its own
     (cancel, the time limit or a signal; exit 0). A resume that died before its rank 0 wrote
     the phase leaves the previous job's ``interrupted`` there: that job stopped, this one failed."""
-    submitted = files.jobs[-1].time if files.jobs else None
+    submitted = files.submitted.time if files.submitted else None
     started = files.state.started
     return submitted is not None and started is not None and started >= submitted
 
 
+CANCELLED_LOCAL = ("cancelled (hpc-grpo cancel); hpc-grpo resume RUN continues it from its "
+                   "newest complete checkpoint")
 # A local run has no requeue: its ranks saved a checkpoint and stopped, and nothing failed.
 INTERRUPTED_LOCAL = ("stopped at a checkpoint (cancel, its time limit or a signal); "
                      "hpc-grpo resume RUN continues it")
@@ -123,8 +138,8 @@ def slurm_view(files: RunView, records: JobRecords) -> JobView:
         state = combine(job_id, fold_sacct(ours) if ours else None,
                         live.state if live else None)
         attempts = tuple(r.state.state for _, r in sorted(enumerate(ours), key=lambda p: (p[1].submit, p[0])))
-        return JobView(state, "slurm", f"not confirmed as this run's job: {likely}" if likely else "",
-                       attempts)
+        notes = [f"not confirmed as this run's job: {likely}" if likely else "", partial(records)]
+        return JobView(state, "slurm", "; ".join(n for n in notes if n), attempts)
     elsewhere = [m for m, _ in refused if m.verdict == "elsewhere"]
     if elsewhere:
         return from_run_dir(files, job_id, over=False, why=elsewhere[-1].why)
@@ -135,4 +150,18 @@ def slurm_view(files: RunView, records: JobRecords) -> JobView:
     why = silent or f"Slurm no longer knows job {job_id}"
     if records.sacct_error is not None:
         why = f"squeue no longer has job {job_id} and sacct failed ({records.sacct_error.message})"
+    elif records.squeue_error is not None:
+        why = f"sacct has no record of job {job_id} and squeue failed ({records.squeue_error.message})"
     return from_run_dir(files, job_id, over=False, why=why)
+
+
+def partial(records: JobRecords) -> str:
+    """What is missing from a state when one of sacct and squeue answered and the other did not
+    (hung past STATUS_WAIT_S or failed): "" when both answered."""
+    if records.sacct_error is not None:
+        return (f"sacct did not answer ({records.sacct_error.message}): the state is squeue's, "
+                "without the exit code and the requeue count")
+    if records.squeue_error is not None:
+        return (f"squeue did not answer ({records.squeue_error.message}): the state is sacct's, "
+                "which lags Slurm's own by seconds")
+    return ""

@@ -15,6 +15,7 @@ still recognised, so ``status`` and ``cancel`` of such a run directory keep work
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal as _signal
 import subprocess
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING
 from hpc_grpo.errors import UserError
 from hpc_grpo.rundir.contract import JOB_SBATCH, LOCAL_NODE_LOG, LOGS, SUBMITIT
 from hpc_grpo.rundir.contract import signal_name as signal_name_of
-from hpc_grpo.rundir.view import RunView
+from hpc_grpo.rundir.view import RunView, append_job_line
 from hpc_grpo.scheduler.backend import Action, SideJob, Submission
 from hpc_grpo.scheduler.jobstate import JobView, local_view
 
@@ -157,12 +158,17 @@ class LocalBackend:
         if not local_job_alive(job_id, files.run_dir):
             return Action(run, job_id, False, f"run {run} is not running: nothing {verb}")
         _send(job_id, files.run_dir, signum)
+        append_job_line(files.run_dir, job_id, verb)  # as the Slurm back end: status reads it
         return Action(run, job_id, True, f"{verb} local run {run} (pid {job_id})")
 
     def cancel(self, files: RunView) -> Action:
         """SIGTERM, as scancel: the ranks checkpoint at the step end and stop; ``timeout`` in
         the script kills what is left ``signal_lead_s`` later."""
-        return self._act(files, "cancelled", _signal.SIGTERM)
+        action = self._act(files, "cancelled", _signal.SIGTERM)
+        if not action.done:
+            return action
+        return dataclasses.replace(action, message=f"{action.message}: its ranks stop before "
+                                   "their first step, or save a checkpoint at the step end")
 
     def signal(self, files: RunView, signal_name: str) -> Action:
         try:

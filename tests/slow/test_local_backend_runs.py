@@ -97,3 +97,36 @@ def test_status_logs_cancel_and_resume_of_a_run_directory_of_the_previous_releas
     assert steps == [1, 2, 3, 4, 5]
     jobs = [json.loads(line) for line in (run_dir / "jobs.jsonl").read_text().splitlines()]
     assert jobs[-1]["resumed_from_step"] == 3 and jobs[-1]["resumed_from_job"] == "10604"
+
+
+@pytest.mark.slow
+def test_a_cancel_before_the_first_step_trains_no_step(tmp_path: Path) -> None:
+    """Issue #58: a cancel before step 1 printed success, the run showed RUNNING, trained a
+    step and saved checkpoint-1 (the stop request was read only at a step end). Now the ranks
+    agree on it before training: no step, no checkpoint, and status says CANCELLED."""
+    import time
+
+    env = {**os.environ, "HPC_GRPO_HOME": str(tmp_path / "home"),
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    job = ["--site", "local", "--model", "builtin:tiny", "--set", "max_steps=5",
+           "--output-root", str(tmp_path / "runs"), "--run-id", "cancel-0001"]
+    proc = _cli("submit", *job, "--no-wait", cwd=REPO, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = submitted(proc.stdout)[2]
+    deadline = time.monotonic() + 120
+    while not (run_dir / "state.json").exists():  # rank 0 started: the node task handles TERM
+        assert time.monotonic() < deadline, "rank 0 never started"
+        time.sleep(0.1)
+    cancel = _cli("cancel", str(run_dir), cwd=REPO, env=env)
+    assert cancel.returncode == 0 and "before their first step" in cancel.stdout, cancel.stdout
+    while True:
+        row = json.loads(_cli("status", str(run_dir), "--json", cwd=REPO, env=env).stdout)[0]
+        if row["finished"]:
+            break
+        assert time.monotonic() < deadline + 120, row
+        time.sleep(1)
+    state = json.loads((run_dir / "state.json").read_text())
+    assert (row["state"], state["phase"], state["step"]) == ("CANCELLED", "interrupted", 0), state
+    assert not list((run_dir / "checkpoints").glob("checkpoint-*")) if (
+        run_dir / "checkpoints").exists() else True
+    assert not (run_dir / "metrics.jsonl").exists() or not (run_dir / "metrics.jsonl").read_text()

@@ -23,13 +23,15 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from hpc_grpo.rundir import contract
+
 PREEMPTED = "preempted"
 TIME_LIMIT = "time limit"
 USER_SIGNAL = "user signal"
 REQUEUED = "scontrol requeue"
 NODE_FAILURE = "node failure"
 TASK_CRASH = "task crash"
-CANCELLED = "cancelled"
+CANCELLED = contract.CANCELLED  # status reads it (scheduler/jobstate.py)
 # Slurm may send --signal up to 60 s before the lead it was given (seen: 52 s left for @30).
 SIGNAL_SLACK_S = 60.0
 # Node state flags (`scontrol show node`'s State, "+"-joined) that mean the node, not the task.

@@ -62,20 +62,40 @@ class GracefulStopCallback(TrainerCallback):
         self.stopped_at: int | None = None
         self.reason: str | None = None
 
-    def on_step_end(
-        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
-    ) -> TrainerControl:
+    def _agreed(self) -> bool:
+        """Whether any rank was asked to stop (its signal, or the stop-request file); every
+        rank calls it at the same point, as it is a collective."""
         if self.flag.reason is None and self.stop_file.exists():
             self.flag.reason = request_reason(rundir.read_stop_request(self.stop_file.parent))
         local = torch.tensor([1 if self.flag.reason else 0], dtype=torch.int32, device=self.device)
         if _dist_ready():
             dist.all_reduce(local, op=dist.ReduceOp.MAX)
+        return bool(local.item())
+
+    def before_training(self, step: int) -> bool:
+        """Every rank, once the trainer is built and before its first step: True where a stop
+        came while the ranks started (a cancel before step 1). The ranks then stop without
+        training a step, and save nothing: the checkpoint they resumed from (or none) stands.
+        Before, the request was honoured only at the first step end: the run trained a step
+        and saved checkpoint-1 after a cancel that reported success (issue #58)."""
+        if not self._agreed():
+            return False
+        self.stopped_at = step
+        self.reason = self.flag.reason or "another rank's stop request"
+        print(f"[stop] before the first step (at step {step}): stopping ({self.reason})",
+              flush=True)
+        return True
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any
+    ) -> TrainerControl:
+        stop = self._agreed()
         if state.global_step >= state.max_steps:
             # A final checkpoint makes a restart of a done run a no-op, unless the user asked for
             # no checkpoints (save_strategy "no", e.g. a benchmark: a 7B save is 60-130 s)
             control.should_save = control.should_save or saves_at_end(args)
             control.should_log = True
-        if int(local.item()):
+        if stop:
             control.should_save = True
             control.should_log = True
             control.should_training_stop = True

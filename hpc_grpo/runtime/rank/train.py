@@ -245,6 +245,14 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
         return 0
 
     trainer, stop, args, resume = ready.trainer, ready.stop, ready.args, ready.resume
+    if stop.before_training(ready.resume_step):  # a cancel while the ranks started: no step
+        if lead:
+            rundir.update_state(run_dir, phase="interrupted", step=ready.resume_step,
+                                stop_reason=stop.reason, max_steps=args.max_steps,
+                                **({"stop_cause": c} if (c := request_cause(stop.reason)) else {}))
+        tracking.finish()
+        print(f"[train] stopped before training, at step {ready.resume_step}", flush=True)
+        return 0
     clock.mark()
     if lead:
         rundir.update_state(run_dir, phase="training", max_steps=args.max_steps)

@@ -113,6 +113,7 @@ def test_a_pending_requeue_after_hpc_grpo_resume_still_shows(tmp_path: Path, fak
     fake.answer("squeue", squeue_line("8", "PENDING", "2026-01-02T10:20:00",
                                       command=str(job["script"])))
     [row] = track.status()
-    assert len(row.restarts) == 3, row.restarts
+    # job 5's requeue and job 8's pending one; the resume is shown apart (issue #58)
+    assert len(row.restarts) == 2 and len(row.resumes) == 1, row.restarts
     assert (row.restarts[-1]["cause"], row.restarts[-1]["pending"]) == ("preempted", True)
     assert row.restarts[-1]["stopped_at_step"] == 9

@@ -168,3 +168,31 @@ def test_local_runs_need_no_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
              job={"job_id": "999999999"})
     row = track.status()[0]
     assert (row.state, row.source, row.nodes) == ("COMPLETED", "local", "localhost")
+
+
+@pytest.mark.parametrize("hung", ["sacct", "squeue"])
+def test_one_slurm_command_hanging_is_said_once(
+        hung: str, fake: FakeSlurm, tmp_path: Path) -> None:
+    """Issue #58: when only sacct or only squeue hung, status showed the other's state and said
+    nothing of what was missing. It names the command that did not answer, once for all rows,
+    within the same 2 s."""
+    from tests.unit.slurmfake import sacct_line
+
+    root = tmp_path / "runs"
+    answers = ""
+    for i in (1, 2):
+        job = identity(root / f"train-000{i}", str(i))
+        make_run(root, f"train-000{i}", phase="training", step=3, job=job)
+        answers += squeue_line(str(i), "RUNNING", T0, command=str(job["script"])) \
+            if hung == "sacct" else sacct_line(str(i), "RUNNING", T0,
+                                               submit_line=f"sbatch {job['script']}")
+    fake.answer("squeue" if hung == "sacct" else "sacct", answers)
+    fake.answer(hung, sleep=30)
+    started = time.monotonic()
+    code, out, _ = _status_cli()
+    took = time.monotonic() - started
+    assert code == 0, out
+    assert took < STATUS_WAIT_S + 3, f"status took {took:.1f} s"
+    said = [line for line in out.splitlines() if f"{hung} did not answer" in line]
+    assert len(said) == 1 and said[0].startswith("2 runs ("), out
+    assert "gave no answer within 2 s" in said[0]

@@ -208,3 +208,65 @@ def test_a_pending_stranger_under_the_id_is_no_evidence_for_the_run(
     assert (row.state, row.finished, row.source) == ("COMPLETED", True, "run directory")
     assert "job 10 is now another job ('sleep'" in row.note
     assert not track.cancel("check-0001").done and fake.calls("scancel") == []
+
+
+def test_a_cancelled_run_shows_cancelled_once_slurm_forgot_its_job(
+        fake: FakeSlurm, tmp_path: Path) -> None:
+    """Issue #58: a run cancelled with hpc-grpo cancel, then forgotten by Slurm, showed UNKNOWN*
+    (phase interrupted); so did one cancelled with scancel, whose node task recorded
+    stop_cause "cancelled". Both are CANCELLED, from the run directory."""
+    run_dir = tmp_path / "runs" / "grpo-tiny-0001"
+    job = identity(run_dir, "5")
+    make_run(tmp_path / "runs", "grpo-tiny-0001", phase="training", step=3, job=job)
+    fake.answer("squeue", squeue_line("5", "RUNNING", T0, command=str(job["script"])))
+    assert track.cancel("grpo-tiny-0001").done
+    fake.answer("sacct", "")
+    fake.answer("squeue", "")  # forgotten
+    (run_dir / "state.json").write_text(json.dumps({"phase": "interrupted", "step": 3}))
+    row = _only(track.status())
+    assert (row.state, row.finished, row.source) == ("CANCELLED", True, "run directory")
+
+    other = tmp_path / "runs" / "grpo-tiny-0002"  # scancel outside hpc-grpo: no jobs.jsonl line
+    make_run(tmp_path / "runs", "grpo-tiny-0002", job=identity(other, "6"))
+    submitted = _jobs(other)[0]["time"]
+    (other / "state.json").write_text(json.dumps({
+        "phase": "interrupted", "step": 2, "stop_cause": "cancelled", "started": submitted + 1}))
+    row = _only(track.status(["grpo-tiny-0002"]))
+    assert (row.state, row.finished, row.source) == ("CANCELLED", True, "run directory")
+    # an earlier job's cancel (this job, a resume, has not started yet) is not this job's
+    (other / "state.json").write_text(json.dumps({
+        "phase": "interrupted", "step": 2, "stop_cause": "cancelled", "started": submitted - 60}))
+    assert _only(track.status(["grpo-tiny-0002"])).state == "UNKNOWN"
+
+
+def test_a_resume_by_the_user_is_shown_once_and_not_as_a_requeue(
+        fake: FakeSlurm, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue #58: after hpc-grpo resume, status said "requeues: user signal -0" and rq 1: the
+    resumed job's first restart line (its previous attempt another job's) counted as a requeue.
+    A resume is the user's, not Slurm's or the node task's: shown once, apart from requeues."""
+    from hpc_grpo.runs import views
+
+    run_dir = tmp_path / "runs" / "grpo-tiny-0001"
+    make_run(tmp_path / "runs", "grpo-tiny-0001", phase="training", step=6,
+             job=identity(run_dir, "5"))
+    job = identity(run_dir, "7", submit=LATER)
+    (run_dir / "jobs.jsonl").open("a").write(json.dumps(
+        {**job, "event": "submitted", "time": 2.0, "resumed_from_job": "5",
+         "resumed_from_step": 3}) + "\n")
+    (run_dir / "restarts.jsonl").write_text("".join(json.dumps(line) + "\n" for line in (
+        {"attempt": "slurm-7.0", "previous_attempt": "slurm-5.0", "cause": "user signal",
+         "stopped_at_step": 3, "resumed_from_step": 3, "steps_lost": 0},
+        {"attempt": "slurm-7.1", "previous_attempt": "slurm-7.0", "cause": "preempted",
+         "stopped_at_step": 5, "resumed_from_step": 5, "steps_lost": 0})))
+    ours = f"sbatch {job['script']}"
+    fake.answer("sacct", sacct_line("7", "PREEMPTED", LATER, submit_line=ours)
+                + sacct_line("7", "RUNNING", "2026-01-01T11:10:00", submit_line=ours))
+    fake.answer("squeue", squeue_line("7", "RUNNING", "2026-01-01T11:10:00",
+                                      command=str(job["script"])))
+    row = _only(track.status())
+    assert row.requeues == 1 and [r["cause"] for r in row.restarts] == ["preempted"]
+    assert row.resumed == "resumed by the user from step 3" and len(row.resumes) == 1
+    views.status_table([row])
+    out = capsys.readouterr().out
+    assert "grpo-tiny-0001: requeues: preempted -0" in out and "user signal" not in out
+    assert out.count("resumed by the user from step 3") == 1

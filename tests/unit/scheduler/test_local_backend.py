@@ -130,11 +130,20 @@ def test_cancel_signals_only_its_own_runs_job_and_status_follows(tmp_path: Path)
         if local.local_job_alive(job.job_id, mine):
             os.killpg(int(job.job_id), signal.SIGKILL)
     assert (mine / "signalled").read_text() == "SIGTERM\n"  # as scancel sends
-    assert backend.views([files])[0].state.state == "FAILED"  # no phase done in state.json
-    # The real ranks save at the step end and write phase interrupted, exiting 0: not a failure.
-    submitted = json.loads((mine / JOBS_JSONL).read_text())["time"]
+    # Issue #58: a cancelled local run showed ENDED (FAILED before its rank 0 wrote a phase):
+    # the cancel is recorded in jobs.jsonl, as the Slurm back end does, and the run is CANCELLED
+    lines = [json.loads(x) for x in (mine / JOBS_JSONL).read_text().splitlines()]
+    assert [line["event"] for line in lines] == ["submitted", "cancelled"]
+    cancelled = backend.views([read_run(mine)])[0].state
+    assert (cancelled.state, cancelled.finished) == ("CANCELLED", True)
+    assert "hpc-grpo resume" in cancelled.meaning
+    submitted = lines[0]["time"]
     (mine / "state.json").write_text(json.dumps({"phase": "interrupted", "step": 3,
                                                  "started": submitted + 1}))
+    assert backend.views([read_run(mine)])[0].state.state == "CANCELLED"
+    # Without the cancel (a signal, its time limit) the real ranks save at the step end and
+    # write phase interrupted, exiting 0: not a failure.
+    (mine / JOBS_JSONL).write_text(json.dumps(lines[0]) + "\n")
     stopped = backend.views([read_run(mine)])[0].state
     assert (stopped.state, stopped.finished) == ("ENDED", True)
     assert "stopped at a checkpoint" in stopped.meaning and "hpc-grpo resume" in stopped.meaning

@@ -52,3 +52,13 @@ def test_no_checkpoints_asked_skips_the_final_save_but_not_a_stop(tmp_path: Path
     rundir.request_stop(tmp_path, "asked by a person")
     stopped = step_end(tmp_path, 4, args=args)
     assert stopped.should_save and stopped.should_training_stop
+
+
+def test_a_stop_before_the_first_step_is_seen_before_training(tmp_path: Path) -> None:
+    """Issue #58: a cancel while the ranks started was honoured only at the first step end, so
+    the run trained a step and saved checkpoint-1. The ranks now agree before training."""
+    callback = GracefulStopCallback(tmp_path, StopFlag(), "cpu")  # type: ignore[arg-type]
+    assert not callback.before_training(0) and callback.stopped_at is None
+    rundir.request_stop(tmp_path, "TERM to node task", signal="TERM", attempt="a-1")
+    assert callback.before_training(3)
+    assert callback.stopped_at == 3 and "signal TERM" in (callback.reason or "")
