@@ -70,6 +70,7 @@ class RunStatus:
     pushed: str = ""  # the newest push to the hub, or "push pending: COMMAND" (runs/after_training.py)
     export_job: str = ""  # the newest `export` run as a job and its state (export/side_job.py)
     startup: str = ""  # the last attempt's time to its first step, by part (attempts.py)
+    layout_change: str = ""  # the newest resume at another world size (jobs.jsonl), one line
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -100,6 +101,7 @@ def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
         stalled=progress.stalled, stalled_ranks=progress.stalled_ranks,
         tracker_sync=state.tracker_sync, checkpoint_skipped=progress.skipped,
         startup=startup_line(files.startup, state.attempt),
+        layout_change=next((j.layout_change for j in reversed(files.jobs) if j.layout_change), ""),
         **_after_training(files.run_dir, files.record, progress.phase),
     )
 
