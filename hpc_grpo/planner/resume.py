@@ -25,7 +25,7 @@ from typing import Any
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner.bounds import TRL_DEFAULTS
-from hpc_grpo.rundir.contract import RunRecord
+from hpc_grpo.rundir.contract import RunRecord, world_size
 
 _NEW_RUN = "submit a new run for that"
 # What a resume cannot change in run.json, named as the file names it (dotted for nested blocks),
@@ -186,7 +186,7 @@ def resize(old: RunRecord, nodes: int, procs_per_node: int) -> Resize | None:
     global_batch = per_device * steps * old.world_size
     generation = int(grpo.get("generation_batch_size") or 0) or (
         per_device * old.world_size * int(grpo.get("steps_per_generation") or steps))
-    world = nodes * procs_per_node
+    world = world_size(nodes, procs_per_node)
     fits = [size for size in range(per_device, 0, -1)
             if global_batch % (size * world) == 0 and generation % (size * world) == 0]
     if not fits:
@@ -211,7 +211,7 @@ def mid_generation(step: int, change: Resize) -> UserError:
     return UserError(
         f"cannot change the layout from {was_n} node(s) x {was_p} process(es) to {n} x {p} "
         f"at checkpoint-{step}: it was saved inside a generation block, its buffered "
-        f"completions are split over {was_n * was_p} ranks", field="resume",
+        f"completions are split over {world_size(was_n, was_p)} ranks", field="resume",
         hint=f"resume at {was_n} x {was_p} to the next checkpoint at a generation's end first")
 
 

@@ -27,8 +27,7 @@ SUMMARY_JSON = "summary.json"
 REWARD_CURVE = "reward_curve.png"
 STOP_REQUEST = "stop-request"
 CHECKPOINTS = "checkpoints"
-# In a checkpoint saved inside a generation block: each rank's buffered completions
-# (runtime/rank/generation/buffer.py); a resume at another world size cannot use them.
+# Inside a checkpoint saved mid generation block: each rank's buffered completions (buffer.py).
 GENERATION_BUFFER = "generation-buffer"
 DEEPSPEED_JSON = "deepspeed.json"
 GRPO_CONFIG_JSON = "grpo_config.json"
