@@ -47,10 +47,13 @@ from hpc_grpo.preflight.links import plan_links
 from hpc_grpo.rundir.checkpoints import newest_complete_step
 from hpc_grpo.rundir.contract import (
     ATTEMPTS,
+    CHECKPOINTS,
+    GENERATION_BUFFER,
     JOB_SBATCH,
     PLAN_TXT,
     RUN_JSON,
     SPEC_JSON,
+    RunRecord,
 )
 from hpc_grpo.rundir.view import append_job_line
 from hpc_grpo.runs import registry, runfiles, track
@@ -214,9 +217,11 @@ class Resumed:
     previous_job_id: str
     from_step: int  # the checkpoint's step; 0: no complete checkpoint, training starts again
     warnings: tuple[str, ...]
+    layout_change: str = ""  # planner/resume.py Resize.line(); "": the run's layout
 
 
-def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Resumed:
+def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None,
+           nodes: int | None = None, procs_per_node: int | None = None) -> Resumed:
     """Continue a run that ended unfinished as a new job in its own run directory.
 
     The ranks of any job resume from the newest complete checkpoint by themselves, so a resume
@@ -224,6 +229,9 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Re
     new job submitted. Refused before anything is written or submitted: a run whose job is
     still alive, a finished run, an override a checkpoint cannot follow (planner/resume.py).
     Without a complete checkpoint training starts again from step 0, in the same directory.
+    ``nodes`` and ``procs_per_node`` resume at another world size where ``rules.resize``
+    allows it: the per-device batch and accumulation replanned to keep the global batch, the
+    plan (memory included) made for the new layout, the change written to plan.txt and jobs.jsonl.
     """
     run_dir = registry.find_run(name)
     files = runfiles.read_run(run_dir)
@@ -235,10 +243,13 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Re
         raise UserError(f"run {files.run_id} has no {SPEC_JSON} (submitted by an older hpc-grpo)",
                         field="run", hint="submit a new run with the same recipe")
     track.refuse_if_alive(files)
-    flags = {"time": time} if time else {}
+    flags = {k: v for k, v in (("time", time), ("nodes", nodes),
+                               ("procs_per_node", procs_per_node)) if v}
     site = find_site(saved["site"])
     assert files.record is not None  # a record that cannot be read is one of files.problems
-    spec = rules.pinned_layout(build_spec(saved["spec"], parse_set(sets), flags, site), files.record)
+    asked = parse_set(sets)
+    spec = rules.pinned_layout(build_spec(saved["spec"], asked, flags, site), files.record)
+    spec, change = _resized(spec, files.record, asked)
     python = saved.get("python") if isinstance(saved.get("python"), str) else None
     prepared = _prepare(site, spec, root=run_dir.parent, run_id=run_dir.name, python=python,
                         site_name=saved["site"])
@@ -249,6 +260,9 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Re
     if problems:
         raise UserErrors(problems) if len(problems) > 1 else problems[0]
     from_step = newest_complete_step(run_dir) or 0
+    buffered = run_dir / CHECKPOINTS / f"checkpoint-{from_step}" / GENERATION_BUFFER
+    if change is not None and from_step and buffered.is_dir():
+        raise rules.mid_generation(from_step, change)
     nothing = rules.left_to_train(phase=files.progress.phase, step=files.progress.step,
                                   checkpoint_step=from_step, max_steps=record.max_steps)
     if nothing is not None:
@@ -258,18 +272,35 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Re
     files_now = {
         RUN_JSON: json.dumps(record.to_dict(), indent=2) + "\n",
         JOB_SBATCH: prepared.script,
-        PLAN_TXT: prepared.summary,
+        PLAN_TXT: prepared.summary + (f"{change.line()}\n" if change else ""),
         SPEC_JSON: prepared.spec_text(),
     }
     attempts = run_dir / ATTEMPTS
     number = len(list(attempts.iterdir())) + 1 if attempts.is_dir() else 1
     with registry.replace_run_files(run_dir, files_now, f"{number:02d}-job-{previous or 'none'}"):
         job_id, known = _submit_job(prepared, run_dir)
+    moved = {"layout_change": change.line()} if change else {}
     append_job_line(run_dir, job_id, "submitted", **known, resumed_from_job=previous,
-                        resumed_from_step=from_step)
+                    resumed_from_step=from_step, **moved)
     if not any(r.run_dir == run_dir for r in registry.indexed_runs()):
         registry.register(files.run_id, run_dir)
-    return Resumed(files.run_id, run_dir, job_id, previous, from_step, prepared.plan.warnings)
+    return Resumed(files.run_id, run_dir, job_id, previous, from_step, prepared.plan.warnings,
+                   change.line() if change else "")
+
+
+def _resized(spec: JobSpec, record: RunRecord,
+             asked: Mapping[str, Any]) -> tuple[JobSpec, rules.Resize | None]:
+    """The resume's spec at its layout: processes per node left to the site stay the run's,
+    and at another world size the replanned batch split (``rules.resize``, refused there in
+    one line) replaces the run's, except where ``--set`` names a value (``unchangeable``
+    then compares it with the split)."""
+    if not spec.procs_per_node:
+        spec = dataclasses.replace(spec, procs_per_node=record.procs_per_node)
+    change = rules.resize(record, spec.nodes, spec.procs_per_node)
+    if change is None:
+        return spec, None
+    grpo = {**spec.grpo, **{k: v for k, v in change.grpo.items() if k not in asked}}
+    return dataclasses.replace(spec, grpo=grpo), change
 
 
 def stage(name: str, site_name: str, revision: str = "", dataset: bool = False) -> Any:

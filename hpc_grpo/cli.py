@@ -210,15 +210,23 @@ def cancel(run: str) -> None:
 @click.option("--time", help="New Slurm time limit, e.g. 04:00:00.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Change a setting a checkpoint can follow, e.g. max_steps=500 (repeatable).")
+@click.option("--nodes", type=click.IntRange(min=1), default=None,
+              help="Continue at another node count (DDP runs without ZeRO): the global batch "
+                   "is kept, the per-device batch and accumulation replanned.")
+@click.option("--procs-per-node", type=click.IntRange(min=1), default=None,
+              help="Continue at another number of processes per node (as --nodes).")
 @click.option("--wait/--no-wait", default=False, help="Follow progress until the job ends.")
 @user_errors
-def resume(run: str, time: str | None, sets: tuple[str, ...], wait: bool) -> None:
+def resume(run: str, time: str | None, sets: tuple[str, ...], nodes: int | None,
+           procs_per_node: int | None, wait: bool) -> None:
     """Continue an unfinished run from its newest complete checkpoint as a new job."""
     from hpc_grpo import api
 
-    result = api.resume(run, sets=sets, time=time)
+    result = api.resume(run, sets=sets, time=time, nodes=nodes, procs_per_node=procs_per_node)
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
+    if result.layout_change:
+        click.echo(result.layout_change, err=True)
     start = (f"from checkpoint-{result.from_step}" if result.from_step
              else "from step 0 (no complete checkpoint)")
     click.echo(f"run {result.run_id}  job {result.job_id}  dir {result.run_dir}  "

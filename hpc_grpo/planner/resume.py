@@ -3,19 +3,29 @@
 A resumed run is the same run: it continues from a checkpoint in the same run directory, so the
 new job must load that checkpoint exactly as the old job saved it and see the same data in the
 same order. What the checkpoint or the data order depend on cannot change (the model, the data,
-the world size, the ZeRO layout, the batch shape, the seeds); how long to train and how often to
-save can. Pure: two typed run records and numbers in, problems out.
+the ZeRO layout, the global batch, the seeds); how long to train and how often to save can.
+
+The world size may change where nothing in the checkpoint is laid out per rank but the RNG
+states (``resize``): DDP without ZeRO, full or LoRA (the weights, the adapter and the optimizer
+are saved whole by rank 0). The global batch (completions per optimizer step, per-device batch x
+accumulation x world size) and the generation batch (completions per generation, what TRL's
+RepeatSampler draws prompts by) are kept, so every step draws the same prompts in the same order;
+the per-device batch (never larger than before: the memory plan sized it) and the accumulation
+are replanned. ZeRO shards and server mode are refused (``resize``). Pure: two typed run records
+and numbers in, problems out.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from math import gcd
 from typing import Any
 
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
-from hpc_grpo.rundir.contract import RunRecord
+from hpc_grpo.planner.bounds import TRL_DEFAULTS
+from hpc_grpo.rundir.contract import RunRecord, world_size
 
 _NEW_RUN = "submit a new run for that"
 # What a resume cannot change in run.json, named as the file names it (dotted for nested blocks),
@@ -91,35 +101,118 @@ def _shown(value: Any) -> str:
 
 def unchangeable(old: RunRecord, new: RunRecord) -> list[UserError]:
     """Each difference between the run's record and the resumed job's that a resume cannot make,
-    one problem each, with the reason (the site profile changing under a run counts too)."""
+    one problem each, with the reason (the site profile changing under a run counts too). A new
+    layout is allowed where ``resize`` allows it, with the batch split it replans."""
     problems: list[UserError] = []
     for key, (read, why) in FIXED_RECORD.items():
         was, now = read(old), read(new)
         if was not in (None, "") and _shown(was) != _shown(now):  # "": older or unstaged
             problems.append(UserError(f"cannot change {key} from {_shown(was)} to {_shown(now)}: "
                                       f"{why}", field="resume", hint=_NEW_RUN))
-    (nodes, procs, zero) = (old.nodes, old.procs_per_node, _zero(old))
-    (new_nodes, new_procs, new_zero) = (new.nodes, new.procs_per_node, _zero(new))
-    if (nodes, procs) != (new_nodes, new_procs):
-        shards = (f"ZeRO-{zero} saved optimizer and parameter shards for {nodes} x {procs} ranks"
-                  if zero else f"the checkpoint holds RNG states for {nodes} x {procs} ranks and "
-                  "the batch of every step spans them")
-        problems.append(UserError(
-            f"cannot change the layout from {nodes} node(s) x {procs} process(es) to {new_nodes} x "
-            f"{new_procs}: {shards}", field="resume",
-            hint=f"keep nodes at {nodes}, or {_NEW_RUN}"))
-    elif zero != new_zero:
+    (zero, new_zero) = (_zero(old), _zero(new))
+    expected = dict(old.grpo_config)
+    if (old.nodes, old.procs_per_node) != (new.nodes, new.procs_per_node):
+        try:
+            change = resize(old, new.nodes, new.procs_per_node)
+        except UserError as refused:
+            problems.append(refused)
+        else:
+            expected.update(change.grpo if change else {})
+    if zero != new_zero:
         problems.append(UserError(
             f"cannot change the ZeRO stage from {_shown(zero)} to {_shown(new_zero)}: "
             "the checkpoint's optimizer state is laid out for its stage", field="resume",
             hint=_NEW_RUN))
-    old_grpo, new_grpo = old.grpo_config, new.grpo_config
+    new_grpo = new.grpo_config
     for key, why in FIXED_GRPO.items():
-        if old_grpo.get(key) != new_grpo.get(key):
+        if expected.get(key) != new_grpo.get(key):
             problems.append(UserError(
-                f"cannot change {key} from {_shown(old_grpo.get(key))} to "
+                f"cannot change {key} from {_shown(expected.get(key))} to "
                 f"{_shown(new_grpo.get(key))}: {why}", field="resume", hint=_NEW_RUN))
     return problems
+
+
+@dataclasses.dataclass(frozen=True)
+class Resize:
+    """A resume at another world size: the layouts, the global batch kept, and the GRPOConfig
+    values the resumed job trains with (``grpo``: the per-device batch and the accumulation,
+    and steps_per_generation where the run set it)."""
+
+    was: tuple[int, int]  # (nodes, processes per node)
+    now: tuple[int, int]
+    global_batch: int  # completions per optimizer step
+    generation_batch: int  # completions per generation
+    grpo: dict[str, int]
+
+    def line(self) -> str:
+        """What changed, one line (plan.txt, jobs.jsonl, the resume's output)."""
+        (n, p), (was_n, was_p) = self.now, self.was
+        per_device = self.grpo["per_device_train_batch_size"]
+        steps = self.grpo["gradient_accumulation_steps"]
+        gen = (f", generation batch {self.generation_batch}"
+               if self.generation_batch != self.global_batch else "")
+        return (f"resumed at {n} x {p} from {was_n} x {was_p}, global batch {self.global_batch}"
+                f"{gen} kept: per-device {per_device} x accumulation {steps}")
+
+
+UNIVERSAL = ("resharding ZeRO needs DeepSpeed's universal checkpoint conversion (ds_to_universal), "
+             "which hpc-grpo does not run yet")
+
+
+def resize(old: RunRecord, nodes: int, procs_per_node: int) -> Resize | None:
+    """The batch split of a resume at ``nodes`` x ``procs_per_node`` (None: the layout is the
+    run's). Refused in one line each: ZeRO shards, server mode, and a global or generation batch
+    that no per-device batch x accumulation splits over the new world size. Of the splits that
+    keep both, the largest per-device batch not above the run's (the memory plan sized that)."""
+    was, now = (old.nodes, old.procs_per_node), (nodes, procs_per_node)
+    if was == now:
+        return None
+    layout = f"cannot change the layout from {was[0]} node(s) x {was[1]} process(es) to " \
+             f"{nodes} x {procs_per_node}"
+    zero = _zero(old)
+    if zero:
+        raise UserError(f"{layout}: ZeRO-{zero} saved its optimizer state in shards for "
+                        f"{old.world_size} ranks; {UNIVERSAL}", field="resume",
+                        hint=f"keep {was[0]} x {was[1]}, or {_NEW_RUN}")
+    if old.vllm.mode == "server":
+        raise UserError(f"{layout}: server mode is not resized yet (its vLLM server's nodes and "
+                        "the trainer's world size are planned together)", field="resume",
+                        hint=f"keep {was[0]} x {was[1]}, or {_NEW_RUN}")
+    grpo = old.grpo_config
+    per_device = int(grpo.get("per_device_train_batch_size")
+                     or TRL_DEFAULTS["per_device_train_batch_size"])
+    steps = int(grpo.get("gradient_accumulation_steps")
+                or TRL_DEFAULTS["gradient_accumulation_steps"])
+    global_batch = per_device * steps * old.world_size
+    generation = int(grpo.get("generation_batch_size") or 0) or (
+        per_device * old.world_size * int(grpo.get("steps_per_generation") or steps))
+    world = world_size(nodes, procs_per_node)
+    fits = [size for size in range(per_device, 0, -1)
+            if global_batch % (size * world) == 0 and generation % (size * world) == 0]
+    if not fits:
+        both = f" and generation batch {generation}" if generation != global_batch else ""
+        raise UserError(
+            f"{layout}: the global batch {global_batch} (per-device {per_device} x accumulation "
+            f"{steps} x {old.world_size} ranks){both} does not split over {world} ranks "
+            "into whole per-device batches", field="resume",
+            hint=f"use a world size that divides {gcd(global_batch, generation)}, or {_NEW_RUN}")
+    size = fits[0]
+    values = {"per_device_train_batch_size": size,
+              "gradient_accumulation_steps": global_batch // (size * world)}
+    if grpo.get("steps_per_generation"):
+        values["steps_per_generation"] = generation // (size * world)
+    return Resize(was, now, global_batch, generation, values)
+
+
+def mid_generation(step: int, change: Resize) -> UserError:
+    """The checkpoint was saved inside a generation block: its buffered completions are split
+    over the old ranks (runtime/rank/generation/buffer.py), which a resize cannot reuse."""
+    (n, p), (was_n, was_p) = change.now, change.was
+    return UserError(
+        f"cannot change the layout from {was_n} node(s) x {was_p} process(es) to {n} x {p} "
+        f"at checkpoint-{step}: it was saved inside a generation block, its buffered "
+        f"completions are split over {world_size(was_n, was_p)} ranks", field="resume",
+        hint=f"resume at {was_n} x {was_p} to the next checkpoint at a generation's end first")
 
 
 def left_to_train(*, phase: str, step: int, checkpoint_step: int, max_steps: int) -> UserError | None:

@@ -27,6 +27,7 @@ SUMMARY_JSON = "summary.json"
 REWARD_CURVE = "reward_curve.png"
 STOP_REQUEST = "stop-request"
 CHECKPOINTS = "checkpoints"
+GENERATION_BUFFER = "generation-buffer"  # a mid-block checkpoint's buffered completions, per rank
 DEEPSPEED_JSON = "deepspeed.json"
 GRPO_CONFIG_JSON = "grpo_config.json"
 JOBS_JSONL = "jobs.jsonl"

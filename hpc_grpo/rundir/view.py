@@ -80,6 +80,7 @@ class JobLine:
     script: str = ""
     resumed_from_job: str = ""
     resumed_from_step: int | None = None
+    layout_change: str = ""  # a resume at another world size: what changed (planner/resume.py)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobLine:
@@ -88,7 +89,8 @@ class JobLine:
                    submit_time=_text(data.get("submit_time")),
                    job_name=_text(data.get("job_name")), script=_text(data.get("script")),
                    resumed_from_job=_text(data.get("resumed_from_job")),
-                   resumed_from_step=_whole(data.get("resumed_from_step")))
+                   resumed_from_step=_whole(data.get("resumed_from_step")),
+                   layout_change=_text(data.get("layout_change")))
 
     def identity(self, run_dir: Path) -> JobIdentity:
         return JobIdentity(self.job_id, str(run_dir), self.cluster, self.submit_time,

@@ -72,6 +72,7 @@ class RunStatus:
     startup: str = ""  # the last attempt's time to its first step, by part (attempts.py)
     resumes: tuple[dict[str, Any], ...] = ()  # hpc-grpo resume's restarts: not requeues
     resumed: str = ""  # "resumed by the user from step N" (attempts.resumed_line), "" never
+    layout_change: str = ""  # the newest resume at another world size (jobs.jsonl), one line
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -105,6 +106,7 @@ def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
         stalled=progress.stalled, stalled_ranks=progress.stalled_ranks,
         tracker_sync=state.tracker_sync, checkpoint_skipped=progress.skipped,
         startup=startup_line(files.startup, state.attempt),
+        layout_change=next((j.layout_change for j in reversed(files.jobs) if j.layout_change), ""),
         **_after_training(files.run_dir, files.record, progress.phase),
     )
 

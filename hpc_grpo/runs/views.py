@@ -72,6 +72,8 @@ def _notes(row: track.RunStatus) -> list[str]:
         notes.append(row.resumed)
     if row.startup and (row.restarts or row.resumed):  # what the last restart cost
         notes.append(row.startup)
+    if row.layout_change:  # e.g. "resumed at 1 x 1 from 1 x 2, global batch 16 kept: ..."
+        notes.append(row.layout_change)
     if row.drift:  # e.g. "vLLM drift: at step 7 ... differ ... by 0.412 on average (bound 0.1)..."
         notes.append(row.drift)
     if row.checkpoint_skipped:

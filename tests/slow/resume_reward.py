@@ -30,3 +30,12 @@ def prompt_length_recording(completions: list[str], prompts: list[str], trainer_
     if rank == 0 and step in stop_at:
         (run_dir / "stop-request").write_text(f"test: stop at step {step}\n")
     return [-float(abs(len(c) - len(p))) for c, p in zip(completions, prompts, strict=True)]
+
+
+def on_ranks_only(completions: list[str], prompts: list[str], trainer_state: Any,
+                  **kwargs: Any) -> list[float]:
+    """``prompt_length_recording`` on the ranks (torchrun sets RANK); the same reward without a
+    record or a stop for submit's and resume's login-node check of the reward on one row."""
+    if "RANK" not in os.environ:
+        return [-float(abs(len(c) - len(p))) for c, p in zip(completions, prompts, strict=True)]
+    return prompt_length_recording(completions, prompts, trainer_state, **kwargs)

@@ -17,6 +17,7 @@ from hpc_grpo.runtime.rank.checkpoints import (
     pinned_save,
     prefetch,
     read,
+    rng_states,
     save_parts,
     save_speed,
 )
@@ -34,6 +35,7 @@ HOOKS: tuple[Hook, ...] = (
     record.install,  # the colocated engine's first completions
     lora_sync.install,  # before the faults, which wrap whatever walk is set
     read.install,  # a resume read through mappings
+    rng_states.install,  # rank 0's RNG state across 1 <-> N processes (resume --nodes)
     save_speed.install,  # torch.save's CRC-32s (off by default)
     pinned_save.install,  # inside save_parts: its time counts in the save's parts
     deepspeed_save.install,  # DeepSpeed's files alone, written once; inside save_parts too

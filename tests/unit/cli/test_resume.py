@@ -138,10 +138,10 @@ def test_what_a_checkpoint_cannot_follow_is_refused_with_the_reason(fake: FakeSl
                                        "per_device_train_batch_size=16", "dataset=builtin:digits"))
     text = caught.value.message
     assert "cannot change model from" in text and "holds this model's weights" in text
-    assert "cannot change the layout from 2 node(s) x 2 process(es) to 4 x 2: the checkpoint " \
-        "holds RNG states" in text
+    assert "cannot change the layout" not in text  # 4 x 2 splits the global batch (below)
     assert "cannot change seed from 42 to 7" in text
-    assert "cannot change per_device_train_batch_size" in text
+    # the user's value against the split the new layout keeps the global batch 32 with
+    assert "cannot change per_device_train_batch_size from 4 to 16" in text
     assert "dataset" not in text  # the same dataset named again is no change
     with pytest.raises(UserError) as caught:  # submit's GRPOConfig checks
         api.resume(str(run_dir), sets=("max_steps=abc",))
@@ -258,3 +258,58 @@ def test_a_link_measured_after_submit_does_not_move_the_resumed_layout(
         api.resume(str(run_dir), sets=("zero_stage=2",) if before["deepspeed"]["zero_stage"] != 2
                    else ("zero_stage=3",))
     assert len(fake.calls("sbatch")) == submitted
+
+
+def test_a_resume_at_another_world_size_keeps_the_global_batch_and_says_so(
+        fake: FakeSlurm, tmp_path: Path) -> None:
+    """2 x 2 ranks x 8 per device (TRL's default) = 32 completions a step: at 4 x 2 the plan is
+    4 per device; at 3 x 2 nothing splits 32 over 6 ranks, refused in one line before anything
+    is written; a refusal's numbers come from the run's record."""
+    run_dir = _submit(tmp_path / "runs")
+    _trained(run_dir, phase="interrupted", step=12, complete=(10,))
+    fake.answer("squeue", "")
+    before = _snapshot(run_dir)
+    with pytest.raises(UserError) as caught:
+        api.resume(str(run_dir), nodes=3)
+    assert caught.value.message.startswith(
+        "cannot change the layout from 2 node(s) x 2 process(es) to 3 x 2: the global batch 32 "
+        "(per-device 8 x accumulation 1 x 4 ranks) does not split over 6 ranks")
+    assert _snapshot(run_dir) == before and len(fake.calls("sbatch")) == 1
+    fake.answer("sbatch", "Submitted batch job 4243\n")
+    result = api.resume(str(run_dir), nodes=4)
+    line = "resumed at 4 x 2 from 2 x 2, global batch 32 kept: per-device 4 x accumulation 1"
+    assert result.layout_change == line and result.from_step == 10
+    record = json.loads((run_dir / "run.json").read_text())
+    assert (record["nodes"], record["procs_per_node"], record["world_size"]) == (4, 2, 8)
+    assert record["grpo_config"]["per_device_train_batch_size"] == 4
+    assert record["grpo_config"]["gradient_accumulation_steps"] == 1
+    assert "#SBATCH --nodes=4" in (run_dir / "job.sbatch").read_text()
+    assert (run_dir / "plan.txt").read_text().endswith(line + "\n")
+    assert _jobs(run_dir)[-1]["layout_change"] == line
+    spec = json.loads((run_dir / "spec.json").read_text())["spec"]
+    assert spec["nodes"] == 4 and spec["grpo"]["per_device_train_batch_size"] == 4
+    fake.answer("squeue", "")
+    (row,) = track.status()
+    assert row.layout_change == line  # status prints it under the table (views._notes)
+    # back to 2 x 2: the per-device batch never grows past the one the last plan sized (4)
+    fake.answer("sbatch", "Submitted batch job 4244\n")
+    back = api.resume(str(run_dir), nodes=2)
+    assert back.layout_change == ("resumed at 2 x 2 from 4 x 2, global batch 32 kept: "
+                                  "per-device 4 x accumulation 2")
+
+
+def test_a_zero_run_or_a_checkpoint_inside_a_generation_block_is_not_resized(
+        fake: FakeSlurm, tmp_path: Path) -> None:
+    run_dir = _submit(tmp_path / "runs", "steps_per_generation=2")
+    _trained(run_dir, phase="interrupted", step=12, complete=(10,))
+    (run_dir / "checkpoints" / "checkpoint-10" / "generation-buffer").mkdir()
+    fake.answer("squeue", "")
+    with pytest.raises(UserError, match="at checkpoint-10: it was saved inside a generation "
+                                        "block, its buffered completions are split over 4"):
+        api.resume(str(run_dir), nodes=4)
+    zero = _submit(tmp_path / "zero-runs", "zero_stage=2")
+    _trained(zero, phase="interrupted", step=12, complete=(10,))
+    with pytest.raises(UserError, match="ZeRO-2 saved its optimizer state in shards for 4 ranks; "
+                                        r"resharding ZeRO needs .*\(ds_to_universal\)"):
+        api.resume(str(zero), nodes=4)
+    assert len(fake.calls("sbatch")) == 2  # the two submissions only

@@ -23,10 +23,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from hpc_grpo.rundir import contract
 from hpc_grpo.runtime.rank.context import HookContext
 from hpc_grpo.runtime.rank.observe import heartbeat
 
-FOLDER = "generation-buffer"
+FOLDER = contract.GENERATION_BUFFER
 RESTORED = "generation buffer"  # how load's line starts when it set the buffer back
 
 
