@@ -349,14 +349,14 @@ def test_an_unreadable_recipe_or_profile_is_one_line(
     """Permission denied (chmod 000 does not stop root, so the read is made to fail)."""
     recipe = tmp_path / "r.yaml"
     recipe.write_text("model: builtin:tiny\n")
-    real = Path.read_text
+    real = Path.open
 
-    def denied(self: Path, *args: Any, **kwargs: Any) -> str:
+    def denied(self: Path, *args: Any, **kwargs: Any) -> Any:
         if self.name in ("r.yaml", "p.yaml"):
             raise PermissionError(13, "Permission denied", str(self))
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_text", denied)
+    monkeypatch.setattr(Path, "open", denied)  # strict._read_text opens it, to read a limit
     code, err, root = run(tmp_path, "--site", "sandbox", "--recipe", str(recipe))
     assert_refused(code, err, root, fake_slurm, "recipe", "cannot be read: Permission denied")
     code, err, root = run(tmp_path, "--site", str(tmp_path / "p.yaml"), "--model", "builtin:tiny")
