@@ -23,7 +23,7 @@ from hpc_grpo.api_runs import log_paths as log_paths
 from hpc_grpo.api_runs import progress as progress
 from hpc_grpo.api_runs import status as status
 from hpc_grpo.config import names
-from hpc_grpo.config.site import SiteProfile, all_sites, find_site
+from hpc_grpo.config.site import SiteListing, SiteProfile, all_sites, find_site
 from hpc_grpo.config.spec import JobSpec, build_spec, parse_set
 from hpc_grpo.config.strict import read_yaml
 from hpc_grpo.errors import UserError, UserErrors
@@ -319,14 +319,20 @@ def stage(name: str, site_name: str, revision: str = "", dataset: bool = False) 
     return staging.stage(site, name, revision=revision, kind="dataset" if dataset else "model")
 
 
-def sites() -> dict[str, SiteProfile]:
-    """Every site profile by name, the user's hiding shipped ones of the same name."""
-    return all_sites()
+def sites() -> SiteListing:
+    """Every site profile by name, the user's hiding shipped ones of the same name, and those
+    that do not load. Refused only when none loads: a broken profile nobody uses must not hide
+    the good ones (`sites` lists them and a line for each broken one, exit 0)."""
+    listing = all_sites()
+    if not listing.loaded and listing.broken:
+        problems = [UserError(problem) for _, problem in listing.broken.values()]
+        raise UserErrors(problems) if len(problems) > 1 else problems[0]
+    return listing
 
 
-def sites_report() -> list[dict[str, Any]]:
-    """Every site profile as plain data (``sites --json``), sorted by name."""
-    return [dataclasses.asdict(profile) for profile in all_sites().values()]
+def sites_report(listing: SiteListing) -> list[dict[str, Any]]:
+    """The profiles that load as plain data (``sites --json``), sorted by name."""
+    return [dataclasses.asdict(profile) for profile in listing.loaded.values()]
 
 
 def plan(request: Request) -> dict[str, Any]:

@@ -27,7 +27,7 @@ def complete_sites(ctx: click.Context, param: click.Parameter, incomplete: str) 
     try:
         from hpc_grpo import api
 
-        return [name for name in api.sites() if name.startswith(incomplete)]
+        return [name for name in api.sites().loaded if name.startswith(incomplete)]
     except UserError:
         return []
 
@@ -103,16 +103,20 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output: every key of each profile.")
 @user_errors
 def sites(as_json: bool) -> None:
-    """List the site profiles by name (yours hide built-in ones of the same name)."""
+    """List the site profiles by name (yours hide built-in ones of the same name); a profile
+    that does not load is a warning line on stderr (exit 2 only when none loads)."""
     from hpc_grpo import api
 
+    listing = api.sites()
     if as_json:
-        click.echo(json.dumps(api.sites_report(), indent=2))
-        return
-    for name, profile in api.sites().items():
-        gpus = f"{profile.gpus_per_node} x {profile.gpu_type or 'GPU'}" if profile.gpus_per_node \
-            else "CPU only"
-        click.echo(f"{name:<16} {profile.scheduler:<6} {gpus:<14} {profile.description}")
+        click.echo(json.dumps(api.sites_report(listing), indent=2))
+    else:
+        for name, profile in listing.loaded.items():
+            gpus = f"{profile.gpus_per_node} x {profile.gpu_type or 'GPU'}" \
+                if profile.gpus_per_node else "CPU only"
+            click.echo(f"{name:<16} {profile.scheduler:<6} {gpus:<14} {profile.description}")
+    for name, (path, problem) in listing.broken.items():
+        click.echo(f"warning: site profile '{name}' ({path}) does not load: {problem}", err=True)
 
 
 @main.command()

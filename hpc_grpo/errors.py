@@ -30,14 +30,29 @@ class UserError(Exception):
 
 
 class UserErrors(UserError):
-    """Several problems found in one pass, so the user fixes them all in one go (one line each)."""
+    """Several problems found in one pass, so the user fixes them all in one go (one line each,
+    the first LISTED of them: a file of 95,000 unknown keys printed 95,000 lines)."""
+
+    LISTED = 20
 
     def __init__(self, problems: Sequence[UserError]) -> None:
-        super().__init__("; ".join(p.one_line().removeprefix("error: ") for p in problems))
+        shown = [p.one_line().removeprefix("error: ") for p in problems[:self.LISTED]]
+        super().__init__("; ".join(shown + [self.more(len(problems))] * (len(problems) > self.LISTED)))
         self.problems = tuple(problems)
 
+    @classmethod
+    def more(cls, count: int) -> str:
+        return f"... and {count - cls.LISTED} more"
+
+    @classmethod
+    def listed(cls, problems: Sequence[UserError]) -> bool:
+        """Whether a problem added after ``problems`` would be printed: a costly hint (a
+        did-you-mean) is computed for those only."""
+        return len(problems) < cls.LISTED
+
     def lines(self) -> list[str]:
-        return [line for problem in self.problems for line in problem.lines()]
+        shown = [line for problem in self.problems[:self.LISTED] for line in problem.lines()]
+        return shown + [f"error: {self.more(len(self.problems))}"] * (len(self.problems) > self.LISTED)
 
 
 def _plausible(word: str, choice: str) -> bool:

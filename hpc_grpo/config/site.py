@@ -305,10 +305,26 @@ def find_site(name_or_path: str) -> SiteProfile:
     return load_site(name_or_path, site_dirs(user_site_dirs()))
 
 
-def all_sites() -> dict[str, SiteProfile]:
-    """Every profile by name, the user's shadowing the shipped ones of the same name."""
+@dataclass(frozen=True)
+class SiteListing:
+    """Every profile by name, the user's shadowing the shipped ones of the same name: those
+    that load, and for each that does not its file and first problem. One broken profile in a
+    folder stopped the listing of all the others (#58)."""
+
+    loaded: dict[str, SiteProfile]
+    broken: dict[str, tuple[Path, str]]
+
+
+def all_sites() -> SiteListing:
     dirs = site_dirs(user_site_dirs())
-    return {name: load_site(str(path), dirs) for name, path in sorted(available_sites(dirs).items())}
+    loaded: dict[str, SiteProfile] = {}
+    broken: dict[str, tuple[Path, str]] = {}
+    for name, path in sorted(available_sites(dirs).items()):
+        try:
+            loaded[name] = load_site(str(path), dirs)
+        except UserError as exc:
+            broken[name] = (path, exc.lines()[0].removeprefix("error: "))
+    return SiteListing(loaded, broken)
 
 
 def available_sites(dirs: Sequence[Path]) -> dict[str, Path]:

@@ -181,9 +181,11 @@ def split_keys(values: Mapping[str, Any], source: str, problems: list[UserError]
                 f"key {shown(key)} is not a setting name (YAML reads it as {kind})",
                 field=source, hint="keys are job settings and GRPOConfig fields, e.g. max_steps"))
         else:
+            hint = (unknown_key_hint(key, known | SPEC_FIELDS) if UserErrors.listed(problems)
+                    else "")  # not printed: difflib over every name costs ms a key
             problems.append(UserError(
                 f"unknown key '{key}': neither a job setting nor a GRPOConfig field",
-                field=source, hint=unknown_key_hint(key, known | SPEC_FIELDS)))
+                field=source, hint=hint))
     return spec, grpo
 
 

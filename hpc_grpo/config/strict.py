@@ -45,12 +45,24 @@ def load_yaml_text(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
 
 
+# A recipe or profile is a screenful of keys. A larger file is a wrong path (a dataset, a log):
+# 10 MB of keys took minutes to parse and check before printing anything (#58).
+MAX_YAML_BYTES = 1 << 20
+
+
 def _read_text(path: Path, what: str) -> str:
     """The file's text, or one line saying why it cannot be had: ``--site`` and ``--recipe``
-    name any path, so a folder, a file the user may not read or one saved in another encoding
-    (Latin-1 from an old editor) is bad input, not a reason for a traceback."""
+    name any path, so a folder, a file the user may not read, one saved in another encoding
+    (Latin-1 from an old editor) or one over MAX_YAML_BYTES is bad input, not a reason for a
+    traceback or a wait. Read up to the limit only (a FIFO or /dev/zero never ends)."""
     try:
-        return path.read_text(encoding="utf-8")  # YAML is UTF-8, whatever the login's locale
+        with path.open("rb") as handle:
+            data = handle.read(MAX_YAML_BYTES + 1)
+        if len(data) > MAX_YAML_BYTES:
+            raise UserError(f"{what} {path} is over {MAX_YAML_BYTES >> 20} MiB, the most a "
+                            f"{what} may be", field=what,
+                            hint=f"is it the {what}? a {what} is a page of keys") from None
+        return data.decode("utf-8")  # YAML is UTF-8, whatever the login's locale
     except FileNotFoundError:
         raise UserError(f"{what} {path} does not exist", field=what) from None
     except IsADirectoryError:

@@ -17,7 +17,7 @@ from typing import Any
 from hpc_grpo.errors import UserError
 from hpc_grpo.export import layout
 from hpc_grpo.planner.memory.arch import arch_from_config
-from hpc_grpo.rundir.checkpoints import run_checkpoints
+from hpc_grpo.rundir.checkpoints import folder_blocked, run_checkpoints
 from hpc_grpo.rundir.contract import EXPORT_DIR, RunRecord
 from hpc_grpo.rundir.hub import hub_snapshot
 
@@ -146,7 +146,11 @@ def target_of(to: str | None, run_dir: Path, step: int, adapter: bool) -> Path:
 
 
 def refuse_target(target: Path) -> None:
-    """An existing target must be an empty folder: an export never writes over another."""
+    """An existing target must be an empty folder: an export never writes over another. A
+    target that is a file or lies under one was a FileExistsError traceback from the mkdir."""
+    if where := folder_blocked(target):
+        raise UserError(f"export target {target} {where}, not a folder", field="to",
+                        hint="pass --to a new or empty folder")
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise UserError(f"{target} already exists and is not empty", field="to",
                         hint="pass --to an empty or new folder, or remove it")

@@ -9,12 +9,16 @@ from pathlib import Path
 
 from hpc_grpo.errors import UserError
 from hpc_grpo.preflight import inputs
+from hpc_grpo.rundir.checkpoints import folder_blocked
 from hpc_grpo.runs import registry
 
 
 def write_example_model(shape: str, target: Path, python: str = sys.executable) -> Path:
     """Build an offline example model in ``target`` with the runtime's own builder, in a child
     process: the launcher never imports torch."""
+    if where := folder_blocked(target):  # the child's NotADirectoryError, after importing torch
+        raise UserError(f"model folder {target} {where}, not a folder", field="directory",
+                        hint="give a new or empty folder")
     try:
         proc = subprocess.run(
             [python, "-m", "hpc_grpo.runtime.models.build", shape, str(target)],

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import secrets
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from hpc_grpo import __version__
@@ -28,6 +26,7 @@ from hpc_grpo.preflight.node_job import Row, Status, last_lines, runs_on, srun_o
 from hpc_grpo.preflight.requeue_hold import hold_check
 from hpc_grpo.preflight.versions import satisfies
 from hpc_grpo.rundir.contract import HardwareBlock
+from hpc_grpo.runs import registry
 from hpc_grpo.runtime.probe import PACKAGES
 from hpc_grpo.runtime.probe_lines import read_reports
 from hpc_grpo.scheduler import slurm
@@ -274,7 +273,7 @@ def run(site: SiteProfile, *, nodes: int, partition: str = "", output_root: str 
                         field="nodes", hint=f"use --nodes {site.max_nodes} or fewer")
     partition = partition or site.partition
     slurm.require_partition_nodes(partition, nodes)  # srun would wait forever, not refuse
-    root = Path(os.path.expandvars(output_root or site.output_root)).expanduser().resolve()
+    root = registry.output_root(output_root or None, site.output_root)  # not under a file
     low, high = site.port_range
     args = ["--port-low", str(low), "--port-high", str(high), "--share-dir", str(root),
             "--token", secrets.token_hex(8), "--share-wait", f"{share_wait_s:g}",

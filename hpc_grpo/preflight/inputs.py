@@ -6,7 +6,6 @@ queue wait. Reads files, imports reward modules: not pure, so it stays out of ``
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import importlib
 import importlib.util
@@ -25,6 +24,7 @@ from hpc_grpo.planner import ModelArch, arch_from_config, lookup_model
 from hpc_grpo.planner.blocks import dataset_block, model_block
 from hpc_grpo.planner.catalogue import builtin_arch
 from hpc_grpo.planner.types import ModelRef
+from hpc_grpo.preflight.dataset_file import local_columns
 from hpc_grpo.rundir.checkpoints import checkpoint_step, existing_parent, free_bytes_or_none
 from hpc_grpo.rundir.child_call import call_child
 from hpc_grpo.rundir.contract import CHECKPOINTS
@@ -152,7 +152,7 @@ def check_dataset(name: str, prompt_column: str) -> str:
         if name.startswith(("/", ".", "~")) or path.suffix in {".jsonl", ".json", ".csv", ".parquet"}:
             raise UserError(f"dataset file {path} does not exist", field="dataset")
         return name  # a hub dataset: only the nodes can tell
-    columns = _columns(path)
+    columns = local_columns(path)
     if columns is not None and prompt_column not in columns:
         raise UserError(
             f"dataset {path} has no column '{prompt_column}' (columns: {', '.join(columns)})",
@@ -160,24 +160,6 @@ def check_dataset(name: str, prompt_column: str) -> str:
             hint=did_you_mean(prompt_column, columns) + "; set prompt_column in the recipe",
         )
     return str(path.resolve())
-
-
-def _columns(path: Path) -> list[str] | None:
-    try:
-        if path.suffix == ".jsonl":
-            with path.open() as handle:
-                first = handle.readline()
-            return list(json.loads(first)) if first.strip() else []
-        if path.suffix == ".json":
-            data = json.loads(path.read_text())
-            rows = data if isinstance(data, list) else data.get("data", [])
-            return list(rows[0]) if rows else []
-        if path.suffix == ".csv":
-            with path.open(newline="") as handle:
-                return next(csv.reader(handle), [])
-    except (json.JSONDecodeError, AttributeError, TypeError) as exc:
-        raise UserError(f"dataset {path} does not parse: {exc}", field="dataset") from None
-    return None
 
 
 def check_reward(spec: str) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 from hpc_grpo.config.site import SiteProfile, load_site, minutes, site_dirs, user_site_dirs
 from hpc_grpo.errors import UserError, did_you_mean
 from hpc_grpo.preflight.links import Measured, links_line, read_measurement, site_links
+from hpc_grpo.rundir.checkpoints import folder_blocked
 from hpc_grpo.rundir.contract import PORTS_PER_JOB
 from hpc_grpo.scheduler import slurm
 
@@ -293,6 +294,9 @@ def init_site(name: str, *, partition: str = "", output: str = "", force: bool =
         raise UserError(f"'{name}' is not a usable profile name", field="name",
                         hint="letters, digits, '.', '_' and '-' only")
     path = Path(output).expanduser() if output else default_dir() / f"{name}.yaml"
+    if where := folder_blocked(path.parent):  # mkdir's FileExistsError, after asking Slurm
+        raise UserError(f"{path}: its folder {path.parent} {where}", field="output",
+                        hint="give --output a file in a folder, new or existing")
     if path.exists() and not force:
         raise UserError(f"{path} already exists", field="output",
                         hint="use --force to replace it, or --output FILE")

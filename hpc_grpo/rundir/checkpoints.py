@@ -129,6 +129,17 @@ def existing_parent(path: Path) -> Path:
     return probe
 
 
+def folder_blocked(path: Path) -> str:
+    """Why ``path`` cannot be a folder, new or existing: "is a file", "is under the file X";
+    "" when it can. The one rule of every command that writes a folder the user names
+    (--output-root, export --to, ...): mkdir under a file fails late, with FileExistsError
+    or NotADirectoryError, after the work it was to hold."""
+    existing = existing_parent(path)
+    if existing.is_dir():
+        return ""
+    return "is a file" if existing == path else f"is under the file {existing}"
+
+
 def free_bytes(path: Path) -> int:
     """Free bytes of the file system that holds ``path`` (or will: its nearest existing
     parent). ``shutil.disk_usage`` cannot see Lustre or GPFS quotas."""

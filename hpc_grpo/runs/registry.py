@@ -21,6 +21,7 @@ from pathlib import Path
 from hpc_grpo.config import names
 from hpc_grpo.errors import UserError, did_you_mean
 from hpc_grpo.rundir import load_state, tail_jsonl
+from hpc_grpo.rundir.checkpoints import folder_blocked
 from hpc_grpo.rundir.contract import (
     ATTEMPTS,
     CHECKPOINTS,
@@ -47,11 +48,7 @@ def output_root(given: str | None, site_default: str) -> Path:
     after the plan and its checks (FileExistsError, NotADirectoryError), and render would show a
     script whose run directory cannot exist."""
     root = Path(os.path.expandvars(given or site_default)).expanduser().resolve()
-    existing = root
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        where = "is a file" if existing == root else f"is under the file {existing}"
+    if where := folder_blocked(root):
         raise UserError(f"output root {root} {where}, not a directory",
                         field="--output-root" if given else "output_root",
                         hint="give a directory, new or existing" if given

@@ -349,14 +349,14 @@ def test_an_unreadable_recipe_or_profile_is_one_line(
     """Permission denied (chmod 000 does not stop root, so the read is made to fail)."""
     recipe = tmp_path / "r.yaml"
     recipe.write_text("model: builtin:tiny\n")
-    real = Path.read_text
+    real = Path.open
 
-    def denied(self: Path, *args: Any, **kwargs: Any) -> str:
+    def denied(self: Path, *args: Any, **kwargs: Any) -> Any:
         if self.name in ("r.yaml", "p.yaml"):
             raise PermissionError(13, "Permission denied", str(self))
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_text", denied)
+    monkeypatch.setattr(Path, "open", denied)  # strict._read_text opens it, to read a limit
     code, err, root = run(tmp_path, "--site", "sandbox", "--recipe", str(recipe))
     assert_refused(code, err, root, fake_slurm, "recipe", "cannot be read: Permission denied")
     code, err, root = run(tmp_path, "--site", str(tmp_path / "p.yaml"), "--model", "builtin:tiny")
@@ -372,17 +372,47 @@ def test_a_recipe_directory_through_the_api_is_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("as_json", [False, True])
-def test_sites_with_a_profile_not_in_utf8_is_one_line(tmp_path: Path, as_json: bool) -> None:
-    """One bad user profile refuses the listing in one line, as a profile that does not parse
-    does (all_sites loads every profile, and `sites --json` prints each whole)."""
+def test_sites_lists_the_good_profiles_and_a_line_for_each_broken_one(
+        tmp_path: Path, as_json: bool) -> None:
+    """A broken profile in the folder (not UTF-8, a typo) exited 2 at the first one and listed
+    none of the good ones (#58): now each broken one is a warning line on stderr (name, file,
+    first problem), the good ones are listed as before, and the exit is 0."""
+    import json
+
     sites = tmp_path / "sites"  # HPC_GRPO_SITES (tests/conftest.py)
     sites.mkdir()
     (sites / "latin.yaml").write_bytes(b"description: caf\xe9\n")
+    (sites / "typo.yaml").write_text("partition: debug\naccount_name: x\n")
+    (sites / "mine.yaml").write_text("scheduler: local\ndescription: my laptop\n")
     result = CliRunner().invoke(main, ["sites", *(["--json"] if as_json else [])])
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 0, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"warning: site profile 'latin' ({sites / 'latin.yaml'}) does not load: site profile: "
+        f"site profile {sites / 'latin.yaml'} is not UTF-8 text: byte 0xe9 on line 1 "
+        "(hint: save it as UTF-8)",
+        f"warning: site profile 'typo' ({sites / 'typo.yaml'}) does not load: typo.yaml: "
+        "account_name: unknown key 'account_name' (hint: did you mean 'account'?)"]
+    if as_json:
+        names = [p["name"] for p in json.loads(result.stdout)]
+    else:
+        names = [line.split()[0] for line in result.stdout.splitlines()]
+    assert "mine" in names and "local" in names and "sandbox" in names
+    assert "latin" not in names and "typo" not in names
+
+
+def test_sites_exits_2_when_no_profile_loads(tmp_path: Path) -> None:
+    """Every shipped profile shadowed by a broken one of the user's: nothing to list."""
+    from hpc_grpo.config.site import available_sites, builtin_sites_dir
+
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    shipped = available_sites([builtin_sites_dir()])
+    for name in shipped:
+        (sites / f"{name}.yaml").write_text("gpus_per_nodes: 4\n")
+    result = CliRunner().invoke(main, ["sites"])
+    assert result.exit_code == 2 and result.stdout == ""
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert "latin.yaml is not UTF-8" in lines[0]
+    assert len(lines) == len(shipped) and all("unknown key 'gpus_per_nodes'" in x for x in lines)
 
 
 @pytest.mark.parametrize(("line", "words"), [

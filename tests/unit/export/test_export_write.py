@@ -113,3 +113,22 @@ def test_nothing_runs_for_a_refused_export(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no complete checkpoint"):
         write.export(run, python="/nonexistent/python")
     assert not (run / "export").exists()
+
+
+@pytest.mark.parametrize("under", ["", "exp"])
+def test_a_target_that_is_or_lies_under_a_file_is_one_line(tmp_path: Path, under: str) -> None:
+    """--to FILE/exp was a 34-line FileExistsError traceback from the mkdir (#58); --to FILE
+    said "already exists and is not empty"."""
+    run = fakes.run_dir(tmp_path)
+    fakes.checkpoint(run, 4)
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("mine\n")
+    to = blocker / under if under else blocker
+    with pytest.raises(UserError) as caught:
+        write.export(run, to=str(to), python="/nonexistent/python")
+    where = f"is under the file {blocker}" if under else "is a file"
+    assert caught.value.one_line() == (f"error: to: export target {to} {where}, not a folder "
+                                       "(hint: pass --to a new or empty folder)")
+    assert blocker.read_text() == "mine\n" and sorted(p.name for p in tmp_path.iterdir()) == \
+        ["notes.txt", run.parent.name]
+    assert not (run / "export").exists()

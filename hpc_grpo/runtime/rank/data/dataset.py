@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hpc_grpo.runtime.shared.setup_failure import exception_line
+
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 # Files ``datasets.save_to_disk`` writes: a DatasetDict's, then a Dataset's.
 SAVED_MARKERS = ("dataset_dict.json", "state.json")
@@ -89,7 +91,15 @@ def _local(path: Path, config: str, split: str) -> Any:
         if path.suffix not in LOCAL_FORMATS:
             raise DatasetError(f"dataset file {path} is not one of "
                                f"{', '.join(sorted(LOCAL_FORMATS))}")
-        return datasets.load_dataset(LOCAL_FORMATS[path.suffix], data_files=str(path), split="train")
+        try:
+            return datasets.load_dataset(LOCAL_FORMATS[path.suffix], data_files=str(path),
+                                         split="train")
+        except Exception as exc:  # DatasetGenerationError, ArrowInvalid, pandas' ParserError
+            # datasets' own message says only "An error occurred while generating the dataset":
+            # its cause (pyarrow's, pandas') names the row or line where it has one.
+            cause = exc.__cause__ or exc.__context__ or exc
+            raise DatasetError(f"dataset file {path} does not load: "
+                               f"{exception_line(cause)}") from exc
     if any((path / marker).exists() for marker in SAVED_MARKERS):
         return _from_disk(path, split)
     return _hub(str(path), config, split)  # a folder of data files (or a hub-style snapshot)

@@ -45,6 +45,24 @@ def test_every_format_keeps_the_other_columns(files: dict[str, Path], kind: str)
     assert ds["solution"] == [r["solution"] for r in ROWS] and ds["level"][:2] == ["L0", "L1"]
 
 
+@pytest.mark.parametrize(("name", "text", "words"), [
+    ("bad.csv", "problem,b\n1,2\n3,4,5\n", "ParserError: Error tokenizing data. C error: "
+                                             "Expected 2 fields in line 3, saw 3"),
+    ("bad.parquet", "PAR1 not parquet", "ArrowInvalid"),
+    ("bad.jsonl", '{"problem": "a"}\n{"problem": \n', "ArrowInvalid"),
+])
+def test_a_file_that_does_not_load_is_a_dataset_error(tmp_path: Path, name: str, text: str,
+                                                      words: str) -> None:
+    """datasets' DatasetGenerationError ("An error occurred while generating the dataset") was
+    no DatasetError: the probe died with it (a "not checked" note, then submitted) and every
+    rank failed with it. Its cause names the line where pandas or pyarrow has one (#58)."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(DatasetError, match=f"dataset file {path} does not load: ") as caught:
+        load_prompts({"name": str(path), "prompt_column": "problem"})
+    assert words in str(caught.value)
+
+
 def test_split_of_a_saved_dataset_dict(files: dict[str, Path]) -> None:
     assert len(load_prompts({"name": str(files["saved_dict"]), "prompt_column": "problem",
                              "split": "test"})) == 2
