@@ -36,6 +36,7 @@ from hpc_grpo.planner import resume as rules
 from hpc_grpo.planner.checkpoint_fit import refuse_if_no_fit, resident_host_gib
 from hpc_grpo.planner.job import JobPlan, build_plan
 from hpc_grpo.planner.report import plan_report
+from hpc_grpo.planner.save_time import refuse_slow_save
 from hpc_grpo.preflight import doctor as checks
 from hpc_grpo.preflight import inputs, siteinit
 from hpc_grpo.preflight import stage as staging
@@ -131,7 +132,8 @@ def _prepare(site: SiteProfile, spec: JobSpec, *, root: Path, run_id: str | None
     free = inputs.with_run_checkpoints(checked.free, root / run_id) if run_id else checked.free
     plan = build_plan(site, checked.spec, checked.model, checked.timings, free,
                       dataset_commit=checked.dataset_commit,
-                      notes=checked.notes + hub_notes(checked.spec, site), links=checked.links)
+                      notes=checked.notes + hub_notes(checked.spec, site), links=checked.links,
+                      write=checked.write)
     run_id = run_id or registry.next_run_id(root, plan.job_name)
     run_dir = root / run_id
     script = render_script(plan, run_id=run_id, run_dir=str(run_dir), python=python)
@@ -163,6 +165,7 @@ def submit(request: Request) -> Submitted:
         prepared = prepare(request)  # again, now that the model's architecture can be read
     plan = prepared.plan
     refuse_if_no_fit(plan.checkpoint_problem)
+    refuse_slow_save(plan.save)
     claims = 20  # submits of one job racing for its next number: far more than a sweep's
     while True:
         try:
@@ -244,6 +247,7 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None) -> Re
                         site_name=saved["site"])
     _refuse_unstaged(prepared)
     refuse_if_no_fit(prepared.plan.checkpoint_problem)
+    refuse_slow_save(prepared.plan.save)
     record = run_record(prepared.plan, files.run_id, str(run_dir))
     problems = rules.unchangeable(files.record, record)
     if problems:
