@@ -315,13 +315,16 @@ def model_names() -> list[str]:
 
 
 def doctor(site_name: str, nodes: int | None, partition: str, output_root: str,
-           timeout_s: int, model: str = "", *, bandwidth: bool = False) -> Any:
+           timeout_s: int, model: str = "", *, bandwidth: bool = False,
+           output_bandwidth: bool = False) -> Any:
     """A real preflight job on the site's nodes; with a model, its planned checkpoint and save
     memory are compared with each node's free output space and memory; with ``bandwidth``, a
-    second job times the links and caches them for plan."""
+    second job times the links and caches them for plan; with ``output_bandwidth``, one times
+    the output root's writes (each rank its share of the model's planned checkpoint)."""
     profile = find_site(site_name)
     count = nodes or min(2, profile.max_nodes or 2)
     capacity = Capacity(cpu_memory_gib=profile.cpu_memory_gib)
+    share = 0
     if model:
         plan = prepare(Request(site=site_name, flags={"model": model, "nodes": count},
                                output_root=output_root or None)).plan
@@ -330,8 +333,11 @@ def doctor(site_name: str, nodes: int | None, partition: str, output_root: str,
                                 plan.checkpoint.at_once,
                                 resident_host_gib(plan.memory, plan.server_plan)
                                 + plan.checkpoint.host_bytes / 2**30)
+        if plan.save is not None:
+            share = plan.save.node_bytes // plan.procs_per_node
     return checks.run(profile, nodes=count, partition=partition, output_root=output_root,
-                      timeout_s=timeout_s, capacity=capacity, bandwidth=bandwidth)
+                      timeout_s=timeout_s, capacity=capacity, bandwidth=bandwidth,
+                      output_bandwidth=output_bandwidth, bytes_per_rank=share)
 
 
 def init_site(name: str, partition: str, output: str, force: bool) -> tuple[Path, dict[str, Any]]:
