@@ -36,6 +36,7 @@ from hpc_grpo.planner import resume as rules
 from hpc_grpo.planner.checkpoint_fit import refuse_if_no_fit, resident_host_gib
 from hpc_grpo.planner.job import JobPlan, build_plan
 from hpc_grpo.planner.report import plan_report
+from hpc_grpo.planner.save_time import refuse_slow_save
 from hpc_grpo.preflight import doctor as checks
 from hpc_grpo.preflight import inputs, siteinit
 from hpc_grpo.preflight import stage as staging
@@ -134,7 +135,8 @@ def _prepare(site: SiteProfile, spec: JobSpec, *, root: Path, run_id: str | None
     free = inputs.with_run_checkpoints(checked.free, root / run_id) if run_id else checked.free
     plan = build_plan(site, checked.spec, checked.model, checked.timings, free,
                       dataset_commit=checked.dataset_commit,
-                      notes=checked.notes + hub_notes(checked.spec, site), links=checked.links)
+                      notes=checked.notes + hub_notes(checked.spec, site), links=checked.links,
+                      write=checked.write)
     run_id = run_id or registry.next_run_id(root, plan.job_name)
     run_dir = root / run_id
     script = render_script(plan, run_id=run_id, run_dir=str(run_dir), python=python)
@@ -166,6 +168,7 @@ def submit(request: Request) -> Submitted:
         prepared = prepare(request)  # again, now that the model's architecture can be read
     plan = prepared.plan
     refuse_if_no_fit(plan.checkpoint_problem)
+    refuse_slow_save(plan.save)
     claims = 20  # submits of one job racing for its next number: far more than a sweep's
     while True:
         try:
@@ -255,6 +258,7 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None,
                         site_name=saved["site"])
     _refuse_unstaged(prepared)
     refuse_if_no_fit(prepared.plan.checkpoint_problem)
+    refuse_slow_save(prepared.plan.save)
     record = run_record(prepared.plan, files.run_id, str(run_dir))
     problems = rules.unchangeable(files.record, record)
     if problems:
@@ -348,13 +352,16 @@ def model_names() -> list[str]:
 
 
 def doctor(site_name: str, nodes: int | None, partition: str, output_root: str,
-           timeout_s: int, model: str = "", *, bandwidth: bool = False) -> Any:
+           timeout_s: int, model: str = "", *, bandwidth: bool = False,
+           output_bandwidth: bool = False) -> Any:
     """A real preflight job on the site's nodes; with a model, its planned checkpoint and save
     memory are compared with each node's free output space and memory; with ``bandwidth``, a
-    second job times the links and caches them for plan."""
+    second job times the links and caches them for plan; with ``output_bandwidth``, one times
+    the output root's writes (each rank its share of the model's planned checkpoint)."""
     profile = find_site(site_name)
     count = nodes or min(2, profile.max_nodes or 2)
     capacity = Capacity(cpu_memory_gib=profile.cpu_memory_gib)
+    share = 0
     if model:
         plan = prepare(Request(site=site_name, flags={"model": model, "nodes": count},
                                output_root=output_root or None)).plan
@@ -363,8 +370,11 @@ def doctor(site_name: str, nodes: int | None, partition: str, output_root: str,
                                 plan.checkpoint.at_once,
                                 resident_host_gib(plan.memory, plan.server_plan)
                                 + plan.checkpoint.host_bytes / 2**30)
+        if plan.save is not None:
+            share = plan.save.node_bytes // plan.procs_per_node
     return checks.run(profile, nodes=count, partition=partition, output_root=output_root,
-                      timeout_s=timeout_s, capacity=capacity, bandwidth=bandwidth)
+                      timeout_s=timeout_s, capacity=capacity, bandwidth=bandwidth,
+                      output_bandwidth=output_bandwidth, bytes_per_rank=share)
 
 
 def init_site(name: str, partition: str, output: str, force: bool) -> tuple[Path, dict[str, Any]]:

@@ -34,16 +34,22 @@ def preflight_commands(user_errors: Callable[..., Any],
                   help="Then time the links in a second short job (the site's processes and GPUs "
                        "per node): all-reduce bus bandwidth between nodes and inside a node, "
                        "cached for plan.")
+    @click.option("--output-bandwidth", is_flag=True,
+                  help="Then time the output root's writes in a second short job: every rank of "
+                       "every node writes its share at once (with --model, its part of the "
+                       "planned checkpoint; else 1 GiB), fsync'd and removed; GB/s per node and "
+                       "in total, free space and quota, cached for plan.")
     @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
     @user_errors
     def doctor(site_name: str, nodes: int | None, partition: str, output_root: str,
-               timeout_s: int, model: str, bandwidth: bool, as_json: bool) -> None:
+               timeout_s: int, model: str, bandwidth: bool, output_bandwidth: bool,
+               as_json: bool) -> None:
         """Check the cluster with a short job: exit 0 all pass, 1 a check failed, 2 bad input."""
         from hpc_grpo import api
         from hpc_grpo.preflight import doctor as checks
 
         result = api.doctor(site_name, nodes, partition, output_root, timeout_s, model,
-                            bandwidth=bandwidth)
+                            bandwidth=bandwidth, output_bandwidth=output_bandwidth)
         if as_json:
             click.echo(json.dumps(result.to_dict(), indent=2))
         else:

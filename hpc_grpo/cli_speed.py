@@ -1,5 +1,5 @@
 """The plan command's tail: the chosen layout's predicted s/step and tokens/s, every other
-layout tried and why it lost, server mode's trainer/server memory, and the checkpoint line."""
+layout tried and why it lost, server mode's trainer/server memory, the checkpoint line and its save's time."""
 
 from __future__ import annotations
 
@@ -44,6 +44,8 @@ def plan_tail(console: Any, data: dict[str, Any]) -> None:
             if ckpt["at_once"] else "all kept (save_total_limit unset)"
         console.print(f"checkpoint: {ckpt['one_gib']:.1f} GiB each, {kept}; a save needs "
                       f"{ckpt['save_host_gib']:.1f} GiB of host memory on rank 0's node")
+    for line in (data.get("save") or {}).get("lines", ()):
+        console.print(line)
     links = data.get("links") or {}
     for line in [links.get("line"), *([f"warning: {links['note']}"] if links.get("note") else [])]:
         if line:

@@ -138,6 +138,14 @@ class SiteProfile:
     # they are the user's word and win over a measurement; plan says when the two disagree.
     inter_node_gbs: float | None = None
     intra_node_gbs: float | None = None
+    # The output file system's write bandwidth in GB/s per node, all ranks of a node writing
+    # their checkpoint parts at once. None: doctor's cached measurement for the output root
+    # (`doctor --output-bandwidth`), else an assumed figure (preflight/output_write.py).
+    output_write_gbs: float | None = None
+    # The preemptible partition's GraceTime (`scontrol show partition`, written by `site init`):
+    # the seconds a preempted job gets between its signal and the kill. None: not known, the
+    # plan checks the stop save against signal_lead_s alone; 0: killed at once.
+    grace_time_s: int | None = None
 
     def __post_init__(self) -> None:
         self._refuse_what_no_script_can_carry()
@@ -169,6 +177,16 @@ class SiteProfile:
                                 field=key, hint=f"the all-reduce bus bandwidth {where} (e.g. 25 on "
                                 "200 Gb/s InfiniBand), or leave it out: `hpc-grpo doctor --site "
                                 f"{self.name} --bandwidth` measures it")
+        if self.output_write_gbs is not None and not 0 < self.output_write_gbs < 1e5:
+            raise UserError(f"output_write_gbs must be a positive number of GB/s, got "
+                            f"{self.output_write_gbs:g}", field="output_write_gbs",
+                            hint="the output file system's write bandwidth per node, all its ranks "
+                            f"writing at once, or leave it out: `hpc-grpo doctor --site {self.name} "
+                            "--output-bandwidth` measures it")
+        if self.grace_time_s is not None and not 0 <= self.grace_time_s <= 65535:
+            raise UserError(f"grace_time_s must be from 0 to 65535 seconds, got {self.grace_time_s}",
+                            field="grace_time_s", hint="GraceTime of `scontrol show partition "
+                            "NAME` for the preemptible partition, or leave it out")
         try:
             mode = int(self.run_dir_mode, 8)
         except ValueError:

@@ -67,6 +67,7 @@ class CheckpointSize:
     items: tuple[tuple[str, int], ...]
     at_once: int | None  # save_total_limit + 1; None: unbounded
     host_bytes: int
+    partitioned: int = 0  # of ``one``, the bytes every rank writes an equal part of (the rest: rank 0)
 
     @property
     def one(self) -> int:
@@ -86,6 +87,7 @@ def size_checkpoint(req: CheckpointRequest) -> CheckpointSize:
         optimizer = ADAM_STATE_BYTES * req.weight_bytes // 4 * trainable
         items += [("model weights (own master copy)", model), ("optimizer (Adam m, v)", optimizer)]
         host = min(model, SHARD_BYTES)
+        partitioned = 0  # DDP: rank 0 writes the model and the optimizer
     else:
         dtype = 2 if req.device == "cuda" else 4
         saved = trainable if req.lora else req.num_params
@@ -99,10 +101,21 @@ def size_checkpoint(req: CheckpointRequest) -> CheckpointSize:
                   ("DeepSpeed module states", module),
                   ("DeepSpeed optimizer (fp32 master, m, v)", optimizer)]
         host = min(model, SHARD_BYTES) + (model if req.zero_stage == 3 else 0)
+        # each rank writes its optimizer partition (and under ZeRO-3 its module placeholders);
+        # ZeRO-1/2's module states and the model file are rank 0's
+        partitioned = optimizer + (module if req.zero_stage == 3 else 0)
     items.append(("scheduler, trainer state, RNG, tokenizer",
                   SMALL_FILES_BYTES + RNG_BYTES_PER_RANK * req.world_size))
     at_once = None if req.save_total_limit is None else req.save_total_limit + 1
-    return CheckpointSize(tuple(items), at_once, host)
+    return CheckpointSize(tuple(items), at_once, host,
+                          partitioned + RNG_BYTES_PER_RANK * req.world_size)
+
+
+def busiest_node_bytes(size: CheckpointSize, world_size: int, procs_per_node: int) -> int:
+    """What the first node writes of one checkpoint: its ranks' parts of the partitioned files
+    and rank 0's own (the model file, ZeRO-1/2's module states, the small files)."""
+    share = size.partitioned * min(procs_per_node, world_size) // max(world_size, 1)
+    return share + size.one - size.partitioned
 
 
 def gib(value: float) -> str:

@@ -26,6 +26,7 @@ from hpc_grpo.planner.checkpoint_size import CheckpointSize
 from hpc_grpo.planner.engines import deepspeed_plan, vllm_plan
 from hpc_grpo.planner.modes import plan_request, resolve_mode, server_plan
 from hpc_grpo.planner.precision import context_check, precision
+from hpc_grpo.planner.save_time import SaveTime, plan_save, step_time
 from hpc_grpo.planner.speed.choose import MEASURED_CKPT
 from hpc_grpo.planner.speed.server import ServerPlan
 from hpc_grpo.planner.timeouts import collective_timeout
@@ -38,7 +39,7 @@ from hpc_grpo.planner.topology import (
     rank_table,
     training_nodes,
 )
-from hpc_grpo.planner.types import LinkFigures, ModelRef
+from hpc_grpo.planner.types import LinkFigures, ModelRef, WriteFigure
 from hpc_grpo.rundir.contract import (
     DeepSpeedBlock,
     RankRow,
@@ -78,6 +79,7 @@ class JobPlan:
     changes: tuple[str, ...] = ()  # what the plan changed from the recipe, one line each, and why
     server_plan: ServerPlan | None = None  # server mode: trainer/server memory and step
     save_total_limit: int | None = None  # sized by the plan where the recipe leaves it unset
+    save: SaveTime | None = None  # one save's predicted time against the lead (save_time.py)
     # the spec as asked, before the plan's own choices went into it (spec.json keeps this, so a
     # resume plans those choices again instead of reading them back as the user's)
     requested: JobSpec | None = None
@@ -200,11 +202,11 @@ def _checkpointing(spec: JobSpec, memory: MemoryPlan | None,
 def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
                timings: Timings | None = None, free: tuple[int | None, str] = (None, ""),
                dataset_commit: str = "", notes: tuple[str, ...] = (),
-               links: LinkFigures | None = None) -> JobPlan:
+               links: LinkFigures | None = None, write: WriteFigure | None = None) -> JobPlan:
     """Check the request against the site and choose the layout; raises UserError early.
     ``free``: the output file system's free bytes and name, probed by the caller; ``notes``:
-    the caller's checks' warnings, shown after the plan's own; ``links``: the link bandwidths
-    the caller found (declared or measured), None where assumed."""
+    the caller's checks' warnings, shown after the plan's own; ``links`` and ``write``: the
+    link and output write bandwidths the caller found (declared or measured), None: assumed."""
     time_min = minutes(spec.time, "time")
     spec, mode_note = resolve_mode(site, spec, model, links)
     lead, lead_reason = signal_lead(site.signal_lead_s, timings)
@@ -231,7 +233,9 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
     checkpoint, no_fit, more, kept = check_checkpoints(site, spec, model.arch, deepspeed, memory,
                                                        world_size(nodes, procs), *free,
                                                        served=served)
-    warnings += [*more, *pure]
+    save = plan_save(site, spec, checkpoint, (world_size(nodes, procs), procs), write,
+                     step_time(memory, served, timings), lead, time_min)
+    warnings += [*more, *pure, *(save.warnings if save else ())]
     changes += (kept[1],) if kept and kept[1] else ()
     return JobPlan(
         site=site, spec=spec, model=model, device=site.device, procs_per_node=procs,
@@ -242,5 +246,4 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
         dataset_commit=dataset_commit,
         collective_timeout_s=timeout, collective_timeout_reason=timeout_reason,
         precision=story, changes=changes, server_plan=served,
-        save_total_limit=kept[0] if kept else None, requested=requested,
-    )
+        save_total_limit=kept[0] if kept else None, requested=requested, save=save)

@@ -36,6 +36,7 @@ def plan_report(plan: JobPlan) -> dict[str, Any]:
         "no_memory_plan": why_none, "warnings": list(plan.warnings),
         "precision": plan.precision, "changed_from_recipe": list(plan.changes),
         "checkpoint": checkpoint_report(plan.checkpoint),
+        "save": plan.save.to_dict() if plan.save else None,
         "speed": memory.speed.to_dict() if memory and memory.speed else None,
         "server_plan": plan.server_plan.to_dict() if plan.server_plan else None,
     }

@@ -17,6 +17,17 @@ class Timings:
     source_run: str
 
 
+SAVE_MARGIN = 1.5  # the checkpoint's time again by half: a save slower than measured or predicted
+MARGIN_S = 30  # and the stop's own steps: the agreement across ranks, the exit
+
+
+def lead_needed(step_s: float, checkpoint_s: float) -> int:
+    """Whole seconds of warning a stop needs: the step in flight, the checkpoint with half of
+    it again, and 30 s; the one rule for a measured lead (signal_lead) and a predicted one
+    (planner/save_time.py)."""
+    return int(step_s + SAVE_MARGIN * checkpoint_s + MARGIN_S + 0.999)
+
+
 def signal_lead(site_lead_s: int, timings: Timings | None) -> tuple[int, str]:
     """Seconds of warning the job asks Slurm for before its time limit or a preemption kill.
 
@@ -25,7 +36,7 @@ def signal_lead(site_lead_s: int, timings: Timings | None) -> tuple[int, str]:
     """
     if timings is None:
         return site_lead_s, f"{site_lead_s}s from the site profile (no measured checkpoint yet)"
-    needed = int(timings.step_s + 1.5 * timings.checkpoint_s + 30 + 0.999)
+    needed = lead_needed(timings.step_s, timings.checkpoint_s)
     if needed <= site_lead_s:
         return site_lead_s, (f"{site_lead_s}s from the profile covers a step ({timings.step_s:.1f}s) and a "
                              f"checkpoint ({timings.checkpoint_s:.1f}s) measured by {timings.source_run}")

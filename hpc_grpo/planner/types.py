@@ -30,3 +30,15 @@ class LinkFigures:
     intra_node_gbs: float | None = None
     inter_node_gbs: float | None = None
     source: str = ""
+
+
+@dataclass(frozen=True)
+class WriteFigure:
+    """The output file system's write bandwidth a plan uses: GB/s (1e9 bytes) per node, every
+    rank of the node writing at once, as the launcher found it (the profile's
+    ``output_write_gbs``, else doctor's cached measurement of the output root:
+    preflight/output_write.py), and where it came from in words. None where neither is known:
+    the plan assumes (planner/save_time.py)."""
+
+    gbs_per_node: float
+    source: str

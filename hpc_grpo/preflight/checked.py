@@ -1,6 +1,7 @@
 """Step one of ``api.prepare``: every login-node check and measurement of a job's inputs,
 before any planning (the model resolved and staged, the dataset and rewards checked and probed,
-earlier runs' timings, free space, the site's links), as one frozen value the plan is made from.
+earlier runs' timings, free space, the site's links and output write bandwidth), as one frozen
+value the plan is made from.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner.blocks import default_name
 from hpc_grpo.planner.timing import Timings
-from hpc_grpo.planner.types import LinkFigures, ModelRef
+from hpc_grpo.planner.types import LinkFigures, ModelRef, WriteFigure
 from hpc_grpo.preflight import inputs, stage
 from hpc_grpo.preflight.links import site_links
+from hpc_grpo.preflight.output_write import site_write
 from hpc_grpo.runs import registry
 
 
@@ -34,6 +36,7 @@ class CheckedInputs:
     notes: tuple[str, ...]
     refused: tuple[UserError, ...]
     links: LinkFigures | None = None  # declared in the profile or measured by doctor, else assumed
+    write: WriteFigure | None = None  # the output root's write bandwidth, likewise
 
 
 def check_inputs(site: SiteProfile, spec: JobSpec, *, root: Path, python: str,
@@ -54,7 +57,7 @@ def check_inputs(site: SiteProfile, spec: JobSpec, *, root: Path, python: str,
     return CheckedInputs(inputs.with_prompt_bound(spec, probed), staging.model,
                          staging.dataset_commit, Timings(*measured) if measured else None,
                          inputs.free_space(root), notes + tuple(probed.notes), refused,
-                         _links_for_plan(site))
+                         _links_for_plan(site), site_write(site, str(root)))
 
 
 def _links_for_plan(site: SiteProfile) -> LinkFigures | None:

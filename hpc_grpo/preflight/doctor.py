@@ -20,6 +20,7 @@ from hpc_grpo import __version__
 from hpc_grpo.config.site import SiteProfile, minutes
 from hpc_grpo.errors import UserError
 from hpc_grpo.preflight import bandwidth as measuring
+from hpc_grpo.preflight import write_job
 from hpc_grpo.preflight.capacity import Capacity, capacity_rows
 from hpc_grpo.preflight.hardware_row import hardware_row
 from hpc_grpo.preflight.node_job import Row, Status, last_lines, runs_on, srun_options
@@ -49,7 +50,7 @@ TRL_VLLM_FALLBACK = ">=0.22.0,<=0.31.0"  # TRL 1.16's vllm extra, when the node'
 CHECK_ORDER = ("job", *PACKAGES, "known: ZeRO-3 + LoRA", "known: vLLM vs TRL", "known: vLLM TP seeds",
                "same stack", "hpc-grpo", "modules", "container runtime", "container", "node names",
                "scontrol", "requeue hold", "interface", "rendezvous port", "shared output", "output disk",
-               "node memory", "gpus", "plan hardware", "bandwidth")
+               "node memory", "gpus", "plan hardware", "bandwidth", "output bandwidth")
 
 
 @dataclass(frozen=True)
@@ -249,6 +250,7 @@ class Result:
     rows: tuple[Row, ...]
     reports: tuple[dict[str, Any], ...]
     links: dict[str, Any] | None = None  # the link measurement's report (--bandwidth)
+    output_write: dict[str, Any] | None = None  # the write measurement's (--output-bandwidth)
 
     @property
     def exit_code(self) -> int:
@@ -257,14 +259,17 @@ class Result:
     def to_dict(self) -> dict[str, Any]:
         return {"site": self.site, "exit_code": self.exit_code,
                 "rows": [asdict(row) for row in self.rows], "reports": list(self.reports),
-                "links": self.links}
+                "links": self.links, "output_write": self.output_write}
 
 
 def run(site: SiteProfile, *, nodes: int, partition: str = "", output_root: str = "",
         python: str = "", timeout_s: float = 180, share_wait_s: float = 20,
-        capacity: Capacity | None = None, bandwidth: bool = False) -> Result:
+        capacity: Capacity | None = None, bandwidth: bool = False,
+        output_bandwidth: bool = False, bytes_per_rank: int = 0) -> Result:
     """Submit the probe job, wait for it (at most ``timeout_s``) and judge what came back; with
-    ``bandwidth``, then time the links in a second short job (preflight/bandwidth.py)."""
+    ``bandwidth``, then time the links in a second short job (preflight/bandwidth.py); with
+    ``output_bandwidth``, the output root's writes (preflight/write_job.py: ``bytes_per_rank``
+    each, 0 for its fixed size)."""
     if not runs_on(site):
         raise UserError(f"site '{site.name}' has no Slurm: doctor checks cluster nodes",
                         field="site", hint="pick a Slurm site: `hpc-grpo sites` lists them")
@@ -314,7 +319,14 @@ def run(site: SiteProfile, *, nodes: int, partition: str = "", output_root: str 
                                        python=python or site.python or sys.executable,
                                        timeout_s=timeout_s)
         rows.append(row)
-    return Result(site.name, tuple(sorted_rows([*pre, *rows])), tuple(reports), links)
+    written: dict[str, Any] | None = None
+    if output_bandwidth:
+        row, written = write_job.measure(site, reports, nodes=nodes, partition=partition,
+                                         python=python or site.python or sys.executable,
+                                         timeout_s=timeout_s, root=str(root),
+                                         bytes_per_rank=bytes_per_rank)
+        rows.append(row)
+    return Result(site.name, tuple(sorted_rows([*pre, *rows])), tuple(reports), links, written)
 
 
 def _requeue_hold_row() -> Row:

@@ -216,6 +216,8 @@ def profile_lines(partition: Partition, nodes: Sequence[Node], partitions: Seque
         "  # or runtime: apptainer with an .sif image",
         'network_interface: ""  # e.g. ib0 (NCCL/GLOO_SOCKET_IFNAME); doctor checks it on every node',
         *link_lines(measured),
+        "output_write_gbs: null  # GB/s a node the output root writes, all its ranks at once. "
+        "null: `hpc-grpo doctor --output-bandwidth`'s cached measurement, else assumed",
         "output_root: ~/hpc-grpo-runs  # must be visible from every node: doctor checks it",
         'run_dir_mode: "0700"  # run directories are yours only; "0750" shares them with your group',
         "# Hub models and datasets: most clusters' compute nodes have no internet, so this profile",
@@ -266,11 +268,16 @@ def requeue_lines(preemptible: Partition | None) -> list[str]:
         why = (f"partition '{preemptible.name}' has GraceTime=0: a preempted job is killed at "
                "once, only periodic checkpoints (save_steps) save its work")
     low, high = default.port_range
+    grace = ["# grace_time_s: 60  # a preemptible partition's GraceTime (none found here): what "
+             "a preempted job gets for its stop save"] if preemptible is None else [
+        f"grace_time_s: {preemptible.grace_time_s}  # GraceTime of '{preemptible.name}': what a "
+        "preempted job gets for its stop save; plan checks the predicted save against it"]
     return [
         "# Requeue: what a job does before a preemption or its time limit, and after a crash.",
         f"requeue_signal: {default.requeue_signal}  # sent before the kill: every rank "
         "checkpoints at the next step, then the job requeues (USR1, USR2 or TERM)",
         f"signal_lead_s: {lead}  # seconds before the time limit: {why}",
+        *grace,
         f"max_requeues: {default.max_requeues}  # automatic retries after a crash (node "
         "failure, a killed task); a signalled stop does not count",
         f"port_range: [{low}, {high}]  # each job takes {PORTS_PER_JOB} ports here, picked by job id "

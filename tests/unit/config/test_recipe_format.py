@@ -242,9 +242,15 @@ def test_shipped_recipes_plan_and_render(name: str, nodes: int, lora: bool,
     plan = json.loads(out)
     assert plan["nodes"] == nodes and plan["world_size"] == 8 * nodes
     # h100-pyxis has offline nodes: the only warnings are the stage commands for the hub model
-    # and dataset (submit refuses until they are staged); nothing in the recipe itself warns.
+    # and dataset (submit refuses until they are staged) and, for the 72B recipe, that its stop
+    # save at the assumed write bandwidth (nothing declared or measured: #59) needs more than
+    # the profile's 300 s lead; nothing in the recipe itself warns.
     staging = [w for w in plan["warnings"] if "is not staged in" in w]
-    assert plan["memory_plan"] is not None and plan["warnings"] == staging and len(staging) == 2
+    assumed = [w for w in plan["warnings"] if w.startswith("save time:")
+               and "the bandwidth is assumed" in w]
+    assert len(assumed) == ("72b" in name)
+    assert plan["memory_plan"] is not None and len(staging) == 2
+    assert plan["warnings"] == assumed + staging
     assert all("hpc-grpo stage " in w for w in staging)
     assert ("lora" in plan["memory_plan"]["reasons"]) is lora
     code, out, err = cli("render", "--site", "h100-pyxis", "--recipe", recipe)

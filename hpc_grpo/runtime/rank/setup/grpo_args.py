@@ -38,7 +38,7 @@ DEFAULTS: dict[str, Any] = {
     "report_to": "none",
     "disable_tqdm": True,  # progress bars make unreadable rank logs
     "save_strategy": "steps",
-    "save_steps": 50,
+    "save_steps": contract.DEFAULT_SAVE_STEPS,
 }
 
 
