@@ -30,6 +30,7 @@ from hpc_grpo.rundir import ledgers, read_jsonl
 from hpc_grpo.rundir.checkpoints import free_bytes_or_none
 from hpc_grpo.rundir.contract import METRICS_JSONL, REWARD_CURVE, RUN_JSON, RunRecord
 from hpc_grpo.rundir.ledgers import ExportLine
+from hpc_grpo.rundir.workspace import Workspace, alive
 from hpc_grpo.runs import runfiles
 
 if TYPE_CHECKING:
@@ -58,22 +59,12 @@ def _partial_prefix(target: Path) -> str:
     return f".{target.name}.partial-"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def clear_stale(target: Path) -> list[Path]:
     """Remove hidden partial folders of this target whose export process is gone (killed)."""
     gone = []
     for path in target.parent.glob(_partial_prefix(target) + "*"):
         pid = path.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
             gone.append(path)
     return gone
@@ -138,7 +129,8 @@ def export(run_dir: Path, step: int | None = None, to: str | None = None,
     partial.mkdir()
     try:
         with terminate_as_interrupt():
-            answer = child.run(python, MODULE, the_plan.request(partial), "export")
+            answer = child.run(python, MODULE, the_plan.request(partial), "export",
+                               Workspace.of_run(run_dir, record.model_load.hf_home))
             check = dict(answer.get("check") or {})
             if not answer.get("ok"):
                 return Exported(the_plan, check, (), f"export of checkpoint-{the_plan.step} "

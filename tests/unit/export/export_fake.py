@@ -7,6 +7,8 @@ FAKE = """#!{python}
 import json, os, sys, time
 from pathlib import Path
 request = json.load(sys.stdin)
+if os.environ.get("FAKE_ENV_OUT"):  # what the child was given, for the tests of where it writes
+    Path(os.environ["FAKE_ENV_OUT"]).write_text(json.dumps(dict(os.environ)))
 target = Path(request["target"])
 (target / "model.safetensors").write_text("weights")
 (target / "config.json").write_text("{{}}")
