@@ -97,6 +97,20 @@ def _add_card(the_plan: plan.ExportPlan, record: RunRecord, folder: Path,
     (folder / "README.md").write_text(text)
 
 
+def share_as_run(folder: Path, run_dir: Path) -> None:
+    """Give the exported folder the run directory's mode (the site's ``run_dir_mode``: 0700
+    yours only, 0750 shared with your group) and every file in it that mode without execute
+    bits, whether the folder is the run's export/ or a --to elsewhere: the export is the run's
+    data, shared exactly as the run is. Before, transformers wrote the weights 0600 and the rest
+    by the umask (0644): a group sharing a 0750 run could read its exported config but not its
+    weights (issue #58)."""
+    mode = run_dir.stat().st_mode & 0o777
+    for path in folder.rglob("*"):
+        if not path.is_symlink():
+            path.chmod(mode if path.is_dir() else mode & 0o666)
+    folder.chmod(mode)
+
+
 def _record(the_plan: plan.ExportPlan, check: dict[str, Any], best: best_of.Best | None) -> None:
     ledgers.append_export(the_plan.run_dir, ExportLine(
         time=time.time(), step=the_plan.step, path=str(the_plan.target), layout=the_plan.layout,
@@ -137,6 +151,7 @@ def export(run_dir: Path, step: int | None = None, to: str | None = None,
                                 f"failed: {answer.get('error', 'no reason given')}; nothing was "
                                 "written")
             _add_card(the_plan, record, partial, check)
+            share_as_run(partial, run_dir)
             if target.exists():
                 target.rmdir()  # empty (plan.refuse_target): replaced by the finished folder
             partial.rename(target)

@@ -73,6 +73,20 @@ def test_the_export_childs_temporaries_and_caches_are_the_runs(
     assert "HF_DATASETS_CACHE" not in env  # the site's hf_home has its own datasets/
 
 
+@pytest.mark.parametrize(("run_mode", "files"), [(0o700, 0o600), (0o750, 0o640)])
+def test_the_exported_folder_is_shared_as_the_run_is(tmp_path: Path, fake_python: str,
+                                                     run_mode: int, files: int) -> None:
+    """Issue #58: the weights came out 0600 and the rest 0644; now every file has the run
+    directory's mode (the site's run_dir_mode) without execute bits, the folder the mode."""
+    run = fakes.run_dir(tmp_path)
+    fakes.checkpoint(run, 4)
+    run.chmod(run_mode)
+    target = write.export(run, python=fake_python).plan.target
+    assert target.stat().st_mode & 0o777 == run_mode
+    assert {p.name: p.stat().st_mode & 0o777 for p in target.iterdir()} == {
+        "README.md": files, "config.json": files, "model.safetensors": files}
+
+
 def test_a_failed_check_leaves_nothing(tmp_path: Path, fake_python: str,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     run = fakes.run_dir(tmp_path)
