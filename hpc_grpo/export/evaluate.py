@@ -115,7 +115,7 @@ def subject(target: str, step: int | None, find_run: Any,
             raise UserError("--best picks a run's checkpoint, not a model folder's", field="best",
                             hint="name the run instead of the folder")
         return Subject(str(path), "", path.name, run_dir, None), record  # an export of a run?
-    run_dir = find_run(target)
+    run_dir = _run_or_say_what(target, path, find_run)
     run = runfiles.read_run_record(run_dir, "evaluated")
     picked = best_of.pick(run_dir, run.run_id or run_dir.name, step, best)
     if picked is not None:
@@ -128,6 +128,20 @@ def subject(target: str, step: int | None, find_run: Any,
             return Subject(base_model(run), folder, label, run_dir, newest.step), run
         return Subject(folder, "", label, run_dir, newest.step), run
     return _checkpoint_subject(run_dir, run, step), run
+
+
+def _run_or_say_what(target: str, path: Path, find_run: Any) -> Path:
+    """The run ``target`` names; a folder or file here that is neither a run nor a model folder
+    is said to be so, not "no run" (issue #58: a model folder missing its config.json)."""
+    try:
+        return Path(find_run(target))
+    except UserError:
+        if not path.exists():
+            raise
+    what = "a folder" if path.is_dir() else "a file"
+    raise UserError(f"{path} is {what} but neither a run directory (no {RUN_JSON}) nor a model "
+                    f"folder (no config.json or {layout.ADAPTER_CONFIG})", field="target",
+                    hint="name a run (its directory or id), a model folder, or a run's export")
 
 
 def request(subj: Subject, record: RunRecord | None, dataset: str | None, split: str | None,

@@ -101,6 +101,21 @@ def test_what_is_evaluated(tmp_path: Path) -> None:
     assert (folder.model, folder.run_dir, none) == (str(alone), None, None)
 
 
+def test_a_folder_that_is_neither_a_run_nor_a_model_is_said_to_be_so(tmp_path: Path) -> None:
+    """Issue #58: a model folder without config.json (a half copy, a tokenizer folder) was
+    "no run 'DIR'"; it is now said what it is, and a name that is no path stays "no run"."""
+    weights_only = tmp_path / "weights"
+    weights_only.mkdir()
+    (weights_only / "model.safetensors").write_bytes(b"")
+    with pytest.raises(UserError) as caught:
+        evaluate.subject(str(weights_only), None, registry.find_run)
+    assert caught.value.message == (f"{weights_only} is a folder but neither a run directory "
+                                    "(no run.json) nor a model folder (no config.json or "
+                                    "adapter_config.json)")
+    with pytest.raises(UserError, match="no run 'grpo-nothing'"):
+        evaluate.subject("grpo-nothing", None, registry.find_run)
+
+
 FAKE = """#!{python}
 import json, os, sys
 from pathlib import Path
