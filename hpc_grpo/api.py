@@ -41,7 +41,7 @@ from hpc_grpo.preflight import doctor as checks
 from hpc_grpo.preflight import inputs, siteinit
 from hpc_grpo.preflight import stage as staging
 from hpc_grpo.preflight.builtin_model import ensure_builtin_model
-from hpc_grpo.preflight.builtin_model import write_example_model as write_example_model
+from hpc_grpo.preflight.builtin_model import example_model as example_model
 from hpc_grpo.preflight.capacity import Capacity
 from hpc_grpo.preflight.checked import check_inputs
 from hpc_grpo.preflight.links import plan_links

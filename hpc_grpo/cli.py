@@ -262,13 +262,17 @@ def stage(name: str, site: str, revision: str, is_dataset: bool) -> None:
 @click.argument("directory", type=click.Path(file_okay=False))
 @user_errors
 def example_model(directory: str) -> None:
-    """Write the tiny offline Qwen2-shaped model and tokenizer used by the examples."""
+    """Write the tiny offline Qwen2-shaped model and tokenizer used by the examples.
+
+    DIRECTORY: a new or empty folder; one that already holds the example model is left as it
+    is, any other is refused."""
     from pathlib import Path
 
     from hpc_grpo import api
 
-    path = api.write_example_model("tiny", Path(directory))
-    click.echo(f"wrote {path}")
+    done = api.example_model("tiny", Path(directory))
+    click.echo(f"{done.path} already holds the example model: left as it is" if done.already
+               else f"wrote {done.path}")
 
 
 _CHOICES = {

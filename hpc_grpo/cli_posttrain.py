@@ -125,7 +125,9 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
         sampling default to the run's. Generated on this machine: through vLLM where it runs here
         (a GPU site; the run's planned tensor parallel size), else through transformers (the
         tiny model on CPU); --engine picks one. Written to RUN_DIR/eval/LABEL-TIME.json with the
-        engine that generated; `status` shows the newest."""
+        engine that generated; `status` shows the newest. A model folder of no run gets nothing
+        written beside it: its results go to HPC_GRPO_HOME/evals/NAME-DIGEST/eval/. The child's
+        temporary and cache files stay in the run's folders, as the ranks' do."""
         from hpc_grpo import api
 
         result = api.evaluate(target, step=step, dataset=dataset, split=split,

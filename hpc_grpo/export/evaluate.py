@@ -19,6 +19,7 @@ independent; samples of one prompt are not).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import re
 import sys
@@ -36,11 +37,13 @@ from hpc_grpo.rundir import ledgers, write_json_atomic
 from hpc_grpo.rundir.checkpoints import run_checkpoints
 from hpc_grpo.rundir.contract import EVAL_DIR, RUN_JSON, RunRecord, block_dict
 from hpc_grpo.rundir.hub import hub_snapshot
-from hpc_grpo.runs import runfiles
+from hpc_grpo.rundir.workspace import Workspace
+from hpc_grpo.runs import registry, runfiles
 
 MODULE = "hpc_grpo.runtime.posttrain.scoring"
 Z95 = 1.959964
 TRL_MAX_COMPLETION = 256  # GRPOConfig's default max_completion_length
+MODEL_JSON = "model.json"  # in the workspace of a model folder of no run: the folder's path
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,7 @@ def subject(target: str, step: int | None, find_run: Any,
             raise UserError("--best picks a run's checkpoint, not a model folder's", field="best",
                             hint="name the run instead of the folder")
         return Subject(str(path), "", path.name, run_dir, None), record  # an export of a run?
-    run_dir = find_run(target)
+    run_dir = _run_or_say_what(target, path, find_run)
     run = runfiles.read_run_record(run_dir, "evaluated")
     picked = best_of.pick(run_dir, run.run_id or run_dir.name, step, best)
     if picked is not None:
@@ -125,6 +128,20 @@ def subject(target: str, step: int | None, find_run: Any,
             return Subject(base_model(run), folder, label, run_dir, newest.step), run
         return Subject(folder, "", label, run_dir, newest.step), run
     return _checkpoint_subject(run_dir, run, step), run
+
+
+def _run_or_say_what(target: str, path: Path, find_run: Any) -> Path:
+    """The run ``target`` names; a folder or file here that is neither a run nor a model folder
+    is said to be so, not "no run" (issue #58: a model folder missing its config.json)."""
+    try:
+        return Path(find_run(target))
+    except UserError:
+        if not path.exists():
+            raise
+    what = "a folder" if path.is_dir() else "a file"
+    raise UserError(f"{path} is {what} but neither a run directory (no {RUN_JSON}) nor a model "
+                    f"folder (no config.json or {layout.ADAPTER_CONFIG})", field="target",
+                    hint="name a run (its directory or id), a model folder, or a run's export")
 
 
 def request(subj: Subject, record: RunRecord | None, dataset: str | None, split: str | None,
@@ -183,13 +200,27 @@ class Evaluated:
         return f"generated through {self.engine or '?'}" + (f" ({detail})" if detail else "")
 
 
-def _where(subj: Subject, model_dir: Path) -> Path:
-    """Under the run's eval/; a folder of no run gets FOLDER.eval/ beside it (the model folder
-    itself stays as it was: it may be shared or uploaded)."""
+EVALS = "evals"  # in hpc-grpo's home: one folder per model folder of no run
+
+
+def workspace(subj: Subject, record: RunRecord | None) -> Workspace:
+    """Where the child's temporary and cache files and the result go: the run's directory; for
+    a model folder of no run, a folder of hpc-grpo's own per-user home named by the model
+    folder (``evals/NAME-DIGEST``, its caches shared under ``evals/``). Never beside the model:
+    it may be read-only, shared with others, a hub snapshot or about to be uploaded, and a
+    ``FOLDER.eval/`` there is litter its owner did not ask for (issue #58)."""
+    if subj.run_dir is not None:
+        return Workspace.of_run(subj.run_dir, record.model_load.hf_home if record else "")
+    model = Path(subj.model)
+    digest = hashlib.sha256(str(model).encode()).hexdigest()[:8]
+    return Workspace.of_run(registry.home_dir() / EVALS / f"{model.name}-{digest}")
+
+
+def _where(subj: Subject, work: Workspace) -> Path:
+    """The result's file: ``eval/LABEL-TIME.json`` in the workspace's folder."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", subj.label).strip("-")
-    folder = subj.run_dir / EVAL_DIR if subj.run_dir else model_dir.with_name(model_dir.name + ".eval")
-    return folder / f"{name}-{stamp}.json"
+    return work.folder / EVAL_DIR / f"{name}-{stamp}.json"
 
 
 def evaluate(target: str, find_run: Any, step: int | None = None, dataset: str | None = None,
@@ -202,7 +233,11 @@ def evaluate(target: str, find_run: Any, step: int | None = None, dataset: str |
     subj, record = subject(target, step, find_run, best)
     req = request(subj, record, dataset, split, reward_funcs, limit, num_samples, seed,
                   max_new_tokens, engine)
-    answer = child.run(python, MODULE, req, "eval")
+    work = workspace(subj, record)
+    if subj.run_dir is None:  # which model this folder of hpc-grpo's is for
+        work.folder.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(work.folder / MODEL_JSON, {"model": subj.model})
+    answer = child.run(python, MODULE, req, "eval", work)
     if not answer.get("ok"):
         raise UserError(f"eval of {subj.label} failed: {answer.get('error')}", field="eval")
     prompts, samples = int(answer["prompts"]), int(answer["num_samples"])
@@ -210,7 +245,7 @@ def evaluate(target: str, find_run: Any, step: int | None = None, dataset: str |
     total = interval(scores)
     each = {name: interval(per_prompt([values], [], prompts, samples))
             for name, values in zip(answer["reward_names"], answer["rewards"], strict=True)}
-    path = _where(subj, Path(subj.model))
+    path = _where(subj, work)
     out = {"time": time.time(), "subject": dataclasses.asdict(subj) | {"run_dir": str(subj.run_dir or "")},
            "dataset": answer.get("dataset"), "reward_funcs": req["reward_funcs"],
            "reward_weights": req["reward_weights"], "prompts": prompts, "num_samples": samples,

@@ -1,10 +1,13 @@
 """What an export will do, decided before anything is written: checkpoint, layout, mode, dtype,
 target, and how much disk and host memory it needs. Refusals are one line each.
 
-Sizes: the written weights are the parameter count (safetensors headers, or config.json where
-only DeepSpeed's shards exist) times the dtype's bytes, plus the checkpoint's config and
-tokenizer files. Host memory: the export holds the model in fp32, and the check then holds two
-fp32 models at once (the checkpoint's and the exported one): 8 bytes per parameter.
+Sizes are the folder's, not the checkpoint's (which also holds the optimizer states): the
+weights file is the parameter count (safetensors headers, or config.json where only DeepSpeed's
+shards exist) times the written dtype's bytes (an adapter: its own file, copied as it is), beside
+the checkpoint's config and tokenizer files, the model card and the run's reward curve; the
+free-space check adds a margin (``MARGIN_BYTES``). Host memory: the export holds the model in
+fp32, and the check then holds two fp32 models at once (the checkpoint's and the exported one):
+8 bytes per parameter.
 """
 
 from __future__ import annotations
@@ -18,14 +21,15 @@ from hpc_grpo.errors import UserError
 from hpc_grpo.export import layout
 from hpc_grpo.planner.memory.arch import arch_from_config
 from hpc_grpo.rundir.checkpoints import folder_blocked, run_checkpoints
-from hpc_grpo.rundir.contract import EXPORT_DIR, RunRecord
+from hpc_grpo.rundir.contract import EXPORT_DIR, REWARD_CURVE, RunRecord
 from hpc_grpo.rundir.hub import hub_snapshot
 
 GIB = float(2**30)
 DTYPES = {"bf16": "bfloat16", "fp32": "float32"}
 FLAGS = {dtype: flag for flag, dtype in DTYPES.items()}  # a written dtype's --dtype flag
 BYTES = {"bfloat16": 2, "float32": 4}
-MARGIN_BYTES = 2**20
+MARGIN_BYTES = 2**20  # free space asked beyond the folder's estimate (headers, file system)
+CARD_BYTES = 4096  # README.md, the model card: about 1-2 KiB
 
 
 @dataclass(frozen=True)
@@ -40,8 +44,14 @@ class ExportPlan:
     base: str  # LoRA: the base model folder; "" otherwise
     target: Path
     num_params: int
-    disk_bytes: int
+    weights_bytes: int  # the weights file(s) the folder will hold
+    other_bytes: int  # its config, tokenizer, model card and reward curve
     host_bytes: int
+
+    @property
+    def disk_bytes(self) -> int:
+        """Free space the export needs: the folder and a margin."""
+        return self.weights_bytes + self.other_bytes + MARGIN_BYTES
 
     @property
     def mode(self) -> str:
@@ -63,13 +73,19 @@ class ExportPlan:
     def line(self) -> str:
         what = {"full": "weights", "merged": "LoRA merged into the base",
                 "adapter": "LoRA adapter"}[self.mode]
+        weights = layout.ADAPTER_WEIGHTS if self.mode == "adapter" else layout.MODEL_FILE
         return (f"export {self.run_id} checkpoint-{self.step} ({self.layout} layout, {what}, "
-                f"{self.written_dtype}) -> {self.target}: {self.num_params:,} parameters, about "
-                f"{size(self.disk_bytes)} on disk and {size(self.host_bytes)} of host memory")
+                f"{self.written_dtype}) -> {self.target}: {self.num_params:,} parameters; the "
+                f"folder will hold about {size(self.weights_bytes + self.other_bytes)} ({weights} "
+                f"{size(self.weights_bytes)}, config, tokenizer, model card and reward curve "
+                f"{size(self.other_bytes)}); the export holds about {size(self.host_bytes)} of "
+                "host memory")
 
 
 def size(count: int) -> str:
-    return f"{count / GIB:.2f} GiB" if count >= GIB / 10 else f"{count / 2**20:.1f} MiB"
+    if count >= GIB / 10:
+        return f"{count / GIB:.2f} GiB"
+    return f"{count / 2**20:.1f} MiB" if count >= 2**20 / 10 else f"{count / 2**10:.1f} KiB"
 
 
 def memory_note(needed: int, available: int | None) -> str:
@@ -178,11 +194,17 @@ def build(run_dir: Path, record: RunRecord, step: int | None, to: str | None,
     written = dtype_of(dtype, record.device or "cpu")
     mode = ("adapter" if adapter else "merged") if kind == "lora" else "full"
     params = count_params(mode, chosen.path, base)  # merged: the base model's size
-    per = 4 if mode == "adapter" else BYTES[written]
-    disk = params * per + layout.small_files_bytes(chosen.path) + MARGIN_BYTES
+    if mode == "adapter":  # copied in its own dtype, with its config
+        weights = (chosen.path / layout.ADAPTER_WEIGHTS).stat().st_size
+        other = (chosen.path / layout.ADAPTER_CONFIG).stat().st_size
+    else:
+        weights, other = params * BYTES[written], 0
+    curve = run_dir / REWARD_CURVE
+    other += layout.small_files_bytes(chosen.path) + CARD_BYTES + \
+        (curve.stat().st_size if curve.is_file() else 0)
     held = count_params("merged", chosen.path, base) if mode == "adapter" else params
     target = target_of(to, run_dir, chosen.step, adapter)
     if not allow_existing:
         refuse_target(target)
     return ExportPlan(run_id, run_dir, chosen.path, chosen.step, kind, adapter, written, base,
-                      target, params, disk, held * 8)
+                      target, params, weights, other, held * 8)

@@ -25,6 +25,7 @@ from hpc_grpo.rundir import ledgers
 from hpc_grpo.rundir.checkpoints import run_checkpoints
 from hpc_grpo.rundir.contract import RunRecord
 from hpc_grpo.rundir.ledgers import ExportLine, PushLine
+from hpc_grpo.rundir.workspace import Workspace
 
 MODULE = "hpc_grpo.runtime.posttrain.hub_upload"
 # The hub's repository names: [namespace/]name of letters, digits, '-', '_', '.' (without a
@@ -88,7 +89,8 @@ def push(the_plan: plan.ExportPlan, check: dict[str, Any], repo_id: str, *,
     summary, description = commit_text(the_plan, check)
     request = {"folder": str(the_plan.target), "repo_id": repo_id, "private": private,
                "revision": None, "commit_message": summary, "commit_description": description}
-    answer = child.run(python, MODULE, request, "push", env={"HF_HUB_OFFLINE": "0"})
+    answer = child.run(python, MODULE, request, "push", Workspace.of_run(the_plan.run_dir),
+                       env={"HF_HUB_OFFLINE": "0"})
     if not answer.get("ok"):
         return Pushed(repo_id, "", "", f"push to {repo_id} failed: {answer.get('error')}; the "
                       f"export stays at {the_plan.target}")

@@ -32,6 +32,7 @@ from hpc_grpo.rundir import ledgers, read_jsonl
 from hpc_grpo.rundir.checkpoints import free_bytes_or_none
 from hpc_grpo.rundir.contract import METRICS_JSONL, REWARD_CURVE, RUN_JSON, RunRecord
 from hpc_grpo.rundir.ledgers import ExportLine
+from hpc_grpo.rundir.workspace import Workspace, alive
 from hpc_grpo.runs import runfiles
 
 MODULE = "hpc_grpo.runtime.posttrain.export"
@@ -56,22 +57,12 @@ def _partial_prefix(target: Path) -> str:
     return f".{target.name}.partial-"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def clear_stale(target: Path) -> list[Path]:
     """Remove hidden partial folders of this target whose export process is gone (killed)."""
     gone = []
     for path in target.parent.glob(_partial_prefix(target) + "*"):
         pid = path.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
             gone.append(path)
     return gone
@@ -102,6 +93,20 @@ def _add_card(the_plan: plan.ExportPlan, record: RunRecord, folder: Path,
     text = card.card_text(the_plan, record, read_jsonl(the_plan.run_dir / METRICS_JSONL), check,
                           curve.is_file())
     (folder / "README.md").write_text(text)
+
+
+def share_as_run(folder: Path, run_dir: Path) -> None:
+    """Give the exported folder the run directory's mode (the site's ``run_dir_mode``: 0700
+    yours only, 0750 shared with your group) and every file in it that mode without execute
+    bits, whether the folder is the run's export/ or a --to elsewhere: the export is the run's
+    data, shared exactly as the run is. Before, transformers wrote the weights 0600 and the rest
+    by the umask (0644): a group sharing a 0750 run could read its exported config but not its
+    weights (issue #58)."""
+    mode = run_dir.stat().st_mode & 0o777
+    for path in folder.rglob("*"):
+        if not path.is_symlink():
+            path.chmod(mode if path.is_dir() else mode & 0o666)
+    folder.chmod(mode)
 
 
 def _record(the_plan: plan.ExportPlan, check: dict[str, Any], best: best_of.Best | None) -> None:
@@ -136,13 +141,15 @@ def export(run_dir: Path, step: int | None = None, to: str | None = None,
     partial.mkdir()
     try:
         with terminate_as_interrupt():
-            answer = child.run(python, MODULE, the_plan.request(partial), "export")
+            answer = child.run(python, MODULE, the_plan.request(partial), "export",
+                               Workspace.of_run(run_dir, record.model_load.hf_home))
             check = dict(answer.get("check") or {})
             if not answer.get("ok"):
                 return Exported(the_plan, check, (), f"export of checkpoint-{the_plan.step} "
                                 f"failed: {answer.get('error', 'no reason given')}; nothing was "
                                 "written")
             _add_card(the_plan, record, partial, check)
+            share_as_run(partial, run_dir)
             if target.exists():
                 target.rmdir()  # empty (plan.refuse_target): replaced by the finished folder
             partial.rename(target)

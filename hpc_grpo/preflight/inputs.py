@@ -29,6 +29,7 @@ from hpc_grpo.rundir.checkpoints import checkpoint_step, existing_parent, free_b
 from hpc_grpo.rundir.child_call import call_child
 from hpc_grpo.rundir.contract import CHECKPOINTS
 from hpc_grpo.rundir.hub import hub_snapshot
+from hpc_grpo.rundir.workspace import Workspace, library_dirs
 
 # runtime/models/build.py SHAPES (the launcher may not import it; a unit test keeps them equal)
 BUILTIN_MODELS = ("builtin:tiny", "builtin:qwen2-0.5b", "builtin:qwen2-1.5b", "builtin:qwen2-7b")
@@ -238,9 +239,9 @@ def probe_inputs(spec: JobSpec, model: ModelRef, python: str, dataset_commit: st
     if request["model_load"].get("hf_home"):
         env["HF_HOME"] = request["model_load"]["hf_home"]
     with tempfile.TemporaryDirectory(prefix="hpc-grpo-probe-") as tmp:
-        env["TMPDIR"] = tmp  # what torch, datasets, W&B leave in /tmp goes with the folder
-        if not (env.get("HF_HOME") or env.get("HF_DATASETS_CACHE")):  # nor in ~/.cache
-            env["HF_DATASETS_CACHE"] = str(Path(tmp) / "datasets")
+        # no run directory yet: what torch, datasets, W&B leave in /tmp or ~/.cache goes with
+        # the folder (rundir/workspace.py's rule, the folder standing in for the run's)
+        env.update(library_dirs(Workspace(Path(tmp), Path(tmp)), Path(tmp), env))
         outcome = call_child(python, PROBE_MODULE, request, env=env, folder=Path(tmp),
                              timeout=PROBE_TIMEOUT_S)
     if outcome.answer is None:

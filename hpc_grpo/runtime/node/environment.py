@@ -28,9 +28,6 @@ def trainer_visible_devices(run: RunRecord, env: Mapping[str, str]) -> str | Non
     return ",".join(visible[i] for i in trainer)
 
 
-COMPILE_CACHE = ".compile-cache"  # in the output root, next to the run directories
-
-
 def host_compute(run: RunRecord) -> bool:
     """Whether the ranks compute on the CPU: CPU training, or DeepSpeed's CPU Adam when the
     optimizer is offloaded. Only then do OpenMP threads beyond one earn their cores."""
@@ -84,17 +81,14 @@ def child_env(env: Mapping[str, str], attempt: str, run: RunRecord, cpus: int = 
 
 
 def library_env(env: Mapping[str, str], attempt: str, run: RunRecord) -> dict[str, str]:
-    """Where the libraries of the ranks and of a `vllm serve` write: compile caches shared by
-    the runs of one output root (a requeue and the next run of a model start warm, about 50 s
-    less for a 0.5B model; a cache the user set is kept), the hub cache run.json asks for, and
-    the attempt's scratch (scratch.py). Nothing under ~/.cache or /tmp (issue #27), and a
-    server requeued onto another node starts as warm as the ranks do."""
+    """Where the libraries of the ranks and of a `vllm serve` write: the bytecode cache, the hub
+    cache run.json asks for, and rundir/workspace.py's rule with the attempt's scratch
+    (scratch.py): compile caches shared by the runs of one output root (a requeue and the next
+    run of a model start warm, about 50 s less for a 0.5B model; a cache the user set is kept).
+    Nothing under ~/.cache or /tmp (issue #27), and a server requeued onto another node starts
+    as warm as the ranks do."""
     out: dict[str, str] = {}
     if run.run_dir:
-        cache = Path(run.run_dir).parent / COMPILE_CACHE
-        for key, folder in (("VLLM_CACHE_ROOT", "vllm"), ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
-                            ("TRITON_CACHE_DIR", "triton")):
-            out[key] = env.get(key) or str(cache / folder)
         out.update(bytecode.ranks_env(Path(run.run_dir).parent, env))
     out.update(hub_env(run))
     out.update(scratch_env(run, attempt, env))

@@ -1,6 +1,7 @@
-"""Where the ranks' libraries write temporary and cache files: under the run directory, never
-/tmp or ~/.cache (issue #27). The node task puts ``scratch_env`` into torchrun's environment
-(task.py ``child_env``) and removes the attempt's TMPDIR when the attempt ends. Stdlib only.
+"""The ranks' temporary folder, one per attempt and node, under the run directory, never /tmp
+(issue #27); where their libraries write is rundir/workspace.py's rule. The node task puts
+``scratch_env`` into torchrun's environment (task.py ``child_env``) and removes the attempt's
+TMPDIR when the attempt ends. Stdlib only.
 """
 
 from __future__ import annotations
@@ -11,13 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from hpc_grpo.rundir.contract import RunRecord
+from hpc_grpo.rundir.workspace import SCRATCH, Workspace, fits_sockets, library_dirs
 
-SCRATCH = "tmp"  # in the run directory: one folder per attempt and node, removed at its end
-CACHE = "cache"  # in the run directory: what W&B, datasets and matplotlib would put in ~/.cache
-# In the output root, beside the runs and their compile cache (environment.py COMPILE_CACHE): a hub
-# dataset's arrow files, shared by the runs of one root instead of downloaded again by each.
-DATASETS_CACHE = ".datasets-cache"
-UNIX_SOCKET_ROOM = 60  # AF_UNIX paths end at 107 bytes; vLLM puts ZMQ IPC sockets in TMPDIR
 OWNER = ".hpc-grpo-run"  # in each scratch folder: the run directory it belongs to
 
 
@@ -26,7 +22,7 @@ def scratch_dir(run: RunRecord, attempt: str, env: Mapping[str, str]) -> Path:
     too little room for a unix socket's name under it, then in the node's own temp dir."""
     name = f"{attempt}.{env.get('SLURM_NODEID') or '0'}"
     inside = Path(run.run_dir) / SCRATCH / name
-    if len(str(inside)) <= UNIX_SOCKET_ROOM:
+    if fits_sockets(inside):
         return inside
     base = env.get("TMPDIR") or "/tmp"
     return Path(base) / f"{_outside_prefix(run)}{name}"
@@ -78,23 +74,12 @@ def _own_folder(path: Path) -> bool:
 
 
 def scratch_env(run: RunRecord, attempt: str, env: Mapping[str, str]) -> dict[str, str]:
-    """Where the ranks' libraries write temporary and cache files: under the run directory, not
-    /tmp or ~/.cache (issue #27: W&B made two empty temp folders per rank and attempt in /tmp
-    even with report_to none, torchrun /tmp/torchelastic_*, W&B debug logs and the datasets
-    cache went to ~/.cache). TMPDIR (tempfile, torchelastic's log folder, W&B's temp folders) is
-    this attempt's scratch_dir, which the node task removes when the attempt ends. The rest is
-    defaulted, never forced: a user's or site's own cache (HF_HOME, hf_home) wins, and the
-    datasets cache stays in the site's hf_home where it has one, else it is the output root's
-    (DATASETS_CACHE), shared by its runs."""
+    """Where the ranks' libraries write temporary and cache files: rundir/workspace.py's one
+    rule for the run directory, TMPDIR being this attempt's scratch_dir, which the node task
+    removes when the attempt ends (issue #27: W&B made two empty temp folders per rank and
+    attempt in /tmp even with report_to none, torchrun /tmp/torchelastic_*, W&B debug logs and
+    the datasets cache went to ~/.cache)."""
     if not run.run_dir:
         return {}
-    cache = Path(run.run_dir) / CACHE
-    out = {"TMPDIR": str(scratch_dir(run, attempt, env))}
-    defaults = {"WANDB_DIR": run.run_dir, "WANDB_CACHE_DIR": str(cache / "wandb"),
-                "WANDB_CONFIG_DIR": str(cache / "wandb-config"),
-                "WANDB_DATA_DIR": str(cache / "wandb-data"),
-                "MPLCONFIGDIR": str(cache / "matplotlib")}
-    if not (run.model_load.hf_home or env.get("HF_HOME")):
-        defaults["HF_DATASETS_CACHE"] = str(Path(run.run_dir).parent / DATASETS_CACHE)
-    out.update({key: value for key, value in defaults.items() if not env.get(key)})
-    return out
+    work = Workspace.of_run(run.run_dir, run.model_load.hf_home)
+    return library_dirs(work, scratch_dir(run, attempt, env), env)

@@ -320,6 +320,39 @@ def test_a_builtin_model_whose_build_was_killed_is_built_again(
     assert built == ["tiny"]
 
 
+def test_example_model_writes_only_into_a_new_or_empty_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #58: `example-model DIR` wrote over the files of the same names in a non-empty
+    folder and left the rest: a folder of two models. A folder holding the example model
+    already is left as it is (no build); any other non-empty one is refused, exit 2."""
+    built: list[Path] = []
+
+    def build(shape: str, folder: Path, python: str = "") -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text(
+            '{"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, '
+            '"num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512}')
+        (folder / "model.safetensors").write_bytes(b"")
+        built.append(folder)
+        return folder
+
+    monkeypatch.setattr(builtin_model, "write_example_model", build)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = CliRunner().invoke(main, ["example-model", str(empty)])
+    assert out.exit_code == 0 and out.stdout == f"wrote {empty}\n" and built == [empty]
+    out = CliRunner().invoke(main, ["example-model", str(empty)])  # the same model: kept
+    assert out.exit_code == 0 and "already holds the example model" in out.stdout
+    assert built == [empty]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_text('{"hidden_size": 4096}')
+    out = CliRunner().invoke(main, ["example-model", str(mine)])
+    assert out.exit_code == 2 and built == [empty]
+    assert f"{mine} is not empty and does not hold the example model builtin:tiny" in out.stderr
+    assert (mine / "config.json").read_text() == '{"hidden_size": 4096}'
+
+
 def test_a_recipe_not_in_utf8_is_one_line(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
     """A recipe saved in Latin-1 (an accented comment) was a UnicodeDecodeError traceback."""
     recipe = tmp_path / "r.yaml"

@@ -7,8 +7,11 @@ FAKE = """#!{python}
 import json, os, sys, time
 from pathlib import Path
 request = json.load(sys.stdin)
+if os.environ.get("FAKE_ENV_OUT"):  # what the child was given, for the tests of where it writes
+    Path(os.environ["FAKE_ENV_OUT"]).write_text(json.dumps(dict(os.environ)))
 target = Path(request["target"])
 (target / "model.safetensors").write_text("weights")
+(target / "model.safetensors").chmod(0o600)  # as transformers' save_pretrained leaves it
 (target / "config.json").write_text("{{}}")
 mode = os.environ.get("FAKE_EXPORT", "ok")
 check = {{"max_abs_diff": 0.25 if mode == "fail" else 0.001, "mean_abs_diff": 0.0,

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from hpc_grpo.cli import main
 from hpc_grpo.errors import UserError
 from hpc_grpo.export import evaluate
-from hpc_grpo.rundir import ledgers
+from hpc_grpo.rundir import ledgers, workspace
 from hpc_grpo.rundir.contract import block_dict
 from hpc_grpo.rundir.ledgers import ExportLine
 from hpc_grpo.runs import after_training, registry
@@ -101,10 +101,27 @@ def test_what_is_evaluated(tmp_path: Path) -> None:
     assert (folder.model, folder.run_dir, none) == (str(alone), None, None)
 
 
+def test_a_folder_that_is_neither_a_run_nor_a_model_is_said_to_be_so(tmp_path: Path) -> None:
+    """Issue #58: a model folder without config.json (a half copy, a tokenizer folder) was
+    "no run 'DIR'"; it is now said what it is, and a name that is no path stays "no run"."""
+    weights_only = tmp_path / "weights"
+    weights_only.mkdir()
+    (weights_only / "model.safetensors").write_bytes(b"")
+    with pytest.raises(UserError) as caught:
+        evaluate.subject(str(weights_only), None, registry.find_run)
+    assert caught.value.message == (f"{weights_only} is a folder but neither a run directory "
+                                    "(no run.json) nor a model folder (no config.json or "
+                                    "adapter_config.json)")
+    with pytest.raises(UserError, match="no run 'grpo-nothing'"):
+        evaluate.subject("grpo-nothing", None, registry.find_run)
+
+
 FAKE = """#!{python}
-import json, sys
+import json, os, sys
 from pathlib import Path
 request = json.load(sys.stdin)
+if os.environ.get("FAKE_ENV_OUT"):  # what the child was given, for the tests of where it writes
+    Path(os.environ["FAKE_ENV_OUT"]).write_text(json.dumps(dict(os.environ)))
 n, k = request["limit"], request["num_samples"]
 values = [float(i // k) for i in range(n * k)]  # prompt p scores p on every sample
 engine = "transformers" if request["engine"] == "transformers" else "vllm"  # as on a GPU site
@@ -164,7 +181,8 @@ def test_the_engine_and_tp_go_to_the_child_and_its_answer_to_the_record(
     assert (bare["engine"], bare["tensor_parallel"]) == ("auto", 1)  # a folder of no run
     sent: list[dict[str, Any]] = []
 
-    def child_run(python: str, module: str, request: dict[str, Any], what: str) -> dict[str, Any]:
+    def child_run(python: str, module: str, request: dict[str, Any], what: str,
+                  work: Any) -> dict[str, Any]:
         sent.append(request)
         return {"ok": True, "prompts": 2, "num_samples": 1, "rewards": [[1.0, 2.0]],
                 "reward_names": request["reward_funcs"], "dataset": request["dataset"],
@@ -182,3 +200,63 @@ def test_the_engine_and_tp_go_to_the_child_and_its_answer_to_the_record(
     assert after_training.eval_line(saved).endswith(", transformers)")
     out = CliRunner().invoke(main, ["eval", str(run), "--engine", "tgi"])
     assert out.exit_code == 2 and not sent[1:]
+
+
+LIBRARY_DIRS = ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR", "HF_DATASETS_CACHE", "HF_HOME",
+                "TRITON_CACHE_DIR", "VLLM_CACHE_ROOT", "MPLCONFIGDIR", "WANDB_DIR")
+
+
+def _child_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where the stand-in child writes its environment; the caller's own cache settings gone."""
+    for key in LIBRARY_DIRS:
+        monkeypatch.delenv(key, raising=False)
+    out = tmp_path / "child-env.json"
+    monkeypatch.setenv("FAKE_ENV_OUT", str(out))
+    monkeypatch.setattr(workspace, "UNIX_SOCKET_ROOM", 1000)  # pytest's folders are deep ones
+    return out
+
+
+def test_the_eval_childs_temporaries_and_caches_are_the_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #58: the eval child's TMPDIR (torch inductor's cache defaults to TMPDIR/
+    torchinductor_USER) and caches are the run's, as the ranks' are; its TMPDIR goes with it."""
+    run = fakes.run_dir(tmp_path)
+    fakes.checkpoint(run, 4)
+    fake = tmp_path / "fakepython"
+    fake.write_text(FAKE.format(python=sys.executable))
+    fake.chmod(0o755)
+    dump = _child_env(tmp_path, monkeypatch)
+    evaluate.evaluate(str(run), registry.find_run, limit=2, python=str(fake))
+    env = json.loads(dump.read_text())
+    assert Path(env["TMPDIR"]).parent == run / "tmp" and not Path(env["TMPDIR"]).exists()
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(run.parent / ".compile-cache" / "inductor")
+    assert env["HF_DATASETS_CACHE"] == str(run.parent / ".datasets-cache")  # shared, as training's
+    assert env["MPLCONFIGDIR"].startswith(str(run)) and "HF_HOME" not in env
+    monkeypatch.setenv("HF_HOME", "/shared/hf")  # a user's hub cache: its datasets/ wins
+    evaluate.evaluate(str(run), registry.find_run, limit=2, python=str(fake))
+    env = json.loads(dump.read_text())
+    assert env["HF_HOME"] == "/shared/hf" and "HF_DATASETS_CACHE" not in env
+
+
+def test_a_model_folder_of_no_run_is_evaluated_in_hpc_grpos_home_not_beside_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hpc_home: Path) -> None:
+    """Issue #58: before, ``eval FOLDER`` wrote ``FOLDER.eval/`` beside the user's model (which
+    may be read-only, shared or about to be uploaded) and its child's files into /tmp."""
+    mine = tmp_path / "mine"
+    (mine / "model").mkdir(parents=True)
+    (mine / "model" / "config.json").write_text("{}")
+    fake = tmp_path / "fakepython"
+    fake.write_text(FAKE.format(python=sys.executable))
+    fake.chmod(0o755)
+    dump = _child_env(tmp_path, monkeypatch)
+    result = evaluate.evaluate(str(mine / "model"), registry.find_run, dataset="d.jsonl",
+                               reward_funcs=("builtin:length",), limit=2, python=str(fake))
+    assert sorted(p.name for p in mine.iterdir()) == ["model"]  # nothing beside the model
+    assert sorted(p.name for p in (mine / "model").iterdir()) == ["config.json"]
+    work = result.path.parent.parent
+    assert work.parent == hpc_home / "evals" and work.name.startswith("model-")
+    assert json.loads((work / "model.json").read_text()) == {"model": str(mine / "model")}
+    env = json.loads(dump.read_text())
+    assert Path(env["TMPDIR"]).parent == work / "tmp" and not Path(env["TMPDIR"]).exists()
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(hpc_home / "evals" / ".compile-cache" / "inductor")
+    assert env["HF_DATASETS_CACHE"] == str(hpc_home / "evals" / ".datasets-cache")

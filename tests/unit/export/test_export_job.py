@@ -77,7 +77,7 @@ def test_a_small_login_node_sends_the_export_to_a_job(tmp_path: Path, fake: Fake
     assert job.reason_for(None, the_plan, "slurm", needed) == ""
     assert job.reason_for(None, the_plan, "slurm", None) == ""  # unknown memory: here
     assert job.reason_for(None, the_plan, "slurm", needed - 1).startswith(
-        "the export holds about 0.0 MiB of host memory, this machine has")
+        "the export holds about 0.8 KiB of host memory, this machine has")
     assert job.reason_for(None, the_plan, "local", 0) == ""  # a local job runs here anyway
     assert job.reason_for(True, the_plan, "local", None) == "--job"
     assert job.reason_for(False, the_plan, "slurm", 0) == ""

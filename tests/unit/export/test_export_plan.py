@@ -101,6 +101,28 @@ def test_lora_merges_into_the_base_by_default_and_sizes_it_so(tmp_path: Path) ->
     assert adapter.target.name == "step-2-adapter" and adapter.host_bytes == 1000 * 8
 
 
+def test_the_line_says_what_the_folder_will_hold_not_the_checkpoints_size(tmp_path: Path) -> None:
+    """Issue #58: the line said "about 1.4 MiB on disk" for the tiny model, whose checkpoint
+    is 1.4 MB and whose exported folder 0.45 MB: the free-space margin (1 MiB) was counted as
+    the folder's. The folder: the weights in the written dtype, config, tokenizer, model card
+    and reward curve; an adapter is its own file as it is."""
+    base = fakes.base_model(tmp_path)
+    run = fakes.run_dir(tmp_path, model=str(base))
+    (run / "reward_curve.png").write_bytes(b"p" * 3000)
+    fakes.checkpoint(run, 2)
+    full = plan.build(run, fakes.run_record(run), None, None, "fp32", False)
+    small = len(json.dumps(fakes.TINY_CONFIG)) + len("{}")  # config.json, tokenizer.json
+    assert (full.weights_bytes, full.other_bytes) == (105 * 4, small + 3000 + plan.CARD_BYTES)
+    assert full.disk_bytes == full.weights_bytes + full.other_bytes + plan.MARGIN_BYTES
+    assert "105 parameters; the folder will hold about 7.6 KiB (model.safetensors 0.4 KiB, " \
+        "config, tokenizer, model card and reward curve 7.2 KiB); the export holds about " \
+        "0.8 KiB of host memory" in full.line(), full.line()
+    lora = fakes.checkpoint(run, 4, "lora")
+    adapter = plan.build(run, fakes.run_record(run), None, None, None, True)
+    assert adapter.weights_bytes == (lora / "adapter_model.safetensors").stat().st_size
+    assert "(adapter_model.safetensors " in adapter.line()
+
+
 def test_adapter_of_a_full_checkpoint_and_a_missing_base_are_refused(tmp_path: Path) -> None:
     run = fakes.run_dir(tmp_path, model=str(tmp_path / "gone"))
     fakes.checkpoint(run, 2)
@@ -128,7 +150,7 @@ def test_too_little_free_disk_is_refused(tmp_path: Path) -> None:
     fakes.checkpoint(run, 2)
     planned = plan.build(run, fakes.run_record(run), None, None, None, False)
     plan.refuse_space(planned, planned.disk_bytes)  # exactly enough: fine
-    with pytest.raises(UserError, match=r"the export needs 1\.\d MiB but 0\.0 MiB are free"):
+    with pytest.raises(UserError, match=r"the export needs 1\.\d MiB but 1\.0 KiB are free"):
         plan.refuse_space(planned, 1000)
 
 

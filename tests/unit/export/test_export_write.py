@@ -4,6 +4,7 @@ SIGTERM to the launcher and a killed earlier export leave nothing at the target.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 
 from hpc_grpo.errors import UserError
 from hpc_grpo.export import write
-from hpc_grpo.rundir import ledgers
+from hpc_grpo.rundir import ledgers, workspace
 from hpc_grpo.runs import after_training
 from tests.paths import REPO
 from tests.unit.export import fakes
@@ -52,6 +53,38 @@ def test_a_checked_export_is_renamed_into_place_with_its_card(tmp_path: Path, fa
     entry = ledgers.newest_export(run)
     assert entry is not None and entry.path == str(target) and entry.check["max_abs_diff"] == 0.001
     assert after_training.export_line(entry).startswith("exported step 4 (full, float32), checked")
+
+
+def test_the_export_childs_temporaries_and_caches_are_the_runs(
+        tmp_path: Path, fake_python: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #58: the export child's TMPDIR (where torch inductor's cache went:
+    /tmp/torchinductor_USER) and caches are the run's, by the ranks' rule; TMPDIR goes with it."""
+    run = fakes.run_dir(tmp_path, model_load={"hf_home": "/shared/hf"})
+    fakes.checkpoint(run, 4)
+    for key in ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR", "HF_DATASETS_CACHE", "HF_HOME"):
+        monkeypatch.delenv(key, raising=False)
+    dump = tmp_path / "child-env.json"
+    monkeypatch.setenv("FAKE_ENV_OUT", str(dump))
+    monkeypatch.setattr(workspace, "UNIX_SOCKET_ROOM", 1000)  # pytest's folders are deep ones
+    assert write.export(run, python=fake_python).error == ""
+    env = json.loads(dump.read_text())
+    assert Path(env["TMPDIR"]).parent == run / "tmp" and not Path(env["TMPDIR"]).exists()
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(run.parent / ".compile-cache" / "inductor")
+    assert "HF_DATASETS_CACHE" not in env  # the site's hf_home has its own datasets/
+
+
+@pytest.mark.parametrize(("run_mode", "files"), [(0o700, 0o600), (0o750, 0o640)])
+def test_the_exported_folder_is_shared_as_the_run_is(tmp_path: Path, fake_python: str,
+                                                     run_mode: int, files: int) -> None:
+    """Issue #58: the weights came out 0600 and the rest 0644; now every file has the run
+    directory's mode (the site's run_dir_mode) without execute bits, the folder the mode."""
+    run = fakes.run_dir(tmp_path)
+    fakes.checkpoint(run, 4)
+    run.chmod(run_mode)
+    target = write.export(run, python=fake_python).plan.target
+    assert target.stat().st_mode & 0o777 == run_mode
+    assert {p.name: p.stat().st_mode & 0o777 for p in target.iterdir()} == {
+        "README.md": files, "config.json": files, "model.safetensors": files}
 
 
 def test_a_failed_check_leaves_nothing(tmp_path: Path, fake_python: str,

@@ -66,6 +66,13 @@ RULES: dict[str, tuple[str, set[str]]] = {
     # (an export job's own ledger line names the back end it went to: rundir/ledgers.py)
     "the scheduler read from run.json": (r"\.get\(\"scheduler\"\)",
                                          {"rundir/view.py", "rundir/ledgers.py"}),
+    # Where a child's libraries write (#27, #58): the ranks, the export, eval and push children
+    # and the inputs probe had three versions, and export and eval none (torch inductor's cache
+    # in /tmp, the datasets' in ~/.cache). The example-model builder keeps inductor's in its
+    # own temporary folder.
+    "where a child's caches go": (
+        r"\"(TORCHINDUCTOR_CACHE_DIR|HF_DATASETS_CACHE|MPLCONFIGDIR|TRITON_CACHE_DIR)\"",
+        {"rundir/workspace.py", "runtime/models/build.py"}),
 }
 
 
@@ -101,6 +108,7 @@ def test_the_scan_sees_a_second_copy() -> None:
         "the stop request's fields": 'if record.get("signal"):',
         "a signal's name": 'signum = signal.Signals["SIG" + name.upper().removeprefix("SIG")]',
         "the scheduler read from run.json": 'scheduler = str(record.get("scheduler") or "slurm")',
+        "where a child's caches go": 'env["HF_DATASETS_CACHE"] = str(Path(tmp) / "datasets")',
     }
     for rule, line in copies.items():
         assert re.search(RULES[rule][0], line), rule
