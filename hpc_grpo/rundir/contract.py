@@ -91,13 +91,11 @@ DEFAULT_SIGNAL_LEAD_S = 120
 DEFAULT_VLLM_GPU_MEMORY_UTILIZATION = 0.3  # TRL's own default
 DEFAULT_PORT_RANGE = (20000, 29999)  # a site's rendezvous/vLLM ports, PORTS_PER_JOB a job
 DEFAULT_SAVE_TOTAL_LIMIT = 3  # kept when the recipe does not say (the planner sizes disks for it)
-DEFAULT_SAVE_STEPS = 50  # the ranks' save_steps where the recipe does not say (the plan's save time)
-# The hang watchdog (runtime/node/watchdog.py): the start-up allowance (up to the first step of
-# an attempt), the least it waits for progress once steps are measured, and the factor on the
-# slowest measured step. A collective timeout of TRL's default (30 min) where nothing is planned.
-DEFAULT_WATCHDOG_STARTUP_S = 1800
-DEFAULT_WATCHDOG_MIN_S = 300
-DEFAULT_WATCHDOG_FACTOR = 3.0
+DEFAULT_SAVE_STEPS = 50  # saved every N steps where the recipe does not say (the plan's save time)
+# The hang watchdog (runtime/node/watchdog.py): the start-up allowance (to an attempt's first step),
+# then the least wait for progress and the factor on the slowest step. A collective timeout of
+# TRL's default (30 min) where nothing is planned.
+DEFAULT_WATCHDOG_STARTUP_S, DEFAULT_WATCHDOG_MIN_S, DEFAULT_WATCHDOG_FACTOR = 1800, 300, 3.0
 DEFAULT_COLLECTIVE_TIMEOUT_S = 1800
 
 PHASES = ("starting", "training", "interrupted", "done", "failed")

@@ -81,12 +81,14 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for record in records:
         nodes.setdefault(str(record["host"]), []).append(record)
     per_node: dict[str, dict[str, Any]] = {}
+    spans: list[float] = []  # each node's seconds, unrounded: the total is computed from them
     for host, ranks in nodes.items():
         seconds = max(r["end"] for r in ranks) - min(r["start"] for r in ranks)
         nbytes = sum(int(r["bytes"]) for r in ranks)
+        spans.append(seconds)
         per_node[host] = {"bytes": nbytes, "seconds": round(seconds, 3), "ranks": len(ranks),
                           "gbs": round(nbytes / seconds / 1e9, 3) if seconds > 0 else 0.0}
-    slowest = max((n["seconds"] for n in per_node.values()), default=0.0)
+    slowest = max(spans, default=0.0)
     total = sum(n["bytes"] for n in per_node.values())
     return {"per_node": per_node,
             "gbs_per_node": min((n["gbs"] for n in per_node.values()), default=0.0),
