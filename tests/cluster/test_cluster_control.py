@@ -78,7 +78,8 @@ def test_cancel_leaves_nothing_then_resume_continues(tmp_path: Path) -> None:
     assert row["state"] == "COMPLETED" and row["step"] == start + 4, row
     steps = [json.loads(x)["step"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, start + 5))  # nothing repeated, nothing lost
-    assert row["restarts"][-1]["resumed_from_step"] == start and row["requeues"] >= 1
+    # a resume by the user is not a requeue (#58): shown once, apart from Slurm's requeues
+    assert row["resumes"][-1]["resumed_from_step"] == start and row["requeues"] == 0, row
     assert (run_dir / "attempts" / f"01-job-{job}" / "job.sbatch").exists()
     assert wait_no_processes(str(run_dir)) == {}
 

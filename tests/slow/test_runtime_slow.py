@@ -106,12 +106,13 @@ def test_stop_and_resume_matches_uninterrupted(reference: Path, tiny_model: Path
     ]
 
 
-def test_a_signal_while_the_ranks_start_stops_the_run_at_its_first_step(
+def test_a_signal_while_the_ranks_start_stops_the_run_before_its_first_step(
         tiny_model: Path, tmp_path: Path) -> None:
     """A stop signal to the node task after it started torchrun but before a rank's interpreter
     began (Slurm's USR2 or a preemption while the ranks import, rendezvous or wait for a vLLM
     server): the request is older than every rank, yet it is this attempt's, so rank 0 must
-    keep it and the run stop at its first step end, not train on until it is killed."""
+    keep it, and the ranks stop before their first step (#58: they agree on it once the trainer
+    is built), training and saving nothing, not train on until they are killed."""
     import psutil
 
     run_dir = tmp_path / "early"
@@ -127,11 +128,13 @@ def test_a_signal_while_the_ranks_start_stops_the_run_at_its_first_step(
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, out
     st = state(run_dir)
-    assert st["phase"] == "interrupted" and st["step"] < STEPS, st
-    assert st["last_checkpoint_step"] == st["step"]
+    assert st["phase"] == "interrupted" and st["step"] == 0, st
+    assert st.get("last_checkpoint_step") is None and not list((run_dir / "checkpoints").glob("c*"))
+    assert not (run_dir / "metrics.jsonl").exists() or \
+        (run_dir / "metrics.jsonl").read_text().strip() == ""  # no step trained
     rank0 = (run_dir / "logs" / "rank-0.log").read_text()
     assert "moved a stop-request" not in rank0
-    assert f"[stop] step {st['step']}: stopping" in rank0
+    assert "[stop] before the first step (at step 0): stopping" in rank0
 
 
 def test_check_payload(tiny_model: Path, tmp_path: Path) -> None:
