@@ -22,7 +22,6 @@ import json
 import os
 import socket
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from typing import Any
 from hpc_grpo.rundir.contract import dist_backend, job_port
 from hpc_grpo.runtime.probe import expand_hostlist
 from hpc_grpo.runtime.probe_lines import report_lines
+from hpc_grpo.runtime.shared.signals import give_up_after
 
 KIND = "links"
 MIB = 2**20
@@ -203,19 +203,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _watchdog(seconds: float) -> None:
-    """End the process after ``seconds`` whatever a stuck collective does."""
-    def stop() -> None:
-        print(f"linkbench: gave up after {seconds:g} s", file=sys.stderr, flush=True)
-        os._exit(3)
-    timer = threading.Timer(seconds, stop)
-    timer.daemon = True
-    timer.start()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    _watchdog(args.max_seconds + 60)
+    give_up_after(args.max_seconds + 60, "linkbench")
     for name in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
         if args.interface:
             os.environ.setdefault(name, args.interface)

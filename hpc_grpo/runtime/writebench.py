@@ -30,7 +30,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -38,6 +37,7 @@ from typing import Any
 
 from hpc_grpo.rundir.checkpoints import existing_parent, free_bytes
 from hpc_grpo.runtime.probe_lines import report_lines
+from hpc_grpo.runtime.shared.signals import give_up_after
 
 KIND = "output_write"
 MIB = 2**20
@@ -206,18 +206,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _watchdog(seconds: float) -> None:
-    def stop() -> None:
-        print(f"writebench: gave up after {seconds:g} s", file=sys.stderr, flush=True)
-        os._exit(3)
-    timer = threading.Timer(seconds, stop)
-    timer.daemon = True
-    timer.start()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    _watchdog(args.max_seconds + 60)
+    give_up_after(args.max_seconds + 60, "writebench")
     rank, world = int(os.environ.get("SLURM_PROCID", 0)), int(os.environ.get("SLURM_NTASKS", 1))
     try:
         report = bench(args, rank, world)

@@ -7,7 +7,10 @@ watchdog sends (runtime/node/watchdog.py) and each rank answers with its Python 
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
+import threading
 from collections.abc import Iterable
 from types import FrameType
 
@@ -52,3 +55,14 @@ class StopFlag:
         """Handle e.g. ["USR2", "TERM"]; replaces the SIG_IGN the node task's agent passed down."""
         for name in names:
             signal.signal(getattr(signal, "SIG" + signal_name(name)), self._handler)
+
+
+def give_up_after(seconds: float, program: str) -> None:
+    """End the process after ``seconds`` whatever it is stuck in (a collective, a write to a
+    hung file system): doctor's node measurements must report or end, never hang a job step."""
+    def stop() -> None:
+        print(f"{program}: gave up after {seconds:g} s", file=sys.stderr, flush=True)
+        os._exit(3)
+    timer = threading.Timer(seconds, stop)
+    timer.daemon = True
+    timer.start()
