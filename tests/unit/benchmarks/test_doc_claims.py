@@ -49,6 +49,18 @@ def test_every_result_of_the_loans_is_read_or_listed() -> None:
     assert not missing, f"neither read by a section's claims nor listed as unchecked: {missing}"
 
 
+def test_the_readme_quotes_its_first_job_as_last_measured() -> None:
+    """README's eval figures of its first job (steps 50 and 100, the untrained model) are the
+    newest saved measurement's, at the README's rounding (a user once measured another)."""
+    newest = max(RESULTS.glob("*-readme-first-job-*.json"))
+    evals = json.loads(newest.read_text())["eval"]
+    readme = claims.collapsed((DOCS.parent / "README.md").read_text())
+    for label in ("step-50", "step-100", "untrained"):
+        reward = evals[label]["reward"]
+        quoted = f"{reward['mean']:.3g} +- {reward['high'] - reward['mean']:.2g}"
+        assert quoted in readme, f"README does not quote {label} of {newest.name}: {quoted}"
+
+
 def _session(name: str) -> int:
     """The session a result file's name carries (0: none)."""
     found = re.search(r"session(\d+)", name)
