@@ -33,6 +33,38 @@ def test_doctor_passes_on_two_nodes(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())  # the shared-directory token was removed
 
 
+@pytest.mark.whole_cluster  # 4 nodes
+def test_output_bandwidth_on_four_then_two_nodes_feeds_the_plan(tmp_path: Path) -> None:
+    """#59: every rank of every node writes its share at once (fsync'd, removed); the figure
+    per node is the slowest node's, cached per site, and the plan's save time reads the newest
+    measurement (2 nodes after 4) as measured."""
+    out = tmp_path / "out"
+    out.mkdir()
+    measured = {}
+    for nodes in (4, 2):
+        proc = cli("doctor", "--site", "sandbox", "--nodes", str(nodes), "--output-root",
+                   str(out), "--output-bandwidth", "--json", timeout=240)
+        data = json.loads(proc.stdout)
+        assert data["exit_code"] == 0, proc.stdout
+        write = data["output_write"]
+        assert write["nodes"] == nodes and len(set(write["hosts"])) == nodes, write
+        assert set(write["hosts"]) <= set(NODES) and not write["cut_short"], write
+        per_node = write["per_node"]
+        assert sorted(per_node) == sorted(write["hosts"]), write
+        assert all(row["ranks"] == 2 and row["bytes"] == 2 * write["bytes_per_rank"]
+                   for row in per_node.values()), per_node
+        assert write["gbs_per_node"] == min(row["gbs"] for row in per_node.values()), write
+        assert write["space"]["source"] == "df" and write["space"]["df_free_bytes"] > 0, write
+        measured[nodes] = write
+        assert not list(out.iterdir()), list(out.iterdir())  # every write removed
+    plan = cli("plan", "--site", "sandbox", "--nodes", "2", "--model", "builtin:qwen2-0.5b",
+               "--output-root", str(out), "--json")
+    save = json.loads(plan.stdout)["save"]
+    assert save["write_source"].startswith("measured"), save
+    assert save["write_gbs_per_node"] == measured[2]["gbs_per_node"], (save, measured[2])
+    assert "2 nodes x 2 ranks" in save["write_source"], save
+
+
 def test_doctor_reports_missing_interface(tmp_path: Path) -> None:
     profile = tmp_path / "sandbox-ib9.yaml"
     profile.write_text(SANDBOX.read_text() + "network_interface: ib9\n")
