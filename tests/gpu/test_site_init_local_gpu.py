@@ -3,7 +3,7 @@ profile whose GPU count and memory are what CUDA reports, `plan --site ws` plans
 the shipped `local` profile (`gpus_per_node: auto`) reads the same GPUs with a line saying so.
 
 Marked ``gpu``. On the lent machine (docs/gpu.md): ``HPC_GRPO_RESULTS=DIR scripts/on-gpu python3
--m pytest -q -m gpu tests/gpu/test_workstation_gpu.py`` (seconds: it plans, nothing trains).
+-m pytest -q -m gpu tests/gpu/test_site_init_local_gpu.py`` (seconds: it plans, nothing trains).
 nvidia-smi's memory.total is a little more than CUDA's total_memory (143,771 MiB against about
 139.8 GiB on an H200): the two are compared within 2%, and the profile never below CUDA's figure
 by more than the ranks' hardware check allows.
