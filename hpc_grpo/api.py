@@ -23,7 +23,7 @@ from hpc_grpo.api_runs import log_paths as log_paths
 from hpc_grpo.api_runs import progress as progress
 from hpc_grpo.api_runs import status as status
 from hpc_grpo.config import names
-from hpc_grpo.config.site import SiteListing, SiteProfile, all_sites, find_site
+from hpc_grpo.config.site import SiteListing, all_sites, find_site
 from hpc_grpo.config.spec import JobSpec, build_spec, parse_set
 from hpc_grpo.config.strict import read_yaml
 from hpc_grpo.errors import UserError, UserErrors
@@ -38,7 +38,7 @@ from hpc_grpo.planner.job import JobPlan, build_plan
 from hpc_grpo.planner.report import plan_report
 from hpc_grpo.planner.save_time import refuse_slow_save
 from hpc_grpo.preflight import doctor as checks
-from hpc_grpo.preflight import inputs, siteinit
+from hpc_grpo.preflight import inputs, local_site, siteinit
 from hpc_grpo.preflight import stage as staging
 from hpc_grpo.preflight.builtin_model import ensure_builtin_model
 from hpc_grpo.preflight.builtin_model import example_model as example_model
@@ -88,6 +88,7 @@ class Prepared:
     site_ref: str = ""  # how spec.json names the profile: its name, or its absolute path
     # Hub names not staged on a site whose nodes are offline: submit and resume refuse them.
     refused: tuple[UserError, ...] = ()
+    machine: str = ""  # where a local site's GPU figures came from (preflight/local_site.py)
 
     @property
     def root(self) -> Path:
@@ -101,10 +102,11 @@ class Prepared:
                            "spec": spec.to_dict()}, indent=2) + "\n"
 
 
-def load_spec(request: Request) -> tuple[SiteProfile, JobSpec]:
-    site = find_site(request.site)
+def load_spec(request: Request) -> tuple[local_site.SiteFacts, JobSpec]:
+    """The site as it runs (a local one resolved from this machine) and the spec for it."""
+    facts = local_site.site_facts(find_site(request.site))
     recipe = read_yaml(Path(request.recipe), "recipe") if request.recipe else {}
-    return site, build_spec(recipe, parse_set(request.sets), request.flags, site)
+    return facts, build_spec(recipe, parse_set(request.sets), request.flags, facts.site)
 
 
 def site_ref(site: str) -> str:
@@ -121,27 +123,29 @@ def prepare(request: Request) -> Prepared:
     directory name would put it outside the output root (or fail there with a traceback)."""
     if request.run_id is not None:
         names.check_run_id(request.run_id, "--run-id")
-    site, spec = load_spec(request)
-    root = registry.output_root(request.output_root, site.output_root)
-    return _prepare(site, spec, root=root, run_id=request.run_id, python=request.python,
+    facts, spec = load_spec(request)
+    root = registry.output_root(request.output_root, facts.site.output_root)
+    return _prepare(facts, spec, root=root, run_id=request.run_id, python=request.python,
                     site_name=site_ref(request.site))
 
 
-def _prepare(site: SiteProfile, spec: JobSpec, *, root: Path, run_id: str | None,
+def _prepare(facts: local_site.SiteFacts, spec: JobSpec, *, root: Path, run_id: str | None,
              python: str | None, site_name: str) -> Prepared:
     """inputs -> plan -> run directory -> script: each step a function of the one before."""
+    site = facts.site
     python = python or site.python or sys.executable
     checked = check_inputs(site, spec, root=root, python=python, site_name=site_name)
     free = inputs.with_run_checkpoints(checked.free, root / run_id) if run_id else checked.free
     plan = build_plan(site, checked.spec, checked.model, checked.timings, free,
                       dataset_commit=checked.dataset_commit,
-                      notes=checked.notes + hub_notes(checked.spec, site), links=checked.links,
+                      notes=facts.warnings + checked.notes + hub_notes(checked.spec, site),
+                      links=checked.links,
                       write=checked.write)
     run_id = run_id or registry.next_run_id(root, plan.job_name)
     run_dir = root / run_id
     script = render_script(plan, run_id=run_id, run_dir=str(run_dir), python=python)
     return Prepared(plan, run_id, run_dir, python, script, summary_text(plan), site_name,
-                    checked.refused)
+                    checked.refused, facts.source)
 
 
 def _refuse_unstaged(prepared: Prepared) -> None:
@@ -248,13 +252,14 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None,
     track.refuse_if_alive(files)
     flags = {k: v for k, v in (("time", time), ("nodes", nodes),
                                ("procs_per_node", procs_per_node)) if v}
-    site = find_site(saved["site"])
+    facts = local_site.site_facts(find_site(saved["site"]))
+    site = facts.site
     assert files.record is not None  # a record that cannot be read is one of files.problems
     asked = parse_set(sets)
     spec = rules.pinned_layout(build_spec(saved["spec"], asked, flags, site), files.record)
     spec, change = _resized(spec, files.record, asked)
     python = saved.get("python") if isinstance(saved.get("python"), str) else None
-    prepared = _prepare(site, spec, root=run_dir.parent, run_id=run_dir.name, python=python,
+    prepared = _prepare(facts, spec, root=run_dir.parent, run_id=run_dir.name, python=python,
                         site_name=saved["site"])
     _refuse_unstaged(prepared)
     refuse_if_no_fit(prepared.plan.checkpoint_problem)
@@ -342,8 +347,9 @@ def sites_report(listing: SiteListing) -> list[dict[str, Any]]:
 def plan(request: Request) -> dict[str, Any]:
     """The plan a request gets (``plan``): what render and submit would use, and why; with
     the site's links (declared, measured by doctor, or assumed: ``preflight.links``)."""
-    made = prepare(request).plan
-    return {**plan_report(made), "links": plan_links(made.site)}
+    prepared = prepare(request)
+    made = prepared.plan
+    return {**plan_report(made), "links": plan_links(made.site), "machine": prepared.machine}
 
 
 def model_names() -> list[str]:
@@ -377,7 +383,9 @@ def doctor(site_name: str, nodes: int | None, partition: str, output_root: str,
                       output_bandwidth=output_bandwidth, bytes_per_rank=share)
 
 
-def init_site(name: str, partition: str, output: str, force: bool) -> tuple[Path, dict[str, Any]]:
-    """Write a starting profile from the live cluster; returns its path and summary."""
-    path = siteinit.init_site(name, partition=partition, output=output, force=force)
+def init_site(name: str, partition: str, output: str, force: bool,
+              local: bool = False) -> tuple[Path, dict[str, Any]]:
+    """Write a starting profile from the live cluster, or from this machine (``local``, or
+    no Slurm here); returns its path and summary."""
+    path = local_site.init(name, partition=partition, output=output, force=force, local=local)
     return path, siteinit.summary(path)

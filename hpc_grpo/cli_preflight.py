@@ -66,17 +66,28 @@ def preflight_commands(user_errors: Callable[..., Any],
     @click.option("--output", type=click.Path(dir_okay=False), default="",
                   help="Default: NAME.yaml in your site directory.")
     @click.option("--force", is_flag=True, help="Replace an existing file.")
+    @click.option("--local", is_flag=True,
+                  help="Profile this machine (nvidia-smi, CPUs, memory), not a Slurm cluster; "
+                       "the default where no scontrol or sinfo is on PATH.")
     @user_errors
-    def site_init(name: str, partition: str, output: str, force: bool) -> None:
-        """Write a starting profile from the live cluster (sinfo/scontrol): check it, then doctor."""
+    def site_init(name: str, partition: str, output: str, force: bool, local: bool) -> None:
+        """Write a starting profile from the live cluster (sinfo/scontrol), or from this
+        machine: check it, then doctor (a cluster) or plan (this machine)."""
         from hpc_grpo import api
 
-        path, info = api.init_site(name, partition, output, force)
+        path, info = api.init_site(name, partition, output, force, local)
+        use = name if not output else str(path)
         gpus = info["gpus_per_node"] or "no"
+        if info["scheduler"] == "local":
+            kind = f" {info['gpu_type']} ({info['gpu_memory_gib']:g} GiB each)" \
+                if info["gpus_per_node"] else ""
+            click.echo(f"wrote {path}: this machine, {gpus} GPUs{kind}, {info['cpus_per_node']} "
+                       f"CPUs, {info['cpu_memory_gib']:g} GiB")
+            click.echo(f"next: `hpc-grpo plan --site {use} --model MODEL`")
+            return
         click.echo(f"wrote {path}: partition {info['partition']}, {info['cpus_per_node']} CPUs and "
                    f"{gpus} GPUs per node, max_time {info['max_time']}")
         click.echo(info["links"])
-        use = name if not output else str(path)
         click.echo(f"next: edit what Slurm cannot know, then `hpc-grpo doctor --site {use}"
                    f"{'' if info['links_known'] else ' --bandwidth'}`")
 

@@ -46,6 +46,8 @@ def plan_tail(console: Any, data: dict[str, Any]) -> None:
                       f"{ckpt['save_host_gib']:.1f} GiB of host memory on rank 0's node")
     for line in (data.get("save") or {}).get("lines", ()):
         console.print(line)
+    if data.get("machine"):  # a local site's figures, read from this machine
+        console.print(data["machine"])
     links = data.get("links") or {}
     for line in [links.get("line"), *([f"warning: {links['note']}"] if links.get("note") else [])]:
         if line:

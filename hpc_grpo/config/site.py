@@ -103,6 +103,10 @@ class SiteProfile:
     account: str = ""
     qos: str = ""
     gpus_per_node: int = 0
+    # Set by ``gpus_per_node: auto`` (a local site only): the launcher reads this machine's
+    # GPUs, CPUs and memory before planning (preflight/local_site.py); without GPUs the
+    # profile's own figures stand. Never set on a profile ``site init`` writes: those are figures.
+    gpus_auto: bool = False
     gpu_type: str = ""
     gpu_memory_gib: float = 0.0
     gpu_request: Literal["gres", "gpus-per-node"] = "gres"
@@ -166,6 +170,11 @@ class SiteProfile:
         self._refuse_numbers_a_job_cannot_use()
         if self.scheduler == "local":
             self._refuse_what_a_local_run_cannot_apply()
+        elif self.gpus_auto:
+            raise UserError("gpus_per_node: auto reads the GPUs of the machine running hpc-grpo, "
+                            "which are not the compute nodes'", field="gpus_per_node",
+                            hint="give the nodes' GPU count (`hpc-grpo site init` reads it from "
+                            "Slurm), or use auto on a local site")
         for key in ("watchdog_startup_s", "watchdog_min_s"):
             if getattr(self, key) < 1:
                 raise UserError(f"{key} must be at least 1 second, got {getattr(self, key)}",
@@ -368,6 +377,8 @@ def load_site(name_or_path: str, dirs: Sequence[Path]) -> SiteProfile:
         path = sites[name_or_path]
     data = read_yaml(path, "site profile")
     data.setdefault("name", path.stem)
+    if data.get("gpus_per_node") == "auto":  # this machine's, resolved before planning
+        data = {**data, "gpus_per_node": 0, "gpus_auto": True}
     try:
         return from_mapping(SiteProfile, data, "")
     except UserError as exc:

@@ -23,6 +23,7 @@ from hpc_grpo.preflight import bandwidth as measuring
 from hpc_grpo.preflight import write_job
 from hpc_grpo.preflight.capacity import Capacity, capacity_rows
 from hpc_grpo.preflight.hardware_row import hardware_row
+from hpc_grpo.preflight.local_site import fewer_gpus_line
 from hpc_grpo.preflight.node_job import Row, Status, last_lines, runs_on, srun_options
 from hpc_grpo.preflight.requeue_hold import hold_check
 from hpc_grpo.preflight.versions import satisfies
@@ -50,7 +51,7 @@ TRL_VLLM_FALLBACK = ">=0.22.0,<=0.31.0"  # TRL 1.16's vllm extra, when the node'
 CHECK_ORDER = ("job", *PACKAGES, "known: ZeRO-3 + LoRA", "known: vLLM vs TRL", "known: vLLM TP seeds",
                "same stack", "hpc-grpo", "modules", "container runtime", "container", "node names",
                "scontrol", "requeue hold", "interface", "rendezvous port", "shared output", "output disk",
-               "node memory", "gpus", "plan hardware", "bandwidth", "output bandwidth")
+               "node memory", "gpus", "partition gpus", "plan hardware", "bandwidth", "output bandwidth")
 
 
 @dataclass(frozen=True)
@@ -286,7 +287,9 @@ def run(site: SiteProfile, *, nodes: int, partition: str = "", output_root: str 
     if site.network_interface:
         args += ["--interface", site.network_interface]
     time_min = max(1, min(int(timeout_s // 60) + 1, minutes(site.max_time, "max_time")))
-    pre: list[Row] = []
+    fewer = fewer_gpus_line(dataclasses.replace(site, partition=partition),
+                            slurm.partition_gres(partition) or ())  # () where sinfo is silent
+    pre: list[Row] = [Row("partition gpus", "warn", (), fewer)] if fewer else []
     if site.container is not None and site.container.runtime == "pyxis":
         found, detail = pyxis_found(slurm.srun_help())
         pre.append(Row("container runtime", found, (), detail))

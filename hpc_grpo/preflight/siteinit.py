@@ -294,9 +294,9 @@ def default_dir() -> Path:
     return user_site_dirs()[0]
 
 
-def init_site(name: str, *, partition: str = "", output: str = "", force: bool = False) -> Path:
-    """Ask Slurm, write the profile (never over an existing one unless ``force``), and prove it
-    loads; returns its path."""
+def target(name: str, output: str, force: bool) -> Path:
+    """Where ``site init NAME`` writes, refused before anything is asked: a name that is no
+    file name, a folder that cannot be made, or an existing file without ``force``."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise UserError(f"'{name}' is not a usable profile name", field="name",
                         hint="letters, digits, '.', '_' and '-' only")
@@ -307,13 +307,11 @@ def init_site(name: str, *, partition: str = "", output: str = "", force: bool =
     if path.exists() and not force:
         raise UserError(f"{path} already exists", field="output",
                         hint="use --force to replace it, or --output FILE")
-    parts = partitions_from(slurm.scontrol_show("partition"))
-    chosen = choose_partition(parts, partition)
-    nodes = nodes_from(slurm.scontrol_show("node"))
-    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-    text = profile_lines(chosen, nodes, parts,
-                         f"Written by `hpc-grpo site init {name}` on {socket.gethostname()}, {stamp}.",
-                         python=sys.executable, measured=read_measurement(path.stem))
+    return path
+
+
+def write_checked(path: Path, text: str) -> Path:
+    """Write a generated profile only once the strict loader takes it: what lands on disk loads."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
@@ -326,10 +324,29 @@ def init_site(name: str, *, partition: str = "", output: str = "", force: bool =
     return path
 
 
+def header(name: str, flags: str = "") -> str:
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    return f"Written by `hpc-grpo site init {name}{flags}` on {socket.gethostname()}, {stamp}."
+
+
+def init_site(name: str, *, partition: str = "", output: str = "", force: bool = False) -> Path:
+    """Ask Slurm, write the profile (never over an existing one unless ``force``), and prove it
+    loads; returns its path."""
+    path = target(name, output, force)
+    parts = partitions_from(slurm.scontrol_show("partition"))
+    chosen = choose_partition(parts, partition)
+    nodes = nodes_from(slurm.scontrol_show("node"))
+    text = profile_lines(chosen, nodes, parts, header(name), python=sys.executable,
+                         measured=read_measurement(path.stem))
+    return write_checked(path, text)
+
+
 def summary(path: Path) -> dict[str, Any]:
     """The written profile as loaded, for the CLI's report (the links as plan will see them)."""
     site = load_site(str(path), site_dirs([]))
     facts = site_links(site)
     return {"path": str(path), "partition": site.partition, "cpus_per_node": site.cpus_per_node,
             "gpus_per_node": site.gpus_per_node, "max_time": site.max_time,
+            "scheduler": site.scheduler, "gpu_type": site.gpu_type,
+            "gpu_memory_gib": site.gpu_memory_gib, "cpu_memory_gib": site.cpu_memory_gib,
             "links": links_line(site, facts), "links_known": facts is not None}

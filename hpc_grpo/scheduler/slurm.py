@@ -211,6 +211,33 @@ def partition_node_count(partition: str) -> int | None:
     return len({line.strip() for line in out.splitlines() if line.strip()})
 
 
+def present() -> bool:
+    """Whether Slurm's client commands are on PATH (``site init`` writes a local profile where
+    neither scontrol nor sinfo is)."""
+    return any(shutil.which(name) for name in ("scontrol", "sinfo"))
+
+
+def partition_gres(partition: str, *, timeout: float = 10) -> tuple[str, ...] | None:
+    """The Gres of each node of ``partition`` (the default partition where ""), as sinfo
+    prints it (``gpu:h100:8(S:0-1)``); None where sinfo is absent, fails or is silent, quickly:
+    a plan on a laptop asks it too and must neither fail nor wait on it."""
+    if shutil.which("sinfo") is None:
+        return None
+    where = [f"--partition={partition}"] if partition else []
+    try:
+        out = run_slurm(["sinfo", "--noheader", "--Node", "--format=%N|%P|%G", *where],
+                        timeout=timeout)
+    except UserError:
+        return None
+    by_node: dict[str, str] = {}
+    for line in out.splitlines():
+        node, _, rest = line.strip().partition("|")
+        part, _, gres = rest.partition("|")
+        if node and (partition or part.endswith("*")):
+            by_node[node] = gres.strip()
+    return tuple(by_node.values()) or None
+
+
 def require_partition_nodes(partition: str, nodes: int) -> None:
     """Refuse a request the partition can never hold: sbatch fails late and srun waits forever.
 

@@ -274,6 +274,24 @@ def test_cli_doctor_reports_slurms_requeue_hold(tmp_path: Path, fake_srun: Path,
     assert next(r for r in data["rows"] if r["check"] == "requeue hold")["status"] == "skip"
 
 
+def test_cli_doctor_warns_of_gpus_the_profile_leaves_unused(
+        tmp_path: Path, fake_srun: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sinfo's Gres shows 8 GPUs on the partition's node, the profile uses 4: a warning row
+    (not a failure); where sinfo names no GPUs there is no such row."""
+    monkeypatch.setenv("FAKE_SINFO", "node1|debug|gpu:h100:8(S:0-1)\\n")
+    site = one_node_site(tmp_path)
+    site.write_text(site.read_text().replace("gpus_per_node: 0", "gpus_per_node: 4"))
+    data = json.loads(doctor_cli("--site", str(site), "--output-root", str(tmp_path / "out"),
+                                 "--json").output)
+    row = next(r for r in data["rows"] if r["check"] == "partition gpus")
+    assert row["status"] == "warn" and "uses 4 GPUs per node but every node of partition " \
+        "'debug' has 8 h100" in row["detail"], row
+    monkeypatch.setenv("FAKE_SINFO", "node1|debug|(null)\\n")
+    data = json.loads(doctor_cli("--site", str(site), "--output-root", str(tmp_path / "out"),
+                                 "--json").output)
+    assert "partition gpus" not in [r["check"] for r in data["rows"]]
+
+
 def test_cli_doctor_missing_interface_fails(tmp_path: Path, fake_srun: Path) -> None:
     site = one_node_site(tmp_path, "network_interface: ib9\n")
     result = doctor_cli("--site", str(site), "--output-root", str(tmp_path / "out"))

@@ -4,7 +4,8 @@ The run directory's room (``hpc_grpo.rundir``: the contract, its file names and 
 writes) is stdlib only and imports nothing else of the package. The runtime (``hpc_grpo.runtime``)
 runs on compute nodes with the training stack and imports of the package only itself, the run
 directory's room and the package root; the launcher imports of the runtime only the node task
-that submitit pickles and the probe doctor reads (with the lines its report travels in). The
+that submitit pickles, the probe doctor reads (with the lines its report travels in) and the
+host memory rule (stdlib only), which a local profile's figure is read by as the ranks check it. The
 static rule is read from every module's AST; the import-time rules run in fresh interpreters.
 """
 
@@ -21,7 +22,7 @@ import pytest
 from tests.paths import REPO
 
 PACKAGE = REPO / "hpc_grpo"
-LAUNCHER_MAY_IMPORT = {"hpc_grpo.runtime.node.task",
+LAUNCHER_MAY_IMPORT = {"hpc_grpo.runtime.node.task", "hpc_grpo.runtime.shared.host_memory",
                        "hpc_grpo.runtime.probe", "hpc_grpo.runtime.probe_lines"}
 LAUNCHER_ONLY_LIBS = {"click", "jinja2", "submitit", "yaml", "rich"}
 

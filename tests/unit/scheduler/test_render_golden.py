@@ -16,7 +16,8 @@ import pytest
 
 from hpc_grpo import api
 from hpc_grpo.errors import UserError
-from hpc_grpo.preflight import inputs
+from hpc_grpo.preflight import inputs, machine
+from hpc_grpo.scheduler import slurm
 from tests.paths import GOLDEN
 
 CASES = {
@@ -38,6 +39,17 @@ def cluster_sized_disk(monkeypatch: pytest.MonkeyPatch) -> None:
     """These plans are for clusters, not this machine: the output file system's free space is
     a cluster's scratch (1 PiB), so no warning depends on this machine's disk."""
     monkeypatch.setattr(inputs, "free_space", lambda root: (2**50, "the output file system"))
+
+
+@pytest.fixture(autouse=True)
+def hardware_unasked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shipped ``local`` profile reads this machine's GPUs (``gpus_per_node: auto``) and a
+    Slurm profile is compared with sinfo's Gres: neither is asked here, so the golden scripts
+    are the same wherever the tests run (a GPU box, a cluster whose nodes have GPUs)."""
+    monkeypatch.setattr(machine, "probe", lambda: machine.Machine(
+        (), cpus=2, memory_mib=16384, gpu_source="nvidia-smi not found"))
+    monkeypatch.setattr(slurm, "partition_gres", lambda partition: None)
+
 
 def _prepare(case: dict) -> api.Prepared:
     return api.prepare(api.Request(

@@ -1,0 +1,144 @@
+"""This machine, as a local site runs on it: its GPUs (nvidia-smi), usable CPUs and host memory.
+
+A GPU workstation is a site of its own (#58): `site init NAME --local` writes a profile from
+these figures and the shipped ``local`` profile (``gpus_per_node: auto``) is resolved from them
+before planning (preflight/local_site.py). The parser is pure; ``probe`` is the one thin runner,
+bounded by a timeout: a wedged driver makes nvidia-smi hang, and a plan must never hang on it.
+An absent nvidia-smi, its failure or its silence all mean no GPUs, each saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections import Counter
+from dataclasses import dataclass
+
+from hpc_grpo.preflight.siteinit import GPU_GIB
+from hpc_grpo.runtime.shared.host_memory import memory
+
+NVIDIA_SMI = ("nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits")
+PROBE_TIMEOUT_S = 10.0
+_MIB = 2**20
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str  # as nvidia-smi names it: "NVIDIA H200"
+    memory_mib: int  # memory.total: what the card has, a little more than CUDA hands out
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What a local run here has. ``gpu_source`` says where the GPU figures came from (or why
+    there are none); ``memory_source`` likewise for the host memory."""
+
+    gpus: tuple[Gpu, ...]
+    cpus: int
+    memory_mib: int
+    gpu_source: str = "from nvidia-smi"
+    memory_source: str = "MemTotal of /proc/meminfo"
+
+    @property
+    def gpu_memory_gib(self) -> float:
+        """The smallest card's memory in GiB (one decimal): a plan that fits it fits all."""
+        return round(min(g.memory_mib for g in self.gpus) / 1024, 1) if self.gpus else 0.0
+
+    @property
+    def gpu_type(self) -> str:
+        """The most numerous card's type, as siteinit.GPU_GIB names it where it knows it."""
+        if not self.gpus:
+            return ""
+        return gpu_type(Counter(g.name for g in self.gpus).most_common(1)[0][0])
+
+    @property
+    def memory_gib(self) -> float:
+        return round(self.memory_mib / 1024, 1)
+
+    def gpus_line(self) -> str:
+        """``1 x NVIDIA H200 143,771 MiB, from nvidia-smi``, or ``no GPU (nvidia-smi not found)``."""
+        if not self.gpus:
+            return f"no GPU ({self.gpu_source})"
+        kinds = Counter((g.name, g.memory_mib) for g in self.gpus)
+        shown = ", ".join(f"{n} x {name} {mib:,} MiB" for (name, mib), n in kinds.items())
+        return f"{shown}, {self.gpu_source}"
+
+
+def parse_nvidia_smi(text: str) -> tuple[Gpu, ...]:
+    """``nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits``: one
+    ``NAME, MIB`` line per GPU. The name may hold commas of its own, so the figure is the last
+    field; a line without a whole number there (``[N/A]``, a driver message) is no GPU."""
+    gpus = []
+    for line in text.splitlines():
+        name, sep, mib = line.rpartition(",")
+        if sep and name.strip() and re.fullmatch(r"\s*\d+\s*", mib):
+            gpus.append(Gpu(name.strip(), int(mib)))
+    return tuple(gpus)
+
+
+def visible(gpus: tuple[Gpu, ...], cuda_visible: str | None) -> tuple[Gpu, ...]:
+    """The GPUs a run here may use: nvidia-smi lists every card, CUDA_VISIBLE_DEVICES (as
+    indices) hides some from the ranks, which would then find fewer than planned. Unset, or
+    given as UUIDs: all of them."""
+    if cuda_visible is None:
+        return gpus
+    wanted = [v.strip() for v in cuda_visible.split(",") if v.strip()]
+    if not all(v.isdigit() for v in wanted):
+        return gpus
+    return tuple(gpus[int(v)] for v in wanted if int(v) < len(gpus))
+
+
+def gpu_type(name: str) -> str:
+    """A profile's gpu_type for nvidia-smi's name: the type siteinit.GPU_GIB knows
+    (``NVIDIA H100 80GB HBM3`` -> ``h100``), else the name in lower case without the vendor."""
+    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+    for known in sorted(GPU_GIB, key=len, reverse=True):
+        if known in words:
+            return known
+    return "_".join(w for w in words if w not in ("nvidia", "tesla"))
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (a container's or taskset's share, not the host's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def _gpus() -> tuple[tuple[Gpu, ...], str]:
+    try:
+        done = subprocess.run(list(NVIDIA_SMI), capture_output=True, text=True,
+                              timeout=PROBE_TIMEOUT_S, check=False)
+    except FileNotFoundError:
+        return (), "nvidia-smi not found"
+    except subprocess.TimeoutExpired:
+        return (), f"nvidia-smi gave no answer within {PROBE_TIMEOUT_S:g} s"
+    except OSError as err:
+        return (), f"nvidia-smi cannot run: {err.strerror or err}"
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        return (), f"nvidia-smi failed: {said[0][:120] if said else f'exit {done.returncode}'}"
+    every = parse_nvidia_smi(done.stdout)
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    gpus = visible(every, hidden)
+    if not every:
+        return (), "nvidia-smi lists none"
+    return gpus, ("from nvidia-smi" if len(gpus) == len(every) else
+                  f"from nvidia-smi, of {len(every)}: CUDA_VISIBLE_DEVICES={hidden}")
+
+
+def probe() -> Machine:
+    """Ask this machine. Host memory is the ranks' own rule (runtime/shared/host_memory.py):
+    MemTotal, or the cgroup's smaller limit, so a profile written from it never promises more
+    than the ranks' hardware check then finds."""
+    gpus, gpu_source = _gpus()
+    try:
+        seen = memory()
+        limit = seen["cgroup_limit"]
+        total = int(limit or seen["total"])
+        where = "the cgroup's memory.max" if limit else "MemTotal of /proc/meminfo"
+    except (OSError, ValueError, KeyError, IndexError):
+        total, where = 0, "/proc/meminfo unreadable"
+    return Machine(gpus, usable_cpus(), total // _MIB, gpu_source, where)
