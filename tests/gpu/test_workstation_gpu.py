@@ -50,8 +50,14 @@ def _submit(name: str, *extra: str) -> tuple[Any, Path, float]:
     proc = _cli("submit", "--site", str(_profile()), "--model", MODEL, "--run-id", name,
                 "--output-root", str(_work("ws") / "runs"), *SETS, *extra)
     match = re.search(r"dir (\S+)", proc.stdout)
-    assert proc.returncode == 0 and match, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert match, proc.stdout[-3000:] + proc.stderr[-3000:]  # submitted; --wait's exit: callers
     return proc, Path(match.group(1)), started
+
+
+def _log_tails(run_dir: Path) -> dict[str, str]:
+    """The last lines of every log under the run directory (what a failed call brings back)."""
+    return {str(p.relative_to(run_dir)): p.read_text(errors="replace")[-3000:]
+            for p in sorted(run_dir.rglob("*.log"))[:12] if p.is_file()}
 
 
 def _rows(run_dir: Path) -> list[dict[str, Any]]:
@@ -72,15 +78,19 @@ def test_reference_site_init_plan_and_an_uninterrupted_run() -> None:
     assert profile["gpus_per_node"] == torch.cuda.device_count(), profile
     assert abs(profile["gpu_memory_gib"] - gpu_gib) <= 2, (profile, gpu_gib)
     assert profile["cpu_memory_gib"] <= host_gib + 1, (profile, host_gib)
-    plan = _cli("plan", "--site", str(_profile()), "--model", MODEL, *SETS)
+    plan = _cli("plan", "--site", str(_profile()), "--model", MODEL, *SETS, "--json")
     assert plan.returncode == 0, plan.stdout + plan.stderr
-    assert "colocate" in plan.stdout, plan.stdout
-    _, run_dir, started = _submit("ws-reference", "--wait")
+    planned = json.loads(plan.stdout)
+    assert (planned["device"], planned["world_size"]) == ("cuda", torch.cuda.device_count()), planned
+    submitted, run_dir, started = _submit("ws-reference", "--wait")
     wall = time.time() - started
     rows = _rows(run_dir)
     _save("workstation-reference", {"profile": profile, "plan_stdout": plan.stdout[-4000:],
                                     "run_dir": str(run_dir), "wall_s": round(wall, 1),
-                                    "metrics": rows, "site_init_stdout": proc.stdout[-2000:]})
+                                    "metrics": rows, "site_init_stdout": proc.stdout[-2000:],
+                                    "submit_tail": submitted.stdout[-1500:] + submitted.stderr[-1500:],
+                                    "logs": _log_tails(run_dir) if len(rows) < 8 else {}})
+    assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:]
     assert [r["step"] for r in rows] == list(range(1, 9)), rows
     record = json.loads((run_dir / "run.json").read_text())
     assert record["vllm"]["enabled"] and record["vllm"]["mode"] == "colocate", record["vllm"]
@@ -91,7 +101,8 @@ def test_cancel_resume_equals_the_reference() -> None:
     ref = _saved("workstation-reference")
     assert ref, "run -k reference first (same HPC_GRPO_RESULTS and HPC_GRPO_WORK)"
     shutil.rmtree(_work("ws") / "runs" / "ws-stopped", ignore_errors=True)
-    _, run_dir, started = _submit("ws-stopped", "--no-wait")
+    submitted, run_dir, started = _submit("ws-stopped", "--no-wait")
+    assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:]
     while len(_metrics(run_dir)) < 3:
         assert time.time() - started < 300, "no third step in 300 s"
         time.sleep(0.5)
@@ -109,7 +120,9 @@ def test_cancel_resume_equals_the_reference() -> None:
     _save("workstation-cancel-resume", {
         "run_dir": str(run_dir), "cancelled_after_rows": cancelled_at, "checkpoints": saved,
         "status_after_cancel": status.stdout[-2000:], "resume_wall_s": round(time.time() - resumed_at, 1),
-        "resume_exit": resume.returncode, "metrics": rows, "reference": ref["metrics"]})
+        "resume_exit": resume.returncode, "metrics": rows, "reference": ref["metrics"],
+        "resume_tail": resume.stdout[-1500:] + resume.stderr[-1500:],
+        "logs": _log_tails(run_dir) if resume.returncode else {}})
     assert "CANCELLED" in status.stdout, status.stdout
     assert saved and saved[-1] >= 3, saved
     assert resume.returncode == 0, resume.stdout[-3000:] + resume.stderr[-3000:]
@@ -174,7 +187,8 @@ def test_readme_first_job_on_the_shipped_local_profile() -> None:
     summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
     result: dict[str, Any] = {"plan_stdout": plan.stdout[-3000:], "plan_stderr": plan.stderr[-2000:],
               "submit_exit": proc.returncode, "wall_s": round(wall, 1), "summary": summary,
-              "submit_tail": proc.stdout[-2000:] + proc.stderr[-2000:]}
+              "submit_tail": proc.stdout[-2000:] + proc.stderr[-2000:],
+              "logs": _log_tails(run_dir) if proc.returncode else {}}
     if proc.returncode == 0:
         for engine in ("transformers", "vllm"):
             result[f"eval_step100_{engine}"] = _eval(str(run_dir), "--step", "100", "--engine", engine)
