@@ -197,7 +197,7 @@ class ModelBlock:
 
     revision: str = ""  # branch, tag or commit asked for ("" the default branch)
     commit: str = ""  # the commit hash staging resolved and pinned ("" not staged)
-    dtype: str = ""  # "bfloat16", "float16", "float32", "auto"; "" the plan's choice
+    dtype: str = ""  # the dtype the ranks load in (rundir/precision.py as_loaded); "" TRL's fp32
     attn_implementation: str = ""
     trust_remote_code: bool = False
     hf_home: str = ""  # the shared Hugging Face cache the ranks read ("" the node's default)
