@@ -108,6 +108,7 @@ STOP_REQUESTED = "stop request"
 # state.json stop_cause when the watchdog ended an attempt that made no progress (never a
 # configuration error: it is retried like a crash).
 STALLED = "stalled"
+NODE_FAILURE = "node failure"  # stop_cause of a lost node; status: Slurm requeues it (jobstate.py)
 CANCELLED = "cancelled"  # stop_cause of a scancel, jobs.jsonl's event of a cancel: CANCELLED
 
 # metrics.jsonl keys: the mean and the largest absolute difference, over the step's sampled

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hpc_grpo.runs import track
+from hpc_grpo.scheduler.jobstate import REQUEUING
 
 
 def _age(timestamp: float | None, now: float) -> str:
@@ -60,9 +61,11 @@ def _notes(row: track.RunStatus) -> list[str]:
     engine that may generate with stale weights, where the state came from and what is wrong in
     the run directory. One line each, under the table."""
     notes = []
-    if row.phase == "failed":  # e.g. "failed: configuration error: ValueError: ..."
+    if row.requeuing:  # Slurm will restart it: not failed, whatever the last attempt wrote
+        notes.append(row.requeuing)
+    elif row.phase == "failed":  # e.g. "failed: configuration error: ValueError: ..."
         notes.append(": ".join(["failed", *(t for t in (row.cause, row.message) if t)]))
-    if row.state in ("PREEMPTED", "REQUEUED", "COMPLETING"):  # not finished: say so
+    if row.state in ("PREEMPTED", "REQUEUED", "COMPLETING") and not row.requeuing:  # not done
         notes.append(f"{row.state} (not done): {row.meaning}")
     if row.stalled:  # e.g. "stalled: no progress for 31s (bound 15s): rank 1 behind at step 2..."
         notes.append(f"stalled: {row.stalled}")
@@ -92,6 +95,7 @@ def _mark(row: track.RunStatus) -> str:
     """A state Slurm did not give (from the run directory) carries a '*'. A run the hang
     watchdog stopped shows STALLED until it ends or its next attempt starts."""
     state = "STALLED" if row.stalled and not row.finished else _SHORT.get(row.state, row.state)
+    state = REQUEUING if row.requeuing else state
     return f"{state}*" if row.source == "run directory" else state
 
 
