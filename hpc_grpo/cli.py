@@ -301,12 +301,12 @@ _CHOICES = {
 
 
 def _plan_table(data: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from hpc_grpo.cli_speed import plan_tail
+    from hpc_grpo.runs.terminal import console as make_console
 
-    console = Console(width=None if sys.stdout.isatty() else 200, highlight=False, markup=False)
+    console = make_console(markup=False)
     console.print(f"plan: {data['model']} on site {data['site']}: {data['layout']}; "
                   f"device {data['device']}; precision {data['precision']}")
     memory = data["memory_plan"]

@@ -27,7 +27,7 @@ from hpc_grpo.preflight.node_job import Row, Status, last_lines, runs_on, srun_o
 from hpc_grpo.preflight.requeue_hold import hold_check
 from hpc_grpo.preflight.versions import satisfies
 from hpc_grpo.rundir.contract import HardwareBlock
-from hpc_grpo.runs import registry
+from hpc_grpo.runs import registry, terminal
 from hpc_grpo.runtime.probe import PACKAGES
 from hpc_grpo.runtime.probe_lines import read_reports
 from hpc_grpo.scheduler import slurm
@@ -349,8 +349,7 @@ def _nodes_text(nodes: Sequence[str]) -> str:
 
 
 def print_table(result: Result) -> None:
-    from rich.console import Console  # start-up: rich loads only to draw (--json never does)
-    from rich.markup import escape
+    from rich.markup import escape  # start-up: rich loads only to draw (--json never does)
     from rich.table import Table
 
     table = Table(box=None, header_style="bold", title=f"hpc-grpo doctor: site {escape(result.site)}",
@@ -361,6 +360,6 @@ def print_table(result: Result) -> None:
         table.add_row(escape(row.check), f"[{_STYLE[row.status]}]{row.status.upper()}[/]",
                       escape(_nodes_text(row.nodes)), escape(row.detail))
     counts = {s: sum(r.status == s for r in result.rows) for s in ("pass", "warn", "fail")}
-    console = Console(width=None if sys.stdout.isatty() else 200, highlight=False)
+    console = terminal.console()
     console.print(table)
     console.print(f"{counts['pass']} passed, {counts['warn']} warning(s), {counts['fail']} failed")

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from hpc_grpo.runs import track
+from hpc_grpo.runs import terminal, track
 from hpc_grpo.scheduler.jobstate import REQUEUING
 
 
@@ -122,12 +121,10 @@ def status_table(rows: Sequence[track.RunStatus]) -> None:
 
     Only the run id and the node list may fold onto more lines, the run id first: rich, left to
     itself, dropped the run column or cut the node list when a row did not fit."""
-    from rich.console import Console  # start-up: rich loads only to draw (--json never does)
-    from rich.table import Table
+    from rich.table import Table  # start-up: rich loads only to draw (--json never does)
 
     now = time.time()
-    console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 200,
-                      highlight=False, markup=False)
+    console = terminal.console(markup=False)
     if not rows:
         console.print("no runs yet: hpc-grpo submit ...")
         return
@@ -179,10 +176,9 @@ def watch_status(fetch: Callable[[], Sequence[track.RunStatus]], interval: float
 def follow(run_dir: Path, progress_of: Callable[[Path], track.FollowedRun], poll: float = 1.0) -> int:
     """Progress bar until the job ends, from ``progress_of`` (the api's progress); exit code 0
     only if training ended. ``run_dir``, not an id: an id may name a run in another root."""
-    from rich.console import Console  # start-up: rich loads only to draw
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn  # only to draw
 
-    console = Console(stderr=True)
+    console = terminal.console(stderr=True)
     now = progress_of(run_dir)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[info]}"), console=console) as bar:
