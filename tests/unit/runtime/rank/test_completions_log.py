@@ -15,7 +15,7 @@ def _print_as_trl_does(step: int) -> None:
     import trl.trainer.grpo_trainer as grpo
 
     grpo.print_prompt_completions_sample(
-        ["What is 2 + 2?"], [f"four \x00 raw {'x' * 300}"], {"accuracy": [1.0]}, [0.5],
+        ["What is 2 + 2?"], [f"four \x00\x1b[2J raw {'x' * 300}"], {"accuracy": [1.0]}, [0.5],
         step, 1)
 
 
@@ -32,7 +32,8 @@ def test_the_tables_go_to_their_file_not_the_rank_log(tmp_path: Path,
     assert rank_log.out == "" and rank_log.err == ""
     text = path.read_text()
     assert "Step 3" in text and "Step 4" in text and "What is 2 + 2?" in text
-    assert "\x1b[" not in text  # the file is no terminal: no colour codes
+    assert "\x1b" not in text and "\x00" not in text  # no colour codes, no raw control bytes
+    assert "four \\x00\\x1b[2J raw" in text  # the completion's own bytes, escaped
     assert grpo.print_prompt_completions_sample is original  # put back
 
 
