@@ -1,11 +1,10 @@
 """Off a terminal nothing is wrapped (#58): rich assumed 80 columns and split the printed
 ``wandb sync`` command, paths and doctor's details; every command's console comes from
-runs/terminal.py."""
+runs/terminal.py (tests/unit/project/test_facts_once.py holds that)."""
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,6 @@ from hpc_grpo import api
 from hpc_grpo.preflight.doctor import Result, print_table
 from hpc_grpo.preflight.node_job import Row
 from hpc_grpo.runs import views
-from tests.paths import PACKAGE
 from tests.unit.slurmfake import make_run
 
 LONG = "/shared/projects/a-rather-long-project-name/hpc-grpo-runs/" + "x" * 160  # past 200 columns
@@ -40,8 +38,3 @@ def test_doctor_rows_stay_whole_into_a_pipe(capsys: pytest.CaptureFixture[str]) 
     print_table(Result("sandbox", (Row("output write", "pass", ("node1",), detail),), ()))
     assert any(line.rstrip().endswith(detail) for line in capsys.readouterr().out.splitlines())
 
-
-def test_no_console_is_made_but_by_the_one_helper() -> None:
-    makers = [str(p.relative_to(PACKAGE)) for p in sorted(PACKAGE.rglob("*.py"))
-              if re.search(r"\bConsole\(", p.read_text()) and p.name != "terminal.py"]
-    assert makers == [], "use hpc_grpo.runs.terminal.console"
