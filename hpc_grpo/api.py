@@ -225,6 +225,7 @@ class Resumed:
     from_step: int  # the checkpoint's step; 0: no complete checkpoint, training starts again
     warnings: tuple[str, ...]
     layout_change: str = ""  # planner/resume.py Resize.line(); "": the run's layout
+    follow: bool = False  # the back end runs it here: `resume` follows it as `submit` does
 
 
 def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None,
@@ -294,7 +295,7 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None,
     if not any(r.run_dir == run_dir for r in registry.indexed_runs()):
         registry.register(files.run_id, run_dir)
     return Resumed(files.run_id, run_dir, job_id, previous, from_step, prepared.plan.warnings,
-                   change.line() if change else "")
+                   change.line() if change else "", backend_for(site.scheduler).follow_by_default)
 
 
 def _resized(spec: JobSpec, record: RunRecord,

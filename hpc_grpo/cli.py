@@ -132,11 +132,22 @@ def render(**kwargs: Any) -> None:
     click.echo(prepared.summary, nl=False, err=True)
 
 
+# submit's and resume's: one default, the back end's (a local run is followed, a Slurm job not).
+wait_option = click.option(
+    "--wait/--no-wait", default=None,
+    help="Follow progress until the job ends (default: on for a site of scheduler: local).")
+
+
+def _follows(wait: bool | None, by_default: bool) -> bool:
+    """Whether submit or resume follows the run to its end: as asked, else the back end's
+    default (``resume`` followed no local run while ``submit`` did, #58)."""
+    return wait if wait is not None else by_default
+
+
 @main.command()
 @job_options
 @click.option("--dry-run", is_flag=True, help="Same as render: print, submit nothing.")
-@click.option("--wait/--no-wait", default=None,
-              help="Follow progress until the job ends (default: on for a site of scheduler: local).")
+@wait_option
 @user_errors
 def submit(dry_run: bool, wait: bool | None, **kwargs: Any) -> None:
     """Create a run directory and submit the job."""
@@ -152,7 +163,7 @@ def submit(dry_run: bool, wait: bool | None, **kwargs: Any) -> None:
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
     click.echo(f"run {result.run_id}  job {result.job_id}  dir {result.run_dir}")
-    if wait if wait is not None else result.follow:
+    if _follows(wait, result.follow):
         from hpc_grpo.runs.views import follow
 
         sys.exit(follow(result.run_dir, api.progress))  # its id may also name a run in another root
@@ -219,10 +230,10 @@ def cancel(run: str) -> None:
                    "is kept, the per-device batch and accumulation replanned.")
 @click.option("--procs-per-node", type=click.IntRange(min=1), default=None,
               help="Continue at another number of processes per node (as --nodes).")
-@click.option("--wait/--no-wait", default=False, help="Follow progress until the job ends.")
+@wait_option
 @user_errors
 def resume(run: str, time: str | None, sets: tuple[str, ...], nodes: int | None,
-           procs_per_node: int | None, wait: bool) -> None:
+           procs_per_node: int | None, wait: bool | None) -> None:
     """Continue an unfinished run from its newest complete checkpoint as a new job."""
     from hpc_grpo import api
 
@@ -235,7 +246,7 @@ def resume(run: str, time: str | None, sets: tuple[str, ...], nodes: int | None,
              else "from step 0 (no complete checkpoint)")
     click.echo(f"run {result.run_id}  job {result.job_id}  dir {result.run_dir}  "
                f"resumed {start} after job {result.previous_job_id}")
-    if wait:
+    if _follows(wait, result.follow):
         from hpc_grpo.runs.views import follow
 
         sys.exit(follow(result.run_dir, api.progress))
@@ -290,12 +301,12 @@ _CHOICES = {
 
 
 def _plan_table(data: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from hpc_grpo.cli_speed import plan_tail
+    from hpc_grpo.runs.terminal import console as make_console
 
-    console = Console(width=None if sys.stdout.isatty() else 200, highlight=False, markup=False)
+    console = make_console(markup=False)
     console.print(f"plan: {data['model']} on site {data['site']}: {data['layout']}; "
                   f"device {data['device']}; precision {data['precision']}")
     memory = data["memory_plan"]

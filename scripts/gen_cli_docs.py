@@ -26,7 +26,7 @@ EXIT_CODES = (
     ("0", "success", "every command"),
     ("1", "the job or a check failed",
      "`doctor` (a check failed on a node, or its job never ran); `submit` when it waits (`--wait`, "
-     "the default on the local site) and `resume --wait`, when the job ends in any state but "
+     "the default on the local site) and `resume` likewise, when the job ends in any state but "
      "COMPLETED; `export` when its check or the export itself failed (nothing is written)"),
     ("2", "bad input: one line per problem naming it, with a hint; nothing is submitted",
      "every command: unknown site or run, a recipe value TRL refuses, more nodes than the "

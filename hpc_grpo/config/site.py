@@ -376,6 +376,10 @@ def load_site(name_or_path: str, dirs: Sequence[Path]) -> SiteProfile:
             )
         path = sites[name_or_path]
     data = read_yaml(path, "site profile")
+    if not data:  # every key defaulted: it loaded as a Slurm site nobody described (#58)
+        raise UserError(f"site profile {path} is empty (no keys, or only comments)", field="site",
+                        hint=f"write its keys (`hpc-grpo site init {path.stem} --output {path}` "
+                        "starts one from the cluster), or give a shipped site: `hpc-grpo sites`")
     data.setdefault("name", path.stem)
     if data.get("gpus_per_node") == "auto":  # this machine's, resolved before planning
         data = {**data, "gpus_per_node": 0, "gpus_auto": True}

@@ -14,7 +14,7 @@ from hpc_grpo.config.site import SiteProfile, minutes
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner import MemoryPlan, check_batch_rules, plan_memory
-from hpc_grpo.planner.blocks import dataset_block, default_name, hardware_block, model_block, peft_block
+from hpc_grpo.planner.blocks import dataset_block, default_name, hardware_block, peft_block
 from hpc_grpo.planner.bounds import (  # noqa: F401 - BUILTIN_PROMPT_TOKENS, TRL_DEFAULTS: re-exported
     BUILTIN_PROMPT_TOKENS,
     TRL_DEFAULTS,
@@ -25,7 +25,7 @@ from hpc_grpo.planner.checkpoint_fit import check_checkpoints
 from hpc_grpo.planner.checkpoint_size import CheckpointSize
 from hpc_grpo.planner.engines import deepspeed_plan, vllm_plan
 from hpc_grpo.planner.modes import plan_request, resolve_mode, server_plan
-from hpc_grpo.planner.precision import context_check, precision
+from hpc_grpo.planner.precision import context_check, loaded_block, precision
 from hpc_grpo.planner.save_time import SaveTime, plan_save, step_time
 from hpc_grpo.planner.speed.choose import MEASURED_CKPT
 from hpc_grpo.planner.speed.server import ServerPlan
@@ -113,7 +113,7 @@ class JobPlan:
             reward_funcs=tuple(self.spec.reward_funcs),
             reward_weights=tuple(self.spec.reward_weights),
             reward_kwargs=dict(self.spec.reward_kwargs),
-            model_load=model_block(self.spec, self.model, self.site),
+            model_load=loaded_block(self.spec, self.model, self.site, self.deepspeed),
             peft=peft_block(self.spec), seed=self.spec.seed, nodes=self.training_nodes,
             procs_per_node=self.procs_per_node, device=self.device,
             dist_backend=dist_backend(self.device),

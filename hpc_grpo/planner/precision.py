@@ -6,12 +6,14 @@ ranks will do. Pure: values in, values out.
 
 from __future__ import annotations
 
+from hpc_grpo.config.site import SiteProfile
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner.blocks import model_block
 from hpc_grpo.planner.bounds import grpo_value, prompt_bound
-from hpc_grpo.rundir.contract import DeepSpeedBlock
-from hpc_grpo.rundir.precision import load_dtype
+from hpc_grpo.planner.types import ModelRef
+from hpc_grpo.rundir.contract import DeepSpeedBlock, ModelBlock
+from hpc_grpo.rundir.precision import as_loaded, load_dtype
 
 
 def precision(device: str, spec: JobSpec,
@@ -36,6 +38,13 @@ def precision(device: str, spec: JobSpec,
     warnings = ["pure_bf16: bf16 weights and Adam states lose small updates (no fp32 master "
                 "copy); drop it for fp32 master weights"] if spec.pure_bf16 else []
     return story, changes, warnings
+
+
+def loaded_block(spec: JobSpec, model: ModelRef, site: SiteProfile,
+                 deepspeed: DeepSpeedBlock | None) -> ModelBlock:
+    """run.json's model block, its dtype the one the ranks load in (not the recipe's: a CPU run
+    recorded bfloat16 and trained float32, issue #58)."""
+    return as_loaded(model_block(spec, model, site), deepspeed is not None)
 
 
 def context_check(spec: JobSpec, context: int) -> list[str]:

@@ -14,7 +14,7 @@ import secrets
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 from hpc_grpo import __version__
 from hpc_grpo.config.site import SiteProfile, minutes
@@ -26,13 +26,16 @@ from hpc_grpo.preflight.hardware_row import hardware_row
 from hpc_grpo.preflight.local_site import fewer_gpus_line
 from hpc_grpo.preflight.node_job import Row, Status, last_lines, runs_on, srun_options
 from hpc_grpo.preflight.requeue_hold import hold_check
+from hpc_grpo.preflight.siteinit import parse_records
 from hpc_grpo.preflight.versions import satisfies
 from hpc_grpo.rundir.contract import HardwareBlock
-from hpc_grpo.runs import registry
+from hpc_grpo.runs import registry, terminal
 from hpc_grpo.runtime.probe import PACKAGES
 from hpc_grpo.runtime.probe_lines import read_reports
 from hpc_grpo.scheduler import slurm
 from hpc_grpo.scheduler.jobscript import (
+    JobMemory,
+    job_memory,
     node_command,
     pyxis_found,
 )
@@ -64,6 +67,7 @@ class Expect:
     container: str = ""  # the profile's container runtime, "" for none
     capacity: Capacity = Capacity()  # disk and memory a planned job needs (doctor --model)
     gpu_memory_gib: float = 0.0  # the profile's, compared as the ranks compare it (hardware_row)
+    job_memory: JobMemory | None = None  # what Slurm gives the training job per node (None: unread)
 
 
 # ---- versions ------------------------------------------------------------------------------
@@ -196,7 +200,8 @@ def node_checks(report: Mapping[str, Any], expect: Expect) -> list[tuple[str, St
     rows.append(("gpus", status, f"{count} seen ({source}), profile says {want}"))
     planned = HardwareBlock(expect.gpus_per_node, expect.gpu_memory_gib,
                             expect.capacity.cpu_memory_gib)
-    return rows + capacity_rows(report, expect.capacity) + [hardware_row(report, planned)]
+    return rows + capacity_rows(report, expect.capacity, expect.job_memory) + [
+        hardware_row(report, planned, expect.job_memory)]
 
 
 # ---- all nodes -> rows -----------------------------------------------------------------------
@@ -312,10 +317,11 @@ def run(site: SiteProfile, *, nodes: int, partition: str = "", output_root: str 
         note = f"srun exit code {step.returncode}" + (f": {said}" if said else "")
     box = site.container.runtime if site.container is not None else ""
     want = capacity or Capacity(cpu_memory_gib=site.cpu_memory_gib)
+    config = _scontrol("config")
     rows = aggregate(reports, Expect(site.gpus_per_node, site.network_interface, site.modules, box,
-                                     want, site.gpu_memory_gib),
+                                     want, site.gpu_memory_gib, _job_memory(site, partition, config)),
                      job_note=note if (step.timed_out or step.returncode or not reports) else "")
-    rows.append(_requeue_hold_row())
+    rows.append(_requeue_hold_row(config))
     links: dict[str, Any] | None = None
     if bandwidth:
         row, links = measuring.measure(site, reports, nodes=nodes, partition=partition,
@@ -332,12 +338,29 @@ def run(site: SiteProfile, *, nodes: int, partition: str = "", output_root: str 
     return Result(site.name, tuple(sorted_rows([*pre, *rows])), tuple(reports), links, written)
 
 
-def _requeue_hold_row() -> Row:
-    """How long Slurm holds a requeued job (preflight/requeue_hold.py), from the controller."""
+def _scontrol(entity: Literal["partition", "config"]) -> str | None:
+    """``scontrol show`` ENTITY's text, None where it does not answer."""
     try:
-        text: str | None = slurm.scontrol_show("config")
+        return slurm.scontrol_show(entity)
     except UserError:
-        text = None
+        return None
+
+
+def _job_memory(site: SiteProfile, partition: str, config: str | None) -> JobMemory | None:
+    """What Slurm gives the training job per node (scheduler/jobscript.py job_memory), from the
+    partition's and the controller's settings; None where either cannot be read."""
+    partitions = _scontrol("partition")
+    if config is None or partitions is None:
+        return None
+    settings = {k.strip(): v.strip() for k, sep, v in
+                (line.partition("=") for line in config.splitlines()) if sep}
+    record = next((r for r in parse_records(partitions) if r.get("PartitionName") == partition
+                   or (not partition and r.get("Default") == "YES")), {})
+    return job_memory(site, partition or record.get("PartitionName", ""), record, settings)
+
+
+def _requeue_hold_row(text: str | None) -> Row:
+    """How long Slurm holds a requeued job (preflight/requeue_hold.py), from the controller."""
     status, detail = hold_check(text)
     return Row("requeue hold", status, (), detail)
 
@@ -352,8 +375,7 @@ def _nodes_text(nodes: Sequence[str]) -> str:
 
 
 def print_table(result: Result) -> None:
-    from rich.console import Console  # start-up: rich loads only to draw (--json never does)
-    from rich.markup import escape
+    from rich.markup import escape  # start-up: rich loads only to draw (--json never does)
     from rich.table import Table
 
     table = Table(box=None, header_style="bold", title=f"hpc-grpo doctor: site {escape(result.site)}",
@@ -364,6 +386,6 @@ def print_table(result: Result) -> None:
         table.add_row(escape(row.check), f"[{_STYLE[row.status]}]{row.status.upper()}[/]",
                       escape(_nodes_text(row.nodes)), escape(row.detail))
     counts = {s: sum(r.status == s for r in result.rows) for s in ("pass", "warn", "fail")}
-    console = Console(width=None if sys.stdout.isatty() else 200, highlight=False)
+    console = terminal.console()
     console.print(table)
     console.print(f"{counts['pass']} passed, {counts['warn']} warning(s), {counts['fail']} failed")

@@ -108,6 +108,7 @@ STOP_REQUESTED = "stop request"
 # state.json stop_cause when the watchdog ended an attempt that made no progress (never a
 # configuration error: it is retried like a crash).
 STALLED = "stalled"
+NODE_FAILURE = "node failure"  # stop_cause of a lost node; status: Slurm requeues it (jobstate.py)
 CANCELLED = "cancelled"  # stop_cause of a scancel, jobs.jsonl's event of a cancel: CANCELLED
 
 # metrics.jsonl keys: the mean and the largest absolute difference, over the step's sampled
@@ -197,7 +198,7 @@ class ModelBlock:
 
     revision: str = ""  # branch, tag or commit asked for ("" the default branch)
     commit: str = ""  # the commit hash staging resolved and pinned ("" not staged)
-    dtype: str = ""  # "bfloat16", "float16", "float32", "auto"; "" the plan's choice
+    dtype: str = ""  # the dtype the ranks load in (rundir/precision.py as_loaded); "" TRL's fp32
     attn_implementation: str = ""
     trust_remote_code: bool = False
     hf_home: str = ""  # the shared Hugging Face cache the ranks read ("" the node's default)

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from hpc_grpo.rundir.contract import ModelBlock
 
 
@@ -21,3 +23,11 @@ def load_dtype(block: ModelBlock, deepspeed: bool) -> str:
     if not deepspeed and block.dtype in ("auto", "bfloat16", "float16"):  # auto: bf16 mostly
         return "float32"
     return block.dtype
+
+
+def as_loaded(block: ModelBlock, deepspeed: bool) -> ModelBlock:
+    """``block`` with the dtype the ranks load in, as run.json records it: the asked dtype was
+    recorded, so run.json said bfloat16 where the ranks trained float32 (issue #58). Idempotent
+    (``load_dtype`` of a load dtype is itself), so a run.json written before records the asked
+    dtype and the ranks still load the same."""
+    return dataclasses.replace(block, dtype=load_dtype(block, deepspeed))

@@ -25,6 +25,7 @@ from hpc_grpo.rundir.contract import (
     JOBS_JSONL,
     METRICS_JSONL,
     RESTARTS_JSONL,
+    RETRIES_JSONL,
     RUN_JSON,
     STARTUP_JSONL,
     STATE_JSON,
@@ -169,6 +170,22 @@ class RestartLine:
 
 
 @dataclass(frozen=True)
+class RetryLine:
+    """One line of retries.jsonl: the rank-0 node task decided to requeue a crashed attempt
+    (runtime/node/task.py ``_after_exit``) and asks Slurm to, with ``scontrol requeue``."""
+
+    time: float | None = None
+    job_id: str = ""  # "" in older lines: the job then running
+    checkpoint_step: int | None = None  # the step the next attempt resumes from
+    cause: str = ""  # "node failure", "task crash", "out of memory", ...
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RetryLine:
+        return cls(time=_time(data.get("time")), job_id=_text(data.get("job_id")),
+                   checkpoint_step=_whole(data.get("checkpoint_step")), cause=_text(data.get("cause")))
+
+
+@dataclass(frozen=True)
 class RecordHead:
     """What status needs of run.json even when the full record cannot be read (a newer schema,
     a missing field): the run's name, site, back end and payload, read tolerantly."""
@@ -244,6 +261,7 @@ class RunView:
     recent_metrics: tuple[Mapping[str, Any], ...] = ()  # the last RECENT lines, oldest first
     startup: Mapping[str, Any] = field(default_factory=dict)  # startup.jsonl's last line
     problems: tuple[str, ...] = ()
+    retries: tuple[RetryLine, ...] = ()  # retries.jsonl: the node task's requeues after a crash
 
     @property
     def job_id(self) -> str:
@@ -274,6 +292,19 @@ class RunView:
             return False
         after = self.jobs[max(i for i, j in enumerate(self.jobs) if j is line) + 1:]
         return any(j.event == CANCELLED and j.job_id == line.job_id for j in after)
+
+    @property
+    def due_retry(self) -> RetryLine | None:
+        """The requeue the node task asked for after the current attempt failed, while no
+        attempt has started since: its line is of the current job and newer than state.json's
+        start; None when there is none, or when ``scontrol requeue`` failed (the node task
+        then records "requeue failed" and the run has ended)."""
+        last = self.retries[-1] if self.retries else None
+        if last is None or (last.job_id and last.job_id != self.job_id) \
+                or self.state.message.startswith("requeue failed"):
+            return None
+        started = self.state.started
+        return last if started is None or (last.time or 0.0) >= started else None
 
     @property
     def is_local(self) -> bool:
@@ -321,4 +352,5 @@ def read_view(run_dir: Path) -> RunView:
         restarts=tuple(RestartLine.from_dict(r) for r in read_jsonl(run_dir / RESTARTS_JSONL)),
         recent_metrics=tuple(tail_jsonl(run_dir / METRICS_JSONL, RECENT,
                                         tail_bytes=RECENT * 1024)),
-        startup=last_jsonl(run_dir / STARTUP_JSONL), problems=tuple(problems))
+        startup=last_jsonl(run_dir / STARTUP_JSONL), problems=tuple(problems),
+        retries=tuple(RetryLine.from_dict(r) for r in read_jsonl(run_dir / RETRIES_JSONL)))

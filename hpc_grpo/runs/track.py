@@ -31,7 +31,7 @@ from hpc_grpo.runs import joberror, registry
 from hpc_grpo.runs.attempts import is_resume, resumed_line, startup_line, with_accounting
 from hpc_grpo.runs.runfiles import RunFiles, read_run
 from hpc_grpo.scheduler.backend import Action, Backend, backend_for
-from hpc_grpo.scheduler.jobstate import JobView
+from hpc_grpo.scheduler.jobstate import JobView, requeuing
 from hpc_grpo.scheduler.slurm_records import JobState
 
 
@@ -73,6 +73,7 @@ class RunStatus:
     resumes: tuple[dict[str, Any], ...] = ()  # hpc-grpo resume's restarts: not requeues
     resumed: str = ""  # "resumed by the user from step N" (attempts.resumed_line), "" never
     layout_change: str = ""  # the newest resume at another world size (jobs.jsonl), one line
+    requeuing: str = ""  # "REQUEUING: node failure at step 3, ..." while Slurm will restart it
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -88,16 +89,17 @@ def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
     identity, state = files.identity, files.state
     resumes = [r for r in files.restarts if is_resume(r)]
     requeued = [r for r in files.restarts if not is_resume(r)]
+    coming = requeuing(view, files)  # not finished, whatever the last attempt recorded (#58)
+    pending = _pending_restart(files, js, bool(coming))
     return RunStatus(
         run_id=files.run_id, run_dir=str(files.run_dir), site=files.site, job_id=files.job_id,
-        state=js.state, finished=js.finished, meaning=js.meaning, phase=progress.phase,
-        step=progress.step, max_steps=progress.max_steps, reward=progress.reward,
-        tokens_per_s=progress.tokens_per_s, checkpoint_step=progress.checkpoint_step,
-        checkpoint_time=progress.checkpoint_time,
-        requeues=max(js.restarts, len(requeued)), nodes=js.nodes,
+        state=js.state, finished=js.finished and not coming, meaning=js.meaning,
+        phase=progress.phase, step=progress.step, max_steps=progress.max_steps,
+        reward=progress.reward, tokens_per_s=progress.tokens_per_s,
+        checkpoint_step=progress.checkpoint_step, checkpoint_time=progress.checkpoint_time,
+        requeues=max(js.restarts, len(requeued) + len(pending)), nodes=js.nodes, requeuing=coming,
         restarts=tuple(r.to_row() for r in (
-            *with_accounting(requeued, files.job_id, view.attempts),
-            *_pending_restart(files, js))),
+            *with_accounting(requeued, files.job_id, view.attempts), *pending)),
         resumes=tuple(r.to_row() for r in resumes), resumed=resumed_line(resumes),
         cluster=identity.cluster if identity else "", source=view.source,
         note="; ".join([*files.problems, *([view.note] if view.note else [])]),
@@ -121,13 +123,14 @@ def _after_training(run_dir: Path, record: RunRecord | None, phase: str) -> dict
             or (after.push_line(pushed) if pushed else ""), "export_job": after.export_job_line(run_dir)}
 
 
-def _pending_restart(files: RunFiles, js: JobState) -> tuple[RestartLine, ...]:
+def _pending_restart(files: RunFiles, js: JobState, coming: bool) -> tuple[RestartLine, ...]:
     """The restart Slurm counts but no attempt has recorded yet (the requeued job still waits):
     its cause is what the stopped attempt's node task recorded in state.json (#27: a pending
     requeue showed 2 restarts and one cause). Slurm counts the current job's restarts only, so
     only its attempts' lines answer them: after ``hpc-grpo resume``, restarts.jsonl also holds
-    the earlier jobs' lines and the resumed job's first one."""
-    if js.finished or js.restarts <= _requeued_attempts(files.restarts, files.job_id):
+    the earlier jobs' lines and the resumed job's first one. ``coming``: the run is requeuing
+    (jobstate.requeuing) before Slurm's count shows it (#58: rq 0 read as final)."""
+    if not coming and (js.finished or js.restarts <= _requeued_attempts(files.restarts, files.job_id)):
         return ()
     return (RestartLine(cause=files.progress.cause or "not recorded yet",
                         stopped_at_step=files.progress.step, pending=True),)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from hpc_grpo.runs import track
+from hpc_grpo.runs import terminal, track
+from hpc_grpo.scheduler.jobstate import REQUEUING
 
 
 def _age(timestamp: float | None, now: float) -> str:
@@ -60,9 +60,11 @@ def _notes(row: track.RunStatus) -> list[str]:
     engine that may generate with stale weights, where the state came from and what is wrong in
     the run directory. One line each, under the table."""
     notes = []
-    if row.phase == "failed":  # e.g. "failed: configuration error: ValueError: ..."
+    if row.requeuing:  # Slurm will restart it: not failed, whatever the last attempt wrote
+        notes.append(row.requeuing)
+    elif row.phase == "failed":  # e.g. "failed: configuration error: ValueError: ..."
         notes.append(": ".join(["failed", *(t for t in (row.cause, row.message) if t)]))
-    if row.state in ("PREEMPTED", "REQUEUED", "COMPLETING"):  # not finished: say so
+    if row.state in ("PREEMPTED", "REQUEUED", "COMPLETING") and not row.requeuing:  # not done
         notes.append(f"{row.state} (not done): {row.meaning}")
     if row.stalled:  # e.g. "stalled: no progress for 31s (bound 15s): rank 1 behind at step 2..."
         notes.append(f"stalled: {row.stalled}")
@@ -92,6 +94,7 @@ def _mark(row: track.RunStatus) -> str:
     """A state Slurm did not give (from the run directory) carries a '*'. A run the hang
     watchdog stopped shows STALLED until it ends or its next attempt starts."""
     state = "STALLED" if row.stalled and not row.finished else _SHORT.get(row.state, row.state)
+    state = REQUEUING if row.requeuing else state
     return f"{state}*" if row.source == "run directory" else state
 
 
@@ -118,12 +121,10 @@ def status_table(rows: Sequence[track.RunStatus]) -> None:
 
     Only the run id and the node list may fold onto more lines, the run id first: rich, left to
     itself, dropped the run column or cut the node list when a row did not fit."""
-    from rich.console import Console  # start-up: rich loads only to draw (--json never does)
-    from rich.table import Table
+    from rich.table import Table  # start-up: rich loads only to draw (--json never does)
 
     now = time.time()
-    console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 200,
-                      highlight=False, markup=False)
+    console = terminal.console(markup=False)
     if not rows:
         console.print("no runs yet: hpc-grpo submit ...")
         return
@@ -175,10 +176,9 @@ def watch_status(fetch: Callable[[], Sequence[track.RunStatus]], interval: float
 def follow(run_dir: Path, progress_of: Callable[[Path], track.FollowedRun], poll: float = 1.0) -> int:
     """Progress bar until the job ends, from ``progress_of`` (the api's progress); exit code 0
     only if training ended. ``run_dir``, not an id: an id may name a run in another root."""
-    from rich.console import Console  # start-up: rich loads only to draw
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn  # only to draw
 
-    console = Console(stderr=True)
+    console = terminal.console(stderr=True)
     now = progress_of(run_dir)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[info]}"), console=console) as bar:

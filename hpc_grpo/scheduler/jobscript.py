@@ -14,7 +14,8 @@ requeue path needs (submitit calls scontrol from inside the job's processes).
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -79,6 +80,47 @@ def allocation_options(site: SiteProfile, partition: str) -> list[str]:
     the site carries (doctor's srun, an export job's sbatch; the training script's #SBATCH)."""
     return [f"--{flag}={value}" for flag, value in
             (("partition", partition), ("account", site.account), ("qos", site.qos)) if value]
+
+
+def job_cpus(site: SiteProfile) -> int:
+    """The CPUs the training job holds on each node: one task of ``cpus_per_node`` CPUs (the
+    script's --ntasks-per-node=1 and --cpus-per-task)."""
+    return site.cpus_per_node
+
+
+@dataclass(frozen=True)
+class JobMemory:
+    """The memory Slurm allows the training job on each node; ``mib`` None where Slurm sets no
+    limit (the node's memory is the job's); ``why`` names the setting it follows."""
+
+    mib: int | None
+    why: str
+
+
+def _mib(value: str | None) -> int | None:
+    """A DefMemPer* value in MiB; None where unset, 0 or UNLIMITED (no default)."""
+    value = (value or "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def job_memory(site: SiteProfile, partition: str, settings: Mapping[str, str],
+               config: Mapping[str, str]) -> JobMemory:
+    """What Slurm gives the training job per node, which asks no --mem or --mem-per-cpu: the
+    partition's DefMemPerNode or DefMemPerCPU (x the job's CPUs), else the cluster's
+    (``settings``: ``scontrol show partition``'s record, ``config``: ``scontrol show config``'s).
+    Memory is limited only where SelectTypeParameters makes it a consumable (CR_*_MEMORY). Doctor
+    reported the node's 23.5 GiB where DefMemPerCPU gave the job 3.9 (#58). Pure."""
+    if "MEMORY" not in config.get("SelectTypeParameters", "MEMORY").upper():
+        return JobMemory(None, f"SelectTypeParameters={config.get('SelectTypeParameters')}: Slurm "
+                               "does not allocate memory")
+    cpus = job_cpus(site)
+    for source, where in ((settings, f"partition {partition}"), (config, "the cluster's")):
+        node, per_cpu = _mib(source.get("DefMemPerNode")), _mib(source.get("DefMemPerCPU"))
+        if node:
+            return JobMemory(node, f"DefMemPerNode {node} MiB of {where}")
+        if per_cpu:
+            return JobMemory(per_cpu * cpus, f"DefMemPerCPU {per_cpu} MiB x {cpus} CPUs of {where}")
+    return JobMemory(None, "no DefMemPerNode or DefMemPerCPU: the node's memory")
 
 
 def pyxis_options(site: SiteProfile) -> list[str]:

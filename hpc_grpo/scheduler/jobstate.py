@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from hpc_grpo.rundir.contract import CANCELLED, CHECK
+from hpc_grpo.rundir.contract import CANCELLED, CHECK, NODE_FAILURE
 from hpc_grpo.rundir.view import RunView
 from hpc_grpo.scheduler.identity import Match, match
 from hpc_grpo.scheduler.slurm_records import (
@@ -33,6 +33,36 @@ class JobView:
     source: Source
     note: str = ""
     attempts: tuple[str, ...] = ()  # sacct's end state of each attempt, oldest first (runs/attempts.py)
+
+
+# The run states status shows beside Slurm's job states (STATE_MEANINGS): REQUEUING is a run
+# whose job Slurm will start again, after a fault or a requeue, however its last attempt ended.
+REQUEUING = "REQUEUING"
+
+
+def requeuing(view: JobView, files: RunView) -> str:
+    """"REQUEUING: node failure at step 3, Slurm will restart it" where the run waits for Slurm
+    to start its job again, else "". A surviving rank's "failed: ... gloo ... Connection closed
+    by peer" with 0 requeues read as final (#58) while Slurm was bringing the run back.
+
+    Slurm says so: the job REQUEUED (REQUEUE_HOLD and the other requeue states fold into it),
+    PENDING again after a restart, or COMPLETING after a node failure (Slurm counts the restart
+    at once; the job script always asks ``--requeue``). Or the node task says so: its requeue
+    after a crash (retries.jsonl, ``RunView.due_retry``) is newer than the attempt, while Slurm
+    has not ended the job (sacct's NODE_FAIL lags a requeue) or cannot be asked."""
+    js, state, retry = view.state, files.state, files.due_retry
+    if view.source == "local" or training_ended(files) or was_cancelled(files):
+        return ""
+    by_slurm = js.state == "REQUEUED" or (js.state == "PENDING" and js.restarts > 0) or (
+        js.state == "COMPLETING" and state.stop_cause == NODE_FAILURE)
+    by_node = retry is not None and (not js.finished or js.state == "NODE_FAIL"
+                                     or view.source == "run directory")
+    if not (by_slurm or by_node):
+        return ""
+    cause = (retry.cause if retry else "") or state.stop_cause or "requeued"
+    resume = f" from its checkpoint at step {retry.checkpoint_step}" if retry and \
+        retry.checkpoint_step else ""
+    return f"{REQUEUING}: {cause} at step {state.step}, Slurm will restart it{resume}"
 
 
 def _state(job_id: str, state: str, finished: bool, meaning: str, nodes: str = "") -> JobState:

@@ -28,6 +28,7 @@ from hpc_grpo.scheduler.jobscript import (
     allocation_options,
     apptainer_options,
     gpu_request,
+    job_cpus,
     pyxis_options,
 )
 from hpc_grpo.scheduler.slurm_backend import submitit_folder
@@ -127,6 +128,7 @@ def render_script(plan: JobPlan, *, run_id: str, run_dir: str, python: str) -> s
         site=plan.site,  # its name, in the header comment: one line (SiteProfile checks it)
         job_name=_directive(plan.job_name, "name"),
         allocation=allocation_options(plan.site, partition),
+        cpus_per_task=job_cpus(plan.site),  # doctor sizes the job's memory from the same
         gpu_request=gpu_request(plan.site),
         module_inits=" ".join(MODULE_INITS),
         nodes=plan.nodes,

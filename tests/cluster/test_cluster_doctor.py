@@ -30,6 +30,8 @@ def test_doctor_passes_on_two_nodes(tmp_path: Path) -> None:
     # the sandbox's slurm.conf sets AuthInfo=cred_expire=10 (tests/cluster/slurm.conf.tmpl)
     assert checks["requeue hold"]["status"] == "pass", checks["requeue hold"]
     assert "waits 11 s" in checks["requeue hold"]["detail"]
+    # the job's memory from Slurm's own settings: CR_Core (slurm.conf.tmpl) allocates none (#58)
+    assert "Slurm does not allocate memory" in checks["node memory"]["detail"], checks["node memory"]
     assert not list(tmp_path.iterdir())  # the shared-directory token was removed
 
 

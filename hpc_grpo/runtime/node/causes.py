@@ -29,7 +29,7 @@ PREEMPTED = "preempted"
 TIME_LIMIT = "time limit"
 USER_SIGNAL = "user signal"
 REQUEUED = "scontrol requeue"
-NODE_FAILURE = "node failure"
+NODE_FAILURE = contract.NODE_FAILURE  # status reads it (scheduler/jobstate.py)
 TASK_CRASH = "task crash"
 CANCELLED = contract.CANCELLED  # status reads it (scheduler/jobstate.py)
 # Slurm may send --signal up to 60 s before the lead it was given (seen: 52 s left for @30).

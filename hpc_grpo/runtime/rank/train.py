@@ -28,7 +28,14 @@ from hpc_grpo.runtime.rank.context import HookContext
 from hpc_grpo.runtime.rank.data.dataset import check_prompt_bound, longest_prompt_tokens
 from hpc_grpo.runtime.rank.data.job_inputs import load_inputs
 from hpc_grpo.runtime.rank.generation import engine_weights
-from hpc_grpo.runtime.rank.observe import heartbeat, phases, startup_profile, startup_times, tracking
+from hpc_grpo.runtime.rank.observe import (
+    completions,
+    heartbeat,
+    phases,
+    startup_profile,
+    startup_times,
+    tracking,
+)
 from hpc_grpo.runtime.rank.observe.summary import write_summary
 from hpc_grpo.runtime.rank.setup import grpo_args, hardware_check, model_load, placement, startup_heap
 from hpc_grpo.runtime.rank.setup.model_load import check_quantization
@@ -257,9 +264,13 @@ def train(run: RunRecord, run_dir: Path, flag: StopFlag, started: float) -> int:
     if lead:
         rundir.update_state(run_dir, phase="training", max_steps=args.max_steps)
     print(f"[train] training from {resume or 'scratch'} to step {args.max_steps}", flush=True)
+    tables = run_dir / contract.LOGS / completions.COMPLETIONS_LOG  # not in the rank log (#58)
+    if lead and getattr(args, "log_completions", False):
+        print(f"[train] log_completions: TRL's completions tables go to {tables}", flush=True)
     try:
         with startup_times.timed_calls(clock.preparing,  # prepare_parts_s
-                                       startup_times.prepare_targets()):
+                                       startup_times.prepare_targets()), \
+                completions.tables_to(tables):
             trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     except engine_weights.EngineNotFilled as exc:  # every rank alike, before its first step
         agreed = setup_failure.settle(run_dir, attempt, rank, run.world_size, exc)

@@ -226,3 +226,15 @@ def test_a_run_id_given_and_taken_meanwhile_is_refused_in_one_line(
     assert "choose another --run-id" in caught.value.one_line()
     assert fake.calls("sbatch") == []
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["mine-0001"]  # the other's alone
+
+
+def test_an_empty_site_file_submits_nothing(fake: FakeSlurm, tmp_path: Path) -> None:
+    """#58: a zero-byte --site FILE ran as a default Slurm site; now one line, exit 2."""
+    site = tmp_path / "cluster.yaml"
+    site.write_text("")
+    result = CliRunner().invoke(main, ["submit", "--site", str(site), "--model", MODEL,
+                                       "--output-root", str(tmp_path / "runs")])
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()[:1]
+    assert f"site profile {site} is empty" in line
+    assert fake.calls("sbatch") == [] and not (tmp_path / "runs").exists()

@@ -69,6 +69,7 @@ def test_resume_submits_a_new_job_in_the_same_run_directory(fake: FakeSlurm,
     result = api.resume(str(run_dir), sets=("max_steps=60", "save_steps=5"), time="00:20:00")
 
     assert (result.job_id, result.previous_job_id, result.from_step) == ("4243", "4242", 20)
+    assert not result.follow  # a Slurm job: resume returns, as submit does
     assert result.run_dir == run_dir and result.run_id == run_dir.name
     sbatch = fake.calls("sbatch")[-1]
     script = (run_dir / "job.sbatch").read_text()
@@ -313,3 +314,21 @@ def test_a_zero_run_or_a_checkpoint_inside_a_generation_block_is_not_resized(
                                         r"resharding ZeRO needs .*\(ds_to_universal\)"):
         api.resume(str(zero), nodes=4)
     assert len(fake.calls("sbatch")) == 2  # the two submissions only
+
+
+@pytest.mark.parametrize(("local", "flag", "follows"), [
+    (True, None, True), (True, "--no-wait", False), (False, None, False), (False, "--wait", True)])
+def test_resume_follows_a_local_run_as_submit_does(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                   local: bool, flag: str | None,
+                                                   follows: bool) -> None:
+    """#58: `submit --site local` followed the run, `resume` of it returned at once; both now
+    take the back end's default, and the same --wait/--no-wait."""
+    from hpc_grpo.runs import views
+
+    followed: list[Path] = []
+    monkeypatch.setattr(api, "resume", lambda run, **kw: api.Resumed(
+        "r-0001", tmp_path, "123", "122", 4, (), "", local))
+    monkeypatch.setattr(views, "follow", lambda run_dir, progress: followed.append(run_dir) or 0)
+    result = CliRunner().invoke(main, ["resume", "r-0001", *([flag] if flag else [])])
+    assert result.exit_code == 0, result.output
+    assert followed == ([tmp_path] if follows else [])

@@ -239,3 +239,13 @@ def test_scientific_notation_is_a_float(tmp_path: Path) -> None:
     from hpc_grpo.config.strict import read_yaml
 
     assert read_yaml(recipe, "recipe") == {"learning_rate": 1e-6, "name": "1e5x"}
+
+
+@pytest.mark.parametrize("text", ["", "# my cluster, to be written\n\n# partition: gpu\n", "---\n"])
+def test_an_empty_site_file_is_refused_not_the_default_site(tmp_path: Path, text: str) -> None:
+    """#58: a zero-byte or comment-only --site FILE loaded as a default Slurm site."""
+    path = tmp_path / "mine.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError, match=f"site profile {path} is empty") as info:
+        load_site(str(path), [])
+    assert "hpc-grpo site init mine" in info.value.hint

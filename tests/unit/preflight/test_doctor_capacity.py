@@ -3,11 +3,18 @@ planned checkpoint and the profile; the probe's own readers on this machine."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+import pytest
+
+from hpc_grpo.config.site import SiteProfile, find_site
 from hpc_grpo.preflight import doctor
 from hpc_grpo.preflight.capacity import Capacity, capacity_rows
+from hpc_grpo.preflight.hardware_row import hardware_row
+from hpc_grpo.rundir.contract import HardwareBlock
 from hpc_grpo.runtime import probe
+from hpc_grpo.scheduler.jobscript import JobMemory, job_memory
 
 GIB = 2**30
 SEVEN_B = Capacity(cpu_memory_gib=126, checkpoint_bytes=int(74.3 * GIB), checkpoints_at_once=2,
@@ -71,3 +78,62 @@ def test_the_probe_reads_this_machines_disk_and_memory(tmp_path: Path) -> None:
     seen = probe.memory(meminfo)
     assert (seen["total"], seen["available"]) == (131072 * 1024, 65536 * 1024)
     assert probe.memory()["total"] > 2**30
+
+
+PARTITION = ("PartitionName=debug AllowGroups=ALL Default=YES DefMemPerCPU=1000 MaxMemPerNode=UNLIMITED "
+             "Nodes=node[1-4] TotalNodes=4\n\n"
+             "PartitionName=big Default=NO DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED\n")
+CONFIG = ("Configuration data as of 2026-12-03T10:00:00\nAuthInfo                = cred_expire=10\n"
+          "DefMemPerNode           = UNLIMITED\nSelectTypeParameters    = CR_CORE_MEMORY\n")
+
+
+def _site(cpus: int = 4) -> SiteProfile:
+    return dataclasses.replace(find_site("sandbox"), cpus_per_node=cpus, partition="debug")
+
+
+@pytest.mark.parametrize(("partition", "config", "mib", "why"), [
+    ({"DefMemPerCPU": "1000"}, {"SelectTypeParameters": "CR_CORE_MEMORY"}, 4000,
+     "DefMemPerCPU 1000 MiB x 4 CPUs of partition debug"),
+    ({"DefMemPerNode": "UNLIMITED"}, {"SelectTypeParameters": "CR_CPU_MEMORY",
+                                      "DefMemPerNode": "2048"}, 2048,
+     "DefMemPerNode 2048 MiB of the cluster's"),
+    ({"DefMemPerCPU": "1000"}, {"SelectTypeParameters": "CR_Core"}, None,
+     "SelectTypeParameters=CR_Core: Slurm does not allocate memory"),
+    ({}, {"SelectTypeParameters": "CR_Core_Memory", "DefMemPerCPU": "0"}, None,
+     "no DefMemPerNode or DefMemPerCPU: the node's memory"),
+])
+def test_the_memory_slurm_gives_the_training_job(partition: dict[str, str], config: dict[str, str],
+                                                 mib: int | None, why: str) -> None:
+    assert job_memory(_site(), "debug", partition, config) == JobMemory(mib, why)
+
+
+def test_the_node_memory_row_is_the_jobs_allowance_not_the_nodes() -> None:
+    """#58: doctor said PASS 23.5 GiB, the node's RealMemory, where DefMemPerCPU gave the job
+    3.9 GiB; the probe's own allocation (one CPU, 1000 MiB) is not the job's either."""
+    job = job_memory(_site(), "debug", {"DefMemPerCPU": "1000"},
+                     {"SelectTypeParameters": "CR_CORE_MEMORY"})
+    report = {**_report(500, 23.5, limit_gib=0.98), "slurm_memory_gib": 0.98, "gpus": {"count": 0}}
+    (_, (_, status, text)) = capacity_rows(report, Capacity(cpu_memory_gib=23.5), job)
+    shown = ("3.9 GiB for the job (DefMemPerCPU 1000 MiB x 4 CPUs of partition debug) of the "
+             "node's 23.5 GiB")
+    assert status == "warn" and text.startswith(f"{shown}, the profile says 23.5")
+    need = Capacity(cpu_memory_gib=3.5, save_host_gib=6.0)
+    assert capacity_rows(report, need, job)[1][1:] == (
+        "fail", f"{shown}; saving a checkpoint needs 6 GiB: the OOM killer would end it")
+    ok = capacity_rows(report, Capacity(cpu_memory_gib=3.9, save_host_gib=2.0), job)[1]
+    assert ok[1] == "pass" and ok[2].endswith("23.5 GiB; the plan needs 2.0 GiB")
+    free = JobMemory(None, "SelectTypeParameters=CR_Core: Slurm does not allocate memory")
+    assert capacity_rows(report, Capacity(), free)[1][2] == f"23.5 GiB for the job ({free.why})"
+    _, status, detail = hardware_row(report, HardwareBlock(0, 0.0, 23.5), job)
+    assert status == "fail" and "DefMemPerCPU" in detail
+
+
+def test_doctor_reads_the_partitions_and_the_clusters_settings(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(doctor.slurm, "scontrol_show", lambda entity: PARTITION)
+    assert doctor._job_memory(_site(), "debug", CONFIG) == JobMemory(
+        4000, "DefMemPerCPU 1000 MiB x 4 CPUs of partition debug")
+    assert doctor._job_memory(_site(), "", CONFIG) is not None  # the default partition's
+    assert doctor._job_memory(_site(), "big", CONFIG) == JobMemory(
+        None, "no DefMemPerNode or DefMemPerCPU: the node's memory")
+    assert doctor._job_memory(_site(), "debug", None) is None  # the controller did not answer

@@ -73,6 +73,11 @@ RULES: dict[str, tuple[str, set[str]]] = {
     "where a child's caches go": (
         r"\"(TORCHINDUCTOR_CACHE_DIR|HF_DATASETS_CACHE|MPLCONFIGDIR|TRITON_CACHE_DIR)\"",
         {"rundir/workspace.py", "runtime/models/build.py"}),
+    # (#58) Every command's rich console, which wraps only on a terminal (a piped wandb sync
+    # command was split at 80 columns); and the memory Slurm gives the training job (doctor
+    # reported the node's), beside the job's CPUs in the one allocation builder.
+    "a rich console": (r"\bConsole\(", {"runs/terminal.py"}),
+    "the job's memory from Slurm's defaults": (r"\"DefMemPer(CPU|Node)\"", {"scheduler/jobscript.py"}),
 }
 
 
@@ -109,6 +114,8 @@ def test_the_scan_sees_a_second_copy() -> None:
         "a signal's name": 'signum = signal.Signals["SIG" + name.upper().removeprefix("SIG")]',
         "the scheduler read from run.json": 'scheduler = str(record.get("scheduler") or "slurm")',
         "where a child's caches go": 'env["HF_DATASETS_CACHE"] = str(Path(tmp) / "datasets")',
+        "a rich console": "console = Console(width=None if sys.stdout.isatty() else 200)",
+        "the job's memory from Slurm's defaults": 'per_cpu = int(record.get("DefMemPerCPU", 0))',
     }
     for rule, line in copies.items():
         assert re.search(RULES[rule][0], line), rule

@@ -121,6 +121,7 @@ CLI_MAY_IMPORT = {
     "hpc_grpo.api": {"Request"}, "hpc_grpo.errors": {"UserError"},
     "hpc_grpo.rundir.contract": {"DEFAULT_SEED"},
     "hpc_grpo.runs.views": {"follow", "print_logs", "status_table", "watch_status"},
+    "hpc_grpo.runs.terminal": {"console"},  # every view's console: no wrapping off a terminal
     "hpc_grpo.preflight": {"doctor"},
     "hpc_grpo.cli_posttrain": {"posttrain_commands"},  # export and eval, beside cli.py
     "hpc_grpo.cli_preflight": {"preflight_commands"},  # doctor and site init, beside cli.py

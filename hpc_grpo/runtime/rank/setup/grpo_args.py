@@ -16,7 +16,7 @@ from typing import Any
 from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.contract import RunRecord
-from hpc_grpo.rundir.precision import load_dtype
+from hpc_grpo.rundir.precision import as_loaded, load_dtype
 from hpc_grpo.runtime.rank.setup.model_load import merge_init_kwargs
 
 # Fields set from run.json's other blocks; grpo_config may repeat them only with the same value.
@@ -181,9 +181,15 @@ def _run_fields(run: RunRecord, user: Mapping[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"reward_weights has {len(weights)} values for {len(run.reward_funcs)} "
                               f"rewards ({', '.join(run.reward_funcs)}): give one weight per reward")
         out["reward_weights"] = weights
-    init = dict(merge_init_kwargs(user.get("model_init_kwargs"), run.model_load) or {})
-    asked = dataclasses.replace(run.model_load, dtype=str(init.get("dtype") or ""))
-    dtype = load_dtype(asked, deepspeed=run.deepspeed is not None)  # fp32 masters: rundir/precision
+    # Dtypes compare by what they load in: run.json records the load dtype (older ones the
+    # asked one), the recipe's model_init_kwargs the asked one (fp32 masters: rundir/precision).
+    deepspeed = run.deepspeed is not None
+    block = as_loaded(run.model_load, deepspeed)
+    theirs = dict(user.get("model_init_kwargs") or {})
+    if theirs.get("dtype"):
+        theirs["dtype"] = load_dtype(dataclasses.replace(block, dtype=str(theirs["dtype"])), deepspeed)
+    init = dict(merge_init_kwargs(theirs, block) or {})
+    dtype = load_dtype(dataclasses.replace(block, dtype=str(init.get("dtype") or "")), deepspeed)
     if dtype:
         init["dtype"] = dtype
     if init:

@@ -128,6 +128,18 @@ def test_weights_and_model_settings_reach_grpo_config(tmp_path: Path) -> None:
     GRPOConfig(**{**kwargs, "output_dir": str(tmp_path)})  # TRL 1.16 takes both fields
 
 
+@pytest.mark.parametrize("recorded", ["float32", "bfloat16"])
+def test_the_recipes_dtype_and_run_jsons_compare_by_what_they_load(tmp_path: Path,
+                                                                   recorded: str) -> None:
+    """run.json records the load dtype (float32 without DeepSpeed; one written before #58 the
+    asked bfloat16); the recipe's model_init_kwargs asking bfloat16 loads float32 too, so it is
+    no contradiction."""
+    run = record(model_load={"dtype": recorded},
+                 grpo_config={"max_steps": 2, "model_init_kwargs": {"dtype": "bfloat16"}})
+    kwargs, _ = grpo_kwargs(run, tmp_path, KNOWN)
+    assert kwargs["model_init_kwargs"] == {"dtype": "float32"}
+
+
 @pytest.mark.parametrize(("over", "message"), [
     ({"reward_funcs": ["builtin:accuracy", "builtin:format"], "reward_weights": [1.0]},
      "reward_weights has 1 values for 2 rewards"),
@@ -135,7 +147,8 @@ def test_weights_and_model_settings_reach_grpo_config(tmp_path: Path) -> None:
      "reward_weights has 2 values for 1 rewards"),
     ({"reward_funcs": ["builtin:length"], "reward_weights": [1.0],
       "grpo_config": {"reward_weights": [2.0]}}, "set them in one place"),
-    ({"model_load": {"dtype": "float16"}, "grpo_config": {"model_init_kwargs": {"dtype": "bfloat16"}}},
+    ({"model_load": {"dtype": "float16"}, "deepspeed": {"zero_stage": 2},  # each loads its own
+      "grpo_config": {"model_init_kwargs": {"dtype": "bfloat16"}}},
      "model_init_kwargs sets dtype='bfloat16'"),
 ])
 def test_contradictions_are_refused(tmp_path: Path, over: dict[str, Any], message: str) -> None:

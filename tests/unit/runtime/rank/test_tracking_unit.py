@@ -118,7 +118,7 @@ def test_wait_summary_prints_the_sync_command(
     to upload it there too, read from state.json as the ranks left it, and only when there is one."""
     from tests.unit.slurmfake import make_run
 
-    monkeypatch.setenv("COLUMNS", "400")  # rich folds long lines at 80 columns off a terminal
+    monkeypatch.delenv("COLUMNS", raising=False)  # off a terminal nothing wraps (runs/terminal.py)
     run_dir = make_run(tmp_path / "runs", "r-1", phase="done", step=10, site="local")
     command = sync.format(run=run_dir)
     state = json.loads((run_dir / "state.json").read_text())
