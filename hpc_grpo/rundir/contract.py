@@ -306,6 +306,7 @@ class RunRecord:
     watchdog: WatchdogBlock = WatchdogBlock()
     collective_timeout_s: int = DEFAULT_COLLECTIVE_TIMEOUT_S  # torch.distributed (planner/timeouts.py)
     checkpoint_bytes: int = 0  # the plan's size of one checkpoint; 0: not estimated
+    predicted_step_s: float | None = None  # the plan's predicted s/step (planner/step_source.py)
     hardware: HardwareBlock = HardwareBlock()  # what the plan assumed of each node
     hub: HubBlock | None = None  # push_to_hub: the export and push after training (no key: None)
     schema: int = SCHEMA
@@ -373,9 +374,9 @@ class RunRecord:
                 signal_lead_s=int(data.get("signal_lead_s", DEFAULT_SIGNAL_LEAD_S)),
                 time_min=data.get("time_min"), memory_plan=data.get("memory_plan"),
                 watchdog=WatchdogBlock(**(data.get("watchdog") or {})),
-                collective_timeout_s=int(data.get("collective_timeout_s",
-                                                  DEFAULT_COLLECTIVE_TIMEOUT_S)),
+                collective_timeout_s=int(data.get("collective_timeout_s", DEFAULT_COLLECTIVE_TIMEOUT_S)),
                 checkpoint_bytes=int(data.get("checkpoint_bytes") or 0),
+                predicted_step_s=float(data["predicted_step_s"]) if data.get("predicted_step_s") else None,
                 hardware=HardwareBlock(**(data.get("hardware") or {})),
                 hub=HubBlock(**data["hub"]) if data.get("hub") else None,
             )
