@@ -73,6 +73,10 @@ RULES: dict[str, tuple[str, set[str]]] = {
     "where a child's caches go": (
         r"\"(TORCHINDUCTOR_CACHE_DIR|HF_DATASETS_CACHE|MPLCONFIGDIR|TRITON_CACHE_DIR)\"",
         {"rundir/workspace.py", "runtime/models/build.py"}),
+    # The step time learnt from a site's runs (#58): which runs are alike (the plan, the
+    # registry and status all take it from the record) and the calibrated range, as data.
+    "a run's step-time shape": (r"\bStepShape\(", {"rundir/steps.py"}),
+    "the calibrated range": (r"\bCALIBRATED\s*=", {"planner/speed/calibrated.py"}),
 }
 
 
