@@ -30,7 +30,7 @@ from hpc_grpo.planner.precision import context_check, precision
 from hpc_grpo.planner.save_time import SaveTime, plan_save, step_time
 from hpc_grpo.planner.speed.choose import MEASURED_CKPT
 from hpc_grpo.planner.speed.server import ServerPlan
-from hpc_grpo.planner.step_source import StepTimePlan, learnt_step
+from hpc_grpo.planner.step_source import StepTimePlan, for_save, learnt_step
 from hpc_grpo.planner.timeouts import collective_timeout
 from hpc_grpo.planner.timing import Timings, signal_lead
 from hpc_grpo.planner.topology import (
@@ -225,9 +225,7 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
     checkpoint, no_fit, more, kept = check_checkpoints(site, spec, model.arch, deepspeed, memory,
                                                        world_size(nodes, procs), *free,
                                                        served=served)
-    save = plan_save(site, spec, checkpoint, (world_size(nodes, procs), procs), write,
-                     step_time(memory, served, timings), lead, time_min)
-    warnings += [*more, *pure, *(save.warnings if save else ())]
+    warnings += [*more, *pure]
     changes += (kept[1],) if kept and kept[1] else ()
     plan = JobPlan(
         site=site, spec=spec, model=model, device=site.device, procs_per_node=procs,
@@ -238,5 +236,9 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
         dataset_commit=dataset_commit,
         collective_timeout_s=timeout, collective_timeout_reason=timeout_reason,
         precision=story, changes=changes, server_plan=served,
-        save_total_limit=kept[0] if kept else None, requested=requested, save=save)
-    return replace(plan, step_time=learnt_step(plan, links, measured))
+        save_total_limit=kept[0] if kept else None, requested=requested)
+    step = learnt_step(plan, links, measured)  # of the plan's record: the plan comes first
+    save = plan_save(site, spec, checkpoint, (world_size(nodes, procs), procs), write,
+                     for_save(step, step_time(memory, served, timings)), lead, time_min)
+    return replace(plan, step_time=step, save=save,
+                   warnings=(*warnings, *(save.warnings if save else ()), *notes))

@@ -70,6 +70,14 @@ def plan_step(shape: StepShape, predicted: float | None, req: PlanRequest | None
                         extrapolation=outside(req, server) if req is not None else "")
 
 
+def for_save(step: StepTimePlan | None, otherwise: tuple[float, str]) -> tuple[float, str]:
+    """The step a save is weighed against (save_time.py): the measured one where there is one,
+    else ``otherwise`` (the prediction, else an earlier run's slowest step of this job)."""
+    if step is not None and step.source == "measured":
+        return step.seconds, f"measured by {step.measured_by}"
+    return otherwise
+
+
 def learnt_step(plan: JobPlan, links: LinkFigures | None,
                 measured: Sequence[MeasuredStep]) -> StepTimePlan | None:
     """The plan's step time (``plan_step``) from its record's shape and its predicted step:

@@ -72,6 +72,9 @@ def test_a_past_run_of_the_same_shape_on_the_site_gives_the_measured_figure() ->
                            f"(median of 9 steps, 2-10; against {predicted:.2f} predicted "
                            f"({0.63 / predicted - 1:+.0%}))")
     assert plan_report(plan)["step_time"]["predicted_s_per_step"] == round(predicted, 3)
+    assert plan.save is not None and first.save is not None  # the save is weighed against it
+    assert (plan.save.step_s, plan.save.step_source) == (0.63, "measured by grpo-qwen2-5-0-5b-0001")
+    assert (first.save.step_s, first.save.step_source) == (predicted, "predicted")
     # run.json keeps the model's prediction: the next run is measured against it again
     assert plan.run_record("r", "/runs/r").predicted_step_s == predicted
     assert _plan(measured=(other,)).step_time.source == "predicted"  # type: ignore[union-attr]
