@@ -139,8 +139,8 @@ def _prepare(facts: local_site.SiteFacts, spec: JobSpec, *, root: Path, run_id: 
     plan = build_plan(site, checked.spec, checked.model, checked.timings, free,
                       dataset_commit=checked.dataset_commit,
                       notes=facts.warnings + checked.notes + hub_notes(checked.spec, site),
-                      links=checked.links,
-                      write=checked.write)
+                      links=checked.links, write=checked.write,
+                      measured=registry.measured_steps(site.name))
     run_id = run_id or registry.next_run_id(root, plan.job_name)
     run_dir = root / run_id
     script = render_script(plan, run_id=run_id, run_dir=str(run_dir), python=python)

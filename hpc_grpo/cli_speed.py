@@ -38,6 +38,8 @@ def speed_tables(console: Any, data: dict[str, Any]) -> None:
 
 def plan_tail(console: Any, data: dict[str, Any]) -> None:
     speed_tables(console, data)
+    if data.get("step_time"):  # measured on this site, predicted, or an extrapolation
+        console.print(data["step_time"]["line"])
     ckpt = data.get("checkpoint")
     if ckpt:
         kept = f"{ckpt['at_once']} at once while saving ({ckpt['peak_disk_gib']:.1f} GiB)" \

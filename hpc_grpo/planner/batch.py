@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from math import gcd
 
+from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
+from hpc_grpo.planner.bounds import grpo_value
 
 
 def _require_positive(value: int | None, field: str) -> None:
@@ -84,3 +86,17 @@ def check_batch_rules(*, per_device_train_batch_size: int, num_generations: int,
                 field="vllm_max_model_length",
                 hint=f"use vllm_max_model_length={total}{shorter}",
             )
+
+
+def check_spec_batches(spec: JobSpec, world_size: int) -> None:
+    """The batch rules for a job spec at ``world_size`` (its values, else TRL's defaults)."""
+    check_batch_rules(
+        per_device_train_batch_size=grpo_value(spec, "per_device_train_batch_size"),
+        num_generations=grpo_value(spec, "num_generations"),
+        world_size=world_size,
+        gradient_accumulation_steps=grpo_value(spec, "gradient_accumulation_steps"),
+        steps_per_generation=spec.grpo.get("steps_per_generation"),
+        prompt_length=grpo_value(spec, "max_prompt_length"),
+        completion_length=grpo_value(spec, "max_completion_length"),
+        vllm_max_model_length=spec.grpo.get("vllm_max_model_length"),
+    )

@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 from hpc_grpo.config.site import SiteProfile, minutes
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
-from hpc_grpo.planner import MemoryPlan, check_batch_rules, plan_memory
+from hpc_grpo.planner import MemoryPlan, plan_memory
+from hpc_grpo.planner.batch import check_spec_batches
 from hpc_grpo.planner.blocks import dataset_block, default_name, hardware_block, peft_block
 from hpc_grpo.planner.bounds import (  # noqa: F401 - BUILTIN_PROMPT_TOKENS, TRL_DEFAULTS: re-exported
     BUILTIN_PROMPT_TOKENS,
@@ -29,6 +30,7 @@ from hpc_grpo.planner.precision import context_check, loaded_block, precision
 from hpc_grpo.planner.save_time import SaveTime, plan_save, step_time
 from hpc_grpo.planner.speed.choose import MEASURED_CKPT
 from hpc_grpo.planner.speed.server import ServerPlan
+from hpc_grpo.planner.step_source import StepTimePlan, for_save, learnt_step
 from hpc_grpo.planner.timeouts import collective_timeout
 from hpc_grpo.planner.timing import Timings, signal_lead
 from hpc_grpo.planner.topology import (
@@ -51,6 +53,7 @@ from hpc_grpo.rundir.contract import (
     recorded_stop_signals,
     world_size,
 )
+from hpc_grpo.rundir.steps import MeasuredStep
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,7 @@ class JobPlan:
     # the spec as asked, before the plan's own choices went into it (spec.json keeps this, so a
     # resume plans those choices again instead of reading them back as the user's)
     requested: JobSpec | None = None
+    step_time: StepTimePlan | None = None  # measured on the site, else predicted (step_source.py)
 
     @property
     def nodes(self) -> int:  # the allocation's (sbatch --nodes), a dedicated server node included
@@ -128,7 +132,7 @@ class JobPlan:
                                    min_s=self.site.watchdog_min_s),
             collective_timeout_s=self.collective_timeout_s,
             checkpoint_bytes=self.checkpoint.one if self.checkpoint else 0,
-        )
+            predicted_step_s=self.step_time.predicted if self.step_time else None)
 
 
 def _check_limits(site: SiteProfile, spec: JobSpec, time_min: int, lead: int,
@@ -162,19 +166,6 @@ def _check_limits(site: SiteProfile, spec: JobSpec, time_min: int, lead: int,
     return warnings
 
 
-def _check_batches(spec: JobSpec, world_size: int) -> None:
-    check_batch_rules(
-        per_device_train_batch_size=grpo_value(spec, "per_device_train_batch_size"),
-        num_generations=grpo_value(spec, "num_generations"),
-        world_size=world_size,
-        gradient_accumulation_steps=grpo_value(spec, "gradient_accumulation_steps"),
-        steps_per_generation=spec.grpo.get("steps_per_generation"),
-        prompt_length=grpo_value(spec, "max_prompt_length"),
-        completion_length=grpo_value(spec, "max_completion_length"),
-        vllm_max_model_length=spec.grpo.get("vllm_max_model_length"),
-    )
-
-
 def _memory_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int,
                  links: LinkFigures | None) -> MemoryPlan | None:
     """The colocated memory plan; None on CPU sites and for an unknown architecture."""
@@ -202,7 +193,8 @@ def _checkpointing(spec: JobSpec, memory: MemoryPlan | None,
 def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
                timings: Timings | None = None, free: tuple[int | None, str] = (None, ""),
                dataset_commit: str = "", notes: tuple[str, ...] = (),
-               links: LinkFigures | None = None, write: WriteFigure | None = None) -> JobPlan:
+               links: LinkFigures | None = None, write: WriteFigure | None = None,
+               measured: tuple[MeasuredStep, ...] = ()) -> JobPlan:
     """Check the request against the site and choose the layout; raises UserError early.
     ``free``: the output file system's free bytes and name, probed by the caller; ``notes``:
     the caller's checks' warnings, shown after the plan's own; ``links`` and ``write``: the
@@ -215,7 +207,7 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
                                else model.context)]
     procs, server = processes(site, spec)
     nodes = training_nodes(spec.nodes, server)
-    _check_batches(spec, world_size(nodes, procs))
+    check_spec_batches(spec, world_size(nodes, procs))
     check_rank_seeds(spec.seed, world_size(nodes, procs))
     memory = None if server is not None else _memory_plan(site, spec, model, procs, links)
     served = server_plan(site, spec, model, server, links) if server is not None else None
@@ -233,11 +225,9 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
     checkpoint, no_fit, more, kept = check_checkpoints(site, spec, model.arch, deepspeed, memory,
                                                        world_size(nodes, procs), *free,
                                                        served=served)
-    save = plan_save(site, spec, checkpoint, (world_size(nodes, procs), procs), write,
-                     step_time(memory, served, timings), lead, time_min)
-    warnings += [*more, *pure, *(save.warnings if save else ())]
+    warnings += [*more, *pure]
     changes += (kept[1],) if kept and kept[1] else ()
-    return JobPlan(
+    plan = JobPlan(
         site=site, spec=spec, model=model, device=site.device, procs_per_node=procs,
         ranks=rank_table(nodes, procs, vllm.tensor_parallel_size), vllm=vllm,
         deepspeed=deepspeed, memory=memory, server=server, checkpoint=checkpoint,
@@ -246,4 +236,9 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
         dataset_commit=dataset_commit,
         collective_timeout_s=timeout, collective_timeout_reason=timeout_reason,
         precision=story, changes=changes, server_plan=served,
-        save_total_limit=kept[0] if kept else None, requested=requested, save=save)
+        save_total_limit=kept[0] if kept else None, requested=requested)
+    step = learnt_step(plan, links, measured)  # of the plan's record: the plan comes first
+    save = plan_save(site, spec, checkpoint, (world_size(nodes, procs), procs), write,
+                     for_save(step, step_time(memory, served, timings)), lead, time_min)
+    return replace(plan, step_time=step, save=save,
+                   warnings=(*warnings, *(save.warnings if save else ()), *notes))

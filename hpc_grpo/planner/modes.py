@@ -88,11 +88,11 @@ def server_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, split: Server
         return None
     check_server_zero(spec)
     util = spec.vllm_gpu_memory_utilization or SERVER_GPU_MEMORY_UTILIZATION
-    return plan_server(_trainers(site, spec, model, split, links), spec.vllm_server_gpus, util,
+    return plan_server(trainers_request(site, spec, model, split, links), spec.vllm_server_gpus, util,
                        spec.zero_stage or 0, across_nodes=split.push_across_nodes)
 
 
-def _trainers(site: SiteProfile, spec: JobSpec, model: ModelRef, split: ServerSplit,
+def trainers_request(site: SiteProfile, spec: JobSpec, model: ModelRef, split: ServerSplit,
               links: LinkFigures | None) -> PlanRequest:
     """The planner's view of server mode's trainers: the split's nodes and GPUs that train."""
     return plan_request(site, spec, model, len(split.trainer_gpus), links, split.trainer_nodes)
@@ -135,7 +135,7 @@ def resolve_mode(site: SiteProfile, spec: JobSpec, model: ModelRef,
     procs = spec.procs_per_node or site.default_procs_per_node
     util = spec.vllm_gpu_memory_utilization or SERVER_GPU_MEMORY_UTILIZATION
     mode, why = faster_mode(plan_request(site, colocate, model, procs, links),
-                            _trainers(site, spec, model, split, links),
+                            trainers_request(site, spec, model, split, links),
                             spec.vllm_server_gpus, util, spec.zero_stage or 0,
                             across_nodes=split.push_across_nodes)
     return replace(spec, vllm_mode=mode), why

@@ -38,5 +38,6 @@ def plan_report(plan: JobPlan) -> dict[str, Any]:
         "checkpoint": checkpoint_report(plan.checkpoint),
         "save": plan.save.to_dict() if plan.save else None,
         "speed": memory.speed.to_dict() if memory and memory.speed else None,
+        "step_time": plan.step_time.to_dict() if plan.step_time else None,
         "server_plan": plan.server_plan.to_dict() if plan.server_plan else None,
     }

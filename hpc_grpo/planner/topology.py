@@ -14,7 +14,8 @@ from hpc_grpo.config.grpo import SEED_MAX
 from hpc_grpo.config.site import SiteProfile
 from hpc_grpo.config.spec import JobSpec, server_trainers
 from hpc_grpo.errors import UserError
-from hpc_grpo.rundir.contract import RankRow, rank_row, tp_layout_problem, world_size
+from hpc_grpo.rundir.contract import world_size
+from hpc_grpo.rundir.placement import RankRow, rank_row, tp_layout_problem
 
 
 def check_layout(nodes: int, procs_per_node: int, tp: int) -> None:

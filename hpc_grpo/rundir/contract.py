@@ -2,8 +2,8 @@
 
 Standard library only, so both sides import it: the launcher builds a ``RunRecord`` from its
 plan and writes it; the node task and every rank read the same record back. Defaults, file
-names, the stop signals, the port spacing and the rank-row rule live here and nowhere else, so
-the two sides cannot drift apart. See docs/run-directory.md for the files themselves.
+names, the stop signals and the port spacing live here and nowhere else (the rank-row rule in
+rundir/placement.py), so the two sides cannot drift apart. See docs/run-directory.md for the files themselves.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 from hpc_grpo.rundir.hardware import HardwareBlock  # run.json's "hardware" block
 from hpc_grpo.rundir.hub import HubBlock  # run.json's "hub" block (push_to_hub)
+from hpc_grpo.rundir.placement import RankRow  # run.json's "ranks" rows
 
 SCHEMA = 1  # run.json's version; a reader refuses a newer one in one line
 
@@ -145,42 +146,6 @@ def recorded_stop_signals(requeue_signal: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class RankRow:
-    """Where one rank lives; the launcher prints these rows and every rank checks its own."""
-
-    node: int
-    rank: int
-    local_rank: int
-    tp_group: int
-    tp_rank: int
-    vllm_seed: int
-    dp_shard: int
-
-    def to_dict(self) -> dict[str, int]:
-        return dataclasses.asdict(self)
-
-
-def tp_layout_problem(tp: int, procs_per_node: int) -> str:
-    """Why TP groups of ``tp`` contiguous ranks cannot tile a node of ``procs_per_node`` ranks
-    ("" when they can). The planner refuses such a layout and every rank checks run.json with
-    the same rule."""
-    if tp < 1:
-        return f"tensor parallel size must be at least 1, got {tp}"
-    if tp > procs_per_node:
-        return f"tensor parallel size {tp} is larger than a node ({procs_per_node} processes)"
-    if procs_per_node % tp:
-        return f"tensor parallel size {tp} does not divide {procs_per_node} processes per node"
-    return ""
-
-
-def rank_row(rank: int, procs_per_node: int, tp: int) -> RankRow:
-    """The one rule: node-major ranks (static torchrun rendezvous), TP groups of ``tp``
-    contiguous ranks, and TRL's colocated engine seed ``rank // tp`` (one seed per TP group)."""
-    return RankRow(node=rank // procs_per_node, rank=rank, local_rank=rank % procs_per_node,
-                   tp_group=rank // tp, tp_rank=rank % tp, vllm_seed=rank // tp, dp_shard=rank)
-
-
-@dataclass(frozen=True)
 class DatasetBlock:
     name: str
     prompt_column: str = "prompt"
@@ -307,6 +272,7 @@ class RunRecord:
     watchdog: WatchdogBlock = WatchdogBlock()
     collective_timeout_s: int = DEFAULT_COLLECTIVE_TIMEOUT_S  # torch.distributed (planner/timeouts.py)
     checkpoint_bytes: int = 0  # the plan's size of one checkpoint; 0: not estimated
+    predicted_step_s: float | None = None  # the plan's predicted s/step (planner/step_source.py)
     hardware: HardwareBlock = HardwareBlock()  # what the plan assumed of each node
     hub: HubBlock | None = None  # push_to_hub: the export and push after training (no key: None)
     schema: int = SCHEMA
@@ -374,9 +340,9 @@ class RunRecord:
                 signal_lead_s=int(data.get("signal_lead_s", DEFAULT_SIGNAL_LEAD_S)),
                 time_min=data.get("time_min"), memory_plan=data.get("memory_plan"),
                 watchdog=WatchdogBlock(**(data.get("watchdog") or {})),
-                collective_timeout_s=int(data.get("collective_timeout_s",
-                                                  DEFAULT_COLLECTIVE_TIMEOUT_S)),
+                collective_timeout_s=int(data.get("collective_timeout_s", DEFAULT_COLLECTIVE_TIMEOUT_S)),
                 checkpoint_bytes=int(data.get("checkpoint_bytes") or 0),
+                predicted_step_s=float(data["predicted_step_s"]) if data.get("predicted_step_s") else None,
                 hardware=HardwareBlock(**(data.get("hardware") or {})),
                 hub=HubBlock(**data["hub"]) if data.get("hub") else None,
             )

@@ -30,7 +30,8 @@ from hpc_grpo.rundir.contract import (
     RUN_JSON,
     SUBMITIT,
 )
-from hpc_grpo.rundir.view import read_head
+from hpc_grpo.rundir.steps import MeasuredStep, steady_steps, step_shape
+from hpc_grpo.rundir.view import read_head, read_view
 
 
 def home_dir() -> Path:
@@ -237,3 +238,23 @@ def measured_timings(job_name: str, site: str) -> tuple[float, float, str] | Non
             continue
         return checkpoint_s, step_s, run.run_id
     return None
+
+
+def measured_steps(site: str) -> tuple[MeasuredStep, ...]:
+    """The newest steady s/step of each step-time shape run on ``site``, newest first: what
+    the planner learns from (planner/step_source.py). Reads run.json's head of every indexed
+    run, and the typed view (its last metrics lines, restarts) of those on the site only."""
+    found: list[MeasuredStep] = []
+    for run in reversed(indexed_runs()):
+        if read_head(run.run_dir).site != site:
+            continue
+        view = read_view(run.run_dir)
+        if view.record is None:
+            continue
+        shape = step_shape(view.record)
+        if any(m.shape == shape for m in found):
+            continue  # a newer run of the shape measured it
+        steady = steady_steps(view.recent_metrics, (r.resumed_from_step for r in view.restarts))
+        if steady is not None:
+            found.append(MeasuredStep(shape, steady, view.run_id, view.record.predicted_step_s))
+    return tuple(found)

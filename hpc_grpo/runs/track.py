@@ -16,7 +16,7 @@ from typing import Any
 
 from hpc_grpo import rundir
 from hpc_grpo.errors import UserError
-from hpc_grpo.rundir import ledgers
+from hpc_grpo.rundir import ledgers, steps
 from hpc_grpo.rundir.contract import (
     JOBS_JSONL,
     LOGS,
@@ -74,6 +74,9 @@ class RunStatus:
     resumed: str = ""  # "resumed by the user from step N" (attempts.resumed_line), "" never
     layout_change: str = ""  # the newest resume at another world size (jobs.jsonl), one line
     requeuing: str = ""  # "REQUEUING: node failure at step 3, ..." while Slurm will restart it
+    step_s: float | None = None  # measured steady s/step (rundir/steps.py steady_steps)
+    step_s_predicted: float | None = None  # what the run's plan predicted (run.json)
+    step_time: str = ""  # the two as one line; only for the runs status names
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -91,6 +94,7 @@ def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
     requeued = [r for r in files.restarts if not is_resume(r)]
     coming = requeuing(view, files)  # not finished, whatever the last attempt recorded (#58)
     pending = _pending_restart(files, js, bool(coming))
+    steady, predicted = _step_times(files)
     return RunStatus(
         run_id=files.run_id, run_dir=str(files.run_dir), site=files.site, job_id=files.job_id,
         state=js.state, finished=js.finished and not coming, meaning=js.meaning,
@@ -109,8 +113,17 @@ def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
         tracker_sync=state.tracker_sync, checkpoint_skipped=progress.skipped,
         startup=startup_line(files.startup, state.attempt),
         layout_change=next((j.layout_change for j in reversed(files.jobs) if j.layout_change), ""),
+        step_s=steady.seconds if steady else None, step_s_predicted=predicted,
+        step_time=steps.measured_line(steady, predicted) if steady else "",
         **_after_training(files.run_dir, files.record, progress.phase),
     )
+
+
+def _step_times(files: RunFiles) -> tuple[steps.SteadySteps | None, float | None]:
+    """Measured steady s/step (the last metrics lines) and the plan's prediction (run.json)."""
+    steady = steps.steady_steps(files.recent_metrics,
+                                (r.resumed_from_step for r in files.restarts))
+    return steady, files.record.predicted_step_s if files.record else None
 
 
 def _after_training(run_dir: Path, record: RunRecord | None, phase: str) -> dict[str, str]:
@@ -199,7 +212,8 @@ def status(names: Sequence[str] = ()) -> list[RunStatus]:
         try:
             if isinstance(view, Exception):
                 raise view
-            out.append(_row(files, view))
+            row = _row(files, view)
+            out.append(row if names else dataclasses.replace(row, step_time=""))  # one line a run
         except Exception as err:  # noqa: BLE001 - a case nobody foresaw stays on its own row
             out.append(_broken(run_dir, err))
     return out

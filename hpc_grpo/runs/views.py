@@ -84,6 +84,7 @@ def _notes(row: track.RunStatus) -> list[str]:
         notes.append(f"W&B offline run; upload it with: {row.tracker_sync}")
     notes += [line for line in (row.export_job, row.exported, row.evaluated, row.pushed)
               if line]  # hpc-grpo export (as a job) / eval / export --push
+    notes += [row.step_time] if row.step_time else []  # status RUN: measured and predicted s/step
     return notes
 
 
@@ -200,6 +201,8 @@ def follow(run_dir: Path, progress_of: Callable[[Path], track.FollowedRun], poll
             f" (change {summary.get('reward_delta', 0):+.3f}) over {summary.get('steps')} steps;"
             f" curve: {run_dir / 'reward_curve.png'}"
         )
+        if summary.get("step_time"):  # measured steady s/step against the plan's
+            console.print(summary["step_time"])
     if row.tracker_sync:
         console.print(f"W&B offline run; upload it with: {row.tracker_sync}")
     console.print(f"run {row.run_id}: {row.state}, phase {row.phase or '-'}")

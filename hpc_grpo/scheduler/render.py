@@ -212,5 +212,6 @@ def summary_text(plan: JobPlan) -> str:
             f"# server mode: node {plan.server.server_node} GPUs {list(plan.server.server_gpus)}"
             f" run vllm serve; GPUs {list(plan.server.trainer_gpus)} train on every node"
         )
+    lines += [f"# {plan.step_time.line()}"] if plan.step_time else []
     lines += [f"# warning: {w}" for w in plan.warnings]
     return "\n".join(lines) + "\n" + rank_table_text(plan)

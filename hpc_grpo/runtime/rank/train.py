@@ -92,7 +92,7 @@ def _inputs(run: RunRecord) -> tuple[Any, Any, Any]:
 
 def _finish(run_dir: Path, run: RunRecord, **state: Any) -> None:
     """Rank 0: summary.json, reward_curve.png and state.json phase "done"."""
-    summary = write_summary(run_dir, {"run_id": run.run_id})
+    summary = write_summary(run_dir, {"run_id": run.run_id}, predicted=run.predicted_step_s)
     rundir.update_state(run_dir, phase="done", reward_delta=summary["reward_delta"], **state)
 
 

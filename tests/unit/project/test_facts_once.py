@@ -30,7 +30,7 @@ RULES: dict[str, tuple[str, set[str]]] = {
         {"rundir/contract.py"}),
     "the distributed backend": (r"\"nccl\"\s+if\b|\"gloo\"\s+if\b", {"rundir/contract.py"}),
     "TP groups tile a node": (r"procs_per_node\s*%\s*tp\b|\bppn\s*%\s*tp\b",
-                              {"rundir/contract.py", "planner/topology.py"}),
+                              {"rundir/placement.py", "planner/topology.py"}),
     # The runtime's one runner; the launcher's argv lists go through scheduler/slurm.run_slurm.
     "an scontrol runner": (r"\[\s*\"scontrol\"|\(\s*\[\s*binary\b",
                            {"runtime/shared/scontrol.py", "scheduler/slurm.py"}),
@@ -78,6 +78,10 @@ RULES: dict[str, tuple[str, set[str]]] = {
     # reported the node's), beside the job's CPUs in the one allocation builder.
     "a rich console": (r"\bConsole\(", {"runs/terminal.py"}),
     "the job's memory from Slurm's defaults": (r"\"DefMemPer(CPU|Node)\"", {"scheduler/jobscript.py"}),
+    # The step time learnt from a site's runs (#58): which runs are alike (the plan, the
+    # registry and status all take it from the record) and the calibrated range, as data.
+    "a run's step-time shape": (r"\bStepShape\(", {"rundir/steps.py"}),
+    "the calibrated range": (r"\bCALIBRATED\s*=", {"planner/speed/calibrated.py"}),
 }
 
 

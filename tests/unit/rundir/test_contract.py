@@ -10,7 +10,8 @@ import pytest
 
 from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
-from hpc_grpo.rundir.contract import ContractError, RunRecord, rank_row
+from hpc_grpo.rundir.contract import ContractError, RunRecord
+from hpc_grpo.rundir.placement import rank_row
 
 BASE = {"schema": 1, "run_id": "r", "run_dir": "/r", "model": "m", "dataset": {"name": "d"},
         "nodes": 2, "procs_per_node": 2,

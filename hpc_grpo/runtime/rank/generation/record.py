@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.rundir.contract import GENERATIONS, rank_row
+from hpc_grpo.rundir.contract import GENERATIONS
+from hpc_grpo.rundir.placement import rank_row
 from hpc_grpo.runtime.rank.context import HookContext
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
+from hpc_grpo.rundir.steps import measured_line, steady_steps
 
 WINDOW = 10
 
@@ -23,9 +24,13 @@ def per_step(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [by_step[s] for s in sorted(by_step)]
 
 
-def summarize(rows: Sequence[dict[str, Any]], window: int = WINDOW) -> dict[str, Any]:
-    """First-window vs last-window mean reward, the delta, steps and timing."""
+def summarize(rows: Sequence[dict[str, Any]], window: int = WINDOW,
+              resumed_from: Sequence[int | None] = (), predicted: float | None = None) -> dict[str, Any]:
+    """First-window vs last-window mean reward, the delta, steps and timing; the steady s/step
+    (rundir/steps.py: each attempt's first step left out, ``resumed_from`` the steps attempts
+    resumed from) beside the plan's ``predicted`` one."""
     steps = per_step(rows)
+    steady = steady_steps(steps, resumed_from)
     rewards = [float(r["reward_mean"]) for r in steps if r.get("reward_mean") is not None]
     times = [float(r["step_time"]) for r in steps if r.get("step_time")]
     tps = [float(r["tokens_per_s"]) for r in steps if r.get("tokens_per_s")]
@@ -41,6 +46,10 @@ def summarize(rows: Sequence[dict[str, Any]], window: int = WINDOW) -> dict[str,
         "reward_delta": (last - first) if first is not None and last is not None else None,
         "mean_step_time_s": statistics.fmean(times) if times else None,
         "median_step_time_s": statistics.median(times) if times else None,
+        "steady_step_time_s": steady.seconds if steady else None,
+        "steady_steps": steady.describe() if steady else None,
+        "predicted_step_time_s": predicted,
+        "step_time": measured_line(steady, predicted) if steady else None,
         "train_time_s": sum(times),
         "mean_tokens_per_s": statistics.fmean(tps) if tps else None,
         "first_time": steps[0].get("time") if steps else None,
@@ -78,10 +87,14 @@ def plot_curve(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> N
     plt.close(fig)
 
 
-def write_summary(run_dir: Path, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Write summary.json and reward_curve.png next to metrics.jsonl (rank 0)."""
+def write_summary(run_dir: Path, extra: dict[str, Any] | None = None,
+                  predicted: float | None = None) -> dict[str, Any]:
+    """Write summary.json and reward_curve.png next to metrics.jsonl (rank 0); ``predicted``:
+    the plan's s/step (run.json), shown beside the measured one."""
     rows = rundir.read_jsonl(run_dir / contract.METRICS_JSONL)
-    summary = {**summarize(rows), **(extra or {})}
+    resumed = [line.get("resumed_from_step") for line in
+               rundir.read_jsonl(run_dir / contract.RESTARTS_JSONL)]
+    summary = {**summarize(rows, resumed_from=resumed, predicted=predicted), **(extra or {})}
     rundir.write_json_atomic(run_dir / contract.SUMMARY_JSON, summary)
     if rows:
         try:

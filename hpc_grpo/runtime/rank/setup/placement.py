@@ -15,7 +15,8 @@ from typing import Any
 
 from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
-from hpc_grpo.rundir.contract import RunRecord, rank_row, tp_layout_problem
+from hpc_grpo.rundir.contract import RunRecord
+from hpc_grpo.rundir.placement import rank_row, tp_layout_problem
 
 ROW_FIELDS = ("node", "rank", "local_rank", "tp_group", "tp_rank", "vllm_seed")
 

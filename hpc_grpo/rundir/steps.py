@@ -1,0 +1,157 @@
+"""A run's measured step time and the shape it was measured at: the rules the planner learns by.
+
+Standard library only, like the rest of the run directory's room: the ranks' summary
+(runtime/rank/observe/summary.py), ``status`` and the planner's measured figures
+(runs/registry.py ``measured_steps``, planner/step_source.py) all take a run's steady s/step
+from ``steady_steps`` and a run's step-time shape from ``step_shape``, so the three cannot
+disagree on which steps count or which runs are alike.
+
+Steady steps. Each line of metrics.jsonl carries ``step_time``: TRL's own time of the step's
+``training_step`` calls (generation included, the checkpoint save and logging after it not;
+the callback's wall time stands in only where TRL logs none). Each attempt's first step is left
+out (WARMUP_STEPS): it pays vLLM's CUDA graph capture, torch.compile's and NCCL's first calls and
+the allocator's growth, 1.5-3x a later step on the GPU runs in docs/results (the calibration
+uses steps 2..N for the same reason). A resumed or requeued attempt's first step is its
+checkpoint's step + 1 (restarts.jsonl ``resumed_from_step``). What remains is summarised by its
+median, not its mean: one slow step of a short run (a save that the wall time caught, a
+straggler rank, a node's hiccup) moves a mean of a few steps far and a median not at all.
+Where steps alternate (steps_per_generation above gradient_accumulation_steps: only every
+other step generates), the median is the more common kind's time, not the cycle's average: a
+known limit, said in the docstring of planner/step_source.py. Fewer than MIN_STEADY steady steps
+measure nothing.
+
+The shape. Two runs are alike for step time when everything that sets a step's work and its
+layout is equal: the model (and LoRA, the load dtype), the device and card type, nodes x
+processes per node, the vLLM engine (mode, TP, memory share, sleep mode, context, the server's
+GPUs), DeepSpeed (ZeRO stage, offload), and the recipe's batch and lengths (STEP_KEYS of
+grpo_config, and the dataset's prompt bound). Read from the run record the plan wrote
+(run.json), so a new plan's shape and a past run's are made by the same function.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hpc_grpo.rundir.contract import RunRecord, world_size
+
+WARMUP_STEPS = 1  # steps at the start of each attempt left out
+MIN_STEADY = 2  # steady steps needed before a run's step time counts as measured
+
+# grpo_config keys that change a step's work (batch, lengths, passes, recomputation, precision).
+STEP_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations",
+             "steps_per_generation", "generation_batch_size", "max_prompt_length",
+             "max_completion_length", "num_iterations", "gradient_checkpointing", "beta",
+             "bf16", "fp16", "use_liger_loss", "loss_type", "vllm_max_model_length")
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """What sets a step's time, as one comparable value (equal shapes: alike runs)."""
+
+    model: str
+    device: str
+    gpu_type: str
+    nodes: int
+    procs_per_node: int
+    engine: tuple[Any, ...]  # vLLM: enabled, mode, TP, memory share, sleep, context, server GPUs
+    deepspeed: tuple[Any, ...]  # (ZeRO stage, optimizer offload), () without DeepSpeed
+    model_load: tuple[Any, ...]  # dtype, attention, pure bf16, LoRA rank/modules/4-bit or ()
+    grpo: tuple[tuple[str, Any], ...]  # STEP_KEYS the recipe or the plan set
+    prompt_bound: int | None
+
+    def line(self) -> str:
+        """'Qwen/Qwen2.5-0.5B on 1 x 1 H200, 16 prompts x 8 generations x 192 tokens'."""
+        grpo = dict(self.grpo)
+        per_rank, gens = grpo.get("per_device_train_batch_size"), grpo.get("num_generations")
+        ranks = world_size(self.nodes, self.procs_per_node)
+        batch = (f", {per_rank * ranks * grpo.get('gradient_accumulation_steps', 1) // gens} "
+                 f"prompts x {gens} generations" if per_rank and gens else "")
+        tokens = grpo.get("max_completion_length")
+        return (f"{self.model} on {self.nodes} x {self.procs_per_node} "
+                f"{self.gpu_type or self.device}{batch}"
+                + (f" x {tokens} tokens" if tokens and batch else ""))
+
+
+def step_shape(record: RunRecord) -> StepShape:
+    """The record's step-time shape (the module's docstring says what is in it and why)."""
+    vllm, ds, load, peft = record.vllm, record.deepspeed, record.model_load, record.peft
+    server = vllm.server
+    return StepShape(
+        model=record.model, device=record.device, gpu_type=record.hardware.gpu_type,
+        nodes=record.nodes, procs_per_node=record.procs_per_node,
+        engine=(vllm.enabled, vllm.mode, vllm.tensor_parallel_size, vllm.gpu_memory_utilization,
+                vllm.enable_sleep_mode, vllm.max_model_length,
+                (server.node, len(server.gpus)) if server else None),
+        deepspeed=(ds.zero_stage, ds.offload_optimizer) if ds else (),
+        model_load=(load.dtype, load.attn_implementation, load.pure_bf16,
+                    (peft.r, peft.target_modules, peft.load_in_4bit) if peft else ()),
+        grpo=tuple((key, record.grpo_config[key]) for key in STEP_KEYS
+                   if key in record.grpo_config),
+        prompt_bound=record.dataset.max_prompt_length)
+
+
+@dataclass(frozen=True)
+class SteadySteps:
+    """A run's steady s/step: the median of ``count`` steps from ``first`` to ``last``."""
+
+    seconds: float
+    count: int
+    first: int
+    last: int
+
+    def describe(self) -> str:
+        """'median of 9 steps, 2-10' (the run's first step is not among them)."""
+        return f"median of {self.count} steps, {self.first}-{self.last}"
+
+
+def _number(value: Any) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+    return float(value) if ok else None
+
+
+def steady_steps(rows: Iterable[Mapping[str, Any]],
+                 resumed_from: Iterable[int | None] = ()) -> SteadySteps | None:
+    """The steady s/step of metrics lines (the last line of a step wins), each attempt's first
+    WARMUP_STEPS left out: the run's and, for each step an attempt resumed from, the steps after
+    it; None with fewer than MIN_STEADY steady steps. Values of the wrong type are skipped."""
+    times: dict[int, float] = {}
+    for row in rows:
+        step, seconds = row.get("step"), _number(row.get("step_time"))
+        if isinstance(step, int) and not isinstance(step, bool) and seconds is not None:
+            times[step] = seconds
+    starts = {0, *(s for s in resumed_from if isinstance(s, int))}
+    warmup = {start + n for start in starts for n in range(1, WARMUP_STEPS + 1)}
+    kept = sorted((step, seconds) for step, seconds in times.items() if step not in warmup)
+    if len(kept) < MIN_STEADY:
+        return None
+    return SteadySteps(statistics.median(seconds for _, seconds in kept), len(kept),
+                       kept[0][0], kept[-1][0])
+
+
+def versus(measured: float, predicted: float | None) -> str:
+    """'against 0.91 predicted (-31%)', or '' without a prediction: one wording for status,
+    the run's summary and the plan."""
+    if not predicted:
+        return ""
+    return f"against {predicted:.2f} predicted ({measured / predicted - 1:+.0%})"
+
+
+def measured_line(steady: SteadySteps, predicted: float | None) -> str:
+    """status's and the run summary's line: 'step time: 0.63 s measured (median of 9 steps,
+    2-10) against 0.91 predicted (-31%)'."""
+    against = versus(steady.seconds, predicted)
+    return (f"step time: {steady.seconds:.2f} s measured ({steady.describe()})"
+            + (f" {against}" if against else ", no prediction (CPU site or unknown model)"))
+
+
+@dataclass(frozen=True)
+class MeasuredStep:
+    """A past run's steady s/step at its shape: what the launcher hands the planner."""
+
+    shape: StepShape
+    steady: SteadySteps
+    run_id: str
+    predicted: float | None = None  # what that run's plan predicted, where it recorded one
