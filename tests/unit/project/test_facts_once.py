@@ -73,6 +73,10 @@ RULES: dict[str, tuple[str, set[str]]] = {
     "where a child's caches go": (
         r"\"(TORCHINDUCTOR_CACHE_DIR|HF_DATASETS_CACHE|MPLCONFIGDIR|TRITON_CACHE_DIR)\"",
         {"rundir/workspace.py", "runtime/models/build.py"}),
+    # Which layouts may continue at another world size (#60): the launcher's resume refused
+    # ZeRO and server mode by its own checks; now the launcher and the ranks read one rule.
+    "which layouts change size": (r"RESHARDED_ZERO_STAGES\s*=|shards converted from|"
+                                  r"is not resized yet", {"rundir/reshard.py"}),
 }
 
 
@@ -109,6 +113,7 @@ def test_the_scan_sees_a_second_copy() -> None:
         "a signal's name": 'signum = signal.Signals["SIG" + name.upper().removeprefix("SIG")]',
         "the scheduler read from run.json": 'scheduler = str(record.get("scheduler") or "slurm")',
         "where a child's caches go": 'env["HF_DATASETS_CACHE"] = str(Path(tmp) / "datasets")',
+        "which layouts change size": 'raise UserError(f"{layout}: server mode is not resized yet")',
     }
     for rule, line in copies.items():
         assert re.search(RULES[rule][0], line), rule
