@@ -154,6 +154,29 @@ def _prompts_per_step(run_dir: Path, ranks: int) -> dict[int, list[Any]]:
     return out
 
 
+def _adam_steps(checkpoint: Path) -> list[float]:
+    """Adam's step count of every parameter group in a checkpoint's first ZeRO partition."""
+    import torch
+
+    (first, *_) = sorted(checkpoint.glob("global_step*/*rank_0_*optim_states.pt"))
+    saved = torch.load(first, map_location="cpu", weights_only=False)["optimizer_state_dict"]
+    inner = saved.get("base_optimizer_state") or saved["optimizer_state_dict"]  # ZeRO-1/2, 3
+    return [float(entry["step"]) for entry in inner["state"].values()]
+
+
+@pytest.mark.parametrize("zero", [2, 3])
+def test_adam_counts_on_from_the_converted_state(runs: dict[str, Any], zero: int) -> None:
+    """The optimizer state was loaded (a fresh one would count 2 at step 4), and ZeRO-3's
+    groups count once a step each (universal.py's repair of DeepSpeed's shared step)."""
+    run_dir, _ = runs[f"zero{zero}"]
+    checkpoints = run_dir / "checkpoints"
+    assert set(_adam_steps(checkpoints / f"checkpoint-{STOP}")) == {STOP}
+    assert set(_adam_steps(checkpoints / f"checkpoint-{STEPS}")) == {STEPS}
+    log = (run_dir / "logs" / "rank-0.log").read_text()
+    repaired = "[checkpoint] universal load: 1 Adam step count(s) shared with another group given"
+    assert (repaired in log) is (zero == 3)
+
+
 @pytest.mark.parametrize("zero", [2, 3])
 def test_every_step_draws_the_uninterrupted_runs_prompts(runs: dict[str, Any], zero: int) -> None:
     run_dir, _ = runs[f"zero{zero}"]

@@ -18,6 +18,15 @@ resume is reused; one without the marker (a conversion killed half-way) is remov
 again. A conversion that fails raises the same line on every rank (a configuration error, not
 retried). This job's DeepSpeed config then loads universally; its own saves are ordinary ZeRO
 checkpoints at the new size.
+
+One repair after a ZeRO-3 universal load (``install``): DeepSpeed 0.19.8's
+``load_hp_checkpoint_state_from_checkpoint_dir_stage3`` (runtime/zero/stage3.py) gives every
+sub-group's Adam state one and the same ``step`` tensor, read once from the converted file, and
+torch's Adam adds 1 to each group's step in place: with transformers' two parameter groups
+(weight decay and none) the count rose by 2 an optimizer step (a CPU run saved at step 2 and
+resumed at another size saved step 6 at step 4, 10 at step 6), and Adam's bias correction
+(1 - beta^step) ran ahead. At train begin each group gets its own copy (ZeRO-1/2's load sets
+the step per group: their counts were right).
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from typing import Any
 from hpc_grpo.rundir import reshard
 from hpc_grpo.rundir.checkpoints import marker_world_size
 from hpc_grpo.rundir.contract import RunRecord
+from hpc_grpo.runtime.rank.context import HookContext
 
 MODULE = "deepspeed.checkpoint.ds_to_universal"
 
@@ -140,3 +150,50 @@ def load_universal(args: Any) -> None:
     the run's deepspeed.json stays the run's, for later attempts at this size."""
     config = args.hf_deepspeed_config.config
     config.setdefault("checkpoint", {})["load_universal"] = True
+
+
+def loads_universal(args: Any) -> bool:
+    """This job's DeepSpeed config loads universally (``load_universal`` set it)."""
+    config = getattr(getattr(args, "hf_deepspeed_config", None), "config", None) or {}
+    return bool(config.get("checkpoint", {}).get("load_universal"))
+
+
+def innermost(optimizer: Any) -> Any:
+    """The torch optimizer inside accelerate's and DeepSpeed's wrappers (each ``.optimizer``)."""
+    while getattr(optimizer, "optimizer", None) is not None:
+        optimizer = optimizer.optimizer
+    return optimizer
+
+
+def unshare_steps(state: Any) -> int:
+    """Give every entry of an optimizer's ``state`` its own ``step`` tensor; how many shared one."""
+    seen: set[int] = set()
+    shared = 0
+    for entry in state.values():
+        step = entry.get("step") if isinstance(entry, dict) else None
+        if step is None or not hasattr(step, "clone"):
+            continue
+        if id(step) in seen:
+            entry["step"] = step.clone()
+            shared += 1
+        seen.add(id(entry["step"]))
+    return shared
+
+
+def install(trainer: Any, ctx: HookContext) -> list[str]:
+    """The hook: after a ZeRO-3 universal load, each parameter group's own Adam step count."""
+    zero = ctx.run.deepspeed.zero_stage if ctx.run.deepspeed is not None else 0
+    if zero != 3 or not loads_universal(trainer.args):
+        return []
+    from transformers import TrainerCallback  # here: the module imports without the training stack
+
+    class OwnSteps(TrainerCallback):  # type: ignore[misc]
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            torch_optimizer = innermost(kwargs.get("optimizer"))
+            shared = unshare_steps(getattr(torch_optimizer, "state", {}))
+            print(f"[checkpoint] universal load: {shared} Adam step count(s) shared with another "
+                  "group given their own", flush=True)
+            return control
+
+    trainer.add_callback(OwnSteps())
+    return []

@@ -125,3 +125,30 @@ def test_the_jobs_deepspeed_config_loads_universally() -> None:
     args = SimpleNamespace(hf_deepspeed_config=SimpleNamespace(config=config))
     universal.load_universal(args)
     assert config == {"zero_optimization": {"stage": 2}, "checkpoint": {"load_universal": True}}
+
+
+def test_each_group_gets_its_own_step_count() -> None:
+    """DeepSpeed's ZeRO-3 universal load hands every group one step tensor; Adam adds 1 to it
+    in place once per group."""
+    import torch
+
+    shared = torch.tensor(2.0)
+    state: dict[Any, Any] = {"decay": {"step": shared}, "no_decay": {"step": shared},
+                             "third": {"step": shared}, "no_step": {"exp_avg": 0}}
+    assert universal.unshare_steps(state) == 2
+    for entry in ("decay", "no_decay", "third"):
+        state[entry]["step"] += 1  # what torch's Adam does, per group
+    assert [float(state[k]["step"]) for k in ("decay", "no_decay", "third")] == [3.0, 3.0, 3.0]
+    assert universal.unshare_steps(state) == 0  # own tensors already
+
+
+def test_the_repair_finds_the_torch_optimizer_and_only_after_a_universal_load() -> None:
+    torch_optimizer = SimpleNamespace(state={})
+    wrapped = SimpleNamespace(optimizer=SimpleNamespace(optimizer=torch_optimizer))
+    assert universal.innermost(wrapped) is torch_optimizer
+    universal_args = SimpleNamespace(hf_deepspeed_config=SimpleNamespace(
+        config={"checkpoint": {"load_universal": True}}))
+    assert universal.loads_universal(universal_args)
+    assert not universal.loads_universal(SimpleNamespace(hf_deepspeed_config=None))
+    assert not universal.loads_universal(SimpleNamespace(
+        hf_deepspeed_config=SimpleNamespace(config={"zero_optimization": {"stage": 3}})))
