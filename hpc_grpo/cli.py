@@ -226,8 +226,9 @@ def cancel(run: str) -> None:
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Change a setting a checkpoint can follow, e.g. max_steps=500 (repeatable).")
 @click.option("--nodes", type=click.IntRange(min=1), default=None,
-              help="Continue at another node count (DDP runs without ZeRO): the global batch "
-                   "is kept, the per-device batch and accumulation replanned.")
+              help="Continue at another node count (DDP, or ZeRO with its shards converted "
+                   "once): the global batch is kept, the per-device batch and accumulation "
+                   "replanned.")
 @click.option("--procs-per-node", type=click.IntRange(min=1), default=None,
               help="Continue at another number of processes per node (as --nodes).")
 @wait_option

@@ -5,14 +5,16 @@ new job must load that checkpoint exactly as the old job saved it and see the sa
 same order. What the checkpoint or the data order depend on cannot change (the model, the data,
 the ZeRO layout, the global batch, the seeds); how long to train and how often to save can.
 
-The world size may change where nothing in the checkpoint is laid out per rank but the RNG
-states (``resize``): DDP without ZeRO, full or LoRA (the weights, the adapter and the optimizer
-are saved whole by rank 0). The global batch (completions per optimizer step, per-device batch x
-accumulation x world size) and the generation batch (completions per generation, what TRL's
-RepeatSampler draws prompts by) are kept, so every step draws the same prompts in the same order;
-the per-device batch (never larger than before: the memory plan sized it) and the accumulation
-are replanned. ZeRO shards and server mode are refused (``resize``). Pure: two typed run records
-and numbers in, problems out.
+The world size may change where rundir/reshard.py allows it (``resize``; the one rule, which
+the ranks follow too): DDP without ZeRO, full or LoRA (the weights, the adapter and the
+optimizer are saved whole by rank 0, only the RNG states per rank), and DeepSpeed ZeRO-1/2/3,
+whose shards the resumed job's rank 0 converts once through DeepSpeed's universal checkpoint
+before loading (runtime/rank/checkpoints/universal.py). The global batch (completions per
+optimizer step, per-device batch x accumulation x world size) and the generation batch
+(completions per generation, what TRL's RepeatSampler draws prompts by) are kept, so every step
+draws the same prompts in the same order; the per-device batch (never larger than before: the
+memory plan sized it) and the accumulation are replanned. Server mode is refused. Pure: two
+typed run records and numbers in, problems out.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner.bounds import TRL_DEFAULTS
+from hpc_grpo.rundir import reshard
 from hpc_grpo.rundir.contract import RunRecord, world_size
 
 _NEW_RUN = "submit a new run for that"
@@ -143,6 +146,7 @@ class Resize:
     global_batch: int  # completions per optimizer step
     generation_batch: int  # completions per generation
     grpo: dict[str, int]
+    zero_stage: int | None = None  # ZeRO shards the resumed job converts (rundir/reshard.py)
 
     def line(self) -> str:
         """What changed, one line (plan.txt, jobs.jsonl, the resume's output)."""
@@ -151,32 +155,27 @@ class Resize:
         steps = self.grpo["gradient_accumulation_steps"]
         gen = (f", generation batch {self.generation_batch}"
                if self.generation_batch != self.global_batch else "")
+        ranks = (world_size(was_n, was_p), world_size(n, p))
+        shards = f"; {reshard.conversion_line(self.zero_stage, *ranks)}" if self.zero_stage else ""
         return (f"resumed at {n} x {p} from {was_n} x {was_p}, global batch {self.global_batch}"
-                f"{gen} kept: per-device {per_device} x accumulation {steps}")
-
-
-UNIVERSAL = ("resharding ZeRO needs DeepSpeed's universal checkpoint conversion (ds_to_universal), "
-             "which hpc-grpo does not run yet")
+                f"{gen} kept: per-device {per_device} x accumulation {steps}{shards}")
 
 
 def resize(old: RunRecord, nodes: int, procs_per_node: int) -> Resize | None:
     """The batch split of a resume at ``nodes`` x ``procs_per_node`` (None: the layout is the
-    run's). Refused in one line each: ZeRO shards, server mode, and a global or generation batch
-    that no per-device batch x accumulation splits over the new world size. Of the splits that
-    keep both, the largest per-device batch not above the run's (the memory plan sized that)."""
+    run's). Refused in one line each: a layout rundir/reshard.py does not resize (server mode),
+    and a global or generation batch that no per-device batch x accumulation splits over the new
+    world size. Of the splits that keep both, the largest per-device batch not above the run's
+    (the memory plan sized that). A ZeRO run's change names the conversion its job makes."""
     was, now = (old.nodes, old.procs_per_node), (nodes, procs_per_node)
     if was == now:
         return None
     layout = f"cannot change the layout from {was[0]} node(s) x {was[1]} process(es) to " \
              f"{nodes} x {procs_per_node}"
     zero = _zero(old)
-    if zero:
-        raise UserError(f"{layout}: ZeRO-{zero} saved its optimizer state in shards for "
-                        f"{old.world_size} ranks; {UNIVERSAL}", field="resume",
-                        hint=f"keep {was[0]} x {was[1]}, or {_NEW_RUN}")
-    if old.vllm.mode == "server":
-        raise UserError(f"{layout}: server mode is not resized yet (its vLLM server's nodes and "
-                        "the trainer's world size are planned together)", field="resume",
+    refused = reshard.refusal(zero, old.vllm.mode)
+    if refused is not None:
+        raise UserError(f"{layout}: {refused}", field="resume",
                         hint=f"keep {was[0]} x {was[1]}, or {_NEW_RUN}")
     grpo = old.grpo_config
     per_device = int(grpo.get("per_device_train_batch_size")
@@ -201,7 +200,7 @@ def resize(old: RunRecord, nodes: int, procs_per_node: int) -> Resize | None:
               "gradient_accumulation_steps": global_batch // (size * world)}
     if grpo.get("steps_per_generation"):
         values["steps_per_generation"] = generation // (size * world)
-    return Resize(was, now, global_batch, generation, values)
+    return Resize(was, now, global_batch, generation, values, zero or None)
 
 
 def mid_generation(step: int, change: Resize) -> UserError:

@@ -61,6 +61,11 @@ def marker_step(folder: Path) -> int | None:
     return _whole(_json_object(folder / CHECKPOINT_MARKER).get("step"))
 
 
+def marker_world_size(folder: Path) -> int | None:
+    """The world size that saved the checkpoint, as its marker names it (None without one)."""
+    return _whole(_json_object(folder / CHECKPOINT_MARKER).get("world_size"))
+
+
 def _complete(folder: Path, step: int, marker: dict[str, Any]) -> bool:
     return _whole(marker.get("step")) == step \
         and _whole(_json_object(folder / TRAINER_STATE).get("global_step")) == step

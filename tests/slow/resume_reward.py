@@ -8,7 +8,9 @@ order showed in the metrics only some steps later.
 For resume tests: ``HPC_GRPO_TEST_RUN_DIR`` names the run directory; every rank appends
 ``{"step", "prompts"}`` to ``prompts-rank-<RANK>.jsonl`` there, and rank 0 writes the
 ``stop-request`` file while computing the rewards of a step listed in ``HPC_GRPO_TEST_STOP_AT``
-(comma-separated), so the run stops exactly at the end of that step (0 steps lost).
+(comma-separated), so the run stops exactly at the end of that step (0 steps lost). Rank 0
+raises instead, before recording, at the step ``HPC_GRPO_TEST_CRASH_AT`` names (a job that fails
+before its first save: tests/slow/test_resume_resize_zero.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ def prompt_length_recording(completions: list[str], prompts: list[str], trainer_
     step = int(trainer_state.global_step) + 1  # the step these completions train
     run_dir = Path(os.environ["HPC_GRPO_TEST_RUN_DIR"])
     rank = int(os.environ.get("RANK", "0"))
+    if rank == 0 and str(step) == os.environ.get("HPC_GRPO_TEST_CRASH_AT"):
+        raise RuntimeError(f"test: crash at step {step}")
     with (run_dir / f"prompts-rank-{rank}.jsonl").open("a") as handle:
         handle.write(json.dumps({"step": step, "prompts": prompts}) + "\n")
     stop_at = {int(s) for s in os.environ.get("HPC_GRPO_TEST_STOP_AT", "").split(",") if s}

@@ -20,6 +20,7 @@ from hpc_grpo.runtime.rank.checkpoints import (
     rng_states,
     save_parts,
     save_speed,
+    universal,
 )
 from hpc_grpo.runtime.rank.context import Hook, HookContext
 from hpc_grpo.runtime.rank.data import epoch_order
@@ -36,6 +37,7 @@ HOOKS: tuple[Hook, ...] = (
     lora_sync.install,  # before the faults, which wrap whatever walk is set
     read.install,  # a resume read through mappings
     rng_states.install,  # rank 0's RNG state across 1 <-> N processes (resume --nodes)
+    universal.install,  # ZeRO-3's Adam step counts after a universal load, one per group
     save_speed.install,  # torch.save's CRC-32s (off by default)
     pinned_save.install,  # inside save_parts: its time counts in the save's parts
     deepspeed_save.install,  # DeepSpeed's files alone, written once; inside save_parts too

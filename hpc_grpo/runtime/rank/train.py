@@ -23,7 +23,7 @@ from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.contract import RunRecord
 from hpc_grpo.rundir.state import RunState
-from hpc_grpo.runtime.rank.checkpoints import folders, prefetch, restart_record
+from hpc_grpo.runtime.rank.checkpoints import folders, prefetch, restart_record, universal
 from hpc_grpo.runtime.rank.context import HookContext
 from hpc_grpo.runtime.rank.data.dataset import check_prompt_bound, longest_prompt_tokens
 from hpc_grpo.runtime.rank.data.job_inputs import load_inputs
@@ -210,7 +210,14 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
             _finish(run_dir, run, step=resume_step, max_steps=args.max_steps)
         return None
 
-    reading = prefetch.start(run, resume, rank, os.environ)  # while the trainer is built
+    # a ZeRO checkpoint saved at another world size: converted once (checkpoints/universal.py)
+    conversion = universal.plan(run, resume)
+    converted = universal.prepare(conversion, rank)
+    if converted is not None:
+        universal.load_universal(args)
+        print(f"[checkpoint] {converted}", flush=True)
+    # while the trainer is built; a universal load reads other files than the saved ranks'
+    reading = prefetch.start(run, None if conversion else resume, rank, os.environ)
     before_trainer = time.perf_counter() - checked
     trainer, stop = _trainer(run, run_dir, args, inputs, flag, device, within)
     built = time.perf_counter()

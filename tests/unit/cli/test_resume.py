@@ -299,7 +299,7 @@ def test_a_resume_at_another_world_size_keeps_the_global_batch_and_says_so(
                                   "per-device 4 x accumulation 2")
 
 
-def test_a_zero_run_or_a_checkpoint_inside_a_generation_block_is_not_resized(
+def test_a_checkpoint_inside_a_generation_block_is_not_resized(
         fake: FakeSlurm, tmp_path: Path) -> None:
     run_dir = _submit(tmp_path / "runs", "steps_per_generation=2")
     _trained(run_dir, phase="interrupted", step=12, complete=(10,))
@@ -308,12 +308,26 @@ def test_a_zero_run_or_a_checkpoint_inside_a_generation_block_is_not_resized(
     with pytest.raises(UserError, match="at checkpoint-10: it was saved inside a generation "
                                         "block, its buffered completions are split over 4"):
         api.resume(str(run_dir), nodes=4)
+    assert len(fake.calls("sbatch")) == 1  # the submission only
+
+
+def test_a_zero_run_is_resized_and_the_conversion_recorded(fake: FakeSlurm,
+                                                           tmp_path: Path) -> None:
+    """2 x 2 ranks under ZeRO-2 resumed at 1 x 2: the global batch kept, and the plan says its
+    job converts the shards (the ranks do: runtime/rank/checkpoints/universal.py)."""
     zero = _submit(tmp_path / "zero-runs", "zero_stage=2")
     _trained(zero, phase="interrupted", step=12, complete=(10,))
-    with pytest.raises(UserError, match="ZeRO-2 saved its optimizer state in shards for 4 ranks; "
-                                        r"resharding ZeRO needs .*\(ds_to_universal\)"):
-        api.resume(str(zero), nodes=4)
-    assert len(fake.calls("sbatch")) == 2  # the two submissions only
+    fake.answer("squeue", "")
+    fake.answer("sbatch", "Submitted batch job 4243\n")
+    result = api.resume(str(zero), nodes=1)
+    line = ("resumed at 1 x 2 from 2 x 2, global batch 32 kept: per-device 8 x accumulation 2; "
+            "ZeRO-2 shards converted from 4 to 2 ranks")
+    assert result.layout_change == line and result.from_step == 10
+    record = json.loads((zero / "run.json").read_text())
+    assert (record["world_size"], record["deepspeed"]["zero_stage"]) == (2, 2)
+    assert record["grpo_config"]["gradient_accumulation_steps"] == 2
+    assert (zero / "plan.txt").read_text().endswith(line + "\n")
+    assert _jobs(zero)[-1]["layout_change"] == line
 
 
 @pytest.mark.parametrize(("local", "flag", "follows"), [

@@ -96,15 +96,26 @@ def test_no_split_is_refused_with_the_numbers() -> None:
 
 
 @pytest.mark.parametrize("zero", [1, 2, 3])
-def test_zero_shards_are_refused_naming_the_universal_conversion(zero: int) -> None:
-    with pytest.raises(UserError) as caught:
-        rules.resize(_record(4, 8, zero=zero, per_device_train_batch_size=8), 2, 8)
-    assert caught.value.message == (
-        f"cannot change the layout from 4 node(s) x 8 process(es) to 2 x 8: ZeRO-{zero} saved "
-        "its optimizer state in shards for 32 ranks; resharding ZeRO needs DeepSpeed's universal "
-        "checkpoint conversion (ds_to_universal), which hpc-grpo does not run yet")
-    assert caught.value.hint == "keep 4 x 8, or submit a new run for that"
-    assert "\n" not in caught.value.one_line()
+@pytest.mark.parametrize(("was", "now", "split", "ranks"), [
+    ((4, 8), (2, 8), (8, 2), "from 32 to 16 ranks"),  # shrink: the accumulation doubles
+    ((1, 2), (1, 1), (8, 2), "from 2 to 1 ranks"),
+    ((2, 8), (4, 8), (4, 1), "from 16 to 32 ranks"),  # grow: the per-device batch halves
+])
+def test_zero_shards_are_resized_naming_the_conversion(
+        zero: int, was: tuple[int, int], now: tuple[int, int], split: tuple[int, int],
+        ranks: str) -> None:
+    change = rules.resize(_record(*was, zero=zero, per_device_train_batch_size=8), *now)
+    assert change is not None and change.zero_stage == zero
+    assert (change.grpo["per_device_train_batch_size"],
+            change.grpo["gradient_accumulation_steps"]) == split
+    assert change.global_batch == 8 * was[0] * was[1]  # kept
+    assert change.line().endswith(f"; ZeRO-{zero} shards converted {ranks}")
+    assert "\n" not in change.line()
+
+
+def test_a_ddp_change_names_no_conversion() -> None:
+    change = rules.resize(_record(1, 2, per_device_train_batch_size=8), 1, 1)
+    assert change is not None and change.zero_stage is None and "ZeRO" not in change.line()
 
 
 def test_server_mode_is_refused_in_one_line() -> None:
@@ -133,9 +144,14 @@ def test_unchangeable_takes_the_replanned_split_and_nothing_else() -> None:
     lines = [p.message for p in rules.unchangeable(old, _resumed(old, 1, 1))]
     assert lines == ["cannot change gradient_accumulation_steps from 2 to unset: the "
                      "checkpoint's data position counts these micro-steps"]
+    # a ZeRO run too, with its replanned split; its stage still cannot change
     zero = _record(2, 2, zero=2, per_device_train_batch_size=8)
-    lines = [p.message for p in rules.unchangeable(zero, _resumed(zero, 1, 2))]
-    assert len(lines) == 1 and "ds_to_universal" in lines[0]
+    assert rules.unchangeable(zero, _resumed(zero, 1, 2, gradient_accumulation_steps=2)) == []
+    other_stage = _record(2, 2, zero=3, per_device_train_batch_size=8)
+    data = _resumed(other_stage, 1, 2, gradient_accumulation_steps=2).to_dict()
+    lines = [p.message for p in rules.unchangeable(zero, RunRecord.from_dict(data))]
+    assert lines == ["cannot change the ZeRO stage from 2 to 3: the checkpoint's optimizer "
+                     "state is laid out for its stage"]
 
 
 def test_a_checkpoint_inside_a_generation_block_is_refused() -> None:

@@ -82,6 +82,10 @@ RULES: dict[str, tuple[str, set[str]]] = {
     # registry and status all take it from the record) and the calibrated range, as data.
     "a run's step-time shape": (r"\bStepShape\(", {"rundir/steps.py"}),
     "the calibrated range": (r"\bCALIBRATED\s*=", {"planner/speed/calibrated.py"}),
+    # Which layouts may continue at another world size (#60): the launcher's resume refused
+    # ZeRO and server mode by its own checks; now the launcher and the ranks read one rule.
+    "which layouts change size": (r"RESHARDED_ZERO_STAGES\s*=|shards converted from|"
+                                  r"is not resized yet", {"rundir/reshard.py"}),
 }
 
 
@@ -120,6 +124,7 @@ def test_the_scan_sees_a_second_copy() -> None:
         "where a child's caches go": 'env["HF_DATASETS_CACHE"] = str(Path(tmp) / "datasets")',
         "a rich console": "console = Console(width=None if sys.stdout.isatty() else 200)",
         "the job's memory from Slurm's defaults": 'per_cpu = int(record.get("DefMemPerCPU", 0))',
+        "which layouts change size": 'raise UserError(f"{layout}: server mode is not resized yet")',
     }
     for rule, line in copies.items():
         assert re.search(RULES[rule][0], line), rule

@@ -1,0 +1,104 @@
+"""Which run layouts may continue at another world size, and the ZeRO conversion that allows it.
+
+The one place of the rule (issue #60): the launcher's ``resume`` (planner/resume.py) refuses a
+new world size by it, and the ranks (runtime/rank/checkpoints/universal.py) decide by it whether
+the checkpoint they resume from must be converted first. Stdlib only, like the rest of rundir.
+
+- DDP without ZeRO: nothing in the checkpoint is laid out per rank but the RNG states.
+- DeepSpeed ZeRO-1/2/3: the optimizer's (and ZeRO-3's parameter) partitions are laid out for the
+  saving data-parallel size. DeepSpeed's universal checkpoint re-lays them out:
+  ``deepspeed.checkpoint.ds_to_universal`` writes each parameter's full fp32 weights and Adam
+  states into ``<tag>_universal/zero/<name>/`` beside the checkpoint's ``<tag>`` folder and names
+  it in ``latest_universal``; a DeepSpeed config with ``"checkpoint": {"load_universal": true}``
+  then makes ``engine.load_checkpoint`` read that folder, each rank slicing its own partition
+  for the new size. DeepSpeed 0.19.8 (the installed one) converts stage 1-2 through
+  ``DeepSpeedCheckpoint`` and stage 3 through its own path; a transformers checkpoint carries no
+  ``universal_checkpoint_info`` (Megatron clients write it), so ``--inject_missing_state`` is
+  needed. Converted once per checkpoint; the folder is reused by later resumes.
+- Server mode: refused (its vLLM server's nodes and the trainer's world size are planned
+  together).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+RESHARDED_ZERO_STAGES = (1, 2, 3)  # ds_to_universal's stages in DeepSpeed 0.19
+UNIVERSAL_SUFFIX = "_universal"  # ds_to_universal's output beside the tag folder
+LATEST_UNIVERSAL = "latest_universal"  # the tag file DeepSpeed's universal load reads
+# Written into <tag>_universal/ after the conversion exited 0: a folder without it was left by
+# a conversion killed half-way and is converted again, never loaded.
+UNIVERSAL_MARKER = "hpc_grpo_converted.json"
+
+
+def refusal(zero_stage: int | None, vllm_mode: str) -> str | None:
+    """Why a run of this layout cannot continue at another world size (None: it can)."""
+    if vllm_mode == "server":
+        return ("server mode is not resized yet (its vLLM server's nodes and the trainer's "
+                "world size are planned together)")
+    if zero_stage and zero_stage not in RESHARDED_ZERO_STAGES:
+        return (f"ZeRO-{zero_stage} checkpoints have no universal conversion in DeepSpeed "
+                "(ds_to_universal converts stages " + ", ".join(map(str, RESHARDED_ZERO_STAGES))
+                + ")")
+    return None
+
+
+def needs_conversion(zero_stage: int | None, saved_world_size: int | None, world_size: int) -> bool:
+    """The checkpoint's ZeRO shards are laid out for another data-parallel size than this job's.
+    ``saved_world_size`` None (a checkpoint marked before the marker held it): the same size."""
+    return bool(zero_stage) and saved_world_size is not None and saved_world_size != world_size
+
+
+def conversion_line(zero_stage: int, was: int, now: int) -> str:
+    """What the conversion changes, one line (plan.txt, jobs.jsonl, the rank's log)."""
+    return f"ZeRO-{zero_stage} shards converted from {was} to {now} ranks"
+
+
+def deepspeed_tag(checkpoint_dir: Path) -> str | None:
+    """The tag folder's name DeepSpeed's ``latest`` file names (None: not DeepSpeed's)."""
+    try:
+        tag = (checkpoint_dir / "latest").read_text().strip()
+    except (OSError, ValueError):
+        return None
+    return tag if tag and (checkpoint_dir / tag).is_dir() else None
+
+
+def universal_folder(checkpoint_dir: Path, tag: str) -> Path:
+    """Where the conversion of ``checkpoint_dir/tag`` goes: beside it, inside the checkpoint (so
+    retention deletes both together)."""
+    return checkpoint_dir / f"{tag}{UNIVERSAL_SUFFIX}"
+
+
+def converted(checkpoint_dir: Path, tag: str) -> bool:
+    """The conversion of this checkpoint finished: its marker names the tag and
+    ``latest_universal`` names its folder (what DeepSpeed's universal load reads)."""
+    folder = universal_folder(checkpoint_dir, tag)
+    try:
+        marker = json.loads((folder / UNIVERSAL_MARKER).read_text())
+        latest = (checkpoint_dir / LATEST_UNIVERSAL).read_text().strip()
+    except (OSError, ValueError):
+        return False
+    return isinstance(marker, dict) and marker.get("tag") == tag and latest == folder.name
+
+
+def clear_unfinished(checkpoint_dir: Path, tag: str) -> bool:
+    """Remove a conversion left half-way (no marker), and its tag file; True if one was."""
+    folder = universal_folder(checkpoint_dir, tag)
+    if converted(checkpoint_dir, tag) or not folder.exists():
+        return False
+    shutil.rmtree(folder, ignore_errors=True)
+    (checkpoint_dir / LATEST_UNIVERSAL).unlink(missing_ok=True)
+    return True
+
+
+def mark_converted(checkpoint_dir: Path, tag: str, saved_world_size: int, seconds: float) -> None:
+    """Mark the conversion finished (after ds_to_universal exited 0), atomically."""
+    folder = universal_folder(checkpoint_dir, tag)
+    info = {"tag": tag, "from_world_size": saved_world_size, "seconds": round(seconds, 2),
+            "time": time.time()}
+    tmp = folder / f".{UNIVERSAL_MARKER}.tmp"
+    tmp.write_text(json.dumps(info) + "\n")
+    tmp.replace(folder / UNIVERSAL_MARKER)
