@@ -11,6 +11,8 @@ Marked ``gpu``. On the lent machine (docs/gpu.md), with ``HPC_GRPO_RESULTS`` and
   save at the step end), then ``resume --wait``: every step equals the reference's;
 - ``-k export_eval``: the resumed run exported (checked by transformers and vLLM) and
   evaluated through vLLM and through transformers;
+- ``-k learns``: the issue's shape (0.5B, 16 prompts x 8 generations x 192 tokens on one GPU)
+  planned, run for 10 steps, and planned again: the second plan goes by the measured step time;
 - ``-k readme``: the README's first command on this machine with the shipped profile, and the
   README's ``eval --step 100`` through both engines (the README quotes transformers on CPU).
 Each saves its figures as ``workstation-*.json`` for docs/benchmarks.md.
@@ -197,3 +199,35 @@ def test_readme_first_job_on_the_shipped_local_profile() -> None:
     assert summary["steps"] == 100 and summary["reward_delta"] > 10, summary
     for engine in ("transformers", "vllm"):
         assert result[f"eval_step100_{engine}"]["exit"] == 0, result[f"eval_step100_{engine}"]
+
+
+SHAPE = ("--set=max_steps=10", "--set=save_steps=1000", "--set=per_device_train_batch_size=128",
+         "--set=num_generations=8", "--set=max_completion_length=192", "--set=seed=7")
+
+
+@needs_gpu
+def test_the_second_plan_of_a_shape_learns_its_measured_step_time() -> None:
+    """#58: the plan predicted 0.91 s/step for this shape where a user measured 0.61-0.65."""
+    if not _profile().exists():
+        assert _cli("site", "init", "ws", "--local", "--output", str(_profile())).returncode == 0
+    job = ("--site", str(_profile()), "--model", MODEL, *SHAPE)
+    before = json.loads(_cli("plan", *job, "--json").stdout)["step_time"]
+    shutil.rmtree(_work("ws") / "runs" / "ws-shape", ignore_errors=True)
+    proc = _cli("submit", *job, "--run-id", "ws-shape", "--output-root",
+                str(_work("ws") / "runs"), "--wait")
+    match = re.search(r"dir (\S+)", proc.stdout)
+    run_dir = Path(match.group(1)) if match else _work("ws")
+    row = json.loads(_cli("status", str(run_dir), "--json").stdout)[0] if match else {}
+    after = _cli("plan", *job)
+    learnt = json.loads(_cli("plan", *job, "--json").stdout)["step_time"]
+    _save("workstation-step-time", {
+        "before": before, "after": learnt, "status_step_s": row.get("step_s"),
+        "status_step_s_predicted": row.get("step_s_predicted"), "metrics": _rows(run_dir),
+        "plan_lines": [ln for ln in after.stdout.splitlines() if ln.startswith("step time")],
+        "submit_tail": proc.stdout[-1500:] + proc.stderr[-1500:],
+        "logs": _log_tails(run_dir) if proc.returncode else {}})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert before["source"] == "predicted", before
+    assert (learnt["source"], learnt["measured_by"]) == ("measured", "ws-shape"), learnt
+    assert learnt["s_per_step"] == round(row["step_s"], 3), (learnt, row)
+    assert any("measured on this site by run ws-shape" in ln for ln in after.stdout.splitlines())
