@@ -52,13 +52,16 @@ def test_every_result_of_the_loans_is_read_or_listed() -> None:
 def test_the_readme_quotes_its_first_job_as_last_measured() -> None:
     """README's eval figures of its first job (steps 50 and 100, the untrained model) are the
     newest saved measurement's, at the README's rounding (a user once measured another)."""
-    newest = max(RESULTS.glob("*-readme-first-job-*.json"))
+    newest = max(RESULTS.glob("*-readme-first-job-cpu-*.json"))  # the CPU path README quotes
     evals = json.loads(newest.read_text())["eval"]
     readme = claims.collapsed((DOCS.parent / "README.md").read_text())
     for label in ("step-50", "step-100", "untrained"):
         reward = evals[label]["reward"]
         quoted = f"{reward['mean']:.3g} +- {reward['high'] - reward['mean']:.2g}"
         assert quoted in readme, f"README does not quote {label} of {newest.name}: {quoted}"
+    on_gpu = max(RESULTS.glob("*-workstation-readme-first-job-*.json"))
+    step100 = json.loads(on_gpu.read_text())["eval_step100_transformers"]["record"]["reward"]
+    assert f"step 100 scores about {step100['mean']:.3g}" in readme, on_gpu.name
 
 
 def _session(name: str) -> int:
