@@ -13,6 +13,8 @@ Marked ``gpu``. On the lent machine (docs/gpu.md), with ``HPC_GRPO_RESULTS`` and
   evaluated through vLLM and through transformers;
 - ``-k learns``: the issue's shape (0.5B, 16 prompts x 8 generations x 192 tokens on one GPU)
   planned, run for 10 steps, and planned again: the second plan goes by the measured step time;
+- ``-k cpu_profile``: a profile of 0 GPUs on this machine: the plan says it trains on the CPU
+  although GPUs are here, and its 4 steps train on the CPU (the ranks see no GPU);
 - ``-k readme``: the README's first command on this machine with the shipped profile, and the
   README's ``eval --step 100`` through both engines (the README quotes transformers on CPU).
 Each saves its figures as ``workstation-*.json`` for docs/benchmarks.md.
@@ -231,3 +233,31 @@ def test_the_second_plan_of_a_shape_learns_its_measured_step_time() -> None:
     assert (learnt["source"], learnt["measured_by"]) == ("measured", "ws-shape"), learnt
     assert learnt["s_per_step"] == round(row["step_s"], 3), (learnt, row)
     assert any("measured on this site by run ws-shape" in ln for ln in after.stdout.splitlines())
+
+
+@needs_gpu
+def test_a_cpu_profile_on_a_gpu_machine_trains_on_the_cpu() -> None:
+    """#58: a local profile that says 0 GPUs on a GPU box (main's README job failed there before
+    its first step, on the CPU path, in session 51's first call)."""
+    root = _work("cpu-profile")
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    profile = root / "cpu.yaml"
+    profile.write_text("scheduler: local\ngpus_per_node: 0\ncpus_per_node: 4\nprocs_per_node: 2\n"
+                       f"output_root: {root / 'runs'}\nenv:\n  OMP_NUM_THREADS: \"1\"\n")
+    job = ("--site", str(profile), "--recipe", str(REPO / "recipes" / "tiny-cpu.yaml"),
+           "--set", "max_steps=4")
+    plan = _cli("plan", *job)
+    proc = _cli("submit", *job, "--wait")
+    match = re.search(r"dir (\S+)", proc.stdout)
+    run_dir = Path(match.group(1)) if match else root
+    record = json.loads((run_dir / "run.json").read_text()) if match else {}
+    _save("workstation-cpu-profile", {
+        "plan_stdout": plan.stdout[-3000:], "submit_exit": proc.returncode,
+        "device": record.get("device"), "metrics": _rows(run_dir),
+        "submit_tail": proc.stdout[-2000:] + proc.stderr[-2000:],
+        "logs": _log_tails(run_dir) if proc.returncode else {}})
+    said = plan.stdout + plan.stderr
+    assert plan.returncode == 0 and "trains on the CPU although this machine has" in said, said
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert record["device"] == "cpu" and [r["step"] for r in _rows(run_dir)] == [1, 2, 3, 4]

@@ -16,7 +16,11 @@ from hpc_grpo.runtime.shared.vllm_address import server_mode
 
 def trainer_visible_devices(run: RunRecord, env: Mapping[str, str]) -> str | None:
     """Server mode: hide the vLLM server's GPUs from the trainers, so LOCAL_RANK 0 never lands
-    on a GPU the server uses ("Duplicate GPU detected"). None when nothing is to be hidden."""
+    on a GPU the server uses ("Duplicate GPU detected"). A CPU plan: hide every GPU, so ranks
+    planned for the CPU (a profile of 0 GPUs on a machine that has some) cannot pick a card up
+    through torch's, accelerate's or vLLM's own device choice. None when nothing is hidden."""
+    if run.device == "cpu":
+        return ""
     if not server_mode(run) or run.vllm.server is None:
         return None
     trainer = list(run.vllm.server.trainer_gpus)

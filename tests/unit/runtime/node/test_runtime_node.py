@@ -610,3 +610,11 @@ def test_a_node_without_a_default_route_still_names_its_address(tmp_path: Path) 
         pytest.skip("no network namespaces here")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == [None, "10.9.0.1"]
+
+
+def test_a_cpu_plan_hides_the_machines_gpus_from_its_ranks() -> None:
+    """#58: a profile of 0 GPUs on a GPU workstation plans CPU ranks; they see no card, whatever
+    the node's CUDA_VISIBLE_DEVICES (torch, accelerate and vLLM would otherwise pick one up)."""
+    cpu = {"device": "cpu", "vllm": {"enabled": False, "mode": "colocate", "server": None}}
+    assert trainer_visible_devices(rec(cpu), {}) == ""
+    assert child_env({"CUDA_VISIBLE_DEVICES": "0,1"}, "a", rec(cpu))["CUDA_VISIBLE_DEVICES"] == ""
