@@ -12,7 +12,12 @@ the callback's wall time stands in only where TRL logs none). Each attempt's fir
 out (WARMUP_STEPS): it pays vLLM's CUDA graph capture, torch.compile's and NCCL's first calls and
 the allocator's growth, 1.5-3x a later step on the GPU runs in docs/results (the calibration
 uses steps 2..N for the same reason). A resumed or requeued attempt's first step is its
-checkpoint's step + 1 (restarts.jsonl ``resumed_from_step``). What remains is summarised by its
+checkpoint's step + 1 (restarts.jsonl ``resumed_from_step``). Only the newest attempt's steps
+count, and of them the last WINDOW: run.json (the shape) is the newest attempt's, and a resume
+may have changed what sets a step's time (``resume --nodes``, ``--set max_completion_length``),
+so a 4-node run's steps must not be credited to the 2-node shape it resumed at; the window
+keeps the ranks' summary (all of metrics.jsonl) and status and the planner (its last RECENT
+lines, rundir/view.py) on the same steps. What remains is summarised by its
 median, not its mean: one slow step of a short run (a save that the wall time caught, a
 straggler rank, a node's hiccup) moves a mean of a few steps far and a median not at all.
 Where steps alternate (steps_per_generation above gradient_accumulation_steps: only every
@@ -39,6 +44,7 @@ from hpc_grpo.rundir.contract import RunRecord, world_size
 
 WARMUP_STEPS = 1  # steps at the start of each attempt left out
 MIN_STEADY = 2  # steady steps needed before a run's step time counts as measured
+WINDOW = 24  # the newest steady steps that count (below view.RECENT's 32 lines: repeats)
 
 # grpo_config keys that change a step's work (batch, lengths, passes, recomputation, precision).
 STEP_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations",
@@ -114,17 +120,18 @@ def _number(value: Any) -> float | None:
 
 def steady_steps(rows: Iterable[Mapping[str, Any]],
                  resumed_from: Iterable[int | None] = ()) -> SteadySteps | None:
-    """The steady s/step of metrics lines (the last line of a step wins), each attempt's first
-    WARMUP_STEPS left out: the run's and, for each step an attempt resumed from, the steps after
-    it; None with fewer than MIN_STEADY steady steps. Values of the wrong type are skipped."""
+    """The steady s/step of metrics lines (the last line of a step wins): the newest attempt's
+    steps (after the largest step an attempt resumed from, else the run's), its first
+    WARMUP_STEPS left out, the last WINDOW of them; None with fewer than MIN_STEADY steady
+    steps. Values of the wrong type are skipped."""
     times: dict[int, float] = {}
     for row in rows:
         step, seconds = row.get("step"), _number(row.get("step_time"))
         if isinstance(step, int) and not isinstance(step, bool) and seconds is not None:
             times[step] = seconds
-    starts = {0, *(s for s in resumed_from if isinstance(s, int))}
-    warmup = {start + n for start in starts for n in range(1, WARMUP_STEPS + 1)}
-    kept = sorted((step, seconds) for step, seconds in times.items() if step not in warmup)
+    start = max((0, *(s for s in resumed_from if isinstance(s, int))))
+    kept = sorted((step, seconds) for step, seconds in times.items()
+                  if step > start + WARMUP_STEPS)[-WINDOW:]
     if len(kept) < MIN_STEADY:
         return None
     return SteadySteps(statistics.median(seconds for _, seconds in kept), len(kept),

@@ -10,7 +10,7 @@ import pytest
 
 from hpc_grpo.rundir.contract import DatasetBlock, DeepSpeedBlock, RunRecord, VllmBlock
 from hpc_grpo.rundir.hardware import HardwareBlock
-from hpc_grpo.rundir.steps import measured_line, steady_steps, step_shape
+from hpc_grpo.rundir.steps import WINDOW, measured_line, steady_steps, step_shape
 
 
 def _record(**over: Any) -> RunRecord:
@@ -68,12 +68,22 @@ def test_the_first_step_is_left_out_and_the_median_kept() -> None:
     assert steady.describe() == "median of 5 steps, 2-6"
 
 
-def test_each_resumed_attempts_first_step_is_left_out_too() -> None:
-    rows = _rows([5.0, 1.0, 1.0, 1.0]) + _rows([7.0, 1.2, 1.2], first=5)  # resumed from 4
-    steady = steady_steps(rows, resumed_from=[4, None])
-    assert steady is not None and (steady.count, steady.seconds) == (5, 1.0)  # 2-4, 6-7
-    unaware = steady_steps(rows)  # without the restart line, step 5's 7 s would count
-    assert unaware is not None and (unaware.count, unaware.seconds) == (6, 1.1)
+def test_only_the_newest_attempts_steps_count_its_first_left_out() -> None:
+    """A review of #58's first version: steps of an attempt before a resume at another layout
+    (here 4 nodes at 10 s a step, resumed on 2 at 18 s) were credited to the new shape."""
+    rows = _rows([12.0] + [10.0] * 29) + _rows([25.0] + [18.0] * 9, first=31)  # resumed from 30
+    steady = steady_steps(rows, resumed_from=[30, None])
+    assert steady is not None and (steady.seconds, steady.count, steady.first) == (18.0, 9, 32)
+    unaware = steady_steps(rows)  # without the restart line, the first attempt's steps count
+    assert unaware is not None and unaware.seconds != 18.0
+
+
+def test_the_last_window_of_steps_counts_wherever_it_is_read_from() -> None:
+    """summary.json reads all of metrics.jsonl, status and the planner its last lines: the same
+    last WINDOW steps for all three (a review found 2.02 s against 2.69 s on a drifting run)."""
+    rows = _rows([float(n) for n in range(1, 101)])
+    whole, tail = steady_steps(rows), steady_steps(rows[-32:])
+    assert whole == tail and whole is not None and whole.count == WINDOW
 
 
 def test_too_few_steady_steps_measure_nothing_and_odd_values_are_skipped() -> None:
