@@ -49,11 +49,18 @@ def machine_line(found: Machine) -> str:
 def resolve_local(site: SiteProfile, found: Machine) -> SiteFacts:
     """A local site's profile for this machine. ``gpus_per_node: auto`` with GPUs found: one
     process per GPU, the GPU, CPU and memory figures the machine's; without GPUs the profile
-    stands as written (the CPU profile, unchanged), with a warning only where nvidia-smi is
-    there but did not answer. An explicit 0 with GPUs found: the CPU plan, and one line saying so."""
+    stands as written (the CPU profile, unchanged), with a warning where nvidia-smi lists no
+    usable GPU (CUDA_VISIBLE_DEVICES hid them all), refused where it failed or did not answer.
+    An explicit 0 with GPUs found: the CPU plan, and one line saying so."""
     if runs_on(site):  # Slurm's nodes, not this machine
         return SiteFacts(site)
     if not found.gpus:
+        if site.gpus_auto and found.gpus_unknown:  # a guess would train on the CPU unasked
+            raise UserError(
+                f"site '{site.name}' reads this machine's GPUs, but {found.gpu_source}",
+                field="site", hint="fix the driver until `nvidia-smi` answers, or train on the "
+                "CPU with a profile of gpus_per_node: 0 (`hpc-grpo site init NAME --local` on a "
+                "machine without GPUs writes one)")
         broken = site.gpus_auto and found.gpu_source != "nvidia-smi not found"
         return SiteFacts(site, warnings=(
             f"site '{site.name}' plans for the CPU: {found.gpu_source}",) * broken)

@@ -56,6 +56,13 @@ class Machine:
     def memory_gib(self) -> float:
         return round(self.memory_mib / 1024, 1)
 
+    @property
+    def gpus_unknown(self) -> bool:
+        """nvidia-smi is here but failed, hung or could not run (a driver/library mismatch
+        after an upgrade without a reboot, a card fallen off the bus): the GPUs are unknown, not
+        absent, and a CPU plan would be a guess."""
+        return self.gpu_source.startswith(PROBE_FAILED)
+
     def gpus_line(self) -> str:
         """``1 x NVIDIA H200 143,771 MiB, from nvidia-smi``, or ``no GPU (nvidia-smi not found)``."""
         if not self.gpus:
@@ -105,6 +112,10 @@ def usable_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
         return os.cpu_count() or 1
+
+
+# How _gpus says nvidia-smi is present but told nothing (Machine.gpus_unknown).
+PROBE_FAILED = ("nvidia-smi failed", "nvidia-smi gave no answer", "nvidia-smi cannot run")
 
 
 def _gpus() -> tuple[tuple[Gpu, ...], str]:

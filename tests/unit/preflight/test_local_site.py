@@ -85,11 +85,20 @@ def test_auto_with_an_h200_plans_for_it() -> None:
     assert facts.warnings == ()
 
 
-def test_auto_where_nvidia_smi_fails_says_so() -> None:
-    broken = dataclasses.replace(NO_GPU, gpu_source="nvidia-smi failed: driver mismatch")
-    facts = local_site.resolve_local(find_site("local"), broken)
-    assert facts.site.device == "cpu"
-    assert facts.warnings == ("site 'local' plans for the CPU: nvidia-smi failed: driver mismatch",)
+@pytest.mark.parametrize("source", ["nvidia-smi failed: Failed to initialize NVML: Driver/library "
+                                    "version mismatch", "nvidia-smi gave no answer within 10 s"])
+def test_auto_where_nvidia_smi_fails_is_refused_not_guessed_as_cpu(source: str) -> None:
+    """A review of #58's first version: a driver mismatch planned the CPU with one warning line,
+    and the CPU plan then hid the GPUs from the ranks."""
+    broken = dataclasses.replace(NO_GPU, gpu_source=source)
+    with pytest.raises(UserError, match="reads this machine's GPUs, but nvidia-smi") as raised:
+        local_site.resolve_local(find_site("local"), broken)
+    assert "gpus_per_node: 0" in (raised.value.hint or "")
+    hidden = dataclasses.replace(NO_GPU, gpu_source="from nvidia-smi, of 2: CUDA_VISIBLE_DEVICES=")
+    facts = local_site.resolve_local(find_site("local"), hidden)  # the user hid them: the CPU
+    assert facts.site.device == "cpu" and facts.warnings[0].startswith("site 'local' plans for")
+    explicit = SiteProfile(name="box", scheduler="local", gpus_per_node=0)
+    assert local_site.resolve_local(explicit, broken).site.device == "cpu"  # said 0: no probe
 
 
 def test_an_explicit_zero_with_gpus_present_trains_on_cpu_and_says_how_to_use_them() -> None:
