@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,10 +27,10 @@ def printable(value: Any) -> Any:
     """``value`` (a prompt or completion: text, or chat messages) with control bytes escaped."""
     if isinstance(value, str):
         return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", value)
-    if isinstance(value, list):
-        return [printable(v) for v in value]
     if isinstance(value, dict):
         return {k: printable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | deque):  # TRL 1.16 passes its logs' deques
+        return [printable(v) for v in value]
     return value
 
 

@@ -3,6 +3,7 @@ tables in rank 0's log in 20 steps). TRL's own printer, called as its trainer ca
 
 from __future__ import annotations
 
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -12,11 +13,12 @@ from hpc_grpo.runtime.rank.observe import completions
 
 
 def _print_as_trl_does(step: int) -> None:
+    """As TRL 1.16's trainer calls it: its logs' prompts and completions are deques."""
     import trl.trainer.grpo_trainer as grpo
 
     grpo.print_prompt_completions_sample(
-        ["What is 2 + 2?"], [f"four \x00\x1b[2J raw {'x' * 300}"], {"accuracy": [1.0]}, [0.5],
-        step, 1)
+        deque(["What is 2 + 2?"]), deque([f"four \x00\x1b[2J raw {'x' * 300}"]),
+        {"accuracy": [1.0]}, [0.5], step, 1)
 
 
 def test_the_tables_go_to_their_file_not_the_rank_log(tmp_path: Path,
