@@ -62,6 +62,9 @@ def requeuing(view: JobView, files: RunView) -> str:
     cause = (retry.cause if retry else "") or state.stop_cause or "requeued"
     resume = f" from its checkpoint at step {retry.checkpoint_step}" if retry and \
         retry.checkpoint_step else ""
+    if "held" in js.reason.lower():  # REQUEUE_HOLD, JobHeldUser/Admin: nothing starts it alone
+        return (f"{REQUEUING}: {cause} at step {state.step}, held by Slurm ({js.reason}): "
+                f"`scontrol release {js.job_id}` lets it start{resume}")
     return f"{REQUEUING}: {cause} at step {state.step}, Slurm will restart it{resume}"
 
 

@@ -68,9 +68,10 @@ def sacct_line(job_id: str, state: str, submit: str, *, name: str = "grpo-tiny",
 
 
 def squeue_line(job_id: str, state: str, submit: str, *, name: str = "grpo-tiny",
-                cluster: str = "sandbox", command: str = "", nodes: str = "node[1-2]") -> str:
+                cluster: str = "sandbox", command: str = "", nodes: str = "node[1-2]",
+                reason: str = "None") -> str:
     """One line of `squeue --Format=SQUEUE_FORMAT` (JobID ... SubmitTime,Cluster,Name,Command)."""
-    return "|".join([job_id, state, nodes, "0:10", "None", submit, cluster, name,
+    return "|".join([job_id, state, nodes, "0:10", reason, submit, cluster, name,
                      command or "(null)"]) + "\n"
 
 

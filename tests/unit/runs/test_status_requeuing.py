@@ -70,6 +70,19 @@ def test_a_run_slurm_will_restart_shows_requeuing_not_failed(
     assert f"lost-0001: {row.requeuing}" in out and "failed:" not in out and "gloo" not in out
 
 
+def test_a_requeued_job_slurm_holds_says_how_to_release_it(fake: FakeSlurm, tmp_path: Path) -> None:
+    """A review of #58's first version: REQUEUE_HOLD (and JobHeldUser/Admin, a launch failure's
+    hold) read "Slurm will restart it", but nothing starts a held job until it is released."""
+    _, job = _failed_run(tmp_path, retry="")
+    fake.answer("sacct", sacct_line("7", "NODE_FAIL", T0, submit_line=job["script"]))
+    fake.answer("squeue", squeue_line("7", "REQUEUE_HOLD", T1, command=job["script"],
+                                      reason="job requeued in held state"))
+    row = track.status()[0]
+    assert row.requeuing == ("REQUEUING: node failure at step 3, held by Slurm (job requeued in "
+                             "held state): `scontrol release 7` lets it start")
+    assert not row.finished
+
+
 @pytest.mark.parametrize(("sacct", "queue", "retry", "message"), [
     ([("FAILED", T0)], "", "", GLOO),  # no requeue anywhere: final
     ([("FAILED", T0)], "", "before", GLOO),  # an earlier attempt's retry; this one failed for good
