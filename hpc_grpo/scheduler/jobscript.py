@@ -113,14 +113,23 @@ def job_memory(site: SiteProfile, partition: str, settings: Mapping[str, str],
     if "MEMORY" not in config.get("SelectTypeParameters", "MEMORY").upper():
         return JobMemory(None, f"SelectTypeParameters={config.get('SelectTypeParameters')}: Slurm "
                                "does not allocate memory")
-    cpus = job_cpus(site)
+    cpus, gpus = job_cpus(site), site.gpus_per_node
     for source, where in ((settings, f"partition {partition}"), (config, "the cluster's")):
         node, per_cpu = _mib(source.get("DefMemPerNode")), _mib(source.get("DefMemPerCPU"))
+        per_gpu = _mib(source.get("DefMemPerGPU") or _job_defaults(source).get("DefMemPerGPU"))
         if node:
             return JobMemory(node, f"DefMemPerNode {node} MiB of {where}")
+        if per_gpu and gpus:  # a GPU partition's usual default (JobDefaults=DefMemPerGPU=...)
+            return JobMemory(per_gpu * gpus, f"DefMemPerGPU {per_gpu} MiB x {gpus} GPUs of {where}")
         if per_cpu:
             return JobMemory(per_cpu * cpus, f"DefMemPerCPU {per_cpu} MiB x {cpus} CPUs of {where}")
-    return JobMemory(None, "no DefMemPerNode or DefMemPerCPU: the node's memory")
+    return JobMemory(None, "no DefMemPerNode, DefMemPerGPU or DefMemPerCPU: the node's memory")
+
+
+def _job_defaults(record: Mapping[str, str]) -> dict[str, str]:
+    """A partition's ``JobDefaults=DefCpuPerGPU=2,DefMemPerGPU=16000`` as a mapping."""
+    pairs = (item.partition("=") for item in record.get("JobDefaults", "").split(","))
+    return {key.strip(): value.strip() for key, sep, value in pairs if sep}
 
 
 def pyxis_options(site: SiteProfile) -> list[str]:

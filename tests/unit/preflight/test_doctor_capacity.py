@@ -100,11 +100,23 @@ def _site(cpus: int = 4) -> SiteProfile:
     ({"DefMemPerCPU": "1000"}, {"SelectTypeParameters": "CR_Core"}, None,
      "SelectTypeParameters=CR_Core: Slurm does not allocate memory"),
     ({}, {"SelectTypeParameters": "CR_Core_Memory", "DefMemPerCPU": "0"}, None,
-     "no DefMemPerNode or DefMemPerCPU: the node's memory"),
+     "no DefMemPerNode, DefMemPerGPU or DefMemPerCPU: the node's memory"),
 ])
 def test_the_memory_slurm_gives_the_training_job(partition: dict[str, str], config: dict[str, str],
                                                  mib: int | None, why: str) -> None:
     assert job_memory(_site(), "debug", partition, config) == JobMemory(mib, why)
+
+
+def test_a_gpu_partitions_default_per_gpu_is_the_jobs_memory() -> None:
+    """A review of #58's first version: DefMemPerGPU (a GPU partition's JobDefaults, the usual
+    setting there) was read as no limit, and doctor passed on the node's RealMemory."""
+    gpu_site = dataclasses.replace(_site(16), gpus_per_node=4)
+    partition = {"JobDefaults": "DefCpuPerGPU=4,DefMemPerGPU=65536", "DefMemPerNode": "UNLIMITED"}
+    assert job_memory(gpu_site, "gpu", partition, {"SelectTypeParameters": "CR_Core_Memory"}) == \
+        JobMemory(262144, "DefMemPerGPU 65536 MiB x 4 GPUs of partition gpu")
+    cluster = {"SelectTypeParameters": "CR_Core_Memory", "DefMemPerGPU": "8000"}
+    assert job_memory(gpu_site, "gpu", {}, cluster).mib == 32000
+    assert job_memory(_site(), "debug", partition, cluster).mib is None  # a CPU job: no GPUs
 
 
 def test_the_node_memory_row_is_the_jobs_allowance_not_the_nodes() -> None:
@@ -135,5 +147,5 @@ def test_doctor_reads_the_partitions_and_the_clusters_settings(
         4000, "DefMemPerCPU 1000 MiB x 4 CPUs of partition debug")
     assert doctor._job_memory(_site(), "", CONFIG) is not None  # the default partition's
     assert doctor._job_memory(_site(), "big", CONFIG) == JobMemory(
-        None, "no DefMemPerNode or DefMemPerCPU: the node's memory")
+        None, "no DefMemPerNode, DefMemPerGPU or DefMemPerCPU: the node's memory")
     assert doctor._job_memory(_site(), "debug", None) is None  # the controller did not answer

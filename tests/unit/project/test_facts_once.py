@@ -77,7 +77,7 @@ RULES: dict[str, tuple[str, set[str]]] = {
     # command was split at 80 columns); and the memory Slurm gives the training job (doctor
     # reported the node's), beside the job's CPUs in the one allocation builder.
     "a rich console": (r"\bConsole\(", {"runs/terminal.py"}),
-    "the job's memory from Slurm's defaults": (r"\"DefMemPer(CPU|Node)\"", {"scheduler/jobscript.py"}),
+    "the job's memory from Slurm's defaults": (r"\"DefMemPer(CPU|Node|GPU)\"", {"scheduler/jobscript.py"}),
     # The step time learnt from a site's runs (#58): which runs are alike (the plan, the
     # registry and status all take it from the record) and the calibrated range, as data.
     "a run's step-time shape": (r"\bStepShape\(", {"rundir/steps.py"}),
