@@ -85,15 +85,25 @@ def parse_nvidia_smi(text: str) -> tuple[Gpu, ...]:
 
 
 def visible(gpus: tuple[Gpu, ...], cuda_visible: str | None) -> tuple[Gpu, ...]:
-    """The GPUs a run here may use: nvidia-smi lists every card, CUDA_VISIBLE_DEVICES (as
-    indices) hides some from the ranks, which would then find fewer than planned. Unset, or
-    given as UUIDs: all of them."""
+    """The GPUs a run here may use: nvidia-smi lists every card, CUDA_VISIBLE_DEVICES hides some
+    from the ranks, which would then find fewer than planned. Read as CUDA reads it: entries
+    left to right up to the first it cannot use (``-1``, an index past the last card, one seen
+    before), so ``-1`` and ``5,0`` on one card show none and ``0,-1,1`` shows card 0. UUIDs
+    (``GPU-...``) are counted, not matched (the query has no UUIDs): that many cards from the
+    first, the same cards on a machine of one kind. Unset: all of them."""
     if cuda_visible is None:
         return gpus
-    wanted = [v.strip() for v in cuda_visible.split(",") if v.strip()]
-    if not all(v.isdigit() for v in wanted):
-        return gpus
-    return tuple(gpus[int(v)] for v in wanted if int(v) < len(gpus))
+    chosen: list[Gpu] = []
+    seen: set[str] = set()
+    for entry in (v.strip() for v in cuda_visible.split(",")):
+        if entry.startswith("GPU-") and entry not in seen and len(chosen) < len(gpus):
+            chosen.append(gpus[len(chosen)])
+        elif entry.isdigit() and int(entry) < len(gpus) and entry not in seen:
+            chosen.append(gpus[int(entry)])
+        else:
+            break
+        seen.add(entry)
+    return tuple(chosen)
 
 
 def gpu_type(name: str) -> str:
@@ -115,7 +125,9 @@ def usable_cpus() -> int:
 
 
 # How _gpus says nvidia-smi is present but told nothing (Machine.gpus_unknown).
-PROBE_FAILED = ("nvidia-smi failed", "nvidia-smi gave no answer", "nvidia-smi cannot run")
+MIG_SLICES = "CUDA_VISIBLE_DEVICES names MIG slices"
+PROBE_FAILED = ("nvidia-smi failed", "nvidia-smi gave no answer", "nvidia-smi cannot run",
+                MIG_SLICES)
 
 
 def _gpus() -> tuple[tuple[Gpu, ...], str]:
@@ -133,6 +145,9 @@ def _gpus() -> tuple[tuple[Gpu, ...], str]:
         return (), f"nvidia-smi failed: {said[0][:120] if said else f'exit {done.returncode}'}"
     every = parse_nvidia_smi(done.stdout)
     hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if hidden and "MIG-" in hidden:  # nvidia-smi's memory.total is the whole card's, not a slice's
+        return (), (f"{MIG_SLICES} (CUDA_VISIBLE_DEVICES={hidden}): nvidia-smi's memory is the "
+                    "whole card's; write gpu_memory_gib of a slice in a profile")
     gpus = visible(every, hidden)
     if not every:
         return (), "nvidia-smi lists none"

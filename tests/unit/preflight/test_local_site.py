@@ -54,7 +54,12 @@ def test_cuda_visible_devices_hides_gpus() -> None:
     assert machine.visible(four, None) == four
     assert machine.visible(four, "1,3") == (four[1], four[3])
     assert machine.visible(four, "") == ()
-    assert machine.visible(four, "GPU-8d2f,GPU-1a2b") == four  # UUIDs: not counted here
+    assert machine.visible(four, "GPU-8d2f,GPU-1a2b") == four[:2]  # UUIDs: counted
+    # as CUDA reads it (a review of #58's first version found -1 and 5,0 planned as 4 GPUs)
+    assert machine.visible(four, "-1") == ()
+    assert machine.visible(four, "0,-1,1") == (four[0],)
+    assert machine.visible(four[:1], "5,0") == ()
+    assert machine.visible(four, "2,2") == (four[2],)
 
 
 def test_machine_line_says_where_the_figures_came_from() -> None:
@@ -237,3 +242,18 @@ def test_plan_warns_when_sinfo_shows_more_gpus_than_the_profile(
     fake.answer("sinfo", err="sinfo: error: Unable to contact slurm controller", rc=1)
     quiet = CliRunner().invoke(main, ["plan", "--site", str(path), "--model", "Qwen/Qwen2.5-0.5B"])
     assert quiet.exit_code == 0 and "sinfo's Gres" not in quiet.output
+
+
+def test_mig_slices_are_refused_not_planned_as_whole_cards(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MIG slice shows nvidia-smi's whole-card memory: planning with it would overcommit."""
+    import subprocess
+
+    answer = subprocess.CompletedProcess([], 0, "NVIDIA H100 80GB HBM3, 81559\n", "")
+    monkeypatch.setattr(machine.subprocess, "run", lambda *a, **k: answer)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-4a1c2b3d-aaaa-bbbb-cccc-0123456789ab")
+    found = machine.probe()
+    assert found.gpus == () and found.gpus_unknown, found
+    with pytest.raises(UserError, match="CUDA_VISIBLE_DEVICES names MIG slices"):
+        local_site.resolve_local(find_site("local"), found)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert len(machine.probe().gpus) == 1
