@@ -1,11 +1,16 @@
-"""#60 on the real sandbox cluster: a 4-node run (one rank a node, DDP) stopped, resumed on 2
+"""#60 on the real sandbox cluster: a 4-node ZeRO-3 run (one rank a node) stopped, resumed on 2
 nodes, stopped again and resumed back on 4, against an uninterrupted 4-node run.
 
 16 prompts, num_generations 4, 4 completions a device: 4 x 1 trains 4 prompts (16 completions)
 a step, an epoch is 4 steps. The run stops exactly at step 2 (the test reward writes the stop
 request), resumes on 2 nodes (per-device 4 x accumulation 2: the same 16 completions a step),
-stops at step 4, resumes on 4 nodes and trains to step 6, across the epoch boundary. Asserted
-from the run's own records only: run.json, jobs.jsonl, restarts.jsonl, metrics.jsonl, status,
+stops at step 4, resumes on 4 nodes and trains to step 6, across the epoch boundary. Each resume
+converts the ZeRO-3 shards once through DeepSpeed's universal checkpoint (rank 0 on one node,
+the other nodes' ranks waiting) and the ranks that did not exist at the save start from a fresh
+run's RNG. The reference is a DDP run: the data order does not depend on ZeRO (session 51 also
+ran this test's DDP form, 4 -> 2 -> 4 without ZeRO, 3 passed in 109 s; CI keeps the ZeRO one,
+which goes through the same resize and adds the conversion across nodes). Asserted from the run's
+own records only: run.json, jobs.jsonl, restarts.jsonl, metrics.jsonl, status, the rank logs,
 and the prompts the reward saw on each rank (tests/slow/resume_reward.py)."""
 
 from __future__ import annotations
@@ -23,11 +28,14 @@ from tests.slow.resume_runs import counting_prompts, prompts_per_step, step_rows
 pytestmark = [pytest.mark.cluster, pytest.mark.whole_cluster,  # 4 nodes
               pytest.mark.usefixtures("sandbox_cluster")]
 STEPS, STOPS, PROMPTS = 6, (2, 4), 16
-TWO = "resumed at 2 x 1 from 4 x 1, global batch 16 kept: per-device 4 x accumulation 2"
-FOUR = "resumed at 4 x 1 from 2 x 1, global batch 16 kept: per-device 4 x accumulation 1"
+TWO = ("resumed at 2 x 1 from 4 x 1, global batch 16 kept: per-device 4 x accumulation 2; "
+       "ZeRO-3 shards converted from 4 to 2 ranks")
+FOUR = ("resumed at 4 x 1 from 2 x 1, global batch 16 kept: per-device 4 x accumulation 1; "
+        "ZeRO-3 shards converted from 2 to 4 ranks")
 
 
-def _run(root: Path, run_id: str, stops: tuple[int, ...], patch: pytest.MonkeyPatch) -> Path:
+def _run(root: Path, run_id: str, stops: tuple[int, ...], patch: pytest.MonkeyPatch,
+         *extra: str) -> Path:
     """Submit run_id at 4 nodes x 1 rank and follow it until its job ends."""
     run_dir = root / run_id
     patch.setenv("HPC_GRPO_TEST_RUN_DIR", str(run_dir))
@@ -38,7 +46,7 @@ def _run(root: Path, run_id: str, stops: tuple[int, ...], patch: pytest.MonkeyPa
                          "--reward", "tests.slow.resume_reward:on_ranks_only", "--run-id", run_id,
                          "--set", f"max_steps={STEPS}", "--set", "per_device_train_batch_size=4",
                          "--set", "num_generations=4", "--set", "max_completion_length=16",
-                         "--set", "learning_rate=0.01", "--set", "save_steps=1000")
+                         "--set", "learning_rate=0.01", "--set", "save_steps=1000", *extra)
     assert got == run_dir
     wait_for(run, finished, timeout=300)
     return run_dir
@@ -66,18 +74,22 @@ def _prompts(run_dir: Path, ranks: int) -> dict[int, list[Any]]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[str]]:
-    """(uninterrupted 4 x 1 run, the run resized 4 -> 2 -> 4, the two resumes' output)."""
+    """(uninterrupted 4 x 1 DDP run, the ZeRO-3 run resized 4 -> 2 -> 4, the resumes' output)."""
     root = tmp_path_factory.mktemp("resize")
     with pytest.MonkeyPatch.context() as patch:
         reference = _run(root, "reference", (), patch)
         assert _state(reference)["phase"] == "done", _state(reference)
-        resized = _run(root, "resized", STOPS, patch)
-        assert (_state(resized)["phase"], _state(resized)["step"]) == ("interrupted", 2)
-        said = [_resume(resized, 2)]
-        assert (_state(resized)["phase"], _state(resized)["step"]) == ("interrupted", 4), said
-        said.append(_resume(resized, 4))
-        assert _state(resized)["phase"] == "done", said
-    return reference, resized, said
+        return (reference, *_resized(root, "resized", patch, "--zero-stage", "3"))
+
+
+def _resized(root: Path, run_id: str, patch: pytest.MonkeyPatch, *extra: str) -> tuple[Path, list[str]]:
+    resized = _run(root, run_id, STOPS, patch, *extra)
+    assert (_state(resized)["phase"], _state(resized)["step"]) == ("interrupted", 2)
+    said = [_resume(resized, 2)]
+    assert (_state(resized)["phase"], _state(resized)["step"]) == ("interrupted", 4), said
+    said.append(_resume(resized, 4))
+    assert _state(resized)["phase"] == "done", said
+    return resized, said
 
 
 def test_each_change_keeps_the_global_batch_and_is_recorded(runs: tuple[Path, Path, list[str]]) -> None:
@@ -111,9 +123,13 @@ def test_every_step_draws_the_uninterrupted_runs_prompts(runs: tuple[Path, Path,
     assert len(epoch) == PROMPTS  # steps 1-4 are one epoch: every prompt once
 
 
-def test_steps_before_the_first_change_equal_and_the_rest_train(runs: tuple[Path, Path, list[str]]) -> None:
-    reference, resized, _ = runs
-    ref, got = step_rows(reference), step_rows(resized)
-    assert [r[0] for r in ref] == [g[0] for g in got] == list(range(1, STEPS + 1))
-    assert got[:2] == ref[:2]
-    assert all(math.isfinite(v) for row in got for v in row[1:])
+def test_the_shards_are_converted_and_new_ranks_seeded_fresh(runs: tuple[Path, Path, list[str]]) -> None:
+    _, resized, _ = runs
+    for step in STOPS:
+        assert (resized / "checkpoints" / f"checkpoint-{step}" / f"global_step{step}_universal").is_dir()
+    rank2 = (resized / "logs" / "rank-2.log").read_text()
+    assert "RNG state: none for rank 2 in the checkpoint (saved by 2 rank(s)): seeded as a fresh " \
+        "run's rank" in rank2  # rank 2 did not exist while the run had 2 nodes
+    rows = step_rows(resized)
+    assert [r[0] for r in rows] == list(range(1, STEPS + 1))
+    assert all(math.isfinite(v) for row in rows for v in row[1:])
