@@ -45,6 +45,7 @@ from hpc_grpo.preflight.builtin_model import example_model as example_model
 from hpc_grpo.preflight.capacity import Capacity
 from hpc_grpo.preflight.checked import check_inputs
 from hpc_grpo.preflight.links import plan_links
+from hpc_grpo.rundir import reshard
 from hpc_grpo.rundir.checkpoints import newest_complete_step
 from hpc_grpo.rundir.contract import (
     ATTEMPTS,
@@ -265,7 +266,8 @@ def resume(name: str, sets: tuple[str, ...] = (), time: str | None = None,
     _refuse_unstaged(prepared)
     refuse_if_no_fit(prepared.plan.checkpoint_problem)
     refuse_slow_save(prepared.plan.save)
-    record = run_record(prepared.plan, files.run_id, str(run_dir))
+    record = reshard.with_conversion_time(run_record(prepared.plan, files.run_id, str(run_dir)),
+                                          change.zero_stage if change else None)
     problems = rules.unchangeable(files.record, record)
     if problems:
         raise UserErrors(problems) if len(problems) > 1 else problems[0]

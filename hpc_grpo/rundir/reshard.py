@@ -21,10 +21,14 @@ the checkpoint they resume from must be converted first. Stdlib only, like the r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
+from math import ceil
 from pathlib import Path
+
+from hpc_grpo.rundir.contract import RunRecord
 
 RESHARDED_ZERO_STAGES = (1, 2, 3)  # ds_to_universal's stages in DeepSpeed 0.19
 UNIVERSAL_SUFFIX = "_universal"  # ds_to_universal's output beside the tag folder
@@ -102,3 +106,24 @@ def mark_converted(checkpoint_dir: Path, tag: str, saved_world_size: int, second
     tmp = folder / f".{UNIVERSAL_MARKER}.tmp"
     tmp.write_text(json.dumps(info) + "\n")
     tmp.replace(folder / UNIVERSAL_MARKER)
+
+
+# The ZeRO conversion's rate, assumed (not measured on a large model yet): DeepSpeed's
+# ds_to_universal with one extract and one merge worker reads the checkpoint and writes about as
+# much again (fp32 weights and Adam's two states), single-process.
+CONVERSION_BYTES_PER_S = 200e6
+CONVERSION_MARGIN_S = 300
+
+
+def with_conversion_time(record: RunRecord, zero_stage: int | None) -> RunRecord:
+    """The resumed job's record with room for its ZeRO conversion: rank 0 converts inside the
+    start-up while the other ranks wait in a collective, so the watchdog's start-up allowance
+    gains the conversion's time and the collective timeout covers it (left as planned, a
+    large model's conversion ended every attempt at the floor's 10 minutes and each retry began
+    it again). ``record`` unchanged without a conversion (``zero_stage`` None: DDP or none)."""
+    if not zero_stage:
+        return record
+    seconds = CONVERSION_MARGIN_S + ceil(2 * record.checkpoint_bytes / CONVERSION_BYTES_PER_S)
+    watchdog = dataclasses.replace(record.watchdog, startup_s=record.watchdog.startup_s + seconds)
+    return dataclasses.replace(record, watchdog=watchdog,
+                               collective_timeout_s=max(record.collective_timeout_s, seconds))

@@ -4,6 +4,7 @@ refusal with nothing written and nothing submitted."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from click.testing import CliRunner
 from hpc_grpo import api
 from hpc_grpo.cli import main
 from hpc_grpo.errors import UserError
+from hpc_grpo.rundir import reshard
 from hpc_grpo.runs import track
 from tests.unit.slurmfake import FakeSlurm, squeue_line
 
@@ -328,6 +330,13 @@ def test_a_zero_run_is_resized_and_the_conversion_recorded(fake: FakeSlurm,
     assert record["grpo_config"]["gradient_accumulation_steps"] == 2
     assert (zero / "plan.txt").read_text().endswith(line + "\n")
     assert _jobs(zero)[-1]["layout_change"] == line
+    # the conversion runs in the job's start-up, the other ranks waiting in a collective: both
+    # bounds gain its time (a review found a 7B-sized conversion ended at the 10-minute floor)
+    before = json.loads(next((zero / "attempts").iterdir()).joinpath("run.json").read_text())
+    took = reshard.CONVERSION_MARGIN_S + math.ceil(
+        2 * record["checkpoint_bytes"] / reshard.CONVERSION_BYTES_PER_S)
+    assert record["watchdog"]["startup_s"] == before["watchdog"]["startup_s"] + took
+    assert record["collective_timeout_s"] >= took > reshard.CONVERSION_MARGIN_S
 
 
 @pytest.mark.parametrize(("local", "flag", "follows"), [
