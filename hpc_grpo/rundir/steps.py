@@ -28,9 +28,11 @@ measure nothing.
 The shape. Two runs are alike for step time when everything that sets a step's work and its
 layout is equal: the model (and LoRA, the load dtype), the device and card type, nodes x
 processes per node, the vLLM engine (mode, TP, memory share, sleep mode, context, the server's
-GPUs), DeepSpeed (ZeRO stage, offload), and the recipe's batch and lengths (STEP_KEYS of
-grpo_config, and the dataset's prompt bound). Read from the run record the plan wrote
-(run.json), so a new plan's shape and a past run's are made by the same function.
+GPUs), DeepSpeed (ZeRO stage, offload), the recipe's batch and lengths (STEP_KEYS of
+grpo_config, and the dataset's prompt bound), and the task: the dataset and the reward
+functions, which set the completions' real lengths and the rewards' own time. Read from the run
+record the plan wrote (run.json), so a new plan's shape and a past run's are made by the same
+function.
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ class StepShape:
     model_load: tuple[Any, ...]  # dtype, attention, pure bf16, LoRA rank/modules/4-bit or ()
     grpo: tuple[tuple[str, Any], ...]  # STEP_KEYS the recipe or the plan set
     prompt_bound: int | None
+    # the dataset and the rewards: the completions' real lengths and the rewards' own time
+    # (a reward model, a code sandbox) differ by task, at the same bounds
+    task: tuple[Any, ...] = ()
 
     def line(self) -> str:
         """'Qwen/Qwen2.5-0.5B on 1 x 1 H200, 16 prompts x 8 generations x 192 tokens'."""
@@ -96,7 +101,9 @@ def step_shape(record: RunRecord) -> StepShape:
                     (peft.r, peft.target_modules, peft.load_in_4bit) if peft else ()),
         grpo=tuple((key, record.grpo_config[key]) for key in STEP_KEYS
                    if key in record.grpo_config),
-        prompt_bound=record.dataset.max_prompt_length)
+        prompt_bound=record.dataset.max_prompt_length,
+        task=(record.dataset.name, record.dataset.config, record.dataset.split,
+              tuple(record.reward_funcs)))
 
 
 @dataclass(frozen=True)

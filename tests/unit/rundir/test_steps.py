@@ -44,6 +44,8 @@ def test_what_does_not_change_a_step_leaves_the_shape_alone() -> None:
     {"vllm": VllmBlock(enabled=True, tensor_parallel_size=2)},
     {"vllm": VllmBlock(enabled=True, enable_sleep_mode=True)},
     {"dataset": DatasetBlock("d", max_prompt_length=512)},
+    {"dataset": DatasetBlock("other/math", max_prompt_length=64)},
+    {"reward_funcs": ("my_rewards:code_sandbox",)},
     {"grpo_config": {"per_device_train_batch_size": 64, "num_generations": 8,
                      "max_completion_length": 192}},
     {"grpo_config": {"per_device_train_batch_size": 128, "num_generations": 16,
