@@ -19,14 +19,18 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from hpc_grpo.errors import UserError
+from hpc_grpo.errors import UserError, special_file
 
 SHOWN_CHARS = 40  # of a broken line, in the refusal
 
 
 def local_columns(path: Path) -> list[str] | None:
     """The file's columns (None: a format not read here); a file that does not parse, or a
-    JSONL file with no rows or a row that is not an object, is a UserError naming the line."""
+    JSONL file with no rows or a row that is not an object, is a UserError naming the line.
+    A FIFO or device is refused unopened: reading it waits (a FIFO) or never ends."""
+    if kind := special_file(path):
+        raise UserError(f"dataset {path} is {kind}, not a file", field="dataset",
+                        hint="give a .jsonl/.json/.csv/.parquet file or a save_to_disk folder")
     try:
         if path.suffix == ".jsonl":
             return _jsonl_columns(path)

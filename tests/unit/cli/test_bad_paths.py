@@ -1,0 +1,61 @@
+"""Paths that are not what the option expects (#58, "what must be shown"): a FIFO, a huge file,
+an empty one, a folder where a file goes. Each is one line, exit 2, nothing written, or (status)
+a line naming the problem; none hangs or shows a traceback. docs/bad-inputs.md lists every case
+probed by hand and its outcome."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from hpc_grpo.cli import main
+from tests.unit.cli.cli_errors_helpers import assert_refused
+from tests.unit.cli.cli_errors_helpers import fake_slurm as fake_slurm  # noqa: F401, F811 (a fixture)
+from tests.unit.slurmfake import FakeSlurm
+
+
+@pytest.fixture
+def fifo_never_opened(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opening a FIFO for reading waits for a writer forever: the command hung with nothing
+    printed. Here an open of one fails the test instead of hanging it."""
+    real = Path.open
+
+    def guarded(self: Path, *args: Any, **kwargs: Any) -> Any:
+        if self.is_fifo():
+            raise AssertionError(f"opened the FIFO {self}: the command would hang here")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", guarded)
+
+
+def submit(tmp_path: Path, *args: str) -> tuple[int, str, Path]:
+    root = tmp_path / "runs"
+    result = CliRunner().invoke(
+        main, ["submit", "--output-root", str(root), *args], catch_exceptions=False)
+    return result.exit_code, result.stderr, root
+
+
+@pytest.mark.parametrize(("option", "name", "field"), [
+    ("--recipe", "r.yaml", "recipe"), ("--site", "p.yaml", "site profile"),
+    ("--dataset", "d.jsonl", "dataset"), ("--dataset", "d.csv", "dataset"),
+    ("--dataset", "d.parquet", "dataset")])
+def test_a_fifo_given_as_a_file_is_one_line_unopened(
+        tmp_path: Path, fake_slurm: FakeSlurm, fifo_never_opened: None, option: str, name: str,
+        field: str) -> None:
+    fifo = tmp_path / name
+    os.mkfifo(fifo)
+    site = [] if option == "--site" else ["--site", "sandbox"]
+    code, err, root = submit(tmp_path, *site, "--model", "builtin:tiny", option, str(fifo))
+    assert_refused(code, err, root, fake_slurm, field, "is a named pipe (FIFO), not a", "hint")
+
+
+def test_status_names_a_fifo_in_place_of_run_json(tmp_path: Path, fifo_never_opened: None) -> None:
+    run_dir = tmp_path / "grpo-x-0001"
+    run_dir.mkdir()
+    os.mkfifo(run_dir / "run.json")
+    result = CliRunner().invoke(main, ["status", str(run_dir)], catch_exceptions=False)
+    assert "run.json is a named pipe (FIFO), not a file" in result.output
