@@ -43,6 +43,9 @@ def local_columns(path: Path) -> list[str] | None:
                 return next(csv.reader(handle), [])
     except (json.JSONDecodeError, AttributeError, TypeError) as exc:
         raise UserError(f"dataset {path} does not parse: {exc}", field="dataset") from None
+    except csv.Error as exc:  # a header over csv's field limit: a binary file named .csv
+        raise UserError(f"dataset {path} is not a CSV file: {exc}", field="dataset",
+                        hint="the first line of a .csv file names its columns (prompt,...)") from None
     except UnicodeDecodeError as exc:
         raise UserError(f"dataset {path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x})",
                         field="dataset", hint="save it as UTF-8") from None

@@ -59,3 +59,13 @@ def test_status_names_a_fifo_in_place_of_run_json(tmp_path: Path, fifo_never_ope
     os.mkfifo(run_dir / "run.json")
     result = CliRunner().invoke(main, ["status", str(run_dir)], catch_exceptions=False)
     assert "run.json is a named pipe (FIFO), not a file" in result.output
+
+
+def test_a_binary_file_named_csv_is_one_line(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
+    """50 MB of NUL bytes as data.csv: csv's 'field larger than field limit' was a traceback."""
+    data = tmp_path / "data.csv"
+    with data.open("wb") as handle:
+        handle.truncate(50 << 20)  # sparse: cheap
+    code, err, root = submit(tmp_path, "--site", "sandbox", "--model", "builtin:tiny",
+                             "--dataset", str(data))
+    assert_refused(code, err, root, fake_slurm, "dataset", "is not a CSV file", "hint")
