@@ -69,3 +69,20 @@ def test_a_binary_file_named_csv_is_one_line(tmp_path: Path, fake_slurm: FakeSlu
     code, err, root = submit(tmp_path, "--site", "sandbox", "--model", "builtin:tiny",
                              "--dataset", str(data))
     assert_refused(code, err, root, fake_slurm, "dataset", "is not a CSV file", "hint")
+
+
+@pytest.mark.parametrize("under", ["", "sub"])
+@pytest.mark.parametrize("command", [["status"], ["plan", "--model", "builtin:tiny"]])
+def test_an_hpc_grpo_home_that_is_a_file_is_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, under: str, command: list[str]) -> None:
+    """Every command reads or appends HOME/runs.jsonl: a NotADirectoryError traceback."""
+    blocker = tmp_path / "afile"
+    blocker.write_text("mine\n")
+    monkeypatch.setenv("HPC_GRPO_HOME", str(blocker / under if under else blocker))
+    result = CliRunner().invoke(main, command, catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"error: HPC_GRPO_HOME: {blocker / under if under else blocker} "
+        f"{'is under the file ' + str(blocker) if under else 'is a file'}, not a directory "
+        "(hint: set HPC_GRPO_HOME to a directory, new or existing, or unset it)"]
+    assert blocker.read_text() == "mine\n"
