@@ -86,3 +86,52 @@ def test_an_hpc_grpo_home_that_is_a_file_is_one_line(
         f"{'is under the file ' + str(blocker) if under else 'is a file'}, not a directory "
         "(hint: set HPC_GRPO_HOME to a directory, new or existing, or unset it)"]
     assert blocker.read_text() == "mine\n"
+
+
+def _one_line(args: list[str], *words: str) -> None:
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "(hint: " in lines[0], \
+        result.stderr
+    for word in words:
+        assert word in lines[0]
+
+
+def test_a_file_where_a_folder_goes_and_back_is_the_commands_own_line(
+        tmp_path: Path, fake: FakeSlurm) -> None:
+    """click.Path's own checks answered first: three lines of usage and no hint ("Error: Invalid
+    value for '--to': Directory '...' is a file."); the readers' lines say what to give."""
+    from tests.unit.export import fakes
+
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("mine\n")
+    folder = tmp_path / "profiles.yaml"
+    folder.mkdir()
+    run = fakes.run_dir(tmp_path)
+    fakes.checkpoint(run, 4)
+    _one_line(["plan", "--model", "builtin:tiny", "--recipe", str(folder)], "recipe",
+              "is a directory, not a YAML file")
+    _one_line(["export", str(run), "--to", str(blocker), "--here"], "to", "is a file, not a folder")
+    _one_line(["example-model", str(blocker)], "is a file, not a folder")
+    for force in ([], ["--force"]):  # --force went on to os.replace's IsADirectoryError
+        _one_line(["site", "init", "mine", "--local", "--output", str(folder), *force],
+                  "output", "is a folder, not a file")
+    assert blocker.read_text() == "mine\n" and list(folder.iterdir()) == []
+    assert not (run / "export").exists()
+
+
+def test_site_init_into_a_folder_it_cannot_write_is_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(root writes anywhere chmod allows, so the write is made to fail.)"""
+    real = Path.write_text
+
+    def denied(self: Path, *args: Any, **kwargs: Any) -> Any:
+        if self.parent == tmp_path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", denied)
+    _one_line(["site", "init", "mine", "--local", "--output", str(tmp_path / "mine.yaml")],
+              "output", "cannot be written: Permission denied")
+    assert list(tmp_path.iterdir()) == []
