@@ -7,9 +7,7 @@ never a traceback.
 from __future__ import annotations
 
 import difflib
-import stat
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 
 class UserError(Exception):
@@ -80,18 +78,3 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     shown = ", ".join(options[:8]) + (", ..." if len(options) > 8 else "")
     return f"known: {shown}"
 
-
-_SPECIAL = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
-            (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
-def special_file(path: Path) -> str | None:
-    """What ``path`` is when it exists but is neither a regular file nor a folder (a FIFO, a
-    device, a socket), else None. Every reader of a file the user names asks this before
-    opening it: opening a FIFO for reading waits for a writer forever, and a recipe, site
-    profile, dataset or run.json given as one hung the command with nothing printed (#58)."""
-    try:
-        mode = path.stat().st_mode
-    except (OSError, ValueError):  # missing, under a file, unreadable: the reader says so
-        return None
-    return next((kind for test, kind in _SPECIAL if test(mode)), None)

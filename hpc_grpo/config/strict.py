@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 
 import yaml
 
-from hpc_grpo.errors import UserError, did_you_mean, special_file
+from hpc_grpo.errors import UserError, did_you_mean
+from hpc_grpo.rundir.checkpoints import special_file
 
 T = TypeVar("T")
 

@@ -19,7 +19,8 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from hpc_grpo.errors import UserError, special_file
+from hpc_grpo.errors import UserError
+from hpc_grpo.rundir.checkpoints import special_file
 
 SHOWN_CHARS = 40  # of a broken line, in the refusal
 

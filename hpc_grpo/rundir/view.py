@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.errors import special_file
 from hpc_grpo.rundir import last_jsonl, read_jsonl, tail_jsonl
-from hpc_grpo.rundir.checkpoints import Checkpoint, run_checkpoints
+from hpc_grpo.rundir.checkpoints import Checkpoint, run_checkpoints, special_file
 from hpc_grpo.rundir.contract import (
     CANCELLED,
     JOBS_JSONL,

@@ -87,8 +87,8 @@ RULES: dict[str, tuple[str, set[str]]] = {
     "which layouts change size": (r"RESHARDED_ZERO_STAGES\s*=|shards converted from|"
                                   r"is not resized yet", {"rundir/reshard.py"}),
     # (#58) Which paths are no file to read: a FIFO's open waits forever. The recipe, profile,
-    # dataset and run.json readers ask errors.special_file before opening.
-    "a FIFO or device test": (r"S_ISFIFO|\.is_fifo\(|S_ISCHR", {"errors.py"}),
+    # dataset and run.json readers ask rundir.checkpoints.special_file (beside folder_blocked).
+    "a FIFO or device test": (r"S_ISFIFO|\.is_fifo\(|S_ISCHR", {"rundir/checkpoints.py"}),
 }
 
 
