@@ -135,3 +135,38 @@ def test_site_init_into_a_folder_it_cannot_write_is_one_line(
     _one_line(["site", "init", "mine", "--local", "--output", str(tmp_path / "mine.yaml")],
               "output", "cannot be written: Permission denied")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    (None, ("does not exist",)), (b"", ("has no rows",)),
+    (b'{"prompt": "caf\xe9"}\n', ("not UTF-8", "save it as UTF-8"))],
+    ids=["missing", "empty", "not UTF-8"])
+def test_eval_checks_its_dataset_as_submit_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: bytes | None,
+        words: tuple[str, ...]) -> None:
+    """eval --dataset went straight to the child: it failed there ("eval of step-4 failed:
+    DatasetError ..." or a bare UnicodeDecodeError) after writing its temporary and cache
+    folders into the run (and the output root's .datasets-cache)."""
+    from hpc_grpo.export import evaluate
+    from tests.unit.export import fakes
+
+    run = fakes.run_dir(tmp_path)
+    fakes.checkpoint(run, 4)
+
+    def no_child(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the eval child started on a dataset that cannot load")
+
+    monkeypatch.setattr(evaluate.child, "run", no_child)
+    data = tmp_path / "data" / "held.jsonl"
+    if content is not None:
+        data.parent.mkdir()
+        data.write_bytes(content)
+    before = sorted(tmp_path.rglob("*"))
+    result = CliRunner().invoke(main, ["eval", str(run), "--dataset", str(data)],
+                                catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: dataset: "), result.stderr
+    for word in words:
+        assert word in lines[0]
+    assert sorted(tmp_path.rglob("*")) == before
