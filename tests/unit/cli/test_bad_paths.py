@@ -170,3 +170,15 @@ def test_eval_checks_its_dataset_as_submit_does(
     for word in words:
         assert word in lines[0]
     assert sorted(tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("content", ["", "# max_steps: 10\n"], ids=["empty", "only comments"])
+def test_an_empty_recipe_is_refused_as_an_empty_profile_is(
+        tmp_path: Path, fake_slurm: FakeSlurm, content: str) -> None:
+    """It was taken as every key defaulted: submit started a run nobody described."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(content)
+    code, err, root = submit(tmp_path, "--site", "sandbox", "--model", "builtin:tiny",
+                             "--recipe", str(recipe))
+    assert_refused(code, err, root, fake_slurm, "recipe", "is empty (no keys, or only comments)",
+                   "leave out --recipe")
