@@ -182,3 +182,18 @@ def test_an_empty_recipe_is_refused_as_an_empty_profile_is(
                              "--recipe", str(recipe))
     assert_refused(code, err, root, fake_slurm, "recipe", "is empty (no keys, or only comments)",
                    "leave out --recipe")
+
+
+def test_example_model_into_a_folder_it_cannot_write_blames_the_folder(tmp_path: Path) -> None:
+    """/proc/sys/vm/m: the builder's FileNotFoundError came with "install the runtime extra"."""
+    from hpc_grpo.errors import UserError
+    from hpc_grpo.preflight import builtin_model
+
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\necho \"FileNotFoundError: [Errno 2] No such file or "
+                      "directory: '/proc/sys/vm/m'\" >&2\nexit 1\n")
+    python.chmod(0o755)
+    with pytest.raises(UserError) as caught:
+        builtin_model.example_model("tiny", tmp_path / "m", python=str(python))
+    assert "FileNotFoundError" in caught.value.message
+    assert caught.value.hint == f"give a folder you can write, with room for the model (not {tmp_path / 'm'})"
