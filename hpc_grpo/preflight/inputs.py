@@ -88,6 +88,10 @@ def _hub_id(name: str, arch: ModelArch) -> str:
 
 
 def _local_model(path: Path) -> ModelRef:
+    if path.exists() and not path.is_dir():  # was "does not exist", of a file that does (#58)
+        raise UserError(f"model path {path} is a file, not a model folder", field="model",
+                        hint="give the folder save_pretrained wrote (config.json, weights and "
+                        "tokenizer in it), or a hub id")
     if not path.is_dir():
         raise UserError(f"model path {path} does not exist", field="model",
                         hint="check the path, or give a hub id such as Qwen/Qwen2.5-0.5B")

@@ -197,3 +197,13 @@ def test_example_model_into_a_folder_it_cannot_write_blames_the_folder(tmp_path:
         builtin_model.example_model("tiny", tmp_path / "m", python=str(python))
     assert "FileNotFoundError" in caught.value.message
     assert caught.value.hint == f"give a folder you can write, with room for the model (not {tmp_path / 'm'})"
+
+
+def test_a_file_as_the_model_is_said_to_be_a_file(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
+    """It was "model path X does not exist", of a file that does (model.safetensors given
+    instead of its folder)."""
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"\0" * 16)
+    code, err, root = submit(tmp_path, "--site", "sandbox", "--model", str(weights))
+    assert_refused(code, err, root, fake_slurm, "model", "is a file, not a model folder",
+                   "save_pretrained")
