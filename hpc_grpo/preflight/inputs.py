@@ -24,7 +24,7 @@ from hpc_grpo.planner import ModelArch, arch_from_config, lookup_model
 from hpc_grpo.planner.blocks import dataset_block, model_block
 from hpc_grpo.planner.catalogue import builtin_arch
 from hpc_grpo.planner.types import ModelRef
-from hpc_grpo.preflight.dataset_file import local_columns
+from hpc_grpo.preflight.dataset_file import FORMATS, local_columns
 from hpc_grpo.rundir.checkpoints import checkpoint_step, existing_parent, free_bytes_or_none
 from hpc_grpo.rundir.child_call import call_child
 from hpc_grpo.rundir.contract import CHECKPOINTS
@@ -154,7 +154,7 @@ def check_dataset(name: str, prompt_column: str) -> str:
         return name
     path = Path(name).expanduser()
     if not path.exists():
-        if name.startswith(("/", ".", "~")) or path.suffix in {".jsonl", ".json", ".csv", ".parquet"}:
+        if name.startswith(("/", ".", "~")) or path.suffix in FORMATS:
             raise UserError(f"dataset file {path} does not exist", field="dataset")
         return name  # a hub dataset: only the nodes can tell
     columns = local_columns(path)

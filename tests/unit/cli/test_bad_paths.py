@@ -207,3 +207,35 @@ def test_a_file_as_the_model_is_said_to_be_a_file(tmp_path: Path, fake_slurm: Fa
     code, err, root = submit(tmp_path, "--site", "sandbox", "--model", str(weights))
     assert_refused(code, err, root, fake_slurm, "model", "is a file, not a model folder",
                    "save_pretrained")
+
+
+@pytest.mark.parametrize(("name", "content", "words"), [
+    ("held.parquet", b"", ("is not a Parquet file (empty)",)),
+    ("held.parquet", b"\0" * 4096, ("is not a Parquet file", "PAR1")),
+    ("held.txt", b'{"prompt": "1 + 1"}\n', ("is not one of .csv, .json, .jsonl, .parquet",))],
+    ids=["empty parquet", "not parquet", "no format"])
+def test_a_dataset_file_the_ranks_cannot_load_is_told_here(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_slurm: FakeSlurm, name: str,
+        content: bytes, words: tuple[str, ...]) -> None:
+    """No stdlib Parquet reader, and no format for another suffix: the eval child said so after
+    writing into the run and the shared datasets cache. Submit's probe is kept out too."""
+    from hpc_grpo.export import evaluate
+    from hpc_grpo.preflight import inputs
+    from tests.unit.export import fakes
+
+    def no_child(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a child started on a dataset that cannot load")
+
+    monkeypatch.setattr(evaluate.child, "run", no_child)
+    monkeypatch.setattr(inputs, "probe_inputs", no_child)
+    run = fakes.run_dir(tmp_path)
+    fakes.checkpoint(run, 4)
+    data = tmp_path / "data" / name
+    data.parent.mkdir()
+    data.write_bytes(content)
+    before = sorted(tmp_path.rglob("*"))
+    _one_line(["eval", str(run), "--dataset", str(data)], "dataset", *words)
+    assert sorted(tmp_path.rglob("*")) == before
+    code, err, root = submit(tmp_path / "elsewhere", "--site", "sandbox", "--model",
+                             "builtin:tiny", "--dataset", str(data))
+    assert_refused(code, err, root, fake_slurm, "dataset", *words)
