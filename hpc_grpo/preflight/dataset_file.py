@@ -54,7 +54,8 @@ def local_columns(path: Path) -> list[str] | None:
             with path.open(newline="", encoding="utf-8") as handle:
                 return next(csv.reader(handle), [])
     except (json.JSONDecodeError, AttributeError, TypeError) as exc:
-        raise UserError(f"dataset {path} does not parse: {exc}", field="dataset") from None
+        raise UserError(f"dataset {path} does not parse: {exc}", field="dataset",
+                        hint="a .json dataset is a list of objects: [{\"prompt\": ...}]") from None
     except csv.Error as exc:  # a header over csv's field limit: a binary file named .csv
         raise UserError(f"dataset {path} is not a CSV file: {exc}", field="dataset",
                         hint="the first line of a .csv file names its columns (prompt,...)") from None
@@ -63,7 +64,8 @@ def local_columns(path: Path) -> list[str] | None:
                         field="dataset", hint="save it as UTF-8") from None
     except OSError as exc:
         raise UserError(f"dataset {path} cannot be read: {exc.strerror or exc}",
-                        field="dataset") from None
+                        field="dataset", hint="give a .jsonl/.json/.csv/.parquet file you can "
+                        "read (a save_to_disk folder by its name, without a file suffix)") from None
     return None
 
 

@@ -97,7 +97,8 @@ def _local_model(path: Path) -> ModelRef:
                         hint="check the path, or give a hub id such as Qwen/Qwen2.5-0.5B")
     config = path / "config.json"
     if not config.exists():
-        raise UserError(f"model folder {path} has no config.json", field="model")
+        raise UserError(f"model folder {path} has no config.json", field="model",
+                        hint="give the folder save_pretrained wrote, or a hub id")
     if not any((path / f).exists() for f in _TOKENIZER_FILES):
         raise UserError(
             f"model folder {path} has no tokenizer",
@@ -155,7 +156,8 @@ def check_dataset(name: str, prompt_column: str) -> str:
     path = Path(name).expanduser()
     if not path.exists():
         if name.startswith(("/", ".", "~")) or path.suffix in FORMATS:
-            raise UserError(f"dataset file {path} does not exist", field="dataset")
+            raise UserError(f"dataset file {path} does not exist", field="dataset",
+                            hint="check the path, or give builtin:NAME or a hub id (org/name)")
         return name  # a hub dataset: only the nodes can tell
     columns = local_columns(path)
     if columns is not None and prompt_column not in columns:

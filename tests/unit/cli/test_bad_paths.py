@@ -239,3 +239,24 @@ def test_a_dataset_file_the_ranks_cannot_load_is_told_here(
     code, err, root = submit(tmp_path / "elsewhere", "--site", "sandbox", "--model",
                              "builtin:tiny", "--dataset", str(data))
     assert_refused(code, err, root, fake_slurm, "dataset", *words)
+
+
+def test_the_path_refusals_the_probe_found_without_a_hint_have_one(
+        tmp_path: Path, fake_slurm: FakeSlurm) -> None:
+    """docs/bad-inputs.md: these were one line with no hint (what to give instead)."""
+    from tests.unit.export import fakes
+
+    empty_dir = tmp_path / "empty"
+    empty_dir.mkdir()
+    (tmp_path / "d.json").write_text("")
+    (tmp_path / "folder.jsonl").mkdir()
+    for option, value in [("--dataset", str(tmp_path / "missing.jsonl")),
+                          ("--dataset", str(tmp_path / "d.json")),
+                          ("--dataset", str(tmp_path / "folder.jsonl")),
+                          ("--model", str(empty_dir))]:
+        model = [] if option == "--model" else ["--model", "builtin:tiny"]
+        _one_line(["plan", *model, option, value])
+    run = fakes.run_dir(tmp_path)
+    (run / "run.json").unlink()
+    (run / "run.json").mkdir()
+    _one_line(["export", str(run)], "is not a run directory")
