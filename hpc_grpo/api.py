@@ -107,6 +107,11 @@ def load_spec(request: Request) -> tuple[local_site.SiteFacts, JobSpec]:
     """The site as it runs (a local one resolved from this machine) and the spec for it."""
     facts = local_site.site_facts(find_site(request.site))
     recipe = read_yaml(Path(request.recipe), "recipe") if request.recipe else {}
+    if request.recipe and not recipe:  # a file not yet saved, or the wrong one: every key
+        # defaulted and submit started a run nobody described, as an empty profile did (#58)
+        raise UserError(f"recipe {request.recipe} is empty (no keys, or only comments)",
+                        field="recipe", hint="write its keys (docs/recipe.md), or leave out "
+                        "--recipe to run on the defaults")
     return facts, build_spec(recipe, parse_set(request.sets), request.flags, facts.site)
 
 

@@ -36,7 +36,9 @@ JOB_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     click.option("--site", default="local", show_default=True, help="Profile name or YAML path.",
                  shell_complete=complete_sites),
     click.option("--model", help="Model folder, hub id, catalogue name, or builtin:tiny."),
-    click.option("--recipe", type=click.Path(dir_okay=False), help="YAML of job and GRPOConfig keys."),
+    # Paths are plain text here: the readers refuse a folder, a FIFO or an unreadable file in one
+    # line with a hint (click.Path's own checks printed usage and no hint, #58).
+    click.option("--recipe", metavar="FILE", help="YAML of job and GRPOConfig keys."),
     click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                  help="Override a recipe key (repeatable)."),
     click.option("--nodes", type=int, help="Number of nodes (default 1)."),
@@ -271,7 +273,7 @@ def stage(name: str, site: str, revision: str, is_dataset: bool) -> None:
 
 
 @main.command("example-model")
-@click.argument("directory", type=click.Path(file_okay=False))
+@click.argument("directory")
 @user_errors
 def example_model(directory: str) -> None:
     """Write the tiny offline Qwen2-shaped model and tokenizer used by the examples.

@@ -24,7 +24,7 @@ def posttrain_commands(user_errors: Callable[..., Any]) -> list[click.Command]:
     @click.option("--best", "best", metavar="KEY",
                   help="The complete checkpoint whose step logged the highest value of this "
                   "metrics.jsonl key (reward_mean, rewards/NAME/mean or NAME); not with --step.")
-    @click.option("--to", type=click.Path(file_okay=False),
+    @click.option("--to", metavar="DIRECTORY",
                   help="Target folder, new or empty (default: RUN_DIR/export/step-N).")
     @click.option("--dtype", type=click.Choice(["bf16", "fp32"]),
                   help="Weights dtype (default: the training dtype, bf16 on GPUs, fp32 on CPU).")

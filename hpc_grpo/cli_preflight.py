@@ -63,7 +63,7 @@ def preflight_commands(user_errors: Callable[..., Any],
     @site_group.command("init")
     @click.argument("name")
     @click.option("--partition", default="", help="Default: the cluster's default partition.")
-    @click.option("--output", type=click.Path(dir_okay=False), default="",
+    @click.option("--output", metavar="FILE", default="",
                   help="Default: NAME.yaml in your site directory.")
     @click.option("--force", is_flag=True, help="Replace an existing file.")
     @click.option("--local", is_flag=True,

@@ -77,3 +77,4 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
         return f"did you mean '{close[0]}'?"
     shown = ", ".join(options[:8]) + (", ..." if len(options) > 8 else "")
     return f"known: {shown}"
+

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import yaml
 
 from hpc_grpo.errors import UserError, did_you_mean
+from hpc_grpo.rundir.checkpoints import special_file
 
 T = TypeVar("T")
 
@@ -54,7 +55,11 @@ def _read_text(path: Path, what: str) -> str:
     """The file's text, or one line saying why it cannot be had: ``--site`` and ``--recipe``
     name any path, so a folder, a file the user may not read, one saved in another encoding
     (Latin-1 from an old editor) or one over MAX_YAML_BYTES is bad input, not a reason for a
-    traceback or a wait. Read up to the limit only (a FIFO or /dev/zero never ends)."""
+    traceback or a wait. Read up to the limit only (/dev/zero never ends); a FIFO is refused
+    before it is opened (the open waits for a writer)."""
+    if kind := special_file(path):
+        raise UserError(f"{what} {path} is {kind}, not a YAML file", field=what,
+                        hint=f"give the path of the {what}'s .yaml file")
     try:
         with path.open("rb") as handle:
             data = handle.read(MAX_YAML_BYTES + 1)

@@ -33,6 +33,7 @@ from hpc_grpo.errors import UserError
 from hpc_grpo.export import best as best_of
 from hpc_grpo.export import child, layout
 from hpc_grpo.export.plan import base_model
+from hpc_grpo.preflight.inputs import check_dataset
 from hpc_grpo.rundir import ledgers, write_json_atomic
 from hpc_grpo.rundir.checkpoints import run_checkpoints
 from hpc_grpo.rundir.contract import EVAL_DIR, RUN_JSON, RunRecord, block_dict
@@ -233,6 +234,10 @@ def evaluate(target: str, find_run: Any, step: int | None = None, dataset: str |
     subj, record = subject(target, step, find_run, best)
     req = request(subj, record, dataset, split, reward_funcs, limit, num_samples, seed,
                   max_new_tokens, engine)
+    if dataset:  # checked as submit checks it: a missing, empty, FIFO or non-UTF-8 file failed
+        # only in the child, after it wrote its caches into the run (#58)
+        block = req["dataset"]
+        block["name"] = check_dataset(dataset, str(block.get("prompt_column") or "prompt"))
     work = workspace(subj, record)
     if subj.run_dir is None:  # which model this folder of hpc-grpo's is for
         work.folder.mkdir(parents=True, exist_ok=True)

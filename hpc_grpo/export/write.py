@@ -162,4 +162,5 @@ def export(run_dir: Path, step: int | None = None, to: str | None = None,
 
 def refuse_missing(run_dir: Path) -> None:
     if not (run_dir / RUN_JSON).is_file():
-        raise UserError(f"{run_dir} is not a run directory (no {RUN_JSON})", field="run")
+        raise UserError(f"{run_dir} is not a run directory (no {RUN_JSON})", field="run",
+                        hint="name a run by its id or folder: `hpc-grpo status` lists them")

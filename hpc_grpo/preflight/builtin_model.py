@@ -76,8 +76,13 @@ def write_example_model(shape: str, target: Path, python: str = sys.executable) 
                         ) from exc
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        # A folder it cannot write (FileNotFoundError under /proc, PermissionError) was blamed
+        # on a missing runtime extra (#58): that hint is for a missing module only.
+        missing = "ModuleNotFoundError" in last or "No module named" in last
         raise UserError(f"could not build the model builtin:{shape}: {last}", field="model",
-                        hint="install the runtime extra: pip install 'hpc-grpo[runtime]'")
+                        hint="install the runtime extra: pip install 'hpc-grpo[runtime]'"
+                        if missing else f"give a folder you can write, with room for the model "
+                        f"(not {target})")
     return target
 
 

@@ -20,14 +20,30 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from hpc_grpo.errors import UserError
+from hpc_grpo.rundir.checkpoints import special_file
 
 SHOWN_CHARS = 40  # of a broken line, in the refusal
+# The file formats the ranks load (runtime/rank/data: datasets' json, csv and parquet builders).
+FORMATS = (".csv", ".json", ".jsonl", ".parquet")
+_PARQUET_MAGIC = b"PAR1"  # a Parquet file's first and last four bytes
 
 
 def local_columns(path: Path) -> list[str] | None:
     """The file's columns (None: a format not read here); a file that does not parse, or a
-    JSONL file with no rows or a row that is not an object, is a UserError naming the line."""
+    JSONL file with no rows or a row that is not an object, is a UserError naming the line.
+    A FIFO or device is refused unopened: reading it waits (a FIFO) or never ends."""
+    if kind := special_file(path):
+        raise UserError(f"dataset {path} is {kind}, not a file", field="dataset",
+                        hint="give a .jsonl/.json/.csv/.parquet file or a save_to_disk folder")
+    if path.is_file() and path.suffix not in FORMATS:  # the child said it, after the child's
+        # caches were written into the run (eval) (#58)
+        raise UserError(f"dataset file {path} is not one of {', '.join(FORMATS)}",
+                        field="dataset", hint="name the file by its format, or give a "
+                        "save_to_disk folder or a hub id")
     try:
+        if path.suffix == ".parquet":
+            _parquet_checked(path)
+            return None
         if path.suffix == ".jsonl":
             return _jsonl_columns(path)
         if path.suffix == ".json":
@@ -38,14 +54,37 @@ def local_columns(path: Path) -> list[str] | None:
             with path.open(newline="", encoding="utf-8") as handle:
                 return next(csv.reader(handle), [])
     except (json.JSONDecodeError, AttributeError, TypeError) as exc:
-        raise UserError(f"dataset {path} does not parse: {exc}", field="dataset") from None
+        raise UserError(f"dataset {path} does not parse: {exc}", field="dataset",
+                        hint="a .json dataset is a list of objects: [{\"prompt\": ...}]") from None
+    except csv.Error as exc:  # a header over csv's field limit: a binary file named .csv
+        raise UserError(f"dataset {path} is not a CSV file: {exc}", field="dataset",
+                        hint="the first line of a .csv file names its columns (prompt,...)") from None
     except UnicodeDecodeError as exc:
         raise UserError(f"dataset {path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x})",
                         field="dataset", hint="save it as UTF-8") from None
     except OSError as exc:
         raise UserError(f"dataset {path} cannot be read: {exc.strerror or exc}",
-                        field="dataset") from None
+                        field="dataset", hint="give a .jsonl/.json/.csv/.parquet file you can "
+                        "read (a save_to_disk folder by its name, without a file suffix)") from None
     return None
+
+
+def _parquet_checked(path: Path) -> None:
+    """Columns are not read (no stdlib reader; the probe loads the file where it can), but a
+    file that is no Parquet at all (empty, another format renamed) is told from its magic bytes:
+    it failed in the eval child after the child wrote into the shared datasets cache (#58)."""
+    with path.open("rb") as handle:
+        head = handle.read(len(_PARQUET_MAGIC))
+        size = handle.seek(0, 2)
+        tail = b""
+        if size >= 2 * len(_PARQUET_MAGIC):
+            handle.seek(-len(_PARQUET_MAGIC), 2)
+            tail = handle.read()
+    if head != _PARQUET_MAGIC or tail != _PARQUET_MAGIC:
+        why = "empty" if not size else "no PAR1 magic bytes at its start and end"
+        raise UserError(f"dataset {path} is not a Parquet file ({why})",
+                        field="dataset", hint="write it with pandas' or pyarrow's to_parquet, "
+                        "or name it by its format")
 
 
 def _jsonl_columns(path: Path) -> list[str]:

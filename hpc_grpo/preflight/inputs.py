@@ -24,7 +24,7 @@ from hpc_grpo.planner import ModelArch, arch_from_config, lookup_model
 from hpc_grpo.planner.blocks import dataset_block, model_block
 from hpc_grpo.planner.catalogue import builtin_arch
 from hpc_grpo.planner.types import ModelRef
-from hpc_grpo.preflight.dataset_file import local_columns
+from hpc_grpo.preflight.dataset_file import FORMATS, local_columns
 from hpc_grpo.rundir.checkpoints import checkpoint_step, existing_parent, free_bytes_or_none
 from hpc_grpo.rundir.child_call import call_child
 from hpc_grpo.rundir.contract import CHECKPOINTS
@@ -88,12 +88,17 @@ def _hub_id(name: str, arch: ModelArch) -> str:
 
 
 def _local_model(path: Path) -> ModelRef:
+    if path.exists() and not path.is_dir():  # was "does not exist", of a file that does (#58)
+        raise UserError(f"model path {path} is a file, not a model folder", field="model",
+                        hint="give the folder save_pretrained wrote (config.json, weights and "
+                        "tokenizer in it), or a hub id")
     if not path.is_dir():
         raise UserError(f"model path {path} does not exist", field="model",
                         hint="check the path, or give a hub id such as Qwen/Qwen2.5-0.5B")
     config = path / "config.json"
     if not config.exists():
-        raise UserError(f"model folder {path} has no config.json", field="model")
+        raise UserError(f"model folder {path} has no config.json", field="model",
+                        hint="give the folder save_pretrained wrote, or a hub id")
     if not any((path / f).exists() for f in _TOKENIZER_FILES):
         raise UserError(
             f"model folder {path} has no tokenizer",
@@ -150,8 +155,9 @@ def check_dataset(name: str, prompt_column: str) -> str:
         return name
     path = Path(name).expanduser()
     if not path.exists():
-        if name.startswith(("/", ".", "~")) or path.suffix in {".jsonl", ".json", ".csv", ".parquet"}:
-            raise UserError(f"dataset file {path} does not exist", field="dataset")
+        if name.startswith(("/", ".", "~")) or path.suffix in FORMATS:
+            raise UserError(f"dataset file {path} does not exist", field="dataset",
+                            hint="check the path, or give builtin:NAME or a hub id (org/name)")
         return name  # a hub dataset: only the nodes can tell
     columns = local_columns(path)
     if columns is not None and prompt_column not in columns:

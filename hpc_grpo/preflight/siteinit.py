@@ -304,6 +304,9 @@ def target(name: str, output: str, force: bool) -> Path:
     if where := folder_blocked(path.parent):  # mkdir's FileExistsError, after asking Slurm
         raise UserError(f"{path}: its folder {path.parent} {where}", field="output",
                         hint="give --output a file in a folder, new or existing")
+    if path.is_dir():  # --force would end in os.replace's IsADirectoryError
+        raise UserError(f"{path} is a folder, not a file", field="output",
+                        hint=f"give --output a file, e.g. {path / (name + '.yaml')}")
     if path.exists() and not force:
         raise UserError(f"{path} already exists", field="output",
                         hint="use --force to replace it, or --output FILE")
@@ -312,9 +315,13 @@ def target(name: str, output: str, force: bool) -> Path:
 
 def write_checked(path: Path, text: str) -> Path:
     """Write a generated profile only once the strict loader takes it: what lands on disk loads."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
+    try:  # a folder root may not write to (read-only, /proc): one line, not a traceback
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text)
+    except OSError as exc:
+        raise UserError(f"{path} cannot be written: {exc.strerror or exc}", field="output",
+                        hint="give --output a file in a folder you can write") from None
     try:
         load_site(str(tmp), site_dirs([]))
     except UserError as err:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,6 +144,22 @@ def folder_blocked(path: Path) -> str:
     if existing.is_dir():
         return ""
     return "is a file" if existing == path else f"is under the file {existing}"
+
+
+_SPECIAL = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def special_file(path: Path) -> str | None:
+    """What ``path`` is when it exists but is neither a regular file nor a folder (a FIFO, a
+    device, a socket), else None. Every reader of a file the user names asks this before
+    opening it: opening a FIFO for reading waits for a writer forever, and a recipe, site
+    profile, dataset or run.json given as one hung the command with nothing printed (#58)."""
+    try:
+        mode = path.stat().st_mode
+    except (OSError, ValueError):  # missing, under a file, unreadable: the reader says so
+        return None
+    return next((kind for test, kind in _SPECIAL if test(mode)), None)
 
 
 def free_bytes(path: Path) -> int:

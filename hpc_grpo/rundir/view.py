@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_grpo.rundir import last_jsonl, read_jsonl, tail_jsonl
-from hpc_grpo.rundir.checkpoints import Checkpoint, run_checkpoints
+from hpc_grpo.rundir.checkpoints import Checkpoint, run_checkpoints, special_file
 from hpc_grpo.rundir.contract import (
     CANCELLED,
     JOBS_JSONL,
@@ -220,7 +220,10 @@ def read_head(run_dir: Path) -> RecordHead:
 
 def read_object(path: Path, problems: list[str], *, required: bool) -> dict[str, Any]:
     """A JSON object file; what stops it being read is one problem (a missing file only where
-    ``required``)."""
+    ``required``). A FIFO in its place is one too, unopened (the open would wait forever)."""
+    if kind := special_file(path):
+        problems.append(f"{path.name} is {kind}, not a file")
+        return {}
     try:
         text = path.read_text()
     except FileNotFoundError:

@@ -35,8 +35,14 @@ from hpc_grpo.rundir.view import read_head, read_view
 
 
 def home_dir() -> Path:
-    """Per-user state: the run index. ``HPC_GRPO_HOME`` moves it (tests, shared accounts)."""
-    return Path(os.environ.get("HPC_GRPO_HOME", "~/.local/share/hpc-grpo")).expanduser()
+    """Per-user state: the run index. ``HPC_GRPO_HOME`` moves it (tests, shared accounts).
+    One naming a file (or a path under one) is one line: every command read or appended
+    runs.jsonl in it and stopped on a NotADirectoryError traceback (#58)."""
+    home = Path(os.environ.get("HPC_GRPO_HOME", "~/.local/share/hpc-grpo")).expanduser()
+    if where := folder_blocked(home):
+        raise UserError(f"{home} {where}, not a directory", field="HPC_GRPO_HOME",
+                        hint="set HPC_GRPO_HOME to a directory, new or existing, or unset it")
+    return home
 
 
 def index_path() -> Path:

@@ -397,7 +397,7 @@ def test_an_unreadable_recipe_or_profile_is_one_line(
 
 
 def test_a_recipe_directory_through_the_api_is_one_line(tmp_path: Path) -> None:
-    """The CLI's --recipe is a click.Path(dir_okay=False); the api's Request is not."""
+    """The api's Request gets the same line as the CLI's --recipe (strict._read_text)."""
     from hpc_grpo import api
 
     with pytest.raises(UserError, match="is a directory"):

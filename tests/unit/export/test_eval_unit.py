@@ -249,7 +249,9 @@ def test_a_model_folder_of_no_run_is_evaluated_in_hpc_grpos_home_not_beside_it(
     fake.write_text(FAKE.format(python=sys.executable))
     fake.chmod(0o755)
     dump = _child_env(tmp_path, monkeypatch)
-    result = evaluate.evaluate(str(mine / "model"), registry.find_run, dataset="d.jsonl",
+    data = tmp_path / "d.jsonl"  # eval checks --dataset before the child, as submit does
+    data.write_text('{"prompt": "1 + 1"}\n')
+    result = evaluate.evaluate(str(mine / "model"), registry.find_run, dataset=str(data),
                                reward_funcs=("builtin:length",), limit=2, python=str(fake))
     assert sorted(p.name for p in mine.iterdir()) == ["model"]  # nothing beside the model
     assert sorted(p.name for p in (mine / "model").iterdir()) == ["config.json"]

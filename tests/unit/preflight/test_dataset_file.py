@@ -68,14 +68,17 @@ def test_what_datasets_reads_is_not_refused(tmp_path: Path, text: str) -> None:
 
 def test_json_and_csv_and_parquet(tmp_path: Path) -> None:
     """.json is parsed whole (the decoder's line and column); .csv's header is read; .parquet
-    has no stdlib reader (the probe loads it where the site's python can)."""
+    has no stdlib reader (the probe loads it where the site's python can): its magic bytes only."""
     broken = _file(tmp_path, "m.json", '[{"prompt": "a"},\n{"prompt": "b"\n]\n')
     with pytest.raises(UserError, match="does not parse: Expecting ',' delimiter: line 3"):
         inputs.check_dataset(str(broken), "prompt")
     with pytest.raises(UserError, match="does not parse: Expecting value: line 1 column 1"):
         inputs.check_dataset(str(_file(tmp_path, "e.json", "")), "prompt")
     assert inputs.check_dataset(str(_file(tmp_path, "m.csv", "prompt,b\n1,2,3\n")), "prompt")
-    assert inputs.check_dataset(str(_file(tmp_path, "m.parquet", "PAR1 not parquet")), "prompt")
+    # only its magic bytes are read here: PAR1 at both ends passes, a renamed file does not
+    assert inputs.check_dataset(str(_file(tmp_path, "m.parquet", "PAR1 body PAR1")), "prompt")
+    with pytest.raises(UserError, match="is not a Parquet file"):
+        inputs.check_dataset(str(_file(tmp_path, "n.parquet", "PAR1 not parquet")), "prompt")
 
 
 def test_submit_refuses_a_broken_line_in_one_line_and_writes_nothing(

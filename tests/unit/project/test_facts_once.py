@@ -86,6 +86,9 @@ RULES: dict[str, tuple[str, set[str]]] = {
     # ZeRO and server mode by its own checks; now the launcher and the ranks read one rule.
     "which layouts change size": (r"RESHARDED_ZERO_STAGES\s*=|shards converted from|"
                                   r"is not resized yet", {"rundir/reshard.py"}),
+    # (#58) Which paths are no file to read: a FIFO's open waits forever. The recipe, profile,
+    # dataset and run.json readers ask rundir.checkpoints.special_file (beside folder_blocked).
+    "a FIFO or device test": (r"S_ISFIFO|\.is_fifo\(|S_ISCHR", {"rundir/checkpoints.py"}),
 }
 
 
@@ -125,6 +128,7 @@ def test_the_scan_sees_a_second_copy() -> None:
         "a rich console": "console = Console(width=None if sys.stdout.isatty() else 200)",
         "the job's memory from Slurm's defaults": 'per_cpu = int(record.get("DefMemPerCPU", 0))',
         "which layouts change size": 'raise UserError(f"{layout}: server mode is not resized yet")',
+        "a FIFO or device test": "if path.is_fifo():",
     }
     for rule, line in copies.items():
         assert re.search(RULES[rule][0], line), rule
