@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.clusterlib import cli, finished, submit, wait_for
-from tests.slow.resume_runs import counting_prompts, prompts_per_step, step_rows
+from tests.slow.resume_runs import adam_steps, counting_prompts, prompts_per_step, step_rows
 
 pytestmark = [pytest.mark.cluster, pytest.mark.whole_cluster,  # 4 nodes
               pytest.mark.usefixtures("sandbox_cluster")]
@@ -130,6 +130,12 @@ def test_the_shards_are_converted_and_new_ranks_seeded_fresh(runs: tuple[Path, P
     rank2 = (resized / "logs" / "rank-2.log").read_text()
     assert "RNG state: none for rank 2 in the checkpoint (saved by 2 rank(s)): seeded as a fresh " \
         "run's rank" in rank2  # rank 2 did not exist while the run had 2 nodes
+    # the optimizer state was loaded at each size (a fresh one would count from 0), and ZeRO-3's
+    # groups count once a step each (universal.py's repair of DeepSpeed's shared step tensor)
+    for step in (*STOPS, STEPS):
+        assert set(adam_steps(resized / "checkpoints" / f"checkpoint-{step}")) == {step}, step
+    rank0 = (resized / "logs" / "rank-0.log").read_text()
+    assert "Adam step count(s) shared with another group given" in rank0
     rows = step_rows(resized)
     assert [r[0] for r in rows] == list(range(1, STEPS + 1))
     assert all(math.isfinite(v) for row in rows for v in row[1:])

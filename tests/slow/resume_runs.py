@@ -57,3 +57,13 @@ def within_rounding(parts: Mapping[str, float], whole: float) -> bool:
     rounds each figure to 0.01 s, so their sum may pass the rounded whole by up to 0.005 s a
     figure (CI, session 42: 1.86 + 0.02 + 0.0 against 1.88)."""
     return sum(parts.values()) <= whole + 0.005 * (len(parts) + 1)
+
+
+def adam_steps(checkpoint: Path) -> list[float]:
+    """Adam's step count of every parameter group in a ZeRO checkpoint's first partition."""
+    import torch
+
+    (first, *_) = sorted(checkpoint.glob("global_step*/*rank_0_*optim_states.pt"))
+    saved = torch.load(first, map_location="cpu", weights_only=False)["optimizer_state_dict"]
+    inner = saved.get("base_optimizer_state") or saved["optimizer_state_dict"]  # ZeRO-1/2, 3
+    return [float(entry["step"]) for entry in inner["state"].values()]

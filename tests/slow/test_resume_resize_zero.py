@@ -1,5 +1,5 @@
 """`hpc-grpo resume RUN --procs-per-node 1` of a DeepSpeed ZeRO run on the local site (issue 60): a
-1 x 2 ZeRO-2 (and ZeRO-3) run on CPU (gloo) stopped at a checkpoint continues at 1 x 1, its
+1 x 2 ZeRO-2 run on CPU (gloo) stopped at a checkpoint continues at 1 x 1, its
 shards converted once through DeepSpeed's universal checkpoint (runtime/rank/checkpoints/
 universal.py) and reused by a later resume of the same checkpoint.
 
@@ -8,12 +8,14 @@ step. Each run stops exactly at step 2 (the test reward asks for it) and is resu
 (per-device 4 x accumulation 2: the same 8 completions a step). The ZeRO-2 run's first resume
 fails at step 3 before any save (the test reward raises: a job lost before its first
 checkpoint), so the second resume loads checkpoint-2 at 1 x 1 again and reuses the conversion;
-it trains to step 4. The ZeRO-3 run's resume trains to step 4 at once. The data order is an
+it trains to step 4. (ZeRO-3 ran here too until CI's time asked for one copy: it is resized on
+the sandbox cluster, 4 -> 2 -> 4 nodes, tests/cluster/test_cluster_resize.py, with its Adam
+step checks.) The data order is an
 uninterrupted 1 x 2 ZeRO-2 run's (the prompts a step draws follow the seed and the global batch,
 not the ZeRO stage). Everything asserted comes from the runs' own records: run.json, plan.txt,
 jobs.jsonl, the checkpoints' folders, markers and Adam step counts, rank 0's log, metrics.jsonl,
-and the prompts the reward saw on each rank. 114 s on 2 shared cores (six launches through the
-CLI; each conversion 2-5 s of it).
+and the prompts the reward saw on each rank. Four launches through the CLI (six, 114 s on 2
+shared cores, with ZeRO-3; each conversion 2-5 s of it).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any
 import pytest
 
 from tests.paths import REPO
-from tests.slow.resume_runs import counting_prompts, prompts_per_step, step_rows
+from tests.slow.resume_runs import adam_steps, counting_prompts, prompts_per_step, step_rows
 from tests.slow.runtime_slow_helpers import state
 
 pytestmark = pytest.mark.slow
@@ -69,7 +71,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("resize-zero")
     reference, _ = _submit(root, "reference", 2, None)
     out: dict[str, Any] = {"reference": reference}
-    for zero in (2, 3):
+    for zero in (2,):
         run_dir, env = _submit(root, f"zero{zero}", zero, STOP)
         assert state(run_dir)["phase"] == "interrupted"
         outputs = []
@@ -97,7 +99,7 @@ def _conversion_lines(run_dir: Path) -> list[str]:
             if line.startswith("[checkpoint] ZeRO-")]
 
 
-@pytest.mark.parametrize("zero", [2, 3])
+@pytest.mark.parametrize("zero", [2])
 def test_the_global_batch_is_kept_and_the_conversion_recorded(runs: dict[str, Any],
                                                               zero: int) -> None:
     run_dir, outputs = runs[f"zero{zero}"]
@@ -118,7 +120,7 @@ def test_the_global_batch_is_kept_and_the_conversion_recorded(runs: dict[str, An
         assert (run_dir / "plan.txt").read_text().rstrip().endswith(line)
 
 
-@pytest.mark.parametrize("zero", [2, 3])
+@pytest.mark.parametrize("zero", [2])
 def test_the_checkpoint_is_converted_once_beside_itself(runs: dict[str, Any], zero: int) -> None:
     run_dir, _ = runs[f"zero{zero}"]
     checkpoints = run_dir / "checkpoints"
@@ -155,30 +157,20 @@ def _prompts_per_step(run_dir: Path, ranks: int) -> dict[int, list[Any]]:
     return out
 
 
-def _adam_steps(checkpoint: Path) -> list[float]:
-    """Adam's step count of every parameter group in a checkpoint's first ZeRO partition."""
-    import torch
-
-    (first, *_) = sorted(checkpoint.glob("global_step*/*rank_0_*optim_states.pt"))
-    saved = torch.load(first, map_location="cpu", weights_only=False)["optimizer_state_dict"]
-    inner = saved.get("base_optimizer_state") or saved["optimizer_state_dict"]  # ZeRO-1/2, 3
-    return [float(entry["step"]) for entry in inner["state"].values()]
-
-
-@pytest.mark.parametrize("zero", [2, 3])
+@pytest.mark.parametrize("zero", [2])
 def test_adam_counts_on_from_the_converted_state(runs: dict[str, Any], zero: int) -> None:
     """The optimizer state was loaded (a fresh one would count 2 at step 4), and ZeRO-3's
     groups count once a step each (universal.py's repair of DeepSpeed's shared step)."""
     run_dir, _ = runs[f"zero{zero}"]
     checkpoints = run_dir / "checkpoints"
-    assert set(_adam_steps(checkpoints / f"checkpoint-{STOP}")) == {STOP}
-    assert set(_adam_steps(checkpoints / f"checkpoint-{STEPS}")) == {STEPS}
+    assert set(adam_steps(checkpoints / f"checkpoint-{STOP}")) == {STOP}
+    assert set(adam_steps(checkpoints / f"checkpoint-{STEPS}")) == {STEPS}
     log = (run_dir / "logs" / "rank-0.log").read_text()
     repaired = "[checkpoint] universal load: 1 Adam step count(s) shared with another group given"
     assert (repaired in log) is (zero == 3)
 
 
-@pytest.mark.parametrize("zero", [2, 3])
+@pytest.mark.parametrize("zero", [2])
 def test_every_step_draws_the_uninterrupted_runs_prompts(runs: dict[str, Any], zero: int) -> None:
     run_dir, _ = runs[f"zero{zero}"]
     ref, got = _prompts_per_step(runs["reference"], 2), _prompts_per_step(run_dir, 2)
@@ -187,7 +179,7 @@ def test_every_step_draws_the_uninterrupted_runs_prompts(runs: dict[str, Any], z
         assert len(got[step]) == 8 and got[step] == ref[step], (step, got[step], ref[step])
 
 
-@pytest.mark.parametrize("zero", [2, 3])
+@pytest.mark.parametrize("zero", [2])
 def test_training_goes_on_with_finite_losses(runs: dict[str, Any], zero: int) -> None:
     run_dir, _ = runs[f"zero{zero}"]
     rows = step_rows(run_dir)
