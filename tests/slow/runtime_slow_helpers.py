@@ -14,8 +14,16 @@ from typing import Any
 import pytest
 
 from hpc_grpo.runtime.rank.setup.placement import expected_row
+from tests.paths import REPO
 
 STEPS = 8
+CLI = str(Path(sys.executable).with_name("hpc-grpo"))  # this environment's console script
+
+
+def cli(*args: str, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """``hpc-grpo ARGS`` from the checkout with ``env``, its output captured, no exit check."""
+    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                          env=env)
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,24 +16,18 @@ import pytest
 
 from tests.cluster.clusterlib import submitted
 from tests.paths import REPO
-
-CLI = str(Path(sys.executable).with_name("hpc-grpo"))
-
-
-def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=600, cwd=REPO,
-                          env=env)
+from tests.slow.runtime_slow_helpers import cli
 
 
 @pytest.mark.slow
 def test_a_local_export_job_writes_the_checked_export_and_status_follows_it(tmp_path: Path) -> None:
     env = {**os.environ, "HPC_GRPO_HOME": str(tmp_path / "home"),
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    proc = _cli("submit", "--site", "local", "--model", "builtin:tiny", "--set", "max_steps=2",
+    proc = cli("submit", "--site", "local", "--model", "builtin:tiny", "--set", "max_steps=2",
                 "--output-root", str(tmp_path / "runs"), "--run-id", "job-0001", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir = submitted(proc.stdout)[2]
-    started = _cli("export", "job-0001", "--job", env=env)
+    started = cli("export", "job-0001", "--job", env=env)
     assert started.returncode == 0, started.stdout + started.stderr
     assert started.stdout.startswith("export runs as job ") and "(--job)" in started.stdout
     entry = json.loads((run_dir / "export-jobs.jsonl").read_text())
@@ -43,7 +35,7 @@ def test_a_local_export_job_writes_the_checked_export_and_status_follows_it(tmp_
     lines = []
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        row = json.loads(_cli("status", str(run_dir), "--json", env=env).stdout)[0]
+        row = json.loads(cli("status", str(run_dir), "--json", env=env).stdout)[0]
         lines.append(row["export_job"])
         if "done" in row["export_job"] or "no export recorded" in row["export_job"]:
             break

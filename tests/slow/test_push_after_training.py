@@ -11,23 +11,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.cluster.clusterlib import submitted
 from tests.paths import REPO
+from tests.slow.runtime_slow_helpers import cli
 from tests.unit.hubfake import UploadHub
 
-CLI = str(Path(sys.executable).with_name("hpc-grpo"))
 TOKEN = "hf_standin_node_push_SECRET"
-
-
-def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=900, cwd=REPO,
-                          env=env)
 
 
 @pytest.mark.slow
@@ -40,7 +33,7 @@ def test_a_local_run_with_push_to_hub_exports_and_pushes_at_its_end(tmp_path: Pa
                "--set", "push_to_hub=true", "--set", "hub_model_id=my-org/tiny-grpo",
                "--set", "hub_private_repo=true",
                "--output-root", str(tmp_path / "runs"), "--run-id", "push-0001"]
-        proc = _cli("submit", *job, env=env)
+        proc = cli("submit", *job, env=env, timeout=900)  # an export and a push after the training
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "rank 0's node task exports the last checkpoint and pushes it to my-org/tiny-grpo" \
             in proc.stderr + proc.stdout
@@ -61,6 +54,6 @@ def test_a_local_run_with_push_to_hub_exports_and_pushes_at_its_end(tmp_path: Pa
         for path in run_dir.rglob("*"):
             if path.is_file():
                 assert TOKEN.encode() not in path.read_bytes(), path
-        status = json.loads(_cli("status", str(run_dir), "--json", env=env).stdout)
+        status = json.loads(cli("status", str(run_dir), "--json", env=env).stdout)
         row = status[0] if isinstance(status, list) else status
         assert row["pushed"].startswith("pushed step 2 to my-org/tiny-grpo (")
