@@ -31,6 +31,17 @@ def _cli(*args: str, timeout: int = 560) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=timeout, env=env)
 
 
+def eval_result(target: str | Path, *args: str) -> dict[str, Any]:
+    """``hpc-grpo eval TARGET ARGS --json``: its exit, wall time, the eval record it wrote and the
+    tail of its stderr, as the GPU tests save them."""
+    started = time.time()
+    proc = _cli("eval", str(target), *args, "--json")
+    record = json.loads(Path(json.loads(proc.stdout)["path"]).read_text()) \
+        if proc.returncode == 0 else {}
+    return {"args": list(args), "exit": proc.returncode, "wall_s": round(time.time() - started, 1),
+            "record": record, "stderr_tail": proc.stderr[-2000:]}
+
+
 class HostPeak:
     """Peak resident memory of a process and its children: RSS summed every 0.5 s (``stop()``,
     what earlier runs saved) and PSS summed every 2 s (``pss_gib()``, each page counted once).

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.gpu.checkpoint_resume_helpers import _cli, _folder_bytes, _work
+from tests.gpu.checkpoint_resume_helpers import _cli, _folder_bytes, _work, eval_result
 from tests.gpu.gpu_helpers import needs_gpu
 from tests.gpu.multinode_helpers import _save, _saved
 
@@ -69,9 +69,9 @@ def test_zero3_offload_export_read_by_vllm_then_eval_through_vllm() -> None:
     steps = sorted(int(p.name.split("-")[1]) for p in run_dir.glob("checkpoints/checkpoint-*"))
     result = {"source": saved["deepspeed"], "ranks": saved.get("ranks"),
               "checkpoint_files": shards, "export": _export(run_dir, "zero3-1.5b")}
-    result["eval"] = _eval(run_dir, "--limit", "32", "--num-samples", "4")
-    result["eval_shards"] = _eval(run_dir, "--step", str(steps[-1]), "--engine", "transformers",
-                                  "--limit", "8", "--num-samples", "1", "--max-new-tokens", "32")
+    result["eval"] = eval_result(run_dir, "--limit", "32", "--num-samples", "4")
+    result["eval_shards"] = eval_result(run_dir, "--step", str(steps[-1]), "--engine", "transformers",
+                                        "--limit", "8", "--num-samples", "1", "--max-new-tokens", "32")
     _save("export-zero3-offload-1.5b" + ("-1rank" if saved.get("ranks") == 1 else ""), result)
     shutil.rmtree(result["export"]["target"], ignore_errors=True)
     assert not any(name == "model.safetensors" for name in shards), shards  # shards only
@@ -81,15 +81,6 @@ def test_zero3_offload_export_read_by_vllm_then_eval_through_vllm() -> None:
         assert run["exit"] == 0, run["stderr_tail"]
         assert run["record"]["engine"] == engine and run["record"]["prompts"] == prompts, run
     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # kept for another try otherwise
-
-
-def _eval(run_dir: Path, *args: str) -> dict[str, Any]:
-    started = time.time()
-    proc = _cli("eval", str(run_dir), *args, "--json")
-    record = json.loads(Path(json.loads(proc.stdout)["path"]).read_text()) \
-        if proc.returncode == 0 else {}
-    return {"args": list(args), "exit": proc.returncode, "wall_s": round(time.time() - started, 1),
-            "record": record, "stderr_tail": proc.stderr[-2000:]}
 
 
 @needs_gpu

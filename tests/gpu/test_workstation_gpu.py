@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.gpu.checkpoint_resume_helpers import _cli, _metrics, _work
+from tests.gpu.checkpoint_resume_helpers import _cli, _metrics, _work, eval_result
 from tests.gpu.gpu_helpers import machine, needs_gpu
 from tests.gpu.lora_7b_helpers import LOSS_RTOL
 from tests.gpu.multinode_helpers import _save, _saved
@@ -138,12 +138,10 @@ def test_cancel_resume_equals_the_reference() -> None:
 
 
 def _eval(target: str, *args: str) -> dict[str, Any]:
-    started = time.time()
-    proc = _cli("eval", target, *args, "--json")
-    record = json.loads(Path(json.loads(proc.stdout)["path"]).read_text()) if proc.returncode == 0 else {}
-    record.pop("per_prompt", None)
-    return {"args": list(args), "exit": proc.returncode, "wall_s": round(time.time() - started, 1),
-            "record": record, "stderr_tail": proc.stderr[-2000:]}
+    """The eval's saved result without its per-prompt rewards (the docs quote the means)."""
+    result = eval_result(target, *args)
+    result["record"].pop("per_prompt", None)
+    return result
 
 
 @needs_gpu
