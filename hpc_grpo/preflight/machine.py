@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from hpc_grpo.preflight.siteinit import GPU_GIB
-from hpc_grpo.runtime.shared.host_memory import memory
+from hpc_grpo.runtime.shared.host_memory import memory, usable_cpus
 
 NVIDIA_SMI = ("nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits")
 PROBE_TIMEOUT_S = 10.0
@@ -114,14 +114,6 @@ def gpu_type(name: str) -> str:
         if known in words:
             return known
     return "_".join(w for w in words if w not in ("nvidia", "tesla"))
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on (a container's or taskset's share, not the host's)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
 
 
 # How _gpus says nvidia-smi is present but told nothing (Machine.gpus_unknown).

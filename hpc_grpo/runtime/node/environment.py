@@ -54,13 +54,6 @@ def threads_per_rank(env: Mapping[str, str], usable_cpus: int, procs_per_node: i
     return max(1, cpus // max(1, procs_per_node))
 
 
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def child_env(env: Mapping[str, str], attempt: str, run: RunRecord, cpus: int = 1,
               libraries: Mapping[str, str] | None = None) -> dict[str, str]:
     """torchrun's environment: OpenMP threads per rank as threads_per_rank says (torchrun alone

@@ -25,10 +25,11 @@ from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.contract import CLEAN_END, STALLED, RunRecord
 from hpc_grpo.rundir.state import RunState
 from hpc_grpo.runtime.node import causes, hub_push, oom, retry, slurm_facts, vllm_server, watchdog
-from hpc_grpo.runtime.node.environment import child_env, library_env, usable_cpus
+from hpc_grpo.runtime.node.environment import child_env, library_env
 from hpc_grpo.runtime.node.ports import free_port, with_master_port
 from hpc_grpo.runtime.node.scratch import make_scratch
 from hpc_grpo.runtime.shared import setup_failure, vllm_address
+from hpc_grpo.runtime.shared.host_memory import usable_cpus
 
 PAYLOAD_MODULES = {"train": "hpc_grpo.runtime.rank.train", "check": "hpc_grpo.runtime.rank.smoke"}
 

@@ -1,9 +1,12 @@
 """The node's memory and this job's cgroup limit, from /proc and /sys: doctor's probe reports
 them (runtime/probe.py) and each rank checks them against the plan (the rank's hardware check).
+Also the CPUs this process may run on: the node task splits them into OpenMP threads, and
+``site init --local`` writes them into a workstation's profile (preflight/machine.py).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -24,3 +27,12 @@ def memory(meminfo: Path = Path("/proc/meminfo")) -> dict[str, Any]:
                 limit = int(text)
     return {"total": fields["MemTotal"], "available": fields.get("MemAvailable"),
             "cgroup_limit": limit}
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (a container's, taskset's or Slurm's share, not the
+    host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1

@@ -80,6 +80,8 @@ RULES: dict[str, tuple[str, set[str]]] = {
     "the job's memory from Slurm's defaults": (r"\"DefMemPer(CPU|Node|GPU)\"", {"scheduler/jobscript.py"}),
     # The step time learnt from a site's runs (#58): which runs are alike (the plan, the
     # registry and status all take it from the record) and the calibrated range, as data.
+    # The CPUs this process may use: the node task's threads and site init --local's profile.
+    "the usable CPUs": (r"sched_getaffinity\(", {"runtime/shared/host_memory.py"}),
     "a run's step-time shape": (r"\bStepShape\(", {"rundir/steps.py"}),
     "the calibrated range": (r"\bCALIBRATED\s*=", {"planner/speed/calibrated.py"}),
     # Which layouts may continue at another world size (#60): the launcher's resume refused
@@ -126,6 +128,7 @@ def test_the_scan_sees_a_second_copy() -> None:
         "the scheduler read from run.json": 'scheduler = str(record.get("scheduler") or "slurm")',
         "where a child's caches go": 'env["HF_DATASETS_CACHE"] = str(Path(tmp) / "datasets")',
         "a rich console": "console = Console(width=None if sys.stdout.isatty() else 200)",
+        "the usable CPUs": "return len(os.sched_getaffinity(0))",
         "the job's memory from Slurm's defaults": 'per_cpu = int(record.get("DefMemPerCPU", 0))',
         "which layouts change size": 'raise UserError(f"{layout}: server mode is not resized yet")',
         "a FIFO or device test": "if path.is_fifo():",
