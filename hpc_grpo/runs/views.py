@@ -93,9 +93,11 @@ _SHORT = {"OUT_OF_MEMORY": "OOM"}  # squeue's own short code: the column stays 1
 
 def _mark(row: track.RunStatus) -> str:
     """A state Slurm did not give (from the run directory) carries a '*'. A run the hang
-    watchdog stopped shows STALLED until it ends or its next attempt starts."""
-    state = "STALLED" if row.stalled and not row.finished else _SHORT.get(row.state, row.state)
-    state = REQUEUING if row.requeuing else state
+    watchdog stopped shows STALLED until it ends or its next attempt starts, also while its
+    retry is due: the more telling of the two, and the REQUEUING line under the table says
+    that Slurm will restart it (a requeue after a stall came up as REQUEUING before: CI, #58)."""
+    state = REQUEUING if row.requeuing else _SHORT.get(row.state, row.state)
+    state = "STALLED" if row.stalled and not row.finished else state
     return f"{state}*" if row.source == "run directory" else state
 
 

@@ -101,3 +101,21 @@ def test_completing_after_a_cancel_is_not_a_requeue(fake: FakeSlurm, tmp_path: P
     _, job = _failed_run(tmp_path, retry="", cause="cancelled")
     _slurm(fake, job, [("RUNNING", T0)], "COMPLETING")
     assert track.status()[0].requeuing == ""
+
+
+def test_a_stalled_run_whose_retry_is_due_stays_stalled_with_the_requeue_said_below(
+        fake: FakeSlurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI on #58's code: the hang watchdog's run came up REQUEUING once the node task's retry
+    was due, where runs/views.py promises STALLED until the next attempt starts. STALLED is the
+    column (the more telling state), and the REQUEUING line says Slurm will restart it."""
+    run_dir, job = _failed_run(tmp_path, retry="after", cause="stalled", message="")
+    state = json.loads((run_dir / "state.json").read_text())
+    state.update(phase="training", stalled={"ranks_behind": [3], "line": "no progress for 12s"})
+    (run_dir / "state.json").write_text(json.dumps(state))
+    _slurm(fake, job, [("RUNNING", T0)], "RUNNING")
+    row = track.status()[0]
+    assert row.stalled and row.requeuing.startswith("REQUEUING: "), row
+    monkeypatch.setenv("COLUMNS", "200")
+    out = CliRunner().invoke(main, ["status"]).stdout
+    assert out.splitlines()[1].split()[2] == "STALLED", out
+    assert f"lost-0001: {row.requeuing}" in out and "lost-0001: stalled: no progress" in out, out
