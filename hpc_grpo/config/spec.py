@@ -80,6 +80,9 @@ class JobSpec:
     # bf16 weights, gradients and Adam states without DeepSpeed (less memory, less precise);
     # otherwise the ranks keep fp32 master weights whatever dtype says (rank/setup/model_load.py).
     pure_bf16: bool = False
+    # Periodic checkpoints written in the background while training goes on: the rank holds
+    # the serialized state in host memory until written (runtime/rank/checkpoints/background_save.py).
+    async_save: bool = False
     # Dataset details beyond its name (TRL ScriptArguments / open-r1 GRPOScriptArguments).
     dataset_config: str = ""
     dataset_split: str = "train"

@@ -132,6 +132,7 @@ class JobPlan:
                                    min_s=self.site.watchdog_min_s),
             collective_timeout_s=self.collective_timeout_s,
             checkpoint_bytes=self.checkpoint.one if self.checkpoint else 0,
+            async_save=self.spec.async_save,
             predicted_step_s=self.step_time.predicted if self.step_time else None)
 
 

@@ -17,9 +17,15 @@ Assumptions, each stated where plan prints the figure:
 * A stop (the signal before the time limit, or a preemption within GraceTime) needs the step in
   flight, the save with half of it again, and 30 s (timing.lead_needed, the measured lead's rule).
 * Periodic saves come every ``save_steps`` steps (hpc-grpo's default where the recipe is silent):
-  the share of training time spent saving is save / (save_steps x step). A preemption whose
-  stop save completes loses no step; one that cannot save (GraceTime too short, a node failure)
-  loses the steps since the last periodic save: save_steps / 2 on average, save_steps at most.
+  the share of training time spent saving is save / (save_steps x step). With ``async_save``
+  (runtime/rank/checkpoints/background_save.py) training holds only the copy of each rank's
+  state into host memory, not counted here, and the write goes on beside the next steps; a
+  stop's save is still written at once (the ranks exit after it), so the lead is unchanged.
+  The background writer holds at most half the memory available to the job a node
+  (``CHECKPOINT_HOST_FRACTION``, the runtime's own share): a node's bytes past it are written
+  at once. A preemption whose stop save completes loses no step; one that cannot save
+  (GraceTime too short, a node failure) loses the steps since the last periodic save:
+  save_steps / 2 on average, save_steps at most.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner.checkpoint_size import CheckpointSize, busiest_node_bytes
 from hpc_grpo.planner.memory_plan import MemoryPlan
+from hpc_grpo.planner.save_verdicts import SaveRequest, periodic_warnings, verdicts
 from hpc_grpo.planner.speed.server import ServerPlan
 from hpc_grpo.planner.timing import MARGIN_S, SAVE_MARGIN, Timings, lead_needed
 from hpc_grpo.planner.types import WriteFigure
@@ -43,23 +50,6 @@ ASSUMED_SOURCE = ("assumed, neither declared nor measured: two ranks of one host
                   "each, DeepSpeed's partition write to local NVMe (docs/benchmarks.md), Lustre "
                   "and GPFS vary either way; `hpc-grpo doctor --site {site} --output-bandwidth` "
                   "measures it, or declare output_write_gbs")
-MAX_LEAD_S = 65535  # sbatch's --signal range, and the profile's
-
-
-@dataclass(frozen=True)
-class SaveRequest:
-    size: CheckpointSize
-    world_size: int
-    procs_per_node: int
-    write: WriteFigure | None  # None: assumed
-    step_s: float  # 0: unknown (no prediction, nothing measured)
-    step_source: str  # "predicted", "measured by RUN"
-    lead_s: int  # the plan's signal lead
-    time_limit_s: int
-    max_time_s: int  # the site's max_time
-    grace_s: int | None  # the profile's grace_time_s
-    save_steps: int | None  # None: no periodic saves (save_strategy no or epoch)
-    site_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -79,6 +69,7 @@ class SaveTime:
     save_steps: int | None
     problem: str
     warnings: tuple[str, ...]
+    async_save: bool = False
 
     @property
     def saving_fraction(self) -> float | None:
@@ -96,6 +87,7 @@ class SaveTime:
                 "signal_lead_s": self.lead_s, "grace_time_s": self.grace_s,
                 "save_steps": self.save_steps,
                 "saving_fraction": None if fraction is None else round(fraction, 5),
+                "async_save": self.async_save,
                 "preemption_steps_lost": self.steps_lost(), "problem": self.problem,
                 "warnings": list(self.warnings), "lines": self.lines()}
 
@@ -126,8 +118,14 @@ class SaveTime:
         else:
             every = f"every {self.save_steps} steps"
             if fraction is not None:
-                every += (f" ({self.save_steps * self.step_s / 60:.1f} min of training): "
+                every += f" ({self.save_steps * self.step_s / 60:.1f} min of training): "
+                every += (f"written in the background (async_save): training holds only the "
+                          f"copy into host memory, the {self.seconds:.1f} s write ({100 * fraction:.2f}%"
+                          " of training time if written at once) goes on beside the steps"
+                          if self.async_save else
                           f"{100 * fraction:.2f}% of training time spent saving")
+            elif self.async_save:
+                every += ", written in the background (async_save)"
             lines.append(f"periodic saves: {every}; a preemption without a stop save loses "
                          f"{self.save_steps / 2:g} steps on average, {self.save_steps} at most")
         return lines
@@ -140,62 +138,11 @@ def predict_save(req: SaveRequest) -> SaveTime:
     node_bytes = busiest_node_bytes(req.size, req.world_size, req.procs_per_node)
     seconds = node_bytes / (gbs * 1e9)
     needed = lead_needed(req.step_s, seconds)
-    problem, warnings = _verdicts(req, gbs, node_bytes, needed)
+    problem, warnings = verdicts(req, gbs, node_bytes, needed)
+    warnings += periodic_warnings(req, node_bytes, seconds)
     return SaveTime(node_bytes, gbs, source, req.write is not None, seconds, req.step_s,
                     req.step_source, needed, req.lead_s, req.grace_s, req.save_steps, problem,
-                    tuple(warnings))
-
-
-def fitting_bytes(within_s: float, step_s: float, gbs: float) -> int:
-    """The most bytes a node may write for a stop to finish within ``within_s`` (0: none)."""
-    return max(0, int((within_s - step_s - MARGIN_S) / SAVE_MARGIN * gbs * 1e9))
-
-
-def _fewer(req: SaveRequest, within_s: float, gbs: float, node_bytes: int) -> str:
-    most = fitting_bytes(within_s, req.step_s, gbs)
-    if not most:
-        return (f"fewer bytes cannot help: the step in flight and the {MARGIN_S} s margin alone "
-                f"take {within_s:g} s or more")
-    return (f"fewer bytes: at most {most / 1e9:.1f} GB on the busiest node, now "
-            f"{node_bytes / 1e9:.1f} (LoRA, fewer trainable parameters), or a faster output "
-            "file system (--output-root)")
-
-
-def _verdicts(req: SaveRequest, gbs: float, node_bytes: int, needed: int) -> tuple[str, list[str]]:
-    """(why submit refuses, warnings): a stop save that cannot finish in the lead or GraceTime.
-    Refused only where it can never fit the partition's limits and the bandwidth is known; not
-    judged without a step time (a CPU site's plan predicts none, and nothing was measured yet)."""
-    if req.step_s <= 0:
-        return "", []
-    guess = "" if req.write else (
-        f"; the bandwidth is assumed: `hpc-grpo doctor --site {req.site_name or 'SITE'} "
-        "--output-bandwidth` measures it, or declare output_write_gbs")
-    problems: list[str] = []
-    warnings: list[str] = []
-    ceiling = min(MAX_LEAD_S, req.max_time_s)
-    head = f"a stop's save needs {needed} s of warning"
-    if needed > ceiling:
-        problems.append(f"{head} but no lead within the site's limits reaches it (max_time "
-                        f"{req.max_time_s} s, sbatch's {MAX_LEAD_S} s): "
-                        + _fewer(req, ceiling, gbs, node_bytes))
-    elif needed > req.lead_s:
-        longer = f"set signal_lead_s: {needed} in the site profile"
-        if needed >= req.time_limit_s:
-            longer += f" and a --time above {math.ceil(needed / 60)} min"
-        warnings.append(f"{head} but the signal lead is {req.lead_s} s: a stop at the time "
-                        f"limit is killed mid-save; {longer}; or "
-                        + _fewer(req, req.lead_s, gbs, node_bytes) + guess)
-    if req.grace_s == 0:
-        warnings.append("GraceTime is 0: a preempted job is killed at once and saves nothing; "
-                        "periodic saves (save_steps) bound what a preemption loses")
-    elif req.grace_s is not None and needed > req.grace_s:
-        problems.append(f"{head} but a preemption gives GraceTime {req.grace_s} s, which the "
-                        "partition sets: " + _fewer(req, req.grace_s, gbs, node_bytes))
-    if req.write is None:  # a guess refuses nothing
-        warnings += [f"{p}{guess}" for p in problems]
-        problems = []
-    warnings += [f"{p} (submit refuses this)" for p in problems]
-    return "; ".join(problems), [f"save time: {w}" for w in warnings]
+                    tuple(warnings), req.async_save)
 
 
 def refuse_slow_save(save: SaveTime | None) -> None:
@@ -241,4 +188,4 @@ def plan_save(site: SiteProfile, spec: JobSpec, size: CheckpointSize | None,
     return predict_save(SaveRequest(
         size, *ranks, write, step[0], step[1], lead_s, time_min * 60,
         minutes(site.max_time, "max_time") * 60, site.grace_time_s,
-        periodic_save_steps(spec.grpo), site.name))
+        periodic_save_steps(spec.grpo), site.name, spec.async_save, site.cpu_memory_gib))

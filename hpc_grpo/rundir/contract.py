@@ -28,6 +28,10 @@ SUMMARY_JSON = "summary.json"
 REWARD_CURVE = "reward_curve.png"
 STOP_REQUEST = "stop-request"
 CHECKPOINTS = "checkpoints"
+# The share of the memory a job has on a node that a save's copies may hold at once: torch.save's
+# pinned blocks (runtime/rank/checkpoints/pinned_save.py) and a background write's bytes
+# (background_save.py) on the ranks, and the plan's check of async_save (planner/save_time.py).
+CHECKPOINT_HOST_FRACTION = 0.5
 GENERATION_BUFFER = "generation-buffer"  # a mid-block checkpoint's buffered completions, per rank
 DEEPSPEED_JSON = "deepspeed.json"
 GRPO_CONFIG_JSON = "grpo_config.json"
@@ -272,6 +276,7 @@ class RunRecord:
     watchdog: WatchdogBlock = WatchdogBlock()
     collective_timeout_s: int = DEFAULT_COLLECTIVE_TIMEOUT_S  # torch.distributed (planner/timeouts.py)
     checkpoint_bytes: int = 0  # the plan's size of one checkpoint; 0: not estimated
+    async_save: bool = False  # periodic saves written in the background (background_save.py)
     predicted_step_s: float | None = None  # the plan's predicted s/step (planner/step_source.py)
     hardware: HardwareBlock = HardwareBlock()  # what the plan assumed of each node
     hub: HubBlock | None = None  # push_to_hub: the export and push after training (no key: None)
@@ -342,6 +347,7 @@ class RunRecord:
                 watchdog=WatchdogBlock(**(data.get("watchdog") or {})),
                 collective_timeout_s=int(data.get("collective_timeout_s", DEFAULT_COLLECTIVE_TIMEOUT_S)),
                 checkpoint_bytes=int(data.get("checkpoint_bytes") or 0),
+                async_save=bool(data.get("async_save", False)),
                 predicted_step_s=float(data["predicted_step_s"]) if data.get("predicted_step_s") else None,
                 hardware=HardwareBlock(**(data.get("hardware") or {})),
                 hub=HubBlock(**data["hub"]) if data.get("hub") else None,

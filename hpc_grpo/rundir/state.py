@@ -35,7 +35,9 @@ class RunState:
     last_checkpoint: str | None = None
     last_checkpoint_step: int | None = None
     last_checkpoint_time: float | None = None
-    checkpoint_seconds: float | None = None
+    checkpoint_seconds: float | None = None  # the last save: its step's end to marked complete
+    # the training time it held (less than checkpoint_seconds for a background save: async_save)
+    checkpoint_held_s: float | None = None
     checkpoint_parts_s: Mapping[str, Any] | None = None  # rank 0's split of the last save
     reward_delta: float | None = None
     gpu_mem_train_begin: Mapping[str, Any] | None = None

@@ -158,3 +158,18 @@ def final_state_differs(run_dir: Path, other: Path, step: int) -> list[str]:
     differ += [f"adam {key}.{n}" for key in sa for n in sa[key]
                if not torch.equal(sa[key][n], sb[key][n])]
     return differ
+
+
+def restarts(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "restarts.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def wait_restarts(run_dir: Path, count: int, timeout: float = 180) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = restarts(run_dir)
+        if len(found) >= count:
+            return found[count - 1]
+        time.sleep(1.0)
+    raise AssertionError(f"no restart {count} in {run_dir}: {restarts(run_dir)}")

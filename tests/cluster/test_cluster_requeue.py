@@ -18,7 +18,6 @@ import subprocess
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -30,11 +29,13 @@ from tests.cluster.clusterlib import (
     finished,
     job_nodes,
     kill_training,
+    restarts,
     rewards,
     status,
     submit,
     wait_for,
     wait_no_processes,
+    wait_restarts,
     wait_step,
 )
 
@@ -69,21 +70,6 @@ def reference(tmp_path_factory: pytest.TempPathFactory,
     row = wait_for(run_id, finished, timeout=300)
     assert row["state"] == "COMPLETED", row
     return rewards(run_dir), run_dir
-
-
-def restarts(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "restarts.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-
-
-def wait_restarts(run_dir: Path, count: int, timeout: float = 180) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = restarts(run_dir)
-        if len(found) >= count:
-            return found[count - 1]
-        time.sleep(1.0)
-    raise AssertionError(f"no restart {count} in {run_dir}: {restarts(run_dir)}")
 
 
 def test_five_different_interruptions_in_a_row(
@@ -189,8 +175,13 @@ def requeue_waits(job: str) -> list[float]:
 LIMITED_STEPS = 90  # each at least 1 s: more than the 120 s limit less its 30 s lead holds
 
 
-def test_time_limit_with_signal_lead(tmp_path: Path) -> None:
+def test_time_limit_with_signal_lead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A 2-minute limit with a 30 s signal lead: checkpoint, requeue, resume, finish.
+
+    With periodic saves written in the background (#59, async_save) whose every file starts
+    3 s late (faults/slow_writes.py): rank 0's two files a save take longer than the 5 steps
+    between saves, so the limit's signal finds a write in flight, which the stop's save
+    finishes and marks before saving its own step.
 
     Steps take at least 1 s (a slow reward), so 90 steps cannot fit in the at most 90 s one
     attempt trains, start-up included (at 0.5 s they did once, on an idle machine, and nothing
@@ -198,13 +189,20 @@ def test_time_limit_with_signal_lead(tmp_path: Path) -> None:
     loads, and the second may still hit its own limit.
     """
     root = tmp_path / "runs"
+    monkeypatch.setenv("HPC_GRPO_FAULT_BACKGROUND_WRITE_DELAY_S", "3")  # sbatch exports it
     run_id, _, run_dir = submit(root, "--site", "sandbox", "--nodes", "2", "--recipe", str(RECIPE),
                                 "--reward", "tests.slow.slow_reward:one_second_length",
-                                "--set", f"max_steps={LIMITED_STEPS}", "--set", "save_steps=1000",
-                                "--time", "00:02:00")
+                                "--set", f"max_steps={LIMITED_STEPS}", "--set", "save_steps=5",
+                                "--set", "async_save=true", "--time", "00:02:00")
     row = wait_for(run_id, finished, timeout=600)
     assert row["state"] == "COMPLETED" and row["step"] == LIMITED_STEPS, row
     found = restarts(run_dir)
     assert found and all(r["cause"] == "time limit" and r["steps_lost"] <= 1 for r in found), found
+    log = (run_dir / "logs" / "rank-0.log").read_text()
+    for stop in found:  # the write in flight at the signal, completed before the stop's save
+        step = stop["resumed_from_step"]
+        before = log[:log.index(f"checkpoint-{step} saved in")]
+        tail = before[before.rindex(f"[stop] step {step}: stopping"):]
+        assert " complete: " in tail and "written in the background" in tail, tail
     assert [s for s, _ in rewards(run_dir)] == list(range(1, LIMITED_STEPS + 1))
     assert wait_no_processes(str(run_dir)) == {}

@@ -208,3 +208,97 @@ def test_a_profile_promising_more_host_memory_than_the_node_has_is_refused(
     assert "< planned 100000 GiB (cpu_memory_gib)" in st["message"]
     assert "configuration error, not retried" in (run_dir / "logs" / "rank-1.log").read_text()
     assert not (run_dir / "metrics.jsonl").exists()
+
+
+ASYNC = {"async_save": True}
+SLOW_WRITES = {"HPC_GRPO_FAULT_BACKGROUND_WRITE_DELAY_S": "1.5"}  # faults/slow_writes.py
+
+
+def _async_run(run_dir: Path, tiny_model: Path) -> subprocess.Popen[str]:
+    """A run whose periodic saves (every 2 steps) are written in the background, each file
+    1.5 s late: the step after a save finds its write still in flight."""
+    run = write_run(run_dir, tiny_model, **ASYNC)
+    run["grpo_config"] = {**run["grpo_config"], "save_steps": 2}
+    (run_dir / "run.json").write_text(json.dumps(run, indent=2))
+    return subprocess.Popen(node_cmd(run_dir), env=node_env() | SLOW_WRITES, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def _in_flight(run_dir: Path, proc: subprocess.Popen[str], after: int = 0) -> int:
+    """The step of the first background save past ``after`` while its write is in flight."""
+    log = run_dir / "logs" / "rank-0.log"
+    deadline = time.time() + 90
+    while proc.poll() is None and time.time() < deadline:
+        text = log.read_text() if log.exists() else ""
+        for step in range(after + 2, STEPS, 2):
+            if f"checkpoint-{step}: training goes on while" in text:
+                assert f"checkpoint-{step} complete" not in text, text  # 1.5 s a file: in flight
+                return step
+        time.sleep(0.05)
+    raise AssertionError(f"no background save in flight (exit {proc.poll()})")
+
+
+def _same_steps_as(run_dir: Path, reference: Path) -> None:
+    """Every step once in metrics.jsonl (its last line, a step redone after a crash logs
+    again), each with the uninterrupted run's reward mean and std."""
+    rows = {r["step"]: r for r in metrics(run_dir)}
+    assert sorted(rows) == list(range(1, STEPS + 1))
+    assert [(rows[s]["reward_mean"], rows[s]["reward_std"]) for s in sorted(rows)] == [
+        (r["reward_mean"], r["reward_std"]) for r in metrics(reference)]
+
+
+def test_a_stop_during_a_background_write_finishes_it_then_saves_and_resumes_exactly(
+        reference: Path, tiny_model: Path, tmp_path: Path) -> None:
+    """USR2 while a periodic save is still being written (#59): the stop's save waits for that
+    write, marks it complete, then saves its own step; the resume equals the uninterrupted run
+    (which saved nothing in between: the background saves change no step)."""
+    run_dir = tmp_path / "async-stop"
+    proc = _async_run(run_dir, tiny_model)
+    writing = _in_flight(run_dir, proc)
+    signal_tree(proc.pid, signal.SIGUSR2)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    st = state(run_dir)
+    stopped = st["step"]
+    assert st["phase"] == "interrupted" and writing <= stopped < STEPS, st
+    log = (run_dir / "logs" / "rank-0.log").read_text()
+    assert "test fault: each background checkpoint file is written 1.5 s late" in log
+    done = log.index(f"checkpoint-{writing} complete")  # before the stop's own save
+    assert done < log.index(f"checkpoint-{stopped} saved in") or stopped == writing, log
+    for step in {writing, stopped}:
+        assert is_complete(run_dir / "checkpoints" / f"checkpoint-{step}"), step
+    assert st["last_checkpoint_step"] == stopped
+    if stopped > writing:  # the stop's own save is written at once, held for its whole time
+        assert st["checkpoint_held_s"] == st["checkpoint_seconds"]
+
+    again = run_node(run_dir)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert state(run_dir)["resumed_from"].endswith(f"checkpoint-{stopped}")
+    _same_steps_as(run_dir, reference)
+
+
+def test_a_crash_during_a_background_write_resumes_from_the_previous_complete_one(
+        reference: Path, tiny_model: Path, tmp_path: Path) -> None:
+    """Every process killed while checkpoint-N is written in the background, after N-2 was
+    marked: N has no marker, N-2 is the newest complete checkpoint and still there (retention
+    ran only after a marker), and the restart resumes from it, exactly."""
+    run_dir = tmp_path / "async-crash"
+    proc = _async_run(run_dir, tiny_model)
+    first = _in_flight(run_dir, proc)
+    log = run_dir / "logs" / "rank-0.log"
+    deadline = time.time() + 60
+    while f"checkpoint-{first} complete" not in log.read_text() and time.time() < deadline:
+        time.sleep(0.05)
+    writing = _in_flight(run_dir, proc, after=first)
+    signal_tree(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    checkpoints = run_dir / "checkpoints"
+    assert is_complete(checkpoints / f"checkpoint-{first}")
+    assert (checkpoints / f"checkpoint-{writing}").is_dir()
+    assert not is_complete(checkpoints / f"checkpoint-{writing}")
+
+    again = run_node(run_dir)
+    assert again.returncode == 0, again.stdout + again.stderr
+    st = state(run_dir)
+    assert st["phase"] == "done" and st["resumed_from"].endswith(f"checkpoint-{first}"), st
+    _same_steps_as(run_dir, reference)

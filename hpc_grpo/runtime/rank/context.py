@@ -22,7 +22,8 @@ class HookContext:
 
     ``prefetch``: the resume's read-ahead thread (checkpoints/prefetch.py), None when there is
     none; ``trackers`` and ``logged``: tracking.reporters and tracking.prepare's answers;
-    ``save_clock``: the checkpoint marker's SaveClock (checkpoints/save_parts.py); ``clock``,
+    ``save_clock``: the checkpoint marker's SaveClock (checkpoints/save_parts.py), ``marker``
+    the marker itself (checkpoints/background_save.py); ``clock``,
     ``profiler``: rank 0's start-up clock (observe/startup_times.py) and profiler
     (observe/startup_profile.py, None unless asked for)."""
 
@@ -39,6 +40,7 @@ class HookContext:
     save_clock: Any = None
     clock: Any = None
     profiler: Any = None
+    marker: Any = None  # the trainer's CheckpointMarkerCallback (callbacks.py)
 
     @property
     def lead(self) -> bool:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hpc_grpo.runtime.rank.checkpoints import (
+    background_save,
     deepspeed_save,
     pinned_save,
     prefetch,
@@ -41,6 +42,7 @@ HOOKS: tuple[Hook, ...] = (
     save_speed.install,  # torch.save's CRC-32s (off by default)
     pinned_save.install,  # inside save_parts: its time counts in the save's parts
     deepspeed_save.install,  # DeepSpeed's files alone, written once; inside save_parts too
+    background_save.install,  # async_save: a periodic save's bulk written while training goes on
     save_parts.install,  # outermost wrapper of the save calls: each part as it runs
     tracking.install,  # the resuming W&B and TensorBoard callbacks
     startup_times.install,  # rank 0: its step-end mark follows every other callback's

@@ -136,7 +136,7 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
             args=args,
             train_dataset=dataset,
             processing_class=tokenizer,
-            callbacks=[stop, CheckpointMarkerCallback(run_dir, keep), MetricsCallback(run_dir),
+            callbacks=[stop, CheckpointMarkerCallback(run_dir, keep, device), MetricsCallback(run_dir),
                        DiskSpaceCallback(run_dir, run.checkpoint_bytes, device)],  # last: every save
             **model_load.trainer_kwargs(run),  # LoRA / QLoRA
         )
@@ -224,7 +224,8 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     hooks.install(trainer, HookContext(
         run=run, run_dir=run_dir, rank=rank, env=os.environ, attempt=attempt, resume=resume,
         resume_step=resume_step, prefetch=reading, trackers=trackers, logged=logged,
-        save_clock=_marker(trainer).clock, clock=clock, profiler=profiler))
+        save_clock=_marker(trainer).clock, clock=clock, profiler=profiler,
+        marker=_marker(trainer)))
     within["resume_and_hooks"] = before_trainer + time.perf_counter() - built
     return Ready(trainer, stop, args, resume, resume_step)
 

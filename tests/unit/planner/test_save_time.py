@@ -17,13 +17,12 @@ from hpc_grpo.planner.checkpoint_size import (
 )
 from hpc_grpo.planner.save_time import (
     ASSUMED_WRITE_GBS,
-    SaveRequest,
     SaveTime,
-    fitting_bytes,
     periodic_save_steps,
     predict_save,
     refuse_slow_save,
 )
+from hpc_grpo.planner.save_verdicts import SaveRequest, fitting_bytes
 from hpc_grpo.planner.timing import lead_needed
 from hpc_grpo.planner.types import WriteFigure
 from hpc_grpo.rundir.contract import DEFAULT_SAVE_STEPS
@@ -85,7 +84,8 @@ def test_an_assumed_bandwidth_says_so_and_refuses_nothing() -> None:
 def test_a_short_lead_is_warned_with_the_lead_that_fits() -> None:
     save = predict_save(request(write=WriteFigure(1.0, "measured"), lead_s=120))
     assert save.problem == ""
-    (warning,) = save.warnings
+    warning, periodic = save.warnings  # the periodic saves hold training 8.8%: async_save named
+    assert "--set async_save=true" in periodic
     assert f"set signal_lead_s: {save.needed_s} in the site profile" in warning
     most = fitting_bytes(120, 49.7, 1.0)
     assert f"at most {most / 1e9:.1f} GB on the busiest node" in warning
@@ -132,3 +132,36 @@ def test_save_time_is_plain_data_for_plan_json() -> None:
     assert data["write_gbs_per_node"] == 20.0 and data["lead_needed_s"] >= 49
     assert isinstance(data["lines"], list) and data["save_steps"] == 50
     assert set(f.name for f in dataclasses.fields(SaveTime)) >= {"problem", "warnings"}
+
+
+def test_periodic_saves_that_hold_training_long_name_async_save_and_it_changes_the_line() -> None:
+    """#59: the 72B plan's periodic saves at 5 GB/s a node (218 GB on the busiest node, about
+    44 s each, every 10 steps of 49.7 s) hold training over 5% of the time: the warning names
+    async_save. With it the line says the write goes on beside the steps, and the stop's lead,
+    which a stop's save (always written at once) needs, is unchanged."""
+    slow = predict_save(request(write=WriteFigure(5.0, "measured"), save_steps=10))
+    assert slow.saving_fraction is not None and slow.saving_fraction > 0.05
+    named = [w for w in slow.warnings if "--set async_save=true" in w]
+    assert len(named) == 1 and f"{100 * slow.saving_fraction:.1f}% of the time" in named[0]
+    fast = predict_save(request(write=WriteFigure(50.0, "measured"), save_steps=10))
+    assert not [w for w in fast.warnings if "async_save" in w]  # under 5%: not named
+    background = predict_save(request(write=WriteFigure(5.0, "measured"), save_steps=10,
+                                      async_save=True, node_memory_gib=2000))
+    assert not [w for w in background.warnings if "async_save" in w]
+    assert background.needed_s == slow.needed_s and background.to_dict()["async_save"]
+    periodic = background.lines()[2]
+    assert "written in the background (async_save)" in periodic
+    assert f"the {background.seconds:.1f} s write" in periodic and "spent saving" not in periodic
+
+
+def test_async_save_past_half_the_node_s_memory_is_warned() -> None:
+    """The writer holds at most half the memory a job has on a node (CHECKPOINT_HOST_FRACTION,
+    the ranks' own share): a node share above it is written at once, holding training."""
+    node_gb = busiest_node_bytes(size(), 32, 8) / 2**30  # about 203 GiB
+    tight = predict_save(request(async_save=True, node_memory_gib=round(node_gb * 1.5)))
+    said = [w for w in tight.warnings if "async_save holds a node's" in w]
+    assert len(said) == 1 and f"{node_gb:.1f} GiB" in said[0]
+    roomy = predict_save(request(async_save=True, node_memory_gib=round(node_gb * 2.5)))
+    assert not [w for w in roomy.warnings if "async_save holds" in w]
+    unknown = predict_save(request(async_save=True, node_memory_gib=0))
+    assert not [w for w in unknown.warnings if "async_save holds" in w]

@@ -90,6 +90,9 @@ RULES: dict[str, tuple[str, set[str]]] = {
                                   r"is not resized yet", {"rundir/reshard.py"}),
     # (#58) Which paths are no file to read: a FIFO's open waits forever. The recipe, profile,
     # dataset and run.json readers ask rundir.checkpoints.special_file (beside folder_blocked).
+    # (#59) The share of a node's memory a save's copies may hold: pinned blocks, an async
+    # save's bytes on the ranks, and the plan's check of async_save.
+    "a save's share of host memory": (r"_HOST_FRACTION\s*=\s*0\.\d", {"rundir/contract.py"}),
     "a FIFO or device test": (r"S_ISFIFO|\.is_fifo\(|S_ISCHR", {"rundir/checkpoints.py"}),
 }
 

@@ -27,11 +27,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from hpc_grpo.rundir.contract import CHECKPOINT_HOST_FRACTION
 from hpc_grpo.runtime.rank.checkpoints.prefetch import cacheable_bytes
 from hpc_grpo.runtime.rank.context import HookContext
 
 ENV = "HPC_GRPO_CHECKPOINT_PINNED"
-HOST_FRACTION = 0.5  # of the node's available memory, for all its ranks' pinned blocks
+HOST_FRACTION = CHECKPOINT_HOST_FRACTION  # of the node's available memory, for all its ranks' pinned blocks
 _OPTIMIZER_TENSOR_LISTS = (  # DeepSpeed's saved partitions: ZeRO-1/2, ZeRO-3, bf16 ZeRO-1
     "single_partition_of_fp32_groups", "fp32_partitioned_groups_flat", "fp32_groups_flat_partition")
 

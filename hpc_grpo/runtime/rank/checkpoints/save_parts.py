@@ -21,6 +21,8 @@ Parts, seconds on this rank, for the last save:
 - ``wait_for_ranks``: the barrier before the completion marker: how far this rank finished
   ahead of the slowest.
 - ``marker_and_retention``: rank 0's marker and the removal of older checkpoints.
+- ``background_write``: an ``async_save`` run's periodic save only (``background_save.py``):
+  from training going on to the marker, while the writer thread wrote the files.
 
 A method this transformers lacks is left unwrapped: its time falls into ``rest_of_save``.
 """
@@ -39,10 +41,11 @@ from hpc_grpo.runtime.rank.observe.startup_times import timed
 _INNER = (("save_model", "model_files"), ("_save_optimizer_and_scheduler", "optimizer"),
           ("_save_rng_state", "rng"))
 PARTS = ("before", "model_files", "optimizer", "rng", "rest_of_save", "wait_for_ranks",
-         "marker_and_retention")
+         "marker_and_retention", "background_write")
 _LABELS = {"before": "before", "model_files": "model files", "optimizer": "optimizer",
            "rng": "rng", "rest_of_save": "rest of save", "wait_for_ranks": "waiting for ranks",
-           "marker_and_retention": "marker and retention"}
+           "marker_and_retention": "marker and retention",
+           "background_write": "written in the background"}
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 Each fault is off unless the ranks' environment names it (``HPC_GRPO_FAULT_*``): ``hang`` makes
 one rank block inside a reward so the watchdog can be seen to act; ``stale_weights`` stops the
-weight sync so the vLLM/trainer log-prob check can be seen to fire. Tests and benchmarks set
+weight sync so the vLLM/trainer log-prob check can be seen to fire; ``slow_writes`` delays
+each file of a background checkpoint write (a window to interrupt one). Tests and benchmarks set
 them; a real run never should. The production hook list (rank/hooks.py ``HOOKS``) does not name
 this package: ``hooks.for_env`` adds its one hook, ``install``, last, when the environment
 holds a variable starting with ``HPC_GRPO_FAULT_`` (hooks.FAULT_ENV_PREFIX).
@@ -14,7 +15,7 @@ from typing import Any
 
 from hpc_grpo import rundir
 from hpc_grpo.runtime.rank.context import HookContext
-from hpc_grpo.runtime.rank.faults import hang, stale_weights
+from hpc_grpo.runtime.rank.faults import hang, slow_writes, stale_weights
 
 
 def install(trainer: Any, ctx: HookContext) -> list[str]:
@@ -29,5 +30,6 @@ def install(trainer: Any, ctx: HookContext) -> list[str]:
     if stale_weights.enabled(ctx.env) and ctx.lead:  # status shows it beside the run's notes
         notes = rundir.load_state(ctx.run_dir).notes
         rundir.update_state(ctx.run_dir, notes=[*notes, stale_weights.NOTE])
-    return lines
+    slow = slow_writes.apply(ctx.marker, ctx.env)
+    return [*lines, slow] if slow else lines
 
