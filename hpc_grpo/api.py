@@ -142,11 +142,10 @@ def _prepare(facts: local_site.SiteFacts, spec: JobSpec, *, root: Path, run_id: 
     python = python or site.python or sys.executable
     checked = check_inputs(site, spec, root=root, python=python, site_name=site_name)
     free = inputs.with_run_checkpoints(checked.free, root / run_id) if run_id else checked.free
-    plan = build_plan(site, checked.spec, checked.model, checked.timings, free,
+    plan = build_plan(site, checked.spec, checked.model, free,
                       dataset_commit=checked.dataset_commit,
                       notes=facts.warnings + checked.notes + hub_notes(checked.spec, site),
-                      links=checked.links, write=checked.write,
-                      measured=registry.measured_steps(site.name))
+                      links=checked.links, write=checked.write, measured=checked.measured)
     run_id = run_id or registry.next_run_id(root, plan.job_name)
     run_dir = root / run_id
     script = render_script(plan, run_id=run_id, run_dir=str(run_dir), python=python)

@@ -32,7 +32,7 @@ from hpc_grpo.planner.speed.choose import MEASURED_CKPT
 from hpc_grpo.planner.speed.server import ServerPlan
 from hpc_grpo.planner.step_source import StepTimePlan, for_save, learnt_step
 from hpc_grpo.planner.timeouts import collective_timeout
-from hpc_grpo.planner.timing import Timings, signal_lead
+from hpc_grpo.planner.timing import lead_timings, limit_warnings, signal_lead
 from hpc_grpo.planner.topology import (
     ServerSplit,
     check_rank_seeds,
@@ -53,7 +53,7 @@ from hpc_grpo.rundir.contract import (
     recorded_stop_signals,
     world_size,
 )
-from hpc_grpo.rundir.steps import MeasuredStep
+from hpc_grpo.rundir.steps import MeasuredStep, measured_at, step_shape
 
 
 @dataclass(frozen=True)
@@ -136,15 +136,8 @@ class JobPlan:
             predicted_step_s=self.step_time.predicted if self.step_time else None)
 
 
-def _check_limits(site: SiteProfile, spec: JobSpec, time_min: int, lead: int,
-                  timings: Timings | None) -> list[str]:
-    """Refuse what the site cannot run; return warnings about what it can but should not."""
-    warnings: list[str] = []
-    if timings is not None and time_min * 60 < timings.step_s + timings.checkpoint_s:
-        warnings.append(
-            f"time limit {spec.time} is shorter than one step ({timings.step_s:.0f}s) plus one "
-            f"checkpoint ({timings.checkpoint_s:.0f}s) measured by {timings.source_run}: no progress "
-            "can be saved")
+def _check_limits(site: SiteProfile, spec: JobSpec, time_min: int) -> None:
+    """Refuse what the site cannot run."""
     if time_min > minutes(site.max_time, "max_time"):
         raise UserError(
             f"time limit {spec.time} exceeds the site's maximum {site.max_time}",
@@ -159,12 +152,6 @@ def _check_limits(site: SiteProfile, spec: JobSpec, time_min: int, lead: int,
         )
     if site.scheduler == "local" and spec.nodes != 1:
         raise UserError("the local site runs one node", field="nodes", hint="use --nodes 1")
-    if time_min * 60 <= lead:
-        warnings.append(
-            f"time limit {spec.time} is not longer than the signal lead {lead}s:"
-            " the job will be asked to checkpoint right away"
-        )
-    return warnings
 
 
 def _memory_plan(site: SiteProfile, spec: JobSpec, model: ModelRef, procs: int,
@@ -192,32 +179,30 @@ def _checkpointing(spec: JobSpec, memory: MemoryPlan | None,
 
 
 def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
-               timings: Timings | None = None, free: tuple[int | None, str] = (None, ""),
+               free: tuple[int | None, str] = (None, ""),
                dataset_commit: str = "", notes: tuple[str, ...] = (),
                links: LinkFigures | None = None, write: WriteFigure | None = None,
                measured: tuple[MeasuredStep, ...] = ()) -> JobPlan:
     """Check the request against the site and choose the layout; raises UserError early.
     ``free``: the output file system's free bytes and name, probed by the caller; ``notes``:
     the caller's checks' warnings, shown after the plan's own; ``links`` and ``write``: the
-    link and output write bandwidths the caller found (declared or measured), None: assumed."""
+    link and output write bandwidths the caller found (declared or measured), None: assumed;
+    ``measured``: what the site's past runs measured, one per shape, newest first
+    (runs/registry.py ``site_measurements``), of which ``_measured`` takes the plan's shape's."""
     time_min = minutes(spec.time, "time")
     spec, mode_note = resolve_mode(site, spec, model, links)
-    lead, lead_reason = signal_lead(site.signal_lead_s, timings)
-    warnings = [*spec.notes, *_check_limits(site, spec, time_min, lead, timings),
-                *context_check(spec, model.arch.max_position_embeddings if model.arch
-                               else model.context)]
+    _check_limits(site, spec, time_min)
+    context = context_check(spec, model.arch.max_position_embeddings if model.arch
+                            else model.context)
     procs, server = processes(site, spec)
     nodes = training_nodes(spec.nodes, server)
     check_spec_batches(spec, world_size(nodes, procs))
     check_rank_seeds(spec.seed, world_size(nodes, procs))
     memory = None if server is not None else _memory_plan(site, spec, model, procs, links)
     served = server_plan(site, spec, model, server, links) if server is not None else None
-    warnings += [mode_note] * bool(mode_note) + (
-        [served.growth_warning()] if served else [])
+    warnings = [mode_note] * bool(mode_note) + ([served.growth_warning()] if served else [])
     warnings += layout_notes(site.device, site.name, spec, memory or server)
     sequence = prompt_bound(spec) + grpo_value(spec, "max_completion_length")
-    timeout, timeout_reason = collective_timeout(timings, site.watchdog_startup_s,
-                                                 site.watchdog_min_s, spec.grpo.get("ddp_timeout"))
     vllm = vllm_plan(site, spec, memory, server, sequence)
     deepspeed = deepspeed_plan(site.device, spec, memory)
     story, changes, pure = precision(site.device, spec, deepspeed)
@@ -233,13 +218,29 @@ def build_plan(site: SiteProfile, spec: JobSpec, model: ModelRef,
         ranks=rank_table(nodes, procs, vllm.tensor_parallel_size), vllm=vllm,
         deepspeed=deepspeed, memory=memory, server=server, checkpoint=checkpoint,
         checkpoint_problem=no_fit, time_min=time_min, job_name=spec.name or default_name(model.source),
-        warnings=(*warnings, *notes), signal_lead_s=lead, signal_lead_reason=lead_reason,
-        dataset_commit=dataset_commit,
-        collective_timeout_s=timeout, collective_timeout_reason=timeout_reason,
+        warnings=(*context, *warnings), dataset_commit=dataset_commit,
         precision=story, changes=changes, server_plan=served,
         save_total_limit=kept[0] if kept else None, requested=requested)
-    step = learnt_step(plan, links, measured)  # of the plan's record: the plan comes first
-    save = plan_save(site, spec, checkpoint, (world_size(nodes, procs), procs), write,
-                     for_save(step, step_time(memory, served, timings)), lead, time_min)
-    return replace(plan, step_time=step, save=save,
-                   warnings=(*warnings, *(save.warnings if save else ()), *notes))
+    return _measured(plan, measured, links, write, notes)
+
+
+def _measured(plan: JobPlan, measured: tuple[MeasuredStep, ...], links: LinkFigures | None,
+              write: WriteFigure | None, notes: tuple[str, ...]) -> JobPlan:
+    """The laid-out plan's figures from the one past run of its shape (its record's, as a past
+    run's is its run.json's; planner/timing.py says why the shape): the stop lead, the
+    collective timeout, the step time, and the save weighed against them. The shape does not
+    depend on the lead or the timeout, so the plan is laid out first."""
+    site, spec = plan.site, plan.spec
+    found = measured_at(step_shape(plan.run_record("", "")), measured)
+    timings = lead_timings(found)
+    lead, lead_reason = signal_lead(site.signal_lead_s, timings)
+    timeout, timeout_reason = collective_timeout(timings, site.watchdog_startup_s,
+                                                 site.watchdog_min_s, spec.grpo.get("ddp_timeout"))
+    step = learnt_step(plan, links, found)
+    save = plan_save(site, spec, plan.checkpoint, (plan.world_size, plan.procs_per_node), write,
+                     for_save(step, step_time(plan.memory, plan.server_plan)), lead, plan.time_min)
+    return replace(plan, signal_lead_s=lead, signal_lead_reason=lead_reason,
+                   collective_timeout_s=timeout, collective_timeout_reason=timeout_reason,
+                   step_time=step, save=save, warnings=(
+                       *spec.notes, *limit_warnings(spec.time, plan.time_min, lead, timings),
+                       *plan.warnings, *(save.warnings if save else ()), *notes))

@@ -41,7 +41,7 @@ from hpc_grpo.planner.checkpoint_size import CheckpointSize, busiest_node_bytes
 from hpc_grpo.planner.memory_plan import MemoryPlan
 from hpc_grpo.planner.save_verdicts import SaveRequest, periodic_warnings, verdicts
 from hpc_grpo.planner.speed.server import ServerPlan
-from hpc_grpo.planner.timing import MARGIN_S, SAVE_MARGIN, Timings, lead_needed
+from hpc_grpo.planner.timing import MARGIN_S, SAVE_MARGIN, lead_needed
 from hpc_grpo.planner.types import WriteFigure
 from hpc_grpo.rundir.contract import DEFAULT_SAVE_STEPS
 
@@ -168,14 +168,14 @@ def periodic_save_steps(grpo: dict[str, Any]) -> int | None:
     return max(1, math.ceil(every * total)) if total > 0 else None
 
 
-def step_time(memory: MemoryPlan | None, served: ServerPlan | None,
-              timings: Timings | None) -> tuple[float, str]:
-    """The step a save is weighed against: predicted, else measured, else (0, "")."""
+def step_time(memory: MemoryPlan | None, served: ServerPlan | None) -> tuple[float, str]:
+    """The predicted step a save is weighed against, else (0, ""): a measured one comes first
+    (step_source.py ``for_save``), from the same past run as the lead's timings."""
     if memory is not None and memory.speed is not None:
         return memory.speed.step.seconds, "predicted"
     if served is not None:
         return served.step.seconds, "predicted"
-    return (timings.step_s, f"measured by {timings.source_run}") if timings else (0.0, "")
+    return 0.0, ""
 
 
 def plan_save(site: SiteProfile, spec: JobSpec, size: CheckpointSize | None,

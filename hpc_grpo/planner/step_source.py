@@ -2,9 +2,10 @@
 model's prediction, marked as an extrapolation outside its calibrated range (issue #58).
 
 Pure: the launcher hands in what the site's past runs measured (``MeasuredStep`` values, read
-through the run directory's typed reads, runs/registry.py ``measured_steps``); this module picks
-the newest of the plan's shape (rundir/steps.py ``step_shape``: the one definition of "alike")
-and keeps the prediction beside it. A measured figure is a past run's median of its steady steps
+through the run directory's typed reads, runs/registry.py ``site_measurements``); the plan takes
+the newest of its shape (rundir/steps.py ``step_shape``: the one definition of "alike";
+``measured_at``: the same run its stop lead is sized by, planner/timing.py) and this module
+keeps the prediction beside it. A measured figure is a past run's median of its steady steps
 (rundir/steps.py ``steady_steps``: each attempt's first step left out); where only every other
 step generates (steps_per_generation above gradient accumulation) it is the more common kind's
 time, not the cycle's mean. The prediction stays what the layout was chosen by: the
@@ -13,7 +14,6 @@ measurement changes the figure shown and recorded, not the choice among layouts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,7 @@ from hpc_grpo.planner.memory.request import PlanRequest
 from hpc_grpo.planner.modes import plan_request, trainers_request
 from hpc_grpo.planner.speed.calibrated import outside
 from hpc_grpo.planner.types import LinkFigures
-from hpc_grpo.rundir.steps import MeasuredStep, StepShape, step_shape, versus
+from hpc_grpo.rundir.steps import MeasuredStep, versus
 
 if TYPE_CHECKING:  # job.py imports this module: the plan's type only
     from hpc_grpo.planner.job import JobPlan
@@ -56,11 +56,11 @@ class StepTimePlan:
                 "extrapolation": self.extrapolation or None, "line": self.line()}
 
 
-def plan_step(shape: StepShape, predicted: float | None, req: PlanRequest | None, server: bool,
-              measured: Sequence[MeasuredStep]) -> StepTimePlan | None:
-    """The newest measurement of ``shape`` (``measured`` comes newest first), else the
-    prediction with its calibration verdict (``req``: the request it was made from), else None."""
-    found = next((m for m in measured if m.shape == shape), None)
+def plan_step(predicted: float | None, req: PlanRequest | None, server: bool,
+              found: MeasuredStep | None) -> StepTimePlan | None:
+    """The measurement of the plan's shape (``found``, rundir/steps.py ``measured_at``), else
+    the prediction with its calibration verdict (``req``: the request it was made from), else
+    None."""
     if found is not None:
         return StepTimePlan(found.steady.seconds, "measured", predicted, found.run_id,
                             found.steady.describe())
@@ -72,16 +72,17 @@ def plan_step(shape: StepShape, predicted: float | None, req: PlanRequest | None
 
 def for_save(step: StepTimePlan | None, otherwise: tuple[float, str]) -> tuple[float, str]:
     """The step a save is weighed against (save_time.py): the measured one where there is one,
-    else ``otherwise`` (the prediction, else an earlier run's slowest step of this job)."""
+    else ``otherwise`` (the prediction, else none)."""
     if step is not None and step.source == "measured":
         return step.seconds, f"measured by {step.measured_by}"
     return otherwise
 
 
 def learnt_step(plan: JobPlan, links: LinkFigures | None,
-                measured: Sequence[MeasuredStep]) -> StepTimePlan | None:
-    """The plan's step time (``plan_step``) from its record's shape and its predicted step:
-    the colocated layout's, else server mode's, else none (a CPU site, an unknown model)."""
+                found: MeasuredStep | None) -> StepTimePlan | None:
+    """The plan's step time (``plan_step``) from the measurement of its record's shape
+    (``found``) and its predicted step: the colocated layout's, else server mode's, else none
+    (a CPU site, an unknown model)."""
     predicted, req = None, None
     if plan.memory is not None and plan.memory.speed is not None:
         predicted = plan.memory.speed.step.seconds
@@ -89,5 +90,4 @@ def learnt_step(plan: JobPlan, links: LinkFigures | None,
     elif plan.server_plan is not None and plan.server is not None:
         predicted = plan.server_plan.step.seconds
         req = trainers_request(plan.site, plan.spec, plan.model, plan.server, links)
-    shape = step_shape(plan.run_record("", ""))
-    return plan_step(shape, predicted, req, plan.server is not None, measured)
+    return plan_step(predicted, req, plan.server is not None, found)

@@ -4,8 +4,9 @@ Left alone it was torch's default, 30 minutes for gloo and 10 for NCCL (the rank
 process group themselves, so TRL's ``ddp_timeout`` never reached it), whatever the job:
 minutes of a held allocation for a 2-second step, or too short for a slow first save of a large
 model. A collective waits at most for a peer's step plus a save (ranks step in lockstep), so the
-plan allows 4 steps and 2 checkpoints and a minute, measured by an earlier run of the same job
-(timing.Timings), never under 10 minutes. With nothing measured it allows the watchdog's
+plan allows 4 steps and 2 checkpoints and a minute, measured by the site's newest run of the
+job's step-time shape (timing.Timings: its slowest steady step and its save), never under 10
+minutes. With nothing measured it allows the watchdog's
 start-up allowance: a peer still loading the model or starting its engine is waited for.
 
 The hang watchdog (runtime/node/watchdog.py) is the first line: it ends a stalled attempt with

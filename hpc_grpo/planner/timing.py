@@ -1,20 +1,40 @@
-"""How much warning a job asks Slurm for, from what an earlier run of the same job measured.
+"""How much warning a job asks Slurm for, from what an earlier run of the same shape measured.
 
-Pure: the measured timings come in as a value (the launcher reads them from the run registry).
+Pure: the site's past runs' measurements come in as values (the launcher reads them through the
+run directory's typed reads, runs/registry.py ``site_measurements``).
+
+Which run calibrates the lead: the newest run on the site of the plan's step-time shape
+(rundir/steps.py ``step_shape``), the same run the plan's step time is taken from
+(planner/step_source.py), not a run whose id starts with the job's name. The shape is what sets
+a step's time and a checkpoint's size: a renamed job of the same shape has the same step and
+save, while a job that kept its name but changed its model, nodes or batch does not, and its
+old figures would size the lead wrong (a save of a larger model cut off by the time limit).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hpc_grpo.rundir.steps import MeasuredStep
+
 
 @dataclass(frozen=True)
 class Timings:
-    """Measured by an earlier run of the same job on the same site (its state.json)."""
+    """Measured by an earlier run of the plan's shape on the same site: its slowest steady step
+    and its checkpoint's seconds (state.json)."""
 
     checkpoint_s: float
     step_s: float
     source_run: str
+
+
+def lead_timings(measured: MeasuredStep | None) -> Timings | None:
+    """The timings of the measurement of the plan's shape (``rundir.steps.measured_at``): the
+    slowest of its steady steps, the step a stop may find in flight, and its checkpoint's
+    seconds; None where no run of the shape measured a save."""
+    if measured is None or not measured.checkpoint_s:
+        return None
+    return Timings(measured.checkpoint_s, measured.steady.slowest, measured.run_id)
 
 
 SAVE_MARGIN = 1.5  # the checkpoint's time again by half: a save slower than measured or predicted
@@ -42,3 +62,20 @@ def signal_lead(site_lead_s: int, timings: Timings | None) -> tuple[int, str]:
                              f"checkpoint ({timings.checkpoint_s:.1f}s) measured by {timings.source_run}")
     return needed, (f"{needed}s = step {timings.step_s:.1f}s + 1.5 x checkpoint {timings.checkpoint_s:.1f}s "
                     f"+ 30s, measured by {timings.source_run}")
+
+
+def limit_warnings(time: str, time_min: int, lead: int, timings: Timings | None) -> list[str]:
+    """What the site can run but should not: a time limit (``time`` as asked) too short for the
+    measured step and save, or no longer than the lead (the stop is asked for at once)."""
+    warnings: list[str] = []
+    if timings is not None and time_min * 60 < timings.step_s + timings.checkpoint_s:
+        warnings.append(
+            f"time limit {time} is shorter than one step ({timings.step_s:.0f}s) plus one "
+            f"checkpoint ({timings.checkpoint_s:.0f}s) measured by {timings.source_run}: no progress "
+            "can be saved")
+    if time_min * 60 <= lead:
+        warnings.append(
+            f"time limit {time} is not longer than the signal lead {lead}s:"
+            " the job will be asked to checkpoint right away"
+        )
+    return warnings

@@ -1,7 +1,7 @@
 """Step one of ``api.prepare``: every login-node check and measurement of a job's inputs,
 before any planning (the model resolved and staged, the dataset and rewards checked and probed,
-earlier runs' timings, free space, the site's links and output write bandwidth), as one frozen
-value the plan is made from.
+what the site's earlier runs measured, free space, the site's links and output write bandwidth),
+as one frozen value the plan is made from.
 """
 
 from __future__ import annotations
@@ -13,25 +13,26 @@ from pathlib import Path
 from hpc_grpo.config.site import SiteProfile
 from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
-from hpc_grpo.planner.blocks import default_name
-from hpc_grpo.planner.timing import Timings
 from hpc_grpo.planner.types import LinkFigures, ModelRef, WriteFigure
 from hpc_grpo.preflight import inputs, stage
 from hpc_grpo.preflight.links import site_links
 from hpc_grpo.preflight.output_write import site_write
+from hpc_grpo.rundir.steps import MeasuredStep
 from hpc_grpo.runs import registry
 
 
 @dataclass(frozen=True)
 class CheckedInputs:
     """What the plan is made from, checked and measured on the login node first: the spec with
-    its dataset resolved and prompt bound measured, the model as staged, what earlier runs of
-    the job measured, the output file system's free space, and what to warn about or refuse."""
+    its dataset resolved and prompt bound measured, the model as staged, what the site's
+    earlier runs measured (one per step-time shape: the plan picks its own shape's, for its step
+    time and its stop lead, once its layout, and so its shape, is known), the output file
+    system's free space, and what to warn about or refuse."""
 
     spec: JobSpec
     model: ModelRef
     dataset_commit: str
-    timings: Timings | None
+    measured: tuple[MeasuredStep, ...]
     free: tuple[int | None, str]
     notes: tuple[str, ...]
     refused: tuple[UserError, ...]
@@ -52,10 +53,9 @@ def check_inputs(site: SiteProfile, spec: JobSpec, *, root: Path, python: str,
     # read on this machine either (offline), and the stage warning or refusal already says so.
     probed = (inputs.Probed() if staging.missing
               else inputs.probe_inputs(spec, staging.model, python, staging.dataset_commit))
-    measured = registry.measured_timings(spec.name or default_name(model.source), site.name)
     refused, notes = staging.problems(site, site_name)
     return CheckedInputs(inputs.with_prompt_bound(spec, probed), staging.model,
-                         staging.dataset_commit, Timings(*measured) if measured else None,
+                         staging.dataset_commit, registry.site_measurements(site.name),
                          inputs.free_space(root), notes + tuple(probed.notes), refused,
                          _links_for_plan(site), site_write(site, str(root)))
 

@@ -2,9 +2,10 @@
 
 Standard library only, like the rest of the run directory's room: the ranks' summary
 (runtime/rank/observe/summary.py), ``status`` and the planner's measured figures
-(runs/registry.py ``measured_steps``, planner/step_source.py) all take a run's steady s/step
-from ``steady_steps`` and a run's step-time shape from ``step_shape``, so the three cannot
-disagree on which steps count or which runs are alike.
+(runs/registry.py ``site_measurements``, planner/step_source.py and planner/timing.py) all take a
+run's steady s/step from ``steady_steps`` and a run's step-time shape from ``step_shape``, so the
+three cannot disagree on which steps count or which runs are alike; what one past run measured
+for a plan (its steady step, slowest recent step and checkpoint seconds) is ``measure``'s.
 
 Steady steps. Each line of metrics.jsonl carries ``step_time``: TRL's own time of the step's
 ``training_step`` calls (generation included, the checkpoint save and logging after it not;
@@ -24,6 +25,14 @@ Where steps alternate (steps_per_generation above gradient_accumulation_steps: o
 other step generates), the median is the more common kind's time, not the cycle's average: a
 known limit, said in the docstring of planner/step_source.py. Fewer than MIN_STEADY steady steps
 measure nothing.
+
+The slowest recent step. The stop lead (planner/timing.py) must cover the step in flight when
+the stop signal comes, and that step may be a generating one, slower than the median: the
+slowest of the same steady steps (``SteadySteps.slowest``), not of other lines. Each attempt's
+first step is left out here too: its one-off costs (graph capture, compilation, the first
+collectives) fall at an attempt's start, where a time limit's signal does not (a limit about a
+step long is warned of by the plan), and the collective timeout, which also takes this figure,
+allows four such steps.
 
 The shape. Two runs are alike for step time when everything that sets a step's work and its
 layout is equal: the model (and LoRA, the load dtype), the device and card type, nodes x
@@ -108,12 +117,14 @@ def step_shape(record: RunRecord) -> StepShape:
 
 @dataclass(frozen=True)
 class SteadySteps:
-    """A run's steady s/step: the median of ``count`` steps from ``first`` to ``last``."""
+    """A run's steady s/step: the median of ``count`` steps from ``first`` to ``last``, and the
+    slowest of them (the lead's step in flight: the module's docstring says why)."""
 
     seconds: float
     count: int
     first: int
     last: int
+    slowest: float
 
     def describe(self) -> str:
         """'median of 9 steps, 2-10' (the run's first step is not among them)."""
@@ -129,8 +140,8 @@ def steady_steps(rows: Iterable[Mapping[str, Any]],
                  resumed_from: Iterable[int | None] = ()) -> SteadySteps | None:
     """The steady s/step of metrics lines (the last line of a step wins): the newest attempt's
     steps (after the largest step an attempt resumed from, else the run's), its first
-    WARMUP_STEPS left out, the last WINDOW of them; None with fewer than MIN_STEADY steady
-    steps. Values of the wrong type are skipped."""
+    WARMUP_STEPS left out, the last WINDOW of them, their median and their slowest; None with
+    fewer than MIN_STEADY steady steps. Values of the wrong type are skipped."""
     times: dict[int, float] = {}
     for row in rows:
         step, seconds = row.get("step"), _number(row.get("step_time"))
@@ -142,7 +153,7 @@ def steady_steps(rows: Iterable[Mapping[str, Any]],
     if len(kept) < MIN_STEADY:
         return None
     return SteadySteps(statistics.median(seconds for _, seconds in kept), len(kept),
-                       kept[0][0], kept[-1][0])
+                       kept[0][0], kept[-1][0], max(seconds for _, seconds in kept))
 
 
 def versus(measured: float, predicted: float | None) -> str:
@@ -163,9 +174,35 @@ def measured_line(steady: SteadySteps, predicted: float | None) -> str:
 
 @dataclass(frozen=True)
 class MeasuredStep:
-    """A past run's steady s/step at its shape: what the launcher hands the planner."""
+    """What one past run measured at its shape, as the launcher hands it to the planner: the
+    steady s/step (the plan's step time, planner/step_source.py), the slowest of those steps
+    and the checkpoint's seconds (the stop lead and the collective timeout, planner/timing.py).
+    A run measures its shape once it has steady steps; ``checkpoint_s`` is None where it never
+    saved (the lead then stays the profile's)."""
 
     shape: StepShape
     steady: SteadySteps
     run_id: str
     predicted: float | None = None  # what that run's plan predicted, where it recorded one
+    checkpoint_s: float | None = None  # state.json's checkpoint_seconds: a whole save's time
+
+
+def measure(record: RunRecord, run_id: str, rows: Iterable[Mapping[str, Any]],
+            resumed_from: Iterable[int | None], checkpoint_seconds: float | None
+            ) -> MeasuredStep | None:
+    """What a past run (its record, last metrics lines, restarts' resumed-from steps and
+    state.json's checkpoint_seconds) measured at its shape; None without steady steps.
+
+    ``checkpoint_seconds`` is the whole save (state.json keeps that meaning for a save marked
+    complete later, in the background): what a stop's save costs before the job may end."""
+    steady = steady_steps(rows, resumed_from)
+    if steady is None:
+        return None
+    return MeasuredStep(step_shape(record), steady, run_id, record.predicted_step_s,
+                        _number(checkpoint_seconds))
+
+
+def measured_at(shape: StepShape, measured: Iterable[MeasuredStep]) -> MeasuredStep | None:
+    """The newest measurement of ``shape`` (``measured`` comes newest first): the one past run
+    the plan's step time and its stop lead are both taken from."""
+    return next((m for m in measured if m.shape == shape), None)

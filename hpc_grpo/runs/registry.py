@@ -20,17 +20,15 @@ from pathlib import Path
 
 from hpc_grpo.config import names
 from hpc_grpo.errors import UserError, did_you_mean
-from hpc_grpo.rundir import load_state, tail_jsonl
 from hpc_grpo.rundir.checkpoints import folder_blocked
 from hpc_grpo.rundir.contract import (
     ATTEMPTS,
     CHECKPOINTS,
     LOGS,
-    METRICS_JSONL,
     RUN_JSON,
     SUBMITIT,
 )
-from hpc_grpo.rundir.steps import MeasuredStep, steady_steps, step_shape
+from hpc_grpo.rundir.steps import MeasuredStep, measure, measured_at, step_shape
 from hpc_grpo.rundir.view import read_head, read_view
 
 
@@ -222,45 +220,23 @@ def find_run(name: str) -> Path:
                     hint=did_you_mean(name, {r.run_id for r in runs}))
 
 
-def measured_timings(job_name: str, site: str) -> tuple[float, float, str] | None:
-    """(checkpoint seconds, step seconds, run id) from the newest run of this job on this site.
-
-    Reads only the index and the candidates' small state files, newest first.
-    """
-    for run in reversed(indexed_runs()):
-        if not run.run_id.startswith(f"{job_name}-"):
-            continue
-        head = read_head(run.run_dir)
-        state = load_state(run.run_dir)
-        try:
-            checkpoint_s = float(state.checkpoint_seconds or 0.0)
-            # the slowest recent step: with steps_per_generation > gradient accumulation most
-            # lines are steps that did not generate, and the last may be one of them
-            recent = tail_jsonl(run.run_dir / METRICS_JSONL, 64, tail_bytes=65536)
-            step_s = max((float(r.get("step_time") or 0.0) for r in recent), default=0.0)
-        except (TypeError, ValueError):
-            continue  # a damaged run teaches nothing
-        if head.site != site or not checkpoint_s:
-            continue
-        return checkpoint_s, step_s, run.run_id
-    return None
-
-
-def measured_steps(site: str) -> tuple[MeasuredStep, ...]:
-    """The newest steady s/step of each step-time shape run on ``site``, newest first: what
-    the planner learns from (planner/step_source.py). Reads run.json's head of every indexed
-    run, and the typed view (its last metrics lines, restarts) of those on the site only."""
+def site_measurements(site: str) -> tuple[MeasuredStep, ...]:
+    """What this site's past runs measured, one measurement per step-time shape, newest first:
+    each shape's newest run with steady steps (rundir/steps.py ``measure``: the steady step, the
+    slowest of those steps and the checkpoint's seconds). The planner takes both the plan's step
+    time (planner/step_source.py) and its stop lead (planner/timing.py) from the one of the
+    plan's shape. Reads run.json's head of every indexed run, and the typed view (run.json,
+    state.json, the last metrics lines, restarts) of those on the site only."""
     found: list[MeasuredStep] = []
     for run in reversed(indexed_runs()):
         if read_head(run.run_dir).site != site:
             continue
         view = read_view(run.run_dir)
-        if view.record is None:
-            continue
-        shape = step_shape(view.record)
-        if any(m.shape == shape for m in found):
-            continue  # a newer run of the shape measured it
-        steady = steady_steps(view.recent_metrics, (r.resumed_from_step for r in view.restarts))
-        if steady is not None:
-            found.append(MeasuredStep(shape, steady, view.run_id, view.record.predicted_step_s))
+        if view.record is None or measured_at(step_shape(view.record), found) is not None:
+            continue  # unreadable, or a newer run of the shape measured it
+        measured = measure(view.record, view.run_id, view.recent_metrics,
+                           (r.resumed_from_step for r in view.restarts),
+                           view.state.checkpoint_seconds)
+        if measured is not None:
+            found.append(measured)
     return tuple(found)

@@ -23,7 +23,7 @@ def block() -> str:
     plan = api.prepare(api.Request(site="h100-pyxis", flags={
         "model": "Qwen/Qwen2.5-Math-72B", "nodes": 4})).plan
     assert plan.checkpoint is not None and plan.save is not None
-    step, source = step_time(plan.memory, plan.server_plan, None)
+    step, source = step_time(plan.memory, plan.server_plan)
     zero = plan.deepspeed.zero_stage if plan.deepspeed else 0
     lines = [BEGIN,
              f"`plan --site h100-pyxis --nodes 4 --model Qwen/Qwen2.5-Math-72B`: "

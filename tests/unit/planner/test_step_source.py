@@ -34,7 +34,7 @@ def _plan(gpus: int = 1, measured: tuple[MeasuredStep, ...] = (), **grpo: Any) -
 def _measured(plan: JobPlan, seconds: float = 0.63, run_id: str = "grpo-qwen2-5-0-5b-0001"
               ) -> MeasuredStep:
     shape = step_shape(plan.run_record("x", "/runs/x"))
-    return MeasuredStep(shape, SteadySteps(seconds, 9, 2, 10), run_id, 0.91)
+    return MeasuredStep(shape, SteadySteps(seconds, 9, 2, 10, seconds), run_id, 0.91)
 
 
 def test_outside_the_calibrated_range_the_prediction_says_it_is_an_extrapolation() -> None:
@@ -88,7 +88,7 @@ def test_a_cpu_site_measures_but_predicts_nothing() -> None:
     once = build_plan(site, spec, model)
     shape = step_shape(once.run_record("x", "/x"))
     learnt = build_plan(site, spec, model,
-                        measured=(MeasuredStep(shape, SteadySteps(0.4, 2, 2, 3), "tiny-0001"),))
+                        measured=(MeasuredStep(shape, SteadySteps(0.4, 2, 2, 3, 0.4), "tiny-0001"),))
     assert learnt.step_time is not None and learnt.step_time.line() == (
         "step time: 0.40 s measured on this site by run tiny-0001 (median of 2 steps, 2-3; no "
         "prediction on this site)")

@@ -83,6 +83,11 @@ RULES: dict[str, tuple[str, set[str]]] = {
     # The CPUs this process may use: the node task's threads and site init --local's profile.
     "the usable CPUs": (r"sched_getaffinity\(", {"runtime/shared/host_memory.py"}),
     "a run's step-time shape": (r"\bStepShape\(", {"rundir/steps.py"}),
+    # What a site's past runs measured for a plan: the plan's step time and its stop lead were
+    # taken from two runs (a job-name prefix against the shape) by two readers, one reading
+    # metrics as raw dicts; now one pass (runs/registry.py site_measurements) and one rule of a
+    # run's steady step, slowest recent step and save (rundir/steps.py measure).
+    "what a past run measured": (r"\bMeasuredStep\(|\bmax\(.*step_time", {"rundir/steps.py"}),
     "the calibrated range": (r"\bCALIBRATED\s*=", {"planner/speed/calibrated.py"}),
     # Which layouts may continue at another world size (#60): the launcher's resume refused
     # ZeRO and server mode by its own checks; now the launcher and the ranks read one rule.
@@ -135,6 +140,8 @@ def test_the_scan_sees_a_second_copy() -> None:
         "the job's memory from Slurm's defaults": 'per_cpu = int(record.get("DefMemPerCPU", 0))',
         "which layouts change size": 'raise UserError(f"{layout}: server mode is not resized yet")',
         "a FIFO or device test": "if path.is_fifo():",
+        "what a past run measured":
+            'step_s = max((float(r.get("step_time") or 0.0) for r in recent), default=0.0)',
     }
     for rule, line in copies.items():
         assert re.search(RULES[rule][0], line), rule

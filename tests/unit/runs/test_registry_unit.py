@@ -65,13 +65,19 @@ def test_names_that_fit_one_run_or_none(tmp_path: Path) -> None:
     assert "did you mean" in info.value.hint
 
 
-def test_measured_timings_skip_damaged_runs(tmp_path: Path) -> None:
+def test_a_damaged_newer_run_does_not_hide_what_an_older_one_measured(tmp_path: Path) -> None:
+    """A run of the shape whose state.json and metrics.jsonl are damaged measures nothing: the
+    older run of the shape still gives the site's measurement (steady step, slowest, save)."""
     good = make_run(tmp_path / "a", "grpo-tiny-0001")
     (good / "state.json").write_text(json.dumps({"checkpoint_seconds": 4.0}))
-    (good / "metrics.jsonl").write_text(json.dumps({"step": 1, "step_time": 2.0}) + "\n")
+    (good / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "step_time": t}) + "\n"
+                                                for s, t in ((1, 6.0), (2, 2.0), (3, 2.5))))
     bad = make_run(tmp_path / "b", "grpo-tiny-0001")
     (bad / "state.json").write_text(json.dumps({"checkpoint_seconds": "slow"}))
-    assert registry.measured_timings("grpo-tiny", "sandbox") == (4.0, 2.0, "grpo-tiny-0001")
+    (bad / "metrics.jsonl").write_text('{"step": 1, "step_time"\n[2, 3]\nnot json\n')
+    [found] = registry.site_measurements("sandbox")
+    assert (found.run_id, found.checkpoint_s, found.steady.seconds, found.steady.slowest) == (
+        "grpo-tiny-0001", 4.0, 2.25, 2.5)
 
 
 def test_the_output_root_is_a_directory_new_or_existing(

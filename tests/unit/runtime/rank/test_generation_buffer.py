@@ -157,23 +157,6 @@ def test_tokens_per_s_only_where_tokens_were_counted(tmp_path: Path) -> None:
     assert [r["tokens_per_s"] for r in rows] == [50.0, None, 30.0]
 
 
-def test_plans_take_the_slowest_recent_step_not_the_last(tmp_path: Path,
-                                                         monkeypatch: Any) -> None:
-    """The stop lead and the collective timeout are planned from a run's measured step time;
-    the last line may be a step that trained on an earlier generation (fast)."""
-    from hpc_grpo.runs import registry
-
-    run_dir = tmp_path / "runs" / "grpo-tiny-0001"
-    run_dir.mkdir(parents=True)
-    (run_dir / "run.json").write_text(json.dumps({"run_id": run_dir.name, "site": "sandbox"}))
-    (run_dir / "state.json").write_text(json.dumps({"checkpoint_seconds": 4.0}))
-    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "step_time": t}) + "\n"
-                                                   for s, t in ((1, 9.0), (2, 1.0), (3, 1.0))))
-    monkeypatch.setattr(registry, "indexed_runs",
-                        lambda: [types.SimpleNamespace(run_id=run_dir.name, run_dir=run_dir)])
-    assert registry.measured_timings("grpo-tiny", "sandbox") == (4.0, 9.0, "grpo-tiny-0001")
-
-
 def test_status_finds_reward_and_drift_many_steps_back(tmp_path: Path) -> None:
     """One generation training 12 steps: the newest reward and log-prob difference are 11 lines
     back, further than drift's window of lines."""
