@@ -91,6 +91,10 @@ RULES: dict[str, tuple[str, set[str]]] = {
     # (#58) Which paths are no file to read: a FIFO's open waits forever. The recipe, profile,
     # dataset and run.json readers ask rundir.checkpoints.special_file (beside folder_blocked).
     "a FIFO or device test": (r"S_ISFIFO|\.is_fifo\(|S_ISCHR", {"rundir/checkpoints.py"}),
+    # (#59) Each save's time: saves.jsonl is opened by its one writer (rank 0, through
+    # ledgers.append_save) and its one tolerant reader, nowhere else.
+    "the saves ledger's file": (r"/\s*(\w+\.)?SAVES_JSONL\b|\"saves\.jsonl\"",
+                                {"rundir/ledgers.py", "rundir/contract.py"}),
 }
 
 
@@ -132,6 +136,7 @@ def test_the_scan_sees_a_second_copy() -> None:
         "the job's memory from Slurm's defaults": 'per_cpu = int(record.get("DefMemPerCPU", 0))',
         "which layouts change size": 'raise UserError(f"{layout}: server mode is not resized yet")',
         "a FIFO or device test": "if path.is_fifo():",
+        "the saves ledger's file": "rundir.append_jsonl(run_dir / contract.SAVES_JSONL, line)",
     }
     for rule, line in copies.items():
         assert re.search(RULES[rule][0], line), rule
