@@ -4,8 +4,11 @@ carry the user's choices to the ranks."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from hpc_grpo.config.site import SiteProfile
 from hpc_grpo.config.spec import JobSpec
+from hpc_grpo.planner.save_time import SaveTime
 from hpc_grpo.planner.types import ModelRef
 from hpc_grpo.rundir.contract import DatasetBlock, HardwareBlock, ModelBlock, PeftBlock
 
@@ -49,3 +52,16 @@ def default_name(model: str) -> str:
     base = model.rstrip("/").rsplit("/", 1)[-1].lower()
     safe = "".join(c if (c.isascii() and c.isalnum()) or c in "-_." else "-" for c in base)
     return f"grpo-{safe}"[:40]
+
+
+def save_record(save: SaveTime | None) -> dict[str, Any]:
+    """run.json's predicted save (``status RUN`` puts each measured save beside it): the seconds,
+    the bandwidth a node and its source in one word. Each source's words begin with what it is
+    (preflight/output_write.py DECLARED and Measured.source; save_time.py's ASSUMED_SOURCE is the
+    one not ``known``)."""
+    if save is None:
+        return {}
+    word = "assumed" if not save.known else \
+        "declared" if save.source.startswith("declared") else "measured"
+    return {"predicted_save_s": save.seconds, "save_write_gbs": save.gbs,
+            "save_write_source": word}

@@ -15,7 +15,7 @@ from hpc_grpo.config.spec import JobSpec
 from hpc_grpo.errors import UserError
 from hpc_grpo.planner import MemoryPlan, plan_memory
 from hpc_grpo.planner.batch import check_spec_batches
-from hpc_grpo.planner.blocks import dataset_block, default_name, hardware_block, peft_block
+from hpc_grpo.planner.blocks import dataset_block, default_name, hardware_block, peft_block, save_record
 from hpc_grpo.planner.bounds import (  # noqa: F401 - BUILTIN_PROMPT_TOKENS, TRL_DEFAULTS: re-exported
     BUILTIN_PROMPT_TOKENS,
     TRL_DEFAULTS,
@@ -133,7 +133,8 @@ class JobPlan:
             collective_timeout_s=self.collective_timeout_s,
             checkpoint_bytes=self.checkpoint.one if self.checkpoint else 0,
             async_save=self.spec.async_save,
-            predicted_step_s=self.step_time.predicted if self.step_time else None)
+            predicted_step_s=self.step_time.predicted if self.step_time else None,
+            **save_record(self.save))
 
 
 def _check_limits(site: SiteProfile, spec: JobSpec, time_min: int) -> None:

@@ -40,6 +40,7 @@ JOB_ERROR_JSON = "job-error.json"  # the job script: a site module that did not 
 RESTARTS_JSONL = "restarts.jsonl"  # one line per resumed attempt: cause, steps lost, resume step
 RETRIES_JSONL = "retries.jsonl"  # one line per automatic requeue after a crash
 STARTUP_JSONL = "startup.jsonl"  # one line per attempt: its time to the first step, by part
+SAVES_JSONL = "saves.jsonl"  # one line per completed checkpoint save: step, seconds (rank 0)
 # The rank-0 node task's cause of a signalled stop, written the moment the signal arrives (the
 # task may be killed before it can put it in state.json): {"attempt", "cause", "signal", "facts"}.
 STOP_CAUSE_JSON = "stop-cause.json"
@@ -278,6 +279,12 @@ class RunRecord:
     checkpoint_bytes: int = 0  # the plan's size of one checkpoint; 0: not estimated
     async_save: bool = False  # periodic saves written in the background (background_save.py)
     predicted_step_s: float | None = None  # the plan's predicted s/step (planner/step_source.py)
+    # the plan's predicted seconds of one save (planner/save_time.py), the write bandwidth a node
+    # it assumed and where that came from: "measured", "declared" or "assumed"; None, None, "" in
+    # a plan without a checkpoint size (an unknown architecture) and in a run.json before them
+    predicted_save_s: float | None = None
+    save_write_gbs: float | None = None
+    save_write_source: str = ""
     hardware: HardwareBlock = HardwareBlock()  # what the plan assumed of each node
     hub: HubBlock | None = None  # push_to_hub: the export and push after training (no key: None)
     schema: int = SCHEMA
@@ -349,6 +356,9 @@ class RunRecord:
                 checkpoint_bytes=int(data.get("checkpoint_bytes") or 0),
                 async_save=bool(data.get("async_save", False)),
                 predicted_step_s=float(data["predicted_step_s"]) if data.get("predicted_step_s") else None,
+                predicted_save_s=float(data["predicted_save_s"]) if data.get("predicted_save_s") else None,
+                save_write_gbs=float(data["save_write_gbs"]) if data.get("save_write_gbs") else None,
+                save_write_source=str(data.get("save_write_source") or ""),
                 hardware=HardwareBlock(**(data.get("hardware") or {})),
                 hub=HubBlock(**data["hub"]) if data.get("hub") else None,
             )

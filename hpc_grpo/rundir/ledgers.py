@@ -1,5 +1,11 @@
-"""What followed training, typed: the run directory's ledgers of exports, evaluations, pushes
-and export jobs, their readers and (where a write is a plain append) their one writer each.
+"""The run directory's ledgers, typed: what followed training (exports, evaluations, pushes,
+export jobs) and each completed checkpoint save; their readers and (where a write is a plain
+append) their one writer each.
+
+saves.jsonl holds one line per completed save, appended by rank 0 when the checkpoint is marked
+complete (runtime/rank/callbacks.py ``CheckpointMarkerCallback``): state.json keeps only the last
+save's time, and `status RUN` sets each one beside the plan's prediction (run.json
+``predicted_save_s``).
 
 exports.jsonl holds one line per finished export (export/write.py), eval/ one JSON file per
 evaluation (export/evaluate.py writes it whole), pushes.jsonl one line per push (export/push.py),
@@ -15,13 +21,20 @@ directory's room.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.rundir import append_jsonl, read_json_object, read_jsonl
-from hpc_grpo.rundir.contract import EVAL_DIR, EXPORT_JOBS_JSONL, EXPORTS_JSONL, PUSHES_JSONL
+from hpc_grpo.rundir import append_jsonl, finite_number, load_state, read_json_object, read_jsonl
+from hpc_grpo.rundir.contract import (
+    EVAL_DIR,
+    EXPORT_JOBS_JSONL,
+    EXPORTS_JSONL,
+    PUSHES_JSONL,
+    SAVES_JSONL,
+)
 
 
 def _str(value: Any) -> str | None:
@@ -217,3 +230,51 @@ def next_export_job(run_dir: Path) -> int:
 
 def append_export_job(run_dir: Path, line: ExportJobLine) -> None:
     append_jsonl(run_dir / EXPORT_JOBS_JSONL, line.to_dict())
+
+
+@dataclass(frozen=True)
+class SaveLine:
+    """One line of saves.jsonl: a checkpoint save rank 0 marked complete. ``seconds`` runs from
+    the step's end to the marker, as state.json's ``checkpoint_seconds`` (taken a moment after
+    that was written, so it may be a few milliseconds longer); ``held_s``,
+    where recorded, is the training time the save held, below ``seconds`` for a save that
+    writes while training goes on (None: the save held training all along)."""
+
+    step: int
+    seconds: float
+    time: float | None = None
+    attempt: str = ""
+    held_s: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SaveLine | None:
+        """None where the line is no save: no step, or no finite, non-negative seconds."""
+        step, seconds = _int(data.get("step")), finite_number(data.get("seconds"))
+        if step is None or seconds is None or seconds < 0:
+            return None
+        held = finite_number(data.get("held_s"))
+        return cls(step=step, seconds=seconds, time=_float(data.get("time")),
+                   attempt=_str(data.get("attempt")) or "",
+                   held_s=held if held is not None and held >= 0 else None)
+
+    def to_dict(self) -> dict[str, Any]:
+        line = {"step": self.step, "seconds": self.seconds, "time": self.time,
+                "attempt": self.attempt}
+        if self.held_s is not None:
+            line["held_s"] = self.held_s
+        return line
+
+
+def saves(run_dir: Path) -> list[SaveLine]:
+    """saves.jsonl's saves, oldest first; lines that are no save are left out ([] in a run
+    directory written before the ledger)."""
+    return [line for entry in read_jsonl(run_dir / SAVES_JSONL)
+            if (line := SaveLine.from_dict(entry)) is not None]
+
+
+def append_save(run_dir: Path, *, step: int, seconds: float, held_s: float | None = None) -> None:
+    """Rank 0, once a save is marked complete: its line, with the attempt state.json names
+    (rank 0 wrote it at the attempt's start) and the time now."""
+    append_jsonl(run_dir / SAVES_JSONL, SaveLine(
+        step=step, seconds=seconds, time=time.time(), attempt=load_state(run_dir).attempt,
+        held_s=held_s).to_dict())

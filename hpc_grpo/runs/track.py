@@ -27,7 +27,7 @@ from hpc_grpo.rundir.contract import (
 )
 from hpc_grpo.rundir.view import RestartLine
 from hpc_grpo.runs import after_training as after
-from hpc_grpo.runs import joberror, registry
+from hpc_grpo.runs import joberror, registry, saves
 from hpc_grpo.runs.attempts import is_resume, resumed_line, startup_line, with_accounting
 from hpc_grpo.runs.runfiles import RunFiles, read_run
 from hpc_grpo.scheduler.backend import Action, Backend, backend_for
@@ -77,6 +77,13 @@ class RunStatus:
     step_s: float | None = None  # measured steady s/step (rundir/steps.py steady_steps)
     step_s_predicted: float | None = None  # what the run's plan predicted (run.json)
     step_time: str = ""  # the two as one line; only for the runs status names
+    save_s: tuple[float, ...] = ()  # each completed save's seconds, oldest first (saves.py)
+    save_held_s: tuple[float, ...] = ()  # the training time saves held, where they record it
+    save_s_median: float | None = None
+    save_s_predicted: float | None = None  # one save as the run's plan predicted it (run.json)
+    save_write_gbs: float | None = None  # the write bandwidth a node the prediction assumed
+    save_write_source: str = ""  # "measured", "declared", "assumed"
+    saves: str = ""  # the saves against the prediction as one line; only for the runs status names
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -95,6 +102,7 @@ def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
     coming = requeuing(view, files)  # not finished, whatever the last attempt recorded (#58)
     pending = _pending_restart(files, js, bool(coming))
     steady, predicted = _step_times(files)
+    saved = saves.save_times(files.run_dir, files.record, files.state)  # against the plan's
     return RunStatus(
         run_id=files.run_id, run_dir=str(files.run_dir), site=files.site, job_id=files.job_id,
         state=js.state, finished=js.finished and not coming, meaning=js.meaning,
@@ -115,6 +123,9 @@ def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
         layout_change=next((j.layout_change for j in reversed(files.jobs) if j.layout_change), ""),
         step_s=steady.seconds if steady else None, step_s_predicted=predicted,
         step_time=steps.measured_line(steady, predicted) if steady else "",
+        save_s=saved.measured, save_held_s=saved.held, save_s_median=saved.median,
+        save_s_predicted=saved.predicted, save_write_gbs=saved.gbs,
+        save_write_source=saved.source, saves=saved.line(),
         **_after_training(files.run_dir, files.record, progress.phase),
     )
 
@@ -213,7 +224,7 @@ def status(names: Sequence[str] = ()) -> list[RunStatus]:
             if isinstance(view, Exception):
                 raise view
             row = _row(files, view)
-            out.append(row if names else dataclasses.replace(row, step_time=""))  # one line a run
+            out.append(row if names else dataclasses.replace(row, step_time="", saves=""))  # one line a run
         except Exception as err:  # noqa: BLE001 - a case nobody foresaw stays on its own row
             out.append(_broken(run_dir, err))
     return out

@@ -85,6 +85,7 @@ def _notes(row: track.RunStatus) -> list[str]:
     notes += [line for line in (row.export_job, row.exported, row.evaluated, row.pushed)
               if line]  # hpc-grpo export (as a job) / eval / export --push
     notes += [row.step_time] if row.step_time else []  # status RUN: measured and predicted s/step
+    notes += [row.saves] if row.saves else []  # status RUN: each save's time against the plan's
     return notes
 
 

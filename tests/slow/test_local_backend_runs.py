@@ -83,6 +83,8 @@ def test_status_logs_cancel_and_resume_of_a_run_directory_of_the_previous_releas
     row = json.loads(status.stdout)[0]
     assert (row["state"], row["phase"], row["step"], row["source"]) == \
         ("COMPLETED", "done", 3, "local"), row
+    # no saves.jsonl, no predicted_save_s (#59): state.json's last save, no prediction
+    assert (row["save_s"], row["save_s_predicted"]) == ([0.031], None), row
     logs = json.loads(_cli("logs", str(run_dir), "--json", cwd=tmp_path, env=env).stdout)
     paths = [Path(entry["path"]).name for entry in logs]
     assert paths[:2] == ["rank-0.log", "rank-1.log"] and "10604_0_log.out" in paths

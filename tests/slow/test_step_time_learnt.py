@@ -1,7 +1,8 @@
 """The step-time figure learnt from the site's own runs, through the CLI (issue #58): a tiny CPU
 run on `--site local`, then `status RUN` shows its measured steady s/step and `plan` of the same
 job says it goes by that figure, measured on this site by that run. A job of another shape
-(another completion length) is not given it."""
+(another completion length) is not given it. The run saves at steps 2 and 4, and `status RUN`
+sets each save beside the plan's predicted save (#59: saves.jsonl against run.json)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from hpc_grpo import rundir
+from hpc_grpo.planner.save_time import ASSUMED_WRITE_GBS
+from hpc_grpo.rundir import ledgers
 from tests.cluster.clusterlib import submitted
 from tests.slow.runtime_slow_helpers import cli
 
@@ -19,7 +23,8 @@ from tests.slow.runtime_slow_helpers import cli
 def test_a_plan_after_a_run_of_its_shape_goes_by_the_measured_step(tmp_path: Path) -> None:
     env = {**os.environ, "HPC_GRPO_HOME": str(tmp_path / "home")}
     job = ["--site", "local", "--model", "builtin:tiny", "--set", "max_steps=4",
-           "--set", "max_completion_length=16", "--output-root", str(tmp_path / "runs")]
+           "--set", "max_completion_length=16", "--set", "save_steps=2",
+           "--output-root", str(tmp_path / "runs")]
     before = json.loads(cli("plan", *job, "--json", env=env).stdout)
     assert before["step_time"] is None  # a CPU site predicts nothing and nothing is measured
     proc = cli("submit", *job, "--run-id", "learn-0001", env=env)  # follows: the local site
@@ -43,3 +48,15 @@ def test_a_plan_after_a_run_of_its_shape_goes_by_the_measured_step(tmp_path: Pat
     assert json.loads(other.stdout)["step_time"] is None  # another shape learns nothing
     assert json.loads((run_dir / "summary.json").read_text())["steady_step_time_s"] == \
         pytest.approx(row["step_s"])
+
+    # each save against the plan's (#59): one ledger line per checkpoint, the prediction beside
+    saved = ledgers.saves(run_dir)
+    folders = sorted(int(p.name.split("-")[1]) for p in (run_dir / "checkpoints").glob("checkpoint-*"))
+    assert [s.step for s in saved] == folders == [2, 4] and all(s.attempt for s in saved)
+    predicted = rundir.load_run(run_dir).predicted_save_s
+    assert predicted is not None and predicted > 0  # the model was built, so its size is known
+    assert row["save_s"] == [s.seconds for s in saved] and row["save_s_predicted"] == predicted
+    assert row["save_write_source"] == "assumed"  # no doctor measurement in this HPC_GRPO_HOME
+    against = (f" s predicted ({row['save_s_median'] / predicted - 1:+.0%}), "
+               f"at {ASSUMED_WRITE_GBS:g} GB/s a node (assumed)")
+    assert f"{run_id}: saves: 2 saves, " in shown and against in shown

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from hpc_grpo import rundir
-from hpc_grpo.rundir import contract
+from hpc_grpo.rundir import contract, ledgers
 from hpc_grpo.runtime.rank.checkpoints import folders, save_parts
 from hpc_grpo.runtime.rank.observe import memory, phases
 from hpc_grpo.runtime.rank.observe.memory import GpuMemorySampler, physical_gpu
@@ -298,6 +298,8 @@ class CheckpointMarkerCallback(TrainerCallback):
                 checkpoint_parts_s=parts,  # rank 0's split of it (save_parts.py)
                 checkpoint_skipped=None,  # this save completed: no skip stands
             )
+            ledgers.append_save(self.run_dir, step=step, seconds=seconds,  # each save's time
+                                held_s=None if held_s is None else round(held_s, 3))
 
 
 def _size(count: int) -> str:

@@ -16,7 +16,11 @@ from click.testing import CliRunner
 
 from hpc_grpo.cli import main
 from hpc_grpo.config.site import SiteProfile, load_site
+from hpc_grpo.config.spec import build_spec
 from hpc_grpo.errors import UserError
+from hpc_grpo.planner import lookup_model
+from hpc_grpo.planner.job import build_plan
+from hpc_grpo.planner.types import ModelRef, WriteFigure
 from hpc_grpo.preflight import output_write, siteinit, write_job
 from hpc_grpo.runtime import writebench
 from hpc_grpo.runtime.probe_lines import report_lines
@@ -152,6 +156,22 @@ def test_plan_says_assumed_then_measured_then_declared(hpc_home: Path, tmp_path:
     output_write.write_measurement("sandbox", str(root), report(3.2))
     after = CliRunner().invoke(main, argv, catch_exceptions=False).output
     assert "at 3.2 GB/s a node (measured by doctor on 2026-11-30" in after
+
+
+def test_run_json_records_the_predicted_save_and_its_source_in_one_word() -> None:
+    """run.json's predicted save (#59, what `status RUN` sets each save beside) is the plan's,
+    and its source word is read off each source's own text: assumed, declared, measured."""
+    site, model = _sandbox(), "Qwen/Qwen2.5-0.5B"
+    spec = build_spec({"model_name_or_path": model, "nodes": 2}, {}, {}, site)
+    measured = output_write.measured_from(report(3.2))
+    assert measured is not None
+    for write, word in ((None, "assumed"), (WriteFigure(5.0, output_write.DECLARED), "declared"),
+                        (WriteFigure(3.2, measured.source), "measured")):
+        plan = build_plan(site, spec, ModelRef(model, local=False, arch=lookup_model(model)),
+                          write=write)
+        record = plan.run_record("r", "/runs/r")
+        assert plan.save is not None and record.predicted_save_s == plan.save.seconds > 0
+        assert (record.save_write_gbs, record.save_write_source) == (plan.save.gbs, word)
 
 
 # ---- doctor --output-bandwidth against the shared fake Slurm --------------------------------

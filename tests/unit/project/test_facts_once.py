@@ -99,6 +99,10 @@ RULES: dict[str, tuple[str, set[str]]] = {
     # save's bytes on the ranks, and the plan's check of async_save.
     "a save's share of host memory": (r"_HOST_FRACTION\s*=\s*0\.\d", {"rundir/contract.py"}),
     "a FIFO or device test": (r"S_ISFIFO|\.is_fifo\(|S_ISCHR", {"rundir/checkpoints.py"}),
+    # (#59) Each save's time: saves.jsonl is opened by its one writer (rank 0, through
+    # ledgers.append_save) and its one tolerant reader, nowhere else.
+    "the saves ledger's file": (r"/\s*(\w+\.)?SAVES_JSONL\b|\"saves\.jsonl\"",
+                                {"rundir/ledgers.py", "rundir/contract.py"}),
 }
 
 
@@ -142,6 +146,7 @@ def test_the_scan_sees_a_second_copy() -> None:
         "a FIFO or device test": "if path.is_fifo():",
         "what a past run measured":
             'step_s = max((float(r.get("step_time") or 0.0) for r in recent), default=0.0)',
+        "the saves ledger's file": "rundir.append_jsonl(run_dir / contract.SAVES_JSONL, line)",
     }
     for rule, line in copies.items():
         assert re.search(RULES[rule][0], line), rule

@@ -94,3 +94,19 @@ def test_shared_defaults_are_written_in_the_contract_only() -> None:
     assert found == []
     planted = ast.parse('"""USR2"""\nsignal = "USR2"\n')  # the check can fail
     assert [n.value for n in _constants_outside_docstrings(planted)] == ["USR2"]
+
+
+def test_the_predicted_save_round_trips_and_an_older_record_has_none(tmp_path: Path) -> None:
+    """run.json's predicted save (#59), beside predicted_step_s: the seconds, the bandwidth a
+    node and its source; a record written before them reads as no prediction."""
+    record = RunRecord.from_dict({**BASE, "predicted_save_s": 3.8, "save_write_gbs": 2.0,
+                                  "save_write_source": "assumed"})
+    (tmp_path / "run.json").write_text(json.dumps(record.to_dict()))
+    again = rundir.load_run(tmp_path)
+    assert again == record
+    assert (again.predicted_save_s, again.save_write_gbs, again.save_write_source) == \
+        (3.8, 2.0, "assumed")
+    old = RunRecord.from_dict(BASE)
+    assert (old.predicted_save_s, old.save_write_gbs, old.save_write_source) == (None, None, "")
+    nulls = RunRecord.from_dict({**BASE, "predicted_save_s": None, "save_write_source": None})
+    assert (nulls.predicted_save_s, nulls.save_write_source) == (None, "")

@@ -1,13 +1,15 @@
-"""The ledgers of what followed training (rundir/ledgers.py): each line written is read back as
-written, and an odd line never raises: a value of the wrong type takes the field's default."""
+"""The run directory's ledgers (rundir/ledgers.py): what followed training and each save; each
+line written is read back as written, and an odd line never raises: a value of the wrong type
+takes the field's default."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from hpc_grpo import rundir
 from hpc_grpo.rundir import ledgers
-from hpc_grpo.rundir.ledgers import EvalResult, ExportJobLine, ExportLine, PushLine
+from hpc_grpo.rundir.ledgers import EvalResult, ExportJobLine, ExportLine, PushLine, SaveLine
 
 
 def test_each_writer_is_read_back(tmp_path: Path) -> None:
@@ -63,3 +65,30 @@ def test_the_furthest_export_and_the_newest_eval(tmp_path: Path) -> None:
     newest = ledgers.newest_eval(tmp_path)
     assert newest == EvalResult(file=str(evals / "a.json"), time=5.0, reward_mean=1.0,
                                 reward_low=0.0, reward_high=2.0, prompts=4)
+
+
+def test_each_save_is_kept_with_the_attempt_that_made_it(tmp_path: Path) -> None:
+    """saves.jsonl (#59): rank 0's writer puts state.json's attempt and the time on each line,
+    ``held_s`` only where given; the reader gives them back typed, oldest first."""
+    rundir.update_state(tmp_path, attempt="slurm-7.0")
+    ledgers.append_save(tmp_path, step=2, seconds=4.5)
+    ledgers.append_save(tmp_path, step=4, seconds=5.25, held_s=0.75)
+    first, second = ledgers.saves(tmp_path)
+    assert (first.step, first.seconds, first.attempt, first.held_s) == (2, 4.5, "slurm-7.0", None)
+    assert (second.step, second.seconds, second.held_s) == (4, 5.25, 0.75)
+    assert first.time is not None and second.time is not None and first.time <= second.time
+    assert "held_s" not in json.loads((tmp_path / "saves.jsonl").read_text().splitlines()[0])
+    assert ledgers.saves(tmp_path / "older") == []  # a run directory before the ledger
+
+
+def test_damaged_save_lines_are_left_out_or_take_their_defaults(tmp_path: Path) -> None:
+    good = {"step": 6, "seconds": 3.0, "time": 9.0, "attempt": "a"}
+    (tmp_path / "saves.jsonl").write_text("\n".join([
+        "not json", "[1, 2]", json.dumps({"seconds": 2.0}), json.dumps({"step": "4", "seconds": 1}),
+        json.dumps({"step": 5, "seconds": -1}), json.dumps({"step": True, "seconds": 1}),
+        json.dumps({"step": 5, "seconds": "2"}), json.dumps(good),
+        json.dumps({"step": 8, "seconds": 2, "time": "x", "attempt": 3, "held_s": -2}),
+        json.dumps({"step": 10, "seconds": 1.5, "held_s": True}),
+        '{"step": 12, "seconds": 1.0, "ti']) + "\n")  # a torn last line
+    assert ledgers.saves(tmp_path) == [SaveLine(6, 3.0, 9.0, "a"), SaveLine(8, 2.0),
+                                       SaveLine(10, 1.5)]

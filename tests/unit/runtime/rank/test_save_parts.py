@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from hpc_grpo import rundir
+from hpc_grpo.rundir import ledgers
 from hpc_grpo.runtime.rank.checkpoints import deepspeed_save, folders, save_parts
 from tests.unit.runtime.rank.deepspeed_save_helpers import OFFLOAD3, _run
 from tests.unit.runtime.rank.deepspeed_save_helpers import trainer as trainer  # noqa: F401 (fixture)
@@ -121,3 +122,5 @@ def test_the_marker_callback_records_rank_0_s_split(tmp_path: Path,
     assert recorded["optimizer"] == 2.0
     assert "[checkpoint] checkpoint-4 saved in" in capsys.readouterr().out
     assert folders.is_complete(out / "checkpoint-4")
+    (saved,) = ledgers.saves(run_dir)  # each save kept beside state.json's last (#59)
+    assert saved.step == 4 and saved.seconds >= (rundir.load_state(run_dir).checkpoint_seconds or 0)
