@@ -148,8 +148,9 @@ def save_strategy_problem(value: Any) -> tuple[str, str]:
     anyway (``lr_scheduler_type`` reduce_lr_on_plateau or greedy set "loss"), no periodic
     checkpoint is ever written. And were an evaluation run, its decision comes after every
     callback has spoken, past the disk check, the all-ranks stop save and the epoch-end dedupe
-    (runtime/rank/callbacks.py). What is left is picking the best kept checkpoint afterwards
-    from metrics.jsonl (export/best.py), among the ``save_total_limit`` kept."""
+    (runtime/rank/callbacks.py, checkpoints/marker.py). What is left is picking the best kept
+    checkpoint afterwards from metrics.jsonl (export/best.py), among the ``save_total_limit``
+    kept."""
     if _named(value) == "best":
         return ("'best' saves only when an evaluation finds a new best metric, and hpc-grpo runs "
                 "no evaluation during training",

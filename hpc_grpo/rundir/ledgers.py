@@ -3,7 +3,7 @@ export jobs) and each completed checkpoint save; their readers and (where a writ
 append) their one writer each.
 
 saves.jsonl holds one line per completed save, appended by rank 0 when the checkpoint is marked
-complete (runtime/rank/callbacks.py ``CheckpointMarkerCallback``): state.json keeps only the last
+complete (runtime/rank/checkpoints/marker.py ``CheckpointMarkerCallback``): state.json keeps only the last
 save's time, and `status RUN` sets each one beside the plan's prediction (run.json
 ``predicted_save_s``).
 

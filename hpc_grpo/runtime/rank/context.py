@@ -40,7 +40,7 @@ class HookContext:
     save_clock: Any = None
     clock: Any = None
     profiler: Any = None
-    marker: Any = None  # the trainer's CheckpointMarkerCallback (callbacks.py)
+    marker: Any = None  # the trainer's CheckpointMarkerCallback (checkpoints/marker.py)
 
     @property
     def lead(self) -> bool:

@@ -108,11 +108,11 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
     # here, not at the top: it imports transformers, which must come after main's
     # startup_heap.share_package_map (TRL has imported it by now)
     from hpc_grpo.runtime.rank.callbacks import (
-        CheckpointMarkerCallback,
         DiskSpaceCallback,
         GracefulStopCallback,
         MetricsCallback,
     )
+    from hpc_grpo.runtime.rank.checkpoints.marker import CheckpointMarkerCallback
 
     if not phases.patch_profiling(profiling):  # metrics lines then carry no step split
         print("[train] this TRL has no ProfilingContext hook: no per-phase step times", flush=True)
@@ -147,7 +147,9 @@ def _trainer(run: RunRecord, run_dir: Path, args: Any, inputs: tuple[Any, Any, A
 
 def _marker(trainer: Any) -> Any:
     """The trainer's CheckpointMarkerCallback (``_trainer`` gives it every trainer)."""
-    from hpc_grpo.runtime.rank.callbacks import CheckpointMarkerCallback  # transformers: see _trainer
+    from hpc_grpo.runtime.rank.checkpoints.marker import (
+        CheckpointMarkerCallback,  # transformers: see _trainer
+    )
 
     return next(callback for callback in trainer.callback_handler.callbacks
                 if isinstance(callback, CheckpointMarkerCallback))

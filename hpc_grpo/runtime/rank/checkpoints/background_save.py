@@ -19,7 +19,7 @@ removes: ``deepspeed_save.py``) and everything else the save writes (RNG states,
 the generation buffer, whose writer renames its file) are written at once, as always.
 
 What makes it complete. The writer fsyncs every file of the folder (those written at once too)
-and the folder; the checkpoint marker callback (``callbacks.CheckpointMarkerCallback``) asks at
+and the folder; the checkpoint marker callback (``marker.CheckpointMarkerCallback``) asks at
 each step's end, on every rank (one all-reduce of a byte), whether all ranks' writes are
 durable, and only then rank 0 writes the completion marker and applies retention. Until then
 the previous complete checkpoint is the one a restart resumes from (a crash or a killed node

@@ -13,12 +13,9 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from hpc_grpo.runtime.node import watchdog
-from hpc_grpo.runtime.rank.callbacks import (
-    CheckpointMarkerCallback,
-    DiskSpaceCallback,
-    GracefulStopCallback,
-)
+from hpc_grpo.runtime.rank.callbacks import DiskSpaceCallback, GracefulStopCallback
 from hpc_grpo.runtime.rank.checkpoints import folders as checkpoints
+from hpc_grpo.runtime.rank.checkpoints.marker import CheckpointMarkerCallback
 from hpc_grpo.runtime.rank.observe import heartbeat
 from hpc_grpo.runtime.shared.signals import StopFlag
 

@@ -2,7 +2,7 @@
 
 transformers 5.x rotates checkpoints inside Trainer._save_checkpoint, right after the new folder's
 files are written and before the on_save callbacks run, where the ranks' barrier and rank 0's
-completion marker come (runtime/rank/callbacks.py). It counts folders, not complete checkpoints.
+completion marker come (runtime/rank/checkpoints/marker.py). It counts folders, not complete checkpoints.
 These tests replay one save as the Trainer does it: the files, then its rotation with the limit
 the ranks hand GRPOConfig, then the marker and the project's own retention.
 """

@@ -102,7 +102,7 @@ def test_the_marker_callback_records_rank_0_s_split(tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
-    from hpc_grpo.runtime.rank.callbacks import CheckpointMarkerCallback
+    from hpc_grpo.runtime.rank.checkpoints.marker import CheckpointMarkerCallback
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
