@@ -182,25 +182,17 @@ def resize(old: RunRecord, nodes: int, procs_per_node: int) -> Resize | None:
                      or TRL_DEFAULTS["per_device_train_batch_size"])
     steps = int(grpo.get("gradient_accumulation_steps")
                 or TRL_DEFAULTS["gradient_accumulation_steps"])
-    global_batch = per_device * steps * old.world_size
-    generation = int(grpo.get("generation_batch_size") or 0) or (
-        per_device * old.world_size * int(grpo.get("steps_per_generation") or steps))
     world = world_size(nodes, procs_per_node)
-    fits = [size for size in range(per_device, 0, -1)
-            if global_batch % (size * world) == 0 and generation % (size * world) == 0]
-    if not fits:
+    split, global_batch, generation = reshard.split_batch(
+        grpo, old.world_size, world, per_device_default=per_device, accumulation_default=steps)
+    if split is None:
         both = f" and generation batch {generation}" if generation != global_batch else ""
         raise UserError(
             f"{layout}: the global batch {global_batch} (per-device {per_device} x accumulation "
             f"{steps} x {old.world_size} ranks){both} does not split over {world} ranks "
             "into whole per-device batches", field="resume",
             hint=f"use a world size that divides {gcd(global_batch, generation)}, or {_NEW_RUN}")
-    size = fits[0]
-    values = {"per_device_train_batch_size": size,
-              "gradient_accumulation_steps": global_batch // (size * world)}
-    if grpo.get("steps_per_generation"):
-        values["steps_per_generation"] = generation // (size * world)
-    return Resize(was, now, global_batch, generation, values, zero or None)
+    return Resize(was, now, global_batch, generation, split.grpo(), zero or None)
 
 
 def mid_generation(step: int, change: Resize) -> UserError:

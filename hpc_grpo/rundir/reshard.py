@@ -17,6 +17,12 @@ the checkpoint they resume from must be converted first. Stdlib only, like the r
   needed. Converted once per checkpoint; the folder is reused by later resumes.
 - Server mode: refused (its vLLM server's nodes and the trainer's world size are planned
   together).
+
+The batch split at the new size is here too (``split_batch``): the global batch (completions
+per optimizer step) and the generation batch are kept, and the per-device batch and the
+accumulation replanned. The launcher's ``resume --nodes`` applies it today; a node task that
+finds its job started on fewer nodes than planned (``min_nodes``, issue #60) needs the same
+rule without the launcher, so it lives below both.
 """
 
 from __future__ import annotations
@@ -25,8 +31,10 @@ import dataclasses
 import json
 import shutil
 import time
+from collections.abc import Mapping
 from math import ceil
 from pathlib import Path
+from typing import Any
 
 from hpc_grpo.rundir.contract import RunRecord
 
@@ -48,6 +56,46 @@ def refusal(zero_stage: int | None, vllm_mode: str) -> str | None:
                 "(ds_to_universal converts stages " + ", ".join(map(str, RESHARDED_ZERO_STAGES))
                 + ")")
     return None
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchSplit:
+    """The batch at a new world size: both batches kept, the largest per-device batch not above
+    the run's (its memory plan sized that one) that splits both into whole per-rank parts."""
+
+    global_batch: int  # completions per optimizer step
+    generation_batch: int  # completions per generation
+    per_device: int
+    accumulation: int
+    steps_per_generation: int | None  # where the run set it
+
+    def grpo(self) -> dict[str, int]:
+        """The GRPOConfig values the resized run trains with."""
+        values = {"per_device_train_batch_size": self.per_device,
+                  "gradient_accumulation_steps": self.accumulation}
+        if self.steps_per_generation is not None:
+            values["steps_per_generation"] = self.steps_per_generation
+        return values
+
+
+def split_batch(grpo: Mapping[str, Any], was_world: int, world: int, *, per_device_default: int,
+                accumulation_default: int) -> tuple[BatchSplit | None, int, int]:
+    """(the split at ``world`` ranks or None where no whole split keeps both batches, the global
+    batch, the generation batch) of a run trained with ``grpo`` at ``was_world`` ranks; the
+    defaults are TRL's, for a value the run left to it."""
+    per_device = int(grpo.get("per_device_train_batch_size") or per_device_default)
+    steps = int(grpo.get("gradient_accumulation_steps") or accumulation_default)
+    global_batch = per_device * steps * was_world
+    generation = int(grpo.get("generation_batch_size") or 0) or (
+        per_device * was_world * int(grpo.get("steps_per_generation") or steps))
+    fits = [size for size in range(per_device, 0, -1)
+            if global_batch % (size * world) == 0 and generation % (size * world) == 0]
+    if not fits:
+        return None, global_batch, generation
+    size = fits[0]
+    per_generation = generation // (size * world) if grpo.get("steps_per_generation") else None
+    return (BatchSplit(global_batch, generation, size, global_batch // (size * world),
+                       per_generation), global_batch, generation)
 
 
 def needs_conversion(zero_stage: int | None, saved_world_size: int | None, world_size: int) -> bool:

@@ -8,11 +8,13 @@ is interrupted twice: USR2 to the batch shell (the stop's save waits for the wri
 marks it, then saves its own step) and kill -9 of the second node's rank (the checkpoint being
 written has no marker; the restart resumes from the one before). It must end with every step
 logged once and, step for step, the rewards of an uninterrupted run that saved at once, and the
-same fp32 master weights and Adam state to the bit.
+same fp32 master weights and Adam state to the bit. The dataset holds 16 prompts, 2 a step: an
+epoch is 8 steps, so the run crosses an epoch boundary after its resumes.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -39,6 +41,15 @@ ARGS = ("--site", "sandbox", "--nodes", "2", "--procs-per-node", "1", "--zero-st
         "--recipe", str(RECIPE), "--reward", "tests.slow.slow_reward:slow_length",
         "--set", f"max_steps={STEPS}", "--set", "save_steps=2", "--time", "00:30:00")
 SLOW_WRITES = "HPC_GRPO_FAULT_BACKGROUND_WRITE_DELAY_S"  # faults/slow_writes.py
+EPOCH_STEPS = 8  # 16 prompts, one a rank a step (4 generations of it)
+
+
+def _dataset(folder: Path) -> tuple[str, str]:
+    """``--dataset FILE`` of 16 counting prompts (the nodes share /tmp)."""
+    path = folder / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"prompt": "Count on: " + " ".join(map(str, range(i, i + 1 + i % 4)))})
+                            + "\n" for i in range(2 * EPOCH_STEPS)))
+    return ("--dataset", str(path))
 
 
 def _attempt_log(run_dir: Path) -> str:
@@ -95,11 +106,12 @@ def _partitions_differ(run_dir: Path, other: Path) -> list[str]:
 
 def test_a_background_write_interrupted_by_usr2_and_by_a_killed_node_resumes_exactly(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    ref_id, _, ref_dir = submit(tmp_path / "runs", *ARGS, "--name", "sync-saves")
+    args = (*ARGS, *_dataset(tmp_path))
+    ref_id, _, ref_dir = submit(tmp_path / "runs", *args, "--name", "sync-saves")
     assert wait_for(ref_id, finished, timeout=600)["state"] == "COMPLETED"
 
     monkeypatch.setenv(SLOW_WRITES, "1.5")  # the job's environment: sbatch exports the caller's
-    run_id, job, run_dir = submit(tmp_path / "runs", *ARGS, "--set", "async_save=true",
+    run_id, job, run_dir = submit(tmp_path / "runs", *args, "--set", "async_save=true",
                                   "--name", "async-saves")
 
     # 1. USR2 while checkpoint-N is written: the stop's save finishes N first, then its own.
@@ -127,6 +139,7 @@ def test_a_background_write_interrupted_by_usr2_and_by_a_killed_node_resumes_exa
     row = wait_for(run_id, finished, timeout=600)
     assert row["state"] == "COMPLETED" and row["step"] == STEPS, row
     assert [r["cause"] for r in restarts(run_dir)] == ["user signal", "task crash"]
+    assert second["resumed_from_step"] < EPOCH_STEPS < STEPS  # the resumed attempt crossed one
     got = rewards(run_dir)
     assert [s for s, _ in got] == list(range(1, STEPS + 1))  # each step once
     assert got == rewards(ref_dir)  # the uninterrupted run's, which saved at once

@@ -97,7 +97,10 @@ RULES: dict[str, tuple[str, set[str]]] = {
     # dataset and run.json readers ask rundir.checkpoints.special_file (beside folder_blocked).
     # (#59) The share of a node's memory a save's copies may hold: pinned blocks, an async
     # save's bytes on the ranks, and the plan's check of async_save.
-    "a save's share of host memory": (r"_HOST_FRACTION\s*=\s*0\.\d", {"rundir/contract.py"}),
+    "a save's share of host memory": (r"HOST_FRACTION\s*=\s*0\.\d", {"rundir/contract.py"}),
+    # (#60) The batch split kept at another world size: the launcher's resume --nodes applies
+    # it, and a node task that started on fewer nodes (min_nodes) will need it without the launcher.
+    "the batch split at another world size": (r"global_batch\s*%\s*\(", {"rundir/reshard.py"}),
     "a FIFO or device test": (r"S_ISFIFO|\.is_fifo\(|S_ISCHR", {"rundir/checkpoints.py"}),
     # (#59) Each save's time: saves.jsonl is opened by its one writer (rank 0, through
     # ledgers.append_save) and its one tolerant reader, nowhere else.
@@ -147,6 +150,9 @@ def test_the_scan_sees_a_second_copy() -> None:
         "what a past run measured":
             'step_s = max((float(r.get("step_time") or 0.0) for r in recent), default=0.0)',
         "the saves ledger's file": "rundir.append_jsonl(run_dir / contract.SAVES_JSONL, line)",
+        "a save's share of host memory": "HOST_FRACTION = 0.5  # of the node's available memory",
+        "the batch split at another world size":
+            "if global_batch % (size * world) == 0 and generation % (size * world) == 0]",
     }
     for rule, line in copies.items():
         assert re.search(RULES[rule][0], line), rule

@@ -85,3 +85,24 @@ def test_no_tag_without_deepspeeds_latest_file(tmp_path: Path) -> None:
     assert reshard.deepspeed_tag(tmp_path) is None
     (tmp_path / "latest").write_text("global_step9")  # names no folder
     assert reshard.deepspeed_tag(tmp_path) is None
+
+
+def test_the_batch_split_keeps_both_batches_with_the_largest_per_device_batch() -> None:
+    """rundir's one rule (#60): the launcher's resume --nodes applies it, a node task that
+    started on fewer nodes will too. 8 x 1 x 4 ranks = 32 completions a step: at 3 ranks no
+    whole split; at 8 ranks 4 x 1; a generation batch of 64 (steps_per_generation 2) kept too."""
+    from hpc_grpo.rundir.reshard import split_batch
+
+    grpo = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}
+    kw = {"per_device_default": 8, "accumulation_default": 1}
+    split, global_batch, generation = split_batch(grpo, 4, 8, **kw)
+    assert (global_batch, generation) == (32, 32) and split is not None
+    assert split.grpo() == {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 1}
+    split, *_ = split_batch(grpo, 4, 2, **kw)  # fewer ranks: accumulate, never a larger batch
+    assert split is not None and split.grpo() == {"per_device_train_batch_size": 8,
+                                                  "gradient_accumulation_steps": 2}
+    assert split_batch(grpo, 4, 3, **kw)[0] is None
+    generating = {**grpo, "steps_per_generation": 2}
+    split, global_batch, generation = split_batch(generating, 4, 2, **kw)
+    assert (global_batch, generation) == (32, 64) and split is not None
+    assert split.grpo()["steps_per_generation"] == 4
