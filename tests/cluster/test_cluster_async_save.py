@@ -10,6 +10,11 @@ written has no marker; the restart resumes from the one before). It must end wit
 logged once and, step for step, the rewards of an uninterrupted run that saved at once, and the
 same fp32 master weights and Adam state to the bit. The dataset holds 16 prompts, 2 a step: an
 epoch is 8 steps, so the run crosses an epoch boundary after its resumes.
+
+Also ZeRO-3 on CPU through the same path as any run (it was test_cluster_train.py's own test):
+the generated DeepSpeed config, checkpoints of DeepSpeed's files alone (no gathered model
+file), and on each resume each node's rank reading its own shards ahead while the trainer is
+built (runtime/rank/checkpoints/prefetch.py: a module-states and an optimizer file a rank).
 """
 
 from __future__ import annotations
@@ -109,6 +114,9 @@ def test_a_background_write_interrupted_by_usr2_and_by_a_killed_node_resumes_exa
     args = (*ARGS, *_dataset(tmp_path))
     ref_id, _, ref_dir = submit(tmp_path / "runs", *args, "--name", "sync-saves")
     assert wait_for(ref_id, finished, timeout=600)["state"] == "COMPLETED"
+    ds = json.loads((ref_dir / "deepspeed.json").read_text())
+    assert ds["zero_optimization"]["stage"] == 3
+    assert ds["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is False
 
     monkeypatch.setenv(SLOW_WRITES, "1.5")  # the job's environment: sbatch exports the caller's
     run_id, job, run_dir = submit(tmp_path / "runs", *args, "--set", "async_save=true",
@@ -144,4 +152,11 @@ def test_a_background_write_interrupted_by_usr2_and_by_a_killed_node_resumes_exa
     assert [s for s, _ in got] == list(range(1, STEPS + 1))  # each step once
     assert got == rewards(ref_dir)  # the uninterrupted run's, which saved at once
     assert _partitions_differ(run_dir, ref_dir) == []
+    saved = sorted((run_dir / "checkpoints").glob("checkpoint-*"))
+    assert saved and not any((c / "model.safetensors").exists() for c in saved)  # DeepSpeed's alone
+    for rank in (0, 1):  # one rank a node, each on its own host, read ahead on both resumes
+        log = (run_dir / "logs" / f"rank-{rank}.log").read_text()
+        lines = [x for x in log.splitlines() if "checkpoint prefetch:" in x]
+        assert len(lines) == 2 and all(" in 2 file(s) in " in x and "before train begin" in x
+                                       for x in lines), lines
     assert wait_no_processes(str(run_dir)) == {}

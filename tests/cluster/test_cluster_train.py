@@ -1,4 +1,6 @@
-"""GRPO training on the real sandbox cluster: ranks, TP groups and seeds, status, ZeRO-3 on CPU."""
+"""GRPO training on the real sandbox cluster: ranks, TP groups and seeds, status. (ZeRO-3 on CPU
+through the same path, its DeepSpeed files and their read-ahead on resume: tests/cluster/
+test_cluster_async_save.py, whose runs are ZeRO-3.)"""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.clusterlib import RECIPE, cli, finished, status, submit, wait_for
+from tests.cluster.clusterlib import RECIPE, cli, finished, submit, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("sandbox_cluster")]
 
@@ -74,31 +76,3 @@ def test_three_nodes_tp2_groups_and_seeds(tmp_path: Path) -> None:
     group_hosts = {g: {r["hostname"] for r in ranks if r["tp_group"] == g} for g in range(3)}
     assert all(len(h) == 1 for h in group_hosts.values())
     assert len(set().union(*group_hosts.values())) == 3
-
-
-def test_zero3_on_cpu_through_the_same_path(tmp_path: Path) -> None:
-    """ZeRO-3 via the generated DeepSpeed config; the first run JIT-compiles a C++ op. Then
-    ``resume`` one step further as a new job: on each node its rank reads its own shards ahead
-    while the trainer is built (runtime/rank/checkpoints/prefetch.py; written on one GPU host's
-    ZeRO-2, here ZeRO-3 on two Slurm nodes: a module-states file per rank)."""
-    root = tmp_path / "runs"
-    run_id, _, run_dir = submit(root, "--site", "sandbox", "--nodes", "2", "--procs-per-node", "1",
-                                "--zero-stage", "3", "--recipe", str(RECIPE),
-                                "--set", "max_steps=2", "--time", "00:30:00")
-    row = wait_for(run_id, finished, timeout=600)
-    assert row["state"] == "COMPLETED", (row, (run_dir / "logs" / "rank-0.log").read_text()[-3000:])
-    ds = json.loads((run_dir / "deepspeed.json").read_text())
-    assert ds["zero_optimization"]["stage"] == 3
-    assert ds["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is False
-    assert status(run_id)["step"] == 2
-
-    cli("resume", run_id, "--set", "max_steps=3")
-    row = wait_for(run_id, lambda r: r["finished"] and r["step"] == 3, timeout=600)
-    assert row["state"] == "COMPLETED", row
-    saved = sorted((run_dir / "checkpoints").glob("checkpoint-*"))
-    assert saved and not any((c / "model.safetensors").exists() for c in saved)  # resumed from
-    # DeepSpeed's files alone: full-parameter ZeRO-3 checkpoints carry no gathered model file
-    for rank in (0, 1):  # one rank a node, each on its own host
-        log = (run_dir / "logs" / f"rank-{rank}.log").read_text()
-        (line,) = [x for x in log.splitlines() if "checkpoint prefetch:" in x]
-        assert " in 2 file(s) in " in line and "before train begin" in line, line
