@@ -11,6 +11,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -214,11 +215,11 @@ ASYNC = {"async_save": True}
 SLOW_WRITES = {"HPC_GRPO_FAULT_BACKGROUND_WRITE_DELAY_S": "1.5"}  # faults/slow_writes.py
 
 
-def _async_run(run_dir: Path, tiny_model: Path) -> subprocess.Popen[str]:
+def _async_run(run_dir: Path, tiny_model: Path, **grpo: Any) -> subprocess.Popen[str]:
     """A run whose periodic saves (every 2 steps) are written in the background, each file
     1.5 s late: the step after a save finds its write still in flight."""
     run = write_run(run_dir, tiny_model, **ASYNC)
-    run["grpo_config"] = {**run["grpo_config"], "save_steps": 2}
+    run["grpo_config"] = {**run["grpo_config"], "save_steps": 2, **grpo}
     (run_dir / "run.json").write_text(json.dumps(run, indent=2))
     return subprocess.Popen(node_cmd(run_dir), env=node_env() | SLOW_WRITES, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -280,10 +281,11 @@ def test_a_stop_during_a_background_write_finishes_it_then_saves_and_resumes_exa
 def test_a_crash_during_a_background_write_resumes_from_the_previous_complete_one(
         reference: Path, tiny_model: Path, tmp_path: Path) -> None:
     """Every process killed while checkpoint-N is written in the background, after N-2 was
-    marked: N has no marker, N-2 is the newest complete checkpoint and still there (retention
-    ran only after a marker), and the restart resumes from it, exactly."""
+    marked, keeping one checkpoint (save_total_limit 1): N has no marker, N-2 is the newest
+    complete checkpoint and still there (retention runs only after a marker), and the restart
+    resumes from it, exactly."""
     run_dir = tmp_path / "async-crash"
-    proc = _async_run(run_dir, tiny_model)
+    proc = _async_run(run_dir, tiny_model, save_total_limit=1)
     first = _in_flight(run_dir, proc)
     log = run_dir / "logs" / "rank-0.log"
     deadline = time.time() + 60
@@ -296,6 +298,8 @@ def test_a_crash_during_a_background_write_resumes_from_the_previous_complete_on
     assert is_complete(checkpoints / f"checkpoint-{first}")
     assert (checkpoints / f"checkpoint-{writing}").is_dir()
     assert not is_complete(checkpoints / f"checkpoint-{writing}")
+    assert sorted(p.name for p in checkpoints.glob("checkpoint-*")) == sorted(
+        [f"checkpoint-{first}", f"checkpoint-{writing}"])  # keeping one: no older left
 
     again = run_node(run_dir)
     assert again.returncode == 0, again.stdout + again.stderr
