@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hpc_grpo.config.site import SiteProfile
 from hpc_grpo.errors import UserError
@@ -46,6 +47,17 @@ def machine_line(found: Machine) -> str:
             f"({found.memory_source})")
 
 
+def machine_figures(found: Machine) -> dict[str, Any]:
+    """The profile values this machine gives, in a profile's order: the one mapping of the probe
+    onto a profile, which ``resolve_local`` plans with (``gpus_per_node: auto``) and
+    ``local_profile_lines`` writes (``site init --local``); they once made it each on their own.
+    One training process per GPU, one without GPUs; at least one CPU."""
+    count = len(found.gpus)
+    return {"gpus_per_node": count, "gpu_type": found.gpu_type,
+            "gpu_memory_gib": found.gpu_memory_gib, "cpus_per_node": max(found.cpus, 1),
+            "cpu_memory_gib": found.memory_gib, "procs_per_node": count or 1}
+
+
 def resolve_local(site: SiteProfile, found: Machine) -> SiteFacts:
     """A local site's profile for this machine. ``gpus_per_node: auto`` with GPUs found: one
     process per GPU, the GPU, CPU and memory figures the machine's; without GPUs the profile
@@ -65,12 +77,9 @@ def resolve_local(site: SiteProfile, found: Machine) -> SiteFacts:
         return SiteFacts(site, warnings=(
             f"site '{site.name}' plans for the CPU: {found.gpu_source}",) * broken)
     if site.gpus_auto:
-        count = len(found.gpus)
-        return SiteFacts(dataclasses.replace(
-            site, gpus_per_node=count, gpu_type=found.gpu_type,
-            gpu_memory_gib=found.gpu_memory_gib, cpus_per_node=found.cpus,
-            cpu_memory_gib=found.memory_gib or site.cpu_memory_gib, procs_per_node=count),
-            machine_line(found))
+        figures = machine_figures(found)
+        figures["cpu_memory_gib"] = figures["cpu_memory_gib"] or site.cpu_memory_gib  # unread
+        return SiteFacts(dataclasses.replace(site, **figures), machine_line(found))
     if site.gpus_per_node == 0:
         return SiteFacts(site, warnings=(
             f"site '{site.name}' trains on the CPU although this machine has "
@@ -111,7 +120,8 @@ def local_profile_lines(found: Machine, header: str, python: str = "",
     """A local profile for this machine (YAML with comments), every figure saying where it
     came from; one training process per GPU, or one on a machine without GPUs."""
     value = json.dumps
-    count = len(found.gpus)
+    figures = machine_figures(found)
+    count = figures["gpus_per_node"]
     described = f"this machine: {found.gpus_line().rsplit(', ', 1)[0]}, {found.cpus} CPUs"
     names = sorted({g.name for g in found.gpus})
     lines = [
@@ -120,16 +130,16 @@ def local_profile_lines(found: Machine, header: str, python: str = "",
         f"description: {value(described)}",
         "scheduler: local  # submit runs the job script here (bash, timeout for its time)",
         f"gpus_per_node: {count}  # {found.gpus_line()}",
-        f"gpu_type: {value(found.gpu_type)}"
+        f"gpu_type: {value(figures['gpu_type'])}"
         + (f"  # from nvidia-smi's name {', '.join(names)}" if names else ""),
-        f"gpu_memory_gib: {found.gpu_memory_gib:g}"
+        f"gpu_memory_gib: {figures['gpu_memory_gib']:g}"
         + (f"  # memory.total of nvidia-smi, the smallest card: "
            f"{min(g.memory_mib for g in found.gpus):,} MiB" if count else ""),
-        f"cpus_per_node: {max(found.cpus, 1)}  # the CPUs this process may use "
+        f"cpus_per_node: {figures['cpus_per_node']}  # the CPUs this process may use "
         "(os.sched_getaffinity)",
-        f"cpu_memory_gib: {found.memory_gib:g}  # {found.memory_source}",
-        f"procs_per_node: {count}  # one training process per GPU" if count else
-        "procs_per_node: 1  # one training process: no GPU",
+        f"cpu_memory_gib: {figures['cpu_memory_gib']:g}  # {found.memory_source}",
+        f"procs_per_node: {figures['procs_per_node']}  # "
+        + ("one training process per GPU" if count else "one training process: no GPU"),
         'max_time: "24:00:00"  # the most a job runs before its stop save; resume continues it',
         f"python: {value(python)}  # the interpreter the job runs, with hpc-grpo[runtime]",
         "env: {}  # exported in the job (HF_HUB_OFFLINE...); secrets go in secret_env",

@@ -167,6 +167,20 @@ def test_local_profile_loads_with_the_machine_figures(tmp_path: Path, found: Mac
         assert "143,771 MiB" in lines["gpu_memory_gib"] and "NVIDIA H200" in lines["gpu_type"]
 
 
+def test_the_written_profile_is_what_auto_plans_with(tmp_path: Path) -> None:
+    """One mapping of the probe onto a profile (local_site.machine_figures): ``site init --local``
+    writes the figures ``gpus_per_node: auto`` resolves to, for the same machine (they were made
+    in two places before, and a 0-CPU probe gave 1 in one and 0 in the other)."""
+    for found in (ONE_H200, dataclasses.replace(ONE_H200, cpus=0),
+                  Machine((Gpu("NVIDIA H100 80GB HBM3", 81559),) * 2, cpus=64, memory_mib=2**20)):
+        path = tmp_path / "ws.yaml"
+        path.write_text(local_site.local_profile_lines(found, "test", python="/venv/bin/python"))
+        written = load_site(str(path), [])
+        resolved = local_site.resolve_local(find_site("local"), found).site
+        for key in local_site.machine_figures(found):
+            assert getattr(written, key) == getattr(resolved, key), (key, found)
+
+
 def _fake_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: str) -> Path:
     fake = install(tmp_path, monkeypatch, ("nvidia-smi",))
     fake.answer("nvidia-smi", answer)
