@@ -150,7 +150,7 @@ def _prepare(facts: local_site.SiteFacts, spec: JobSpec, *, root: Path, run_id: 
     run_dir = root / run_id
     script = render_script(plan, run_id=run_id, run_dir=str(run_dir), python=python)
     return Prepared(plan, run_id, run_dir, python, script, summary_text(plan), site_name,
-                    checked.refused, facts.source)
+                    checked.refused + facts.refused, facts.source)
 
 
 def _refuse_unstaged(prepared: Prepared) -> None:

@@ -38,6 +38,33 @@ class SiteFacts:
     site: SiteProfile
     source: str = ""
     warnings: tuple[str, ...] = ()
+    refused: tuple[UserError, ...] = ()  # what submit refuses (plan shows it as a warning)
+
+
+BUSY_SHARE = 0.1  # of a card's memory in use by other processes: the card is taken
+
+
+def busy_gpus(site: SiteProfile, found: Machine) -> SiteFacts:
+    """A local plan takes every GPU it plans with whole (vLLM's share of each card, the
+    trainer's rest): a card another process holds more than BUSY_SHARE of (a second local run,
+    a notebook) would fail minutes into the job, at the engine's start. The warning for plan,
+    the refusal for submit, naming the free cards to use instead."""
+    planned = found.gpus[:site.gpus_per_node]
+    taken = [g for g in planned if g.used_mib is not None and g.used_mib > BUSY_SHARE * g.memory_mib]
+    if not taken:
+        return SiteFacts(site)
+    free = [str(g.index) for g in found.gpus
+            if g.used_mib is not None and g.used_mib <= BUSY_SHARE * g.memory_mib]
+    listed = ", ".join(f"GPU {g.index} {g.used_mib:,} of {g.memory_mib:,} MiB" for g in taken)
+    line = (f"site '{site.name}' plans {len(planned)} GPU(s) whole, but other processes hold "
+            f"memory on {listed} (nvidia-smi's memory.used): the run would fail when its vLLM "
+            "engine starts")
+    hint = (f"CUDA_VISIBLE_DEVICES={','.join(free)} before hpc-grpo trains on the free "
+            f"card(s) only" if free else
+            "wait until they are free (`hpc-grpo status` lists the runs; `nvidia-smi` names "
+            "the processes)")
+    return SiteFacts(site, warnings=(f"{line}: {hint} (submit refuses this)",),
+                     refused=(UserError(line, field="site", hint=hint),))
 
 
 def machine_line(found: Machine) -> str:
@@ -79,13 +106,14 @@ def resolve_local(site: SiteProfile, found: Machine) -> SiteFacts:
     if site.gpus_auto:
         figures = machine_figures(found)
         figures["cpu_memory_gib"] = figures["cpu_memory_gib"] or site.cpu_memory_gib  # unread
-        return SiteFacts(dataclasses.replace(site, **figures), machine_line(found))
+        resolved = busy_gpus(dataclasses.replace(site, **figures), found)
+        return dataclasses.replace(resolved, source=machine_line(found))
     if site.gpus_per_node == 0:
         return SiteFacts(site, warnings=(
             f"site '{site.name}' trains on the CPU although this machine has "
             f"{found.gpus_line()}: set gpus_per_node: auto in its profile, or write one with "
             "`hpc-grpo site init NAME --local` and use --site NAME",))
-    return SiteFacts(site)
+    return busy_gpus(site, found)
 
 
 def fewer_gpus_line(site: SiteProfile, gres: Sequence[str]) -> str:

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from hpc_grpo.preflight.siteinit import GPU_GIB
 from hpc_grpo.runtime.shared.host_memory import memory, usable_cpus
 
-NVIDIA_SMI = ("nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits")
+NVIDIA_SMI = ("nvidia-smi", "--query-gpu=name,memory.total,memory.used",
+              "--format=csv,noheader,nounits")
 PROBE_TIMEOUT_S = 10.0
 _MIB = 2**20
 
@@ -27,6 +28,8 @@ _MIB = 2**20
 class Gpu:
     name: str  # as nvidia-smi names it: "NVIDIA H200"
     memory_mib: int  # memory.total: what the card has, a little more than CUDA hands out
+    used_mib: int | None = None  # memory.used when asked: another process's (another run's)
+    index: int = 0  # nvidia-smi's (and CUDA_VISIBLE_DEVICES') number of the card
 
 
 @dataclass(frozen=True)
@@ -73,14 +76,21 @@ class Machine:
 
 
 def parse_nvidia_smi(text: str) -> tuple[Gpu, ...]:
-    """``nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits``: one
-    ``NAME, MIB`` line per GPU. The name may hold commas of its own, so the figure is the last
-    field; a line without a whole number there (``[N/A]``, a driver message) is no GPU."""
-    gpus = []
+    """``nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader,nounits``:
+    one ``NAME, TOTAL, USED`` line per GPU (``NAME, TOTAL`` read too: the query before
+    memory.used). The name may hold commas of its own, so the figures are the last fields; a
+    line without a whole number for the total (``[N/A]``, a driver message) is no GPU."""
+    whole = re.compile(r"\s*\d+\s*")
+    gpus: list[Gpu] = []
     for line in text.splitlines():
-        name, sep, mib = line.rpartition(",")
-        if sep and name.strip() and re.fullmatch(r"\s*\d+\s*", mib):
-            gpus.append(Gpu(name.strip(), int(mib)))
+        head, sep, last = line.rpartition(",")
+        if not (sep and head.strip() and whole.fullmatch(last)):
+            continue
+        name, sep2, total = head.rpartition(",")
+        if sep2 and name.strip() and whole.fullmatch(total):
+            gpus.append(Gpu(name.strip(), int(total), int(last), len(gpus)))
+        else:
+            gpus.append(Gpu(head.strip(), int(last), None, len(gpus)))
     return tuple(gpus)
 
 

@@ -20,7 +20,8 @@ from hpc_grpo.preflight import local_site, machine
 from hpc_grpo.preflight.machine import Gpu, Machine
 from tests.unit.slurmfake import install
 
-# Real answers of `nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits`.
+# Real answers of `nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits` (the
+# query before memory.used was added: still read).
 H200 = "NVIDIA H200, 143771\n"
 H100X2 = "NVIDIA H100 80GB HBM3, 81559\nNVIDIA H100 80GB HBM3, 81559\n"
 ONE_H200 = Machine((Gpu("NVIDIA H200", 143771),), cpus=16, memory_mib=131072)
@@ -29,7 +30,11 @@ NO_GPU = Machine((), cpus=2, memory_mib=24105, gpu_source="nvidia-smi not found"
 
 @pytest.mark.parametrize(("text", "gpus"), [
     (H200, (Gpu("NVIDIA H200", 143771),)),
-    (H100X2, (Gpu("NVIDIA H100 80GB HBM3", 81559),) * 2),
+    (H100X2, (Gpu("NVIDIA H100 80GB HBM3", 81559), Gpu("NVIDIA H100 80GB HBM3", 81559, index=1))),
+    # with memory.used (the query since #58's review): one card busy with another run
+    ("NVIDIA H100 80GB HBM3, 81559, 72311\nNVIDIA H100 80GB HBM3, 81559, 4\n",
+     (Gpu("NVIDIA H100 80GB HBM3", 81559, 72311), Gpu("NVIDIA H100 80GB HBM3", 81559, 4, 1))),
+    ("Some, Card, 1024, 0\n", (Gpu("Some, Card", 1024, 0),)),
     ("NVIDIA A100-SXM4-80GB, 81920\r\n", (Gpu("NVIDIA A100-SXM4-80GB", 81920),)),
     ("Some, Card, 1024\n", (Gpu("Some, Card", 1024),)),  # a comma in the name
     ("NVIDIA GeForce RTX 4090, [N/A]\n", ()),
@@ -179,6 +184,41 @@ def test_the_written_profile_is_what_auto_plans_with(tmp_path: Path) -> None:
         resolved = local_site.resolve_local(find_site("local"), found).site
         for key in local_site.machine_figures(found):
             assert getattr(written, key) == getattr(resolved, key), (key, found)
+
+
+def test_a_card_another_process_holds_is_refused_naming_the_free_ones() -> None:
+    """Two local runs on one workstation both planned every GPU (#58's known gap): a card with
+    more than a tenth of its memory in use is a plan warning and a submit refusal, whose hint
+    names the free cards for CUDA_VISIBLE_DEVICES, or says to wait where none is free."""
+    two = Machine((Gpu("NVIDIA H100 80GB HBM3", 81559, 72311, 0),
+                   Gpu("NVIDIA H100 80GB HBM3", 81559, 512, 1)), cpus=32, memory_mib=2**19)
+    facts = local_site.resolve_local(find_site("local"), two)
+    assert facts.site.gpus_per_node == 2 and len(facts.refused) == 1
+    (refused,) = facts.refused
+    assert "GPU 0 72,311 of 81,559 MiB" in refused.message and "GPU 1" not in refused.message
+    assert refused.hint is not None and refused.hint.startswith("CUDA_VISIBLE_DEVICES=1 ")
+    assert facts.warnings[0].endswith("(submit refuses this)")
+    # the free card alone (CUDA_VISIBLE_DEVICES=1): nothing to refuse
+    alone = Machine(machine.visible(two.gpus, "1"), cpus=32, memory_mib=2**19)
+    assert local_site.resolve_local(find_site("local"), alone).refused == ()
+    full = Machine((two.gpus[0],), cpus=32, memory_mib=2**19)
+    (waiting,) = local_site.resolve_local(find_site("local"), full).refused
+    assert waiting.hint is not None and waiting.hint.startswith("wait until they are free")
+    old_query = Machine((Gpu("NVIDIA H200", 143771),), cpus=16, memory_mib=131072)  # no used
+    assert local_site.resolve_local(find_site("local"), old_query).refused == ()
+
+
+def test_submit_on_a_busy_card_is_refused_before_anything_is_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = _fake_smi(tmp_path, monkeypatch, "NVIDIA H200, 143771, 120000\n")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    runs = tmp_path / "runs"
+    result = CliRunner().invoke(main, ["submit", "--site", "local", "--model", "builtin:tiny",
+                                       "--output-root", str(runs), "--no-wait"])
+    assert result.exit_code == 2, result.output
+    assert "other processes hold memory on GPU 0 120,000 of 143,771 MiB" in result.output
+    assert not runs.exists() or not any(runs.iterdir())
 
 
 def _fake_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: str) -> Path:
