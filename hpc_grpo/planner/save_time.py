@@ -20,7 +20,9 @@ Assumptions, each stated where plan prints the figure:
   the share of training time spent saving is save / (save_steps x step). With ``async_save``
   (runtime/rank/checkpoints/background_save.py) training holds only the copy of each rank's
   state into host memory, not counted here, and the write goes on beside the next steps; a
-  stop's save is still written at once (the ranks exit after it), so the lead is unchanged.
+  stop's save is still written at once (the ranks exit after it) and gives a write in flight up
+  rather than finish it (runtime/rank/checkpoints/marker.py ``abandon``), so the lead is
+  unchanged.
   The background writer holds at most half the memory available to the job a node
   (``CHECKPOINT_HOST_FRACTION``, the runtime's own share): a node's bytes past it are written
   at once. A preemption whose stop save completes loses no step; one that cannot save

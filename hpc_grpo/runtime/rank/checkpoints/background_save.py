@@ -24,9 +24,12 @@ each step's end, on every rank (one all-reduce of a byte), whether all ranks' wr
 durable, and only then rank 0 writes the completion marker and applies retention. Until then
 the previous complete checkpoint is the one a restart resumes from (a crash or a killed node
 during the write leaves it so), and retention, which runs only after a marker, has not
-removed it. A save, a stop's save, or the end of training first waits for the write in flight
-and marks it (``settle``): at most one background write at a time, and a stop signal or the
-time limit's lead that arrives during one finishes it before the rank's own stop save.
+removed it. The next periodic save and the end of training first wait for the write in flight
+and mark it (``settle``): at most one background write at a time. A stop's save (the time
+limit's lead, a preemption, USR2) and the last step's save give it up instead (``abandon``:
+the file being written finishes, the rest are dropped, nothing is marked) and write every file
+anew, at once: a stop then needs one save's time of warning, not the rest of the write in
+flight plus its own (the plan's lead rule, planner/timing.py, is unchanged by async_save).
 
 Host memory. The bytes wait in host memory until written. A save hands at most
 ``HOST_FRACTION`` (pinned_save's share) of the memory available to the job, split over the
@@ -79,6 +82,7 @@ class Batch:
     written_now: int = 0  # files over the budget, written at once
     held_s: float = 0.0  # training time the save took, settled at the marker callback's on_save
     error: str = ""
+    abandoned: bool = False  # a stop's save supersedes it: drop what is not written yet
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -129,6 +133,15 @@ class Writer:
         self._start()
         self._queue.put((self.batch, None, None))
 
+    def abandon(self) -> None:
+        """Give the batch in flight up: the file being written finishes, the rest are dropped,
+        the seal fsyncs nothing; returns once the writer is idle."""
+        batch = self.batch
+        if batch is None or batch.done.is_set():
+            return
+        batch.abandoned = True
+        batch.done.wait()
+
     def wait(self) -> Batch | None:
         """Block until the batch in flight is durable (or failed); returns it."""
         batch = self.batch
@@ -146,12 +159,13 @@ class Writer:
         while True:
             batch, path, data = self._queue.get()
             if path is None:  # the seal
-                if not batch.error:
+                if not batch.error and not batch.abandoned:
                     batch.error = _fsync_tree(batch.folder)
                 batch.done.set()
                 continue
-            if batch.error:
-                continue  # the batch failed: its other files are not worth writing
+            if batch.error or batch.abandoned:
+                data.close()
+                continue  # failed or given up: its other files are not worth writing
             try:
                 if self.delay_s:
                     time.sleep(self.delay_s)
@@ -290,9 +304,10 @@ def write_in_background(trainer: Any, marker: Any, writer: Writer) -> None:
         setattr(trainer, name, deferring(call))
 
     def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
-        marker.settle()  # the write in flight: durable and marked first, on every rank
-        if not periodic(trainer):
+        if not periodic(trainer):  # a stop's or the last step's: written at once, in full
+            marker.abandon()  # the write in flight given up, on every rank
             return original(*args, **kwargs)
+        marker.settle()  # the write in flight: durable and marked first, on every rank
         folder = Path(str(trainer.args.output_dir)) / f"checkpoint-{trainer.state.global_step}"
         writer.begin(trainer.state.global_step, folder, marker.step_end)
         deferring_now[0] = True

@@ -7,6 +7,7 @@ background_save.py) is marked later than it is saved.
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -83,9 +84,26 @@ class CheckpointMarkerCallback(TrainerCallback):
 
     def settle(self) -> None:
         """Wait for the background write in flight, on every rank, and mark it (collective:
-        every rank calls it at the same point, before a save or at the end of training)."""
+        every rank calls it at the same point, before a periodic save or at the end of
+        training)."""
         if self.pending is not None:
             self._settle_background(wait=True)
+
+    def abandon(self) -> None:
+        """Before a stop's save or the last step's (collective, as ``settle``): the write in
+        flight is given up after the file being written, never marked, and removed with the
+        other unmarked folders once the save that supersedes it is marked (folders.retain).
+        That save writes every file anew: finishing the old write first would make a stop need
+        up to two saves' time of warning instead of one (planner/save_time.py's lead)."""
+        batch = self.pending
+        if batch is None:
+            return
+        self.background.abandon()
+        if _dist_ready():
+            dist.barrier()  # every rank's writer idle before the new save writes
+        self.pending = None
+        print(f"[checkpoint] {batch.folder.name} given up ({batch.files} file(s) were being "
+              "written in the background): this save writes every file anew", flush=True)
 
     def _settle_background(self, wait: bool) -> None:
         """Mark the pending checkpoint once every rank's files are durable: an all-reduce (MIN)
@@ -102,13 +120,7 @@ class CheckpointMarkerCallback(TrainerCallback):
             return  # some rank still writes: asked again at the next step's end
         self.pending = None
         if verdict < 0:
-            why = batch.error or "another rank's write failed"
-            line = (f"checkpoint-{batch.step} not completed: its background write failed "
-                    f"({why}); the newest complete checkpoint stays the one a restart resumes "
-                    "from")
-            print(f"[checkpoint] {line}", flush=True)
-            if self.is_lead:
-                rundir.update_state(self.run_dir, checkpoint_skipped=line)
+            self._failed(batch)
             return
         self._mark(batch.folder, batch.step, batch.step_end, held_s=batch.held_s,
                    parts={**self.pending_parts, **batch_parts(batch)}, quiet=True)
@@ -116,6 +128,21 @@ class CheckpointMarkerCallback(TrainerCallback):
               f"{_size(batch.held_bytes)} written in the background, "
               f"{time.time() - batch.step_end:.2f} s after its step (training held "
               f"{batch.held_s:.2f} s)", flush=True)
+
+    def _failed(self, batch: Any) -> None:
+        """A background write failed on some rank (a full disk, a quota): every rank's writer
+        stops, then rank 0 removes the folder, whose files would otherwise hold the space the
+        next save needs (the free-space check skips saves until there is room)."""
+        self.background.abandon()
+        if _dist_ready():
+            dist.barrier()
+        why = batch.error or "another rank's write failed"
+        line = (f"checkpoint-{batch.step} not completed: its background write failed ({why}); "
+                "the newest complete checkpoint stays the one a restart resumes from")
+        print(f"[checkpoint] {line}", flush=True)
+        if self.is_lead:
+            shutil.rmtree(batch.folder, ignore_errors=True)
+            rundir.update_state(self.run_dir, checkpoint_skipped=line)
 
     def on_save(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any

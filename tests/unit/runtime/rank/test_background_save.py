@@ -9,6 +9,7 @@ import io
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import safetensors.torch
 import torch
@@ -121,3 +122,62 @@ def test_only_saves_after_which_training_goes_on_are_periodic() -> None:
     assert not background_save.periodic(trainer(10, 10, False))  # the last step's
     assert not background_save.periodic(trainer(4, 10, True))  # a stop's
     assert background_save.periodic(trainer(4, -1, False))  # epochs, no max_steps
+
+
+def _marker_at(tmp_path: Path, step: int, writer: Writer) -> tuple[Any, Any, Any, Any, Path]:
+    """A checkpoint marker callback with ``writer`` as its background writer, at ``step``."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from hpc_grpo.runtime.rank.checkpoints.marker import CheckpointMarkerCallback
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(exist_ok=True)
+    out = tmp_path / "checkpoints"
+    marker = CheckpointMarkerCallback(run_dir)
+    marker.background = writer
+    args = TrainingArguments(output_dir=str(out), report_to=[], use_cpu=True)
+    state, control = TrainerState(), TrainerControl()
+    state.global_step = step
+    return marker, args, state, control, out / f"checkpoint-{step}"
+
+
+def test_a_failed_background_write_is_not_marked_and_its_folder_goes(tmp_path: Path) -> None:
+    """A full disk (here: a file whose folder vanished) mid-write: never marked, the folder
+    removed (its files would hold the room the next save needs), state.json says why, and
+    training goes on (the marker's next step end has nothing pending)."""
+    from hpc_grpo import rundir
+    from hpc_grpo.runtime.rank.checkpoints import folders
+
+    writer = _writer()
+    marker, args, state, control, folder = _marker_at(tmp_path, 6, writer)
+    folder.mkdir(parents=True)
+    marker.on_step_end(args, state, control)
+    writer.begin(6, folder, time.time())
+    with background_save.deferred_writes(writer):
+        torch.save(_big(), folder / "gone" / "optimizer.pt")
+    marker.on_save(args, state, control)  # sealed, pending
+    assert marker.pending is not None
+    marker.settle()
+    assert marker.pending is None and not folder.exists()
+    assert not folders.is_complete(folder)
+    skipped = rundir.load_state(tmp_path / "run").checkpoint_skipped or ""
+    assert "checkpoint-6 not completed: its background write failed" in skipped
+
+
+def test_a_stop_s_save_gives_the_write_in_flight_up(tmp_path: Path) -> None:
+    """The stop's (or the last step's) save: the write in flight stops after its current file,
+    is never marked, and the marker has nothing pending; the save that follows writes at once."""
+    writer = _writer()
+    writer.delay_s = 0.5
+    marker, args, state, control, folder = _marker_at(tmp_path, 4, writer)
+    folder.mkdir(parents=True)
+    marker.on_step_end(args, state, control)
+    writer.begin(4, folder, time.time())
+    with background_save.deferred_writes(writer):
+        for name in ("a.pt", "b.pt", "c.pt"):
+            torch.save(_big(), folder / name)
+    marker.on_save(args, state, control)
+    marker.abandon()
+    assert marker.pending is None and writer.batch is not None and writer.batch.abandoned
+    assert len(list(folder.glob("*.pt"))) <= 1  # the file being written, not the other two
+    assert not (folder / "hpc_grpo_complete.json").exists()
