@@ -1,7 +1,8 @@
-"""The runtime's only Slurm calls run here: ``scontrol``, in one runner.
+"""The runtime's only Slurm calls run here: ``scontrol``, and the node task's ``sbatch`` and
+``scancel`` (a job resubmitted without a dead node, runtime/node/replace.py), in one runner.
 
 The launcher's scheduler/slurm.py cannot be imported on a node (runtime/ never imports the
-launcher side), so ``scontrol`` runs here for the node task (runtime/node/slurm_facts.py) and
+launcher side), so Slurm's commands run here for the node task (runtime/node/slurm_facts.py) and
 for doctor's probe (runtime/probe.py). Every call is bounded and never raises: a slurmctld that
 does not answer never hangs a node.
 """
@@ -9,19 +10,21 @@ does not answer never hangs a node.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 TIMEOUT_S = 5.0
 
 
-def scontrol(args: Sequence[str], *, timeout_s: float = TIMEOUT_S,
-             binary: str = "scontrol") -> tuple[str, str]:
-    """``scontrol ARGS``' output and "", or "" and one line saying why it failed (its last line
-    of output, the timeout, no binary): a slurmctld that does not answer never hangs a node."""
+def slurm_command(binary: str, args: Sequence[str], *, timeout_s: float = TIMEOUT_S,
+                  env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """``BINARY ARGS``' output and "", or "" and one line saying why it failed (its last line
+    of output, the timeout, no binary). ``env``: the command's whole environment (None: this
+    process's)."""
     command = " ".join([binary, *args])
     try:
         done = subprocess.run([binary, *args], capture_output=True, text=True,
-                              timeout=timeout_s, check=False)
+                              timeout=timeout_s, check=False,
+                              env=dict(env) if env is not None else None)
     except subprocess.TimeoutExpired:
         return "", f"{command} timed out"
     except OSError as err:
@@ -30,3 +33,10 @@ def scontrol(args: Sequence[str], *, timeout_s: float = TIMEOUT_S,
         said = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
         return "", f"{command} failed: {said[-1] if said else f'exit code {done.returncode}'}"
     return done.stdout or "", ""
+
+
+def scontrol(args: Sequence[str], *, timeout_s: float = TIMEOUT_S,
+             binary: str = "scontrol") -> tuple[str, str]:
+    """``scontrol ARGS``' output and "", or "" and one line saying why it failed: a slurmctld
+    that does not answer never hangs a node."""
+    return slurm_command(binary, args, timeout_s=timeout_s)
