@@ -2,8 +2,8 @@
 
 When a node dies (its slurmd and processes gone), Slurm keeps the job COMPLETING on it until
 ``SlurmdTimeout`` marks the node DOWN (300 s by default): a requeued job, and a job that depends
-on it with ``afterany``, wait that long while other nodes sit idle (measured on the sandbox
-cluster: the run trained again 424 s after the fault). The rank-0 node task, which has just
+on it with ``afterany``, wait that long while other nodes sit idle (issue #60: on the sandbox
+cluster a requeued run trained again 424 s after the fault). The rank-0 node task, which has just
 found the node's slurmd silent (slurm_facts.silent_nodes), does not requeue its job then; it
 
 1. submits the job's own script again (``sbatch --exclude=DEAD --dependency=afterany:OLD``):
@@ -17,8 +17,9 @@ found the node's slurmd silent (slurm_facts.silent_nodes), does not requeue its 
 4. drops the new job's dependency, so it starts on free nodes at once.
 
 Whatever fails before step 3 leaves the old job to the usual requeue (the caller's fallback).
-The survivor cannot set the dead node DOWN itself: ``scontrol update NodeName=... State=DOWN``
-is an operator's command (slurmctld refuses it to users).
+Every step is a plain user's. The survivor cannot set the dead node DOWN itself instead:
+``scontrol update NodeName=... State=DOWN`` is an operator's (slurmctld answers a user "Invalid
+user id").
 """
 
 from __future__ import annotations
