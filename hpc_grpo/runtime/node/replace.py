@@ -43,10 +43,17 @@ _KEPT = frozenset({"SLURM_CONF"})  # where the site's Slurm configuration is
 
 @dataclass(frozen=True)
 class Replacement:
-    """The job that carries on the run ("" when none was submitted) and what went wrong ("")."""
+    """The job that carries on the run ("" when none) and what went wrong (""); ``cancelled``:
+    the user cancelled the run meanwhile, so nothing carries it on and nothing is requeued."""
 
     job_id: str = ""
     problem: str = ""
+    cancelled: bool = False
+
+    @property
+    def requeue(self) -> bool:
+        """Whether the old job is left to the usual requeue (nothing was changed)."""
+        return not self.job_id and not self.cancelled
 
 
 def submit_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -85,6 +92,13 @@ def current_script(jobs: Sequence[JobLine]) -> str:
     return submitted[-1].script if submitted else ""
 
 
+def cancelled_by_user(jobs: Sequence[JobLine], job: str) -> bool:
+    """``hpc-grpo cancel`` reached ``job`` (its "cancelled" line): the run is to stop, and the
+    job submitted in its place goes too. (A cancel whose line comes after this look is the one
+    window left: its scancel then finds the new job's line, not the old job, next time.)"""
+    return any(line.job_id == job and line.event == contract.CANCELLED for line in jobs)
+
+
 def replace(run_dir: Path, job: str, dead: Sequence[str], env: Mapping[str, str]) -> Replacement:
     """Submit the run's next job without the ``dead`` nodes and end ``job`` (the module's four
     steps). A Replacement without a job id: nothing was changed, requeue as before."""
@@ -113,6 +127,10 @@ def replace(run_dir: Path, job: str, dead: Sequence[str], env: Mapping[str, str]
                     script=script, resubmitted_from_job=job, excluded_nodes=exclude)
     if problem := slurm_facts.cancel(job):  # the new job then starts when the old one ends
         return Replacement(new, f"job {job} not cancelled ({problem}): job {new} waits for it")
+    if cancelled_by_user(read_job_lines(run_dir / contract.JOBS_JSONL, []), job):
+        slurm_facts.cancel(new)  # `hpc-grpo cancel` reached the old job before it knew the new
+        return Replacement(problem=f"job {job} was cancelled by the user: job {new} cancelled "
+                           "too", cancelled=True)
     if problem := slurm_facts.drop_dependency(new):
         return Replacement(new, f"job {new} waits for job {job} to end ({problem})")
     return Replacement(new)

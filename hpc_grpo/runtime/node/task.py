@@ -334,9 +334,11 @@ class NodeTask:
             if replaced.job_id:
                 print(f"[node] job {replaced.job_id} carries on without {', '.join(silent)}"
                       f"{'; ' + replaced.problem if replaced.problem else ''}", flush=True)
+            else:
+                print(f"[node] no new job without {', '.join(silent)} ({replaced.problem})"
+                      f"{': requeued instead' if replaced.requeue else ''}", flush=True)
+            if not replaced.requeue:
                 return ""
-            print(f"[node] no new job without {', '.join(silent)} ({replaced.problem}): "
-                  "requeued instead", flush=True)
         problem = slurm_facts.requeue(job)
         if problem:  # the run then ends with this attempt: say why in the node log and state
             print(f"[node] requeue failed: {problem}", flush=True)

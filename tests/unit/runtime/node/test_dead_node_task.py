@@ -68,3 +68,13 @@ def test_jobs_resubmitted_from_one_another_share_their_retries(
     with pytest.raises(node.RunFailed, match="5 automatic retries spent"):
         node.NodeTask(str(run_dir))()
     assert dead_node2 == []
+
+
+def test_a_run_the_user_cancelled_meanwhile_is_not_requeued(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        dead_node2: list[tuple[str, list[str]]]) -> None:
+    run_dir, called = _node_task(tmp_path, monkeypatch, phase="training", step=3)
+    monkeypatch.setattr(replace, "replace", lambda *_: replace.Replacement(
+        problem="job 7 was cancelled by the user", cancelled=True))
+    assert node.NodeTask(str(run_dir))() == 1
+    assert [argv for argv in called if "requeue" in argv] == []

@@ -90,7 +90,7 @@ def test_nothing_is_submitted_without_the_old_jobs_pickle(
     (script.parent / "5_submitted.pkl").unlink()
     fake = install(tmp_path, monkeypatch)
     done = replace.replace(run_dir, "5", ["node2"], {"SUBMITIT_FOLDER": str(script.parent)})
-    assert not done.job_id and "5_submitted.pkl is missing" in done.problem
+    assert not done.job_id and "5_submitted.pkl is missing" in done.problem and done.requeue
     assert fake.calls() == []
 
 
@@ -115,4 +115,19 @@ def test_an_old_job_that_cannot_be_cancelled_keeps_the_new_one_waiting(
     done = replace.replace(run_dir, "5", ["node2"], {"PATH": str(tmp_path / "fake-bin"),
                                                      "FAKE_SLURM_DIR": str(fake.dir)})
     assert done.job_id == "8" and "waits for it" in done.problem
+    assert not [c for c in fake.calls("scontrol") if c["argv"][:1] == ["update"]]
+
+
+def test_a_users_cancel_of_the_old_job_takes_the_new_one_too(
+        run: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`hpc-grpo cancel` read jobs.jsonl before the new job's line and cancelled the old job:
+    the run is to stop, so the new job is cancelled, never released."""
+    run_dir, script = run
+    fake = install(tmp_path, monkeypatch)
+    fake.answer("sbatch", "8\n")
+    append_job_line(run_dir, "5", "cancelled")
+    done = replace.replace(run_dir, "5", ["node2"], {"PATH": str(tmp_path / "fake-bin"),
+                                                     "FAKE_SLURM_DIR": str(fake.dir)})
+    assert not done.job_id and "cancelled by the user" in done.problem and not done.requeue
+    assert [c["argv"] for c in fake.calls("scancel")] == [["5"], ["8"]]
     assert not [c for c in fake.calls("scontrol") if c["argv"][:1] == ["update"]]
