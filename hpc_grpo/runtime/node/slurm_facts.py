@@ -34,13 +34,16 @@ def submit(argv: list[str], env: Mapping[str, str]) -> tuple[str, str]:
 
 
 def cancel(job_id: str) -> str:
-    """``scancel JOB``; "" or why it failed."""
-    return slurm_command("scancel", [job_id], timeout_s=30)[1]
+    """``scancel JOB``; "" or why it failed. It may be this task's own job, whose SIGTERM
+    must not end scancel before it says so."""
+    return slurm_command("scancel", [job_id], timeout_s=30, outlive_term=True)[1]
 
 
 def drop_dependency(job_id: str) -> str:
-    """Let a pending job start without waiting on its dependency; "" or why not."""
-    return scontrol(["update", f"JobId={job_id}", "Dependency="], timeout_s=30)[1]
+    """Let a pending job start without waiting on its dependency; "" or why not. Sent from a
+    job that has just been cancelled: it outlives the cancel's SIGTERM."""
+    return scontrol(["update", f"JobId={job_id}", "Dependency="], timeout_s=30,
+                    outlive_term=True)[1]
 
 
 def job_record(job_id: str) -> dict[str, str]:
