@@ -89,7 +89,9 @@ def test_dead_node_does_not_hold_the_run(tmp_path: Path,
         new = [j for j in map(json.loads, (run_dir / "jobs.jsonl").read_text().splitlines())
                if j.get("resubmitted_from_job")]
         assert [(j["resubmitted_from_job"], j["excluded_nodes"]) for j in new] == [(job, [dead])]
-        assert row["job_id"] == new[0]["job_id"] != job  # status follows the new job
+        # status follows the new job, confirmed by Slurm's records (its script is the run's:
+        # what `hpc-grpo cancel` needs before it acts)
+        assert row["job_id"] == new[0]["job_id"] != job and row["source"] == "slurm", row
         assert dead not in job_nodes(new[0]["job_id"])
         # the first step of the new job, from the run's own records
         again = next(r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
