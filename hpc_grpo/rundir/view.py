@@ -82,6 +82,9 @@ class JobLine:
     resumed_from_job: str = ""
     resumed_from_step: int | None = None
     layout_change: str = ""  # a resume at another world size: what changed (planner/resume.py)
+    # The job a node task submitted this one in place of, without a dead node (#60,
+    # runtime/node/replace.py): a requeue of the same run, not a user's resume.
+    resubmitted_from_job: str = ""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobLine:
@@ -91,7 +94,8 @@ class JobLine:
                    job_name=_text(data.get("job_name")), script=_text(data.get("script")),
                    resumed_from_job=_text(data.get("resumed_from_job")),
                    resumed_from_step=_whole(data.get("resumed_from_step")),
-                   layout_change=_text(data.get("layout_change")))
+                   layout_change=_text(data.get("layout_change")),
+                   resubmitted_from_job=_text(data.get("resubmitted_from_job")))
 
     def identity(self, run_dir: Path) -> JobIdentity:
         return JobIdentity(self.job_id, str(run_dir), self.cluster, self.submit_time,

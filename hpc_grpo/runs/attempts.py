@@ -53,13 +53,17 @@ def _job_of(attempt: str) -> str:
     return found.group(1) if found else attempt
 
 
-def is_resume(restart: RestartLine) -> bool:
+def is_resume(restart: RestartLine, resubmitted: Mapping[str, str] | None = None) -> bool:
     """The restart line of ``hpc-grpo resume``: the first attempt of a new job after an earlier
     job's. Not a requeue (nothing of Slurm's or of the node task's brought the run back: the
     user did), so status shows it apart from the requeues. Lines without attempts (older
-    releases) stay requeues, as they were shown."""
-    return bool(restart.attempt and restart.previous_attempt) and \
-        _job_of(restart.attempt) != _job_of(restart.previous_attempt)
+    releases) stay requeues, as they were shown, and so does a job a node task submitted in
+    place of the earlier one without a dead node (``resubmitted``: new job -> old job, from
+    jobs.jsonl; runtime/node/replace.py)."""
+    if not (restart.attempt and restart.previous_attempt):
+        return False
+    job, previous = _job_of(restart.attempt), _job_of(restart.previous_attempt)
+    return job != previous and (resubmitted or {}).get(job) != previous
 
 
 def resumed_line(resumes: Sequence[RestartLine]) -> str:

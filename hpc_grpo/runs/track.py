@@ -97,8 +97,9 @@ def _row(files: RunFiles, view: JobView) -> RunStatus:
 def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
     js, progress = view.state, files.progress
     identity, state = files.identity, files.state
-    resumes = [r for r in files.restarts if is_resume(r)]
-    requeued = [r for r in files.restarts if not is_resume(r)]
+    resubmitted = {j.job_id: j.resubmitted_from_job for j in files.jobs if j.resubmitted_from_job}
+    resumes = [r for r in files.restarts if is_resume(r, resubmitted)]
+    requeued = [r for r in files.restarts if not is_resume(r, resubmitted)]
     coming = requeuing(view, files)  # not finished, whatever the last attempt recorded (#58)
     pending = _pending_restart(files, js, bool(coming))
     steady, predicted = _step_times(files)

@@ -122,6 +122,18 @@ def job_nodes(job: str) -> tuple[str, ...]:
                                 text=True).stdout.split())
 
 
+def node_down(node: str) -> None:
+    """Kill ``node`` for good: its slurmd and every process in its namespace (sandbox.sh)."""
+    subprocess.run(["bash", str(Path(__file__).with_name("sandbox.sh")), "node-down", node],
+                   check=True, capture_output=True, text=True, timeout=120)
+
+
+def node_up(node: str) -> None:
+    """Bring ``node`` back after ``node_down``: slurmd again, resumed, idle (sandbox.sh)."""
+    subprocess.run(["bash", str(Path(__file__).with_name("sandbox.sh")), "node-up", node],
+                   check=True, capture_output=True, text=True, timeout=180)
+
+
 def kill_training(nodes: tuple[str, ...], run_dir: Path) -> int:
     """kill -9 every rank process of this run on the given nodes; returns how many."""
     killed = 0

@@ -5,6 +5,9 @@
 #   bash tests/cluster/sandbox.sh status   # exit 0 if up, 1 if down
 #   bash tests/cluster/sandbox.sh stop     # stop everything start made
 #   bash tests/cluster/sandbox.sh restart
+#   bash tests/cluster/sandbox.sh node-down NODE  # kill NODE for good: its slurmd and every
+#                                                 # process in its namespace (SIGKILL)
+#   bash tests/cluster/sandbox.sh node-up NODE    # start its slurmd again; back to idle
 #
 # What "start" builds (Debian 12, Slurm 22.05 from apt, run as root, no systemd):
 #   - munged, MariaDB, slurmdbd and slurmctld in the root network namespace;
@@ -712,8 +715,55 @@ cmd_status() {
     return 1
 }
 
+known_node() {  # known_node NODE: refuse a name that is not one of ours
+    local node
+    for node in "${NODES[@]}"; do [[ "$node" == "${1:-}" ]] && return 0; done
+    die "no node ${1:-(none)}; nodes: ${NODES[*]}"
+}
+
+# A node that dies for good (#60): slurmd and every job process on it SIGKILLed at once, so the
+# controller hears nothing until SlurmdTimeout; the namespace and address stay, as a dead
+# machine's switch port would answer nothing either (connections are refused at once).
+cmd_node_down() {
+    [[ $EUID -eq 0 ]] || die "must run as root"
+    known_node "${1:-}"
+    take_lock
+    local pids
+    pids="$(daemon_pids "slurmd:$1") $(netns_pids "$NETNS_PREFIX$1")"
+    # shellcheck disable=SC2086  # word splitting of the pid list is wanted
+    kill -KILL $pids 2>/dev/null || true
+    log "node $1 killed (slurmd and $(wc -w <<<"$pids") process(es))"
+}
+
+# Back after node-down: slurmd again (the controller then ends what it still holds there) and,
+# where SlurmdTimeout has already set the node DOWN, resumed; waits until it is idle.
+cmd_node_up() {
+    [[ $EUID -eq 0 ]] || die "must run as root"
+    known_node "${1:-}"
+    take_lock
+    export SLURM_CONF="$SLURM_CONF_FILE"
+    if ! running_pid slurmd "$1" >/dev/null; then
+        # shellcheck disable=SC2016  # $1/$2 are expanded by the inner sh (as start_slurmds)
+        launch "$LOG_DIR/slurmd.$1.out" \
+            nsenter --net="/run/netns/$NETNS_PREFIX$1" unshare --uts -- \
+            sh -c 'hostname "$1" && exec slurmd -f "$2" -N "$1"' sh "$1" "$SLURM_CONF_FILE"
+    fi
+    local i state
+    for ((i = 0; i < START_TIMEOUT * 2; i++)); do
+        state="$(sinfo -h -n "$1" -p debug -o '%T' 2>/dev/null || true)"
+        case "$state" in
+            idle|mixed|allocated) log "node $1 is back ($state)"; return 0 ;;
+            down*|drain*|fail*) scontrol update NodeName="$1" State=RESUME 2>/dev/null || true ;;
+        esac
+        sleep 0.5
+    done
+    die "node $1 is not idle after ${START_TIMEOUT}s (state: ${state:-unknown})"
+}
+
 main() {
     case "${1:-}" in
+        node-down) cmd_node_down "${2:-}" ;;
+        node-up) cmd_node_up "${2:-}" ;;
         start) cmd_start ;;
         stop) cmd_stop ;;
         restart)
@@ -722,7 +772,7 @@ main() {
             ;;
         status) cmd_status ;;
         *)
-            echo "usage: $0 start|stop|restart|status" >&2
+            echo "usage: $0 start|stop|restart|status|node-down NODE|node-up NODE" >&2
             exit 2
             ;;
     esac

@@ -1,8 +1,8 @@
 """Slurm from a compute node, for the node task: a job's facts, its nodes' states, the requeue
-of a crash, all through the runtime's one ``scontrol`` runner (runtime/shared/scontrol.py,
-which doctor's probe uses too); what the answers mean is decided in runtime/node/causes.py,
-purely. Every call is bounded and never raises: a cause that cannot be
-told is named as such, it never stops a checkpoint or a requeue.
+of a crash, the resubmission of a job without a dead node (runtime/node/replace.py), all through
+the runtime's one Slurm runner (runtime/shared/scontrol.py, which doctor's probe uses too); what
+the answers mean is decided in runtime/node/causes.py, purely. Every call is bounded and never
+raises: a cause that cannot be told is named as such, it never stops a checkpoint or a requeue.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 
 from hpc_grpo.runtime.node.causes import JobFacts, job_facts, parse_record
-from hpc_grpo.runtime.shared.scontrol import scontrol
+from hpc_grpo.runtime.shared.scontrol import scontrol, slurm_command
 
 
 def _scontrol(*args: str) -> str:
@@ -22,6 +22,43 @@ def _scontrol(*args: str) -> str:
 def requeue(job_id: str) -> str:
     """``scontrol requeue JOB`` (a crash the node task retries); "" or why it failed."""
     return scontrol(["requeue", job_id], timeout_s=30)[1]
+
+
+def submit(argv: list[str], env: Mapping[str, str]) -> tuple[str, str]:
+    """``sbatch --parsable ARGV`` in ``env``: the new job's id and "", or "" and why not."""
+    out, problem = slurm_command("sbatch", ["--parsable", *argv], timeout_s=30, env=env)
+    job_id = out.strip().split(";")[0]  # --parsable: "ID" or "ID;CLUSTER"
+    if problem or not job_id.isdigit():
+        return "", problem or f"sbatch printed no job id: {out.strip()[:80]!r}"
+    return job_id, ""
+
+
+def cancel(job_id: str) -> str:
+    """``scancel JOB``; "" or why it failed. It may be this task's own job, whose SIGTERM
+    must not end scancel before it says so."""
+    return slurm_command("scancel", [job_id], timeout_s=30, outlive_term=True)[1]
+
+
+def drop_dependency(job_id: str) -> str:
+    """Let a pending job start without waiting on its dependency; "" or why not. Sent from a
+    job that has just been cancelled: it outlives the cancel's SIGTERM."""
+    return scontrol(["update", f"JobId={job_id}", "Dependency="], timeout_s=30,
+                    outlive_term=True)[1]
+
+
+def job_record(job_id: str) -> dict[str, str]:
+    """``scontrol show job -o JOB`` as key -> value; {} when Slurm does not answer."""
+    text = _scontrol("show", "job", "-o", job_id).strip()
+    return parse_record(text.splitlines()[0]) if text else {}
+
+
+def cluster_name() -> str:
+    """``ClusterName`` of ``scontrol show config`` ("" when Slurm does not say)."""
+    for line in _scontrol("show", "config").splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "ClusterName":
+            return value.strip()
+    return ""
 
 
 def end_seconds_left(end_time: str, now: float) -> float | None:

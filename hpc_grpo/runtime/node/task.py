@@ -24,7 +24,17 @@ from hpc_grpo import rundir
 from hpc_grpo.rundir import contract
 from hpc_grpo.rundir.contract import CLEAN_END, STALLED, RunRecord
 from hpc_grpo.rundir.state import RunState
-from hpc_grpo.runtime.node import causes, hub_push, oom, retry, slurm_facts, vllm_server, watchdog
+from hpc_grpo.rundir.view import read_job_lines
+from hpc_grpo.runtime.node import (
+    causes,
+    hub_push,
+    oom,
+    replace,
+    retry,
+    slurm_facts,
+    vllm_server,
+    watchdog,
+)
 from hpc_grpo.runtime.node.environment import child_env, library_env
 from hpc_grpo.runtime.node.ports import free_port, with_master_port
 from hpc_grpo.runtime.node.scratch import make_scratch
@@ -284,8 +294,11 @@ class NodeTask:
             return ""
         path = Path(self.run_dir) / contract.RETRIES_JSONL
         # This job's retries: `hpc-grpo resume` (a new job, after the user saw it fail) starts a
-        # fresh count, as Slurm counts requeues per job; lines without a job id count as ours.
-        earlier = [e for e in rundir.read_jsonl(path) if str(e.get("job_id", job)) == job]
+        # fresh count, as Slurm counts requeues per job; lines without a job id count as ours,
+        # and so do the jobs this one was resubmitted from without a dead node (replace.py).
+        chain = replace.job_chain(read_job_lines(Path(self.run_dir) / contract.JOBS_JSONL, []),
+                                  job)
+        earlier = [e for e in rundir.read_jsonl(path) if str(e.get("job_id", job)) in chain]
         step = state.last_checkpoint_step or 0
         stalled = self._stalled or (state.is_attempt(attempt) and state.stop_cause == STALLED)
         setup = setup_failure.records(Path(self.run_dir), attempt)  # what the ranks raised
@@ -293,6 +306,7 @@ class NodeTask:
                                                                     run.world_size)  # never
         recorded = state.stop_cause or ""  # an OOM kill is this node task's record
         recorded = recorded if state.is_attempt(attempt) or recorded == oom.CAUSE else ""
+        silent: list[str] = []  # nodes whose slurmd is gone: the next job goes without them
         if config_error:
             cause = contract.CONFIGURATION_ERROR
         elif stalled:  # the watchdog ended the attempt: no crash of Slurm's to look up
@@ -315,6 +329,16 @@ class NodeTask:
         rundir.append_jsonl(path, {"time": time.time(), "checkpoint_step": step, "exit_code": code,
                                    "job_id": job, "cause": cause})
         rundir.update_state(self.run_dir, stop_cause=cause)
+        if silent:  # Slurm would hold a requeue until SlurmdTimeout: a new job without them
+            replaced = replace.replace(Path(self.run_dir), job, silent, os.environ)
+            if replaced.job_id:
+                print(f"[node] job {replaced.job_id} carries on without {', '.join(silent)}"
+                      f"{'; ' + replaced.problem if replaced.problem else ''}", flush=True)
+            else:
+                print(f"[node] no new job without {', '.join(silent)} ({replaced.problem})"
+                      f"{': requeued instead' if replaced.requeue else ''}", flush=True)
+            if not replaced.requeue:
+                return ""
         problem = slurm_facts.requeue(job)
         if problem:  # the run then ends with this attempt: say why in the node log and state
             print(f"[node] requeue failed: {problem}", flush=True)

@@ -31,9 +31,11 @@ RULES: dict[str, tuple[str, set[str]]] = {
     "the distributed backend": (r"\"nccl\"\s+if\b|\"gloo\"\s+if\b", {"rundir/contract.py"}),
     "TP groups tile a node": (r"procs_per_node\s*%\s*tp\b|\bppn\s*%\s*tp\b",
                               {"rundir/placement.py", "planner/topology.py"}),
-    # The runtime's one runner; the launcher's argv lists go through scheduler/slurm.run_slurm.
-    "an scontrol runner": (r"\[\s*\"scontrol\"|\(\s*\[\s*binary\b",
-                           {"runtime/shared/scontrol.py", "scheduler/slurm.py"}),
+    # The runtime's one runner (scontrol, and the node task's sbatch and scancel when it
+    # resubmits a job without a dead node: runtime/node/replace.py); the launcher's argv lists
+    # go through scheduler/slurm.run_slurm.
+    "a Slurm command runner": (r"\[\s*\"(scontrol|sbatch|scancel)\"|\(\s*\[\s*binary\b",
+                               {"runtime/shared/scontrol.py", "scheduler/slurm.py"}),
     "a run-directory JSON-lines reader": (r"def (read_jsonl|tail_jsonl|last_jsonl)\b",
                                           {"rundir/__init__.py"}),
     # Export and push after training (#28): the --dtype flag of a written dtype, whether a
@@ -126,7 +128,7 @@ def test_the_scan_sees_a_second_copy() -> None:
         "world size as a product": "return self.spec.nodes * self.procs_per_node",
         "the distributed backend": 'dist_backend="nccl" if self.device == "cuda" else "gloo",',
         "TP groups tile a node": "if tp < 1 or ppn % tp:",
-        "an scontrol runner": 'subprocess.run(["scontrol", "requeue", job], check=False)',
+        "a Slurm command runner": 'subprocess.run(["sbatch", "--parsable", script], check=False)',
         "the export's dtype flag map": 'flag = {"bfloat16": "bf16", "float32": "fp32"}.get(d)',
         "nodes reach the hub": "return find_site(name).nodes_offline is False",
         "the push's --private/--public": 'private = "" if p is None else " --private" if p else ""',

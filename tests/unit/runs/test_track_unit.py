@@ -270,3 +270,28 @@ def test_a_resume_by_the_user_is_shown_once_and_not_as_a_requeue(
     out = capsys.readouterr().out
     assert "grpo-tiny-0001: requeues: preempted -0" in out and "user signal" not in out
     assert out.count("resumed by the user from step 3") == 1
+
+
+def test_a_job_resubmitted_without_a_dead_node_is_followed_as_a_requeue(fake: FakeSlurm,
+                                                                         tmp_path: Path) -> None:
+    """#60: the node task submitted job 8 in place of job 5, whose second node died (its line
+    names ``resubmitted_from_job``). Status and cancel follow job 8, and its first restart is a
+    requeue with the node task's cause, not a user's resume."""
+    run_dir = tmp_path / "runs" / "grpo-tiny-0001"
+    old = identity(run_dir, "5")
+    make_run(tmp_path / "runs", "grpo-tiny-0001", phase="training", step=9, job=old)
+    (run_dir / "jobs.jsonl").open("a").write(json.dumps(
+        {**identity(run_dir, "8", submit=LATER), "script": old["script"], "event": "submitted",
+         "time": 2.0, "resubmitted_from_job": "5", "excluded_nodes": ["node2"]}) + "\n")
+    (run_dir / "restarts.jsonl").write_text(json.dumps(
+        {"attempt": "slurm-8.0", "previous_attempt": "slurm-5.0", "cause": "node failure",
+         "stopped_at_step": 7, "resumed_from_step": 4, "steps_lost": 3}) + "\n")
+    ours = f"sbatch {old['script']}"
+    fake.answer("sacct", sacct_line("8", "RUNNING", LATER, submit_line=ours))
+    fake.answer("squeue", squeue_line("8", "RUNNING", LATER, command=str(old["script"])))
+    row = _only(track.status())
+    assert (row.job_id, row.state) == ("8", "RUNNING")
+    assert row.requeues == 1 and [r["cause"] for r in row.restarts] == ["node failure"]
+    assert row.resumed == "" and row.resumes == ()
+    track.cancel("grpo-tiny-0001")
+    assert [c["argv"][-1] for c in fake.calls("scancel")] == ["8"]
