@@ -2,7 +2,7 @@
 in flight, on the real sandbox cluster: ZeRO-3 (DeepSpeed's partition files), one rank on each
 of two Slurm nodes.
 
-Each file of a background write starts 1.5 s late (the test-only fault faults/slow_writes.py),
+Each file of a background write starts 1 s late (the test-only fault faults/slow_writes.py),
 so with a save every 2 steps of at least 0.5 s a write is in flight nearly all the time. The run
 is interrupted twice: USR2 to the batch shell (the stop's save gives the write in flight up and
 writes its own step at once) and kill -9 of the second node's rank (the checkpoint being
@@ -41,7 +41,7 @@ from tests.cluster.clusterlib import (
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("sandbox_cluster")]
-STEPS = 16
+STEPS = 12
 ARGS = ("--site", "sandbox", "--nodes", "2", "--procs-per-node", "1", "--zero-stage", "3",
         "--recipe", str(RECIPE), "--reward", "tests.slow.slow_reward:slow_length",
         "--set", f"max_steps={STEPS}", "--set", "save_steps=2", "--time", "00:30:00")
@@ -118,7 +118,7 @@ def test_a_background_write_interrupted_by_usr2_and_by_a_killed_node_resumes_exa
     assert ds["zero_optimization"]["stage"] == 3
     assert ds["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is False
 
-    monkeypatch.setenv(SLOW_WRITES, "1.5")  # the job's environment: sbatch exports the caller's
+    monkeypatch.setenv(SLOW_WRITES, "1")  # the job's environment: sbatch exports the caller's
     run_id, job, run_dir = submit(tmp_path / "runs", *args, "--set", "async_save=true",
                                   "--name", "async-saves")
 
@@ -130,7 +130,7 @@ def test_a_background_write_interrupted_by_usr2_and_by_a_killed_node_resumes_exa
     stopped = first["resumed_from_step"]
     log = (run_dir / "logs" / "rank-0.log").read_text()
     attempt = log[:log.index(f"checkpoint-{stopped} saved in")]
-    assert "test fault: each background checkpoint file is written 1.5 s late" in attempt
+    assert "test fault: each background checkpoint file is written 1 s late" in attempt
     assert f"[stop] step {stopped}: stopping" in attempt and stopped > writing, (writing, stopped)
     assert attempt.rindex(f"checkpoint-{writing} given up") > attempt.rindex("[stop] step"), \
         attempt[-3000:]  # the write in flight at the signal, given up for the stop's save

@@ -172,14 +172,17 @@ def requeue_waits(job: str) -> list[float]:
             for submit, eligible in rows[1:]]
 
 
-LIMITED_STEPS = 90  # each at least 1 s: more than the 120 s limit less its 30 s lead holds
+# Each at least 1 s, and a save every 3 steps holds training about 1 s more while the write
+# before it ends (2 files of rank 0 at 2 s each, faults/slow_writes.py): 70 steps take more than
+# the 120 s limit less its 30 s lead holds (90 steps of 1 s did, before the background saves).
+LIMITED_STEPS = 70
 
 
 def test_time_limit_with_signal_lead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A 2-minute limit with a 30 s signal lead: checkpoint, requeue, resume, finish.
 
     With periodic saves written in the background (#59, async_save) whose every file starts
-    3 s late (faults/slow_writes.py): rank 0's two files a save take longer than the 5 steps
+    2 s late (faults/slow_writes.py): rank 0's two files a save take longer than the 3 steps
     between saves, so the limit's signal finds a write in flight, which the stop's save gives
     up, writing its own step at once (a stop needs one save's time, not two).
 
@@ -189,10 +192,10 @@ def test_time_limit_with_signal_lead(tmp_path: Path, monkeypatch: pytest.MonkeyP
     loads, and the second may still hit its own limit.
     """
     root = tmp_path / "runs"
-    monkeypatch.setenv("HPC_GRPO_FAULT_BACKGROUND_WRITE_DELAY_S", "3")  # sbatch exports it
+    monkeypatch.setenv("HPC_GRPO_FAULT_BACKGROUND_WRITE_DELAY_S", "2")  # sbatch exports it
     run_id, _, run_dir = submit(root, "--site", "sandbox", "--nodes", "2", "--recipe", str(RECIPE),
                                 "--reward", "tests.slow.slow_reward:one_second_length",
-                                "--set", f"max_steps={LIMITED_STEPS}", "--set", "save_steps=5",
+                                "--set", f"max_steps={LIMITED_STEPS}", "--set", "save_steps=3",
                                 "--set", "async_save=true", "--time", "00:02:00")
     row = wait_for(run_id, finished, timeout=600)
     assert row["state"] == "COMPLETED" and row["step"] == LIMITED_STEPS, row
