@@ -73,6 +73,25 @@ def resumed_line(resumes: Sequence[RestartLine]) -> str:
     return f"resumed by the user{times} from step {last.resumed_from_step or 0}{lost}"
 
 
+def nodes_line(restarts: Sequence[RestartLine], nodes: int, min_nodes: int) -> str:
+    """Each restarted attempt's node count where the run allows fewer (``min_nodes``): 'attempt
+    2 on 2 of 3 nodes (min_nodes 2: Slurm granted the nodes free), attempt 3 on 3 of 3'. The
+    attempt's number is Slurm's restart count + 1; lines without a count (older runs) are left
+    out, and "" for a run without min_nodes."""
+    if not min_nodes:
+        return ""
+    shown = []
+    for restart in restarts:
+        if not restart.nodes:
+            continue
+        found = _ATTEMPT.match(restart.attempt)
+        which = f"attempt {int(found.group(2)) + 1}" if found else f"attempt {restart.attempt}"
+        why = f" (min_nodes {min_nodes}: Slurm granted the nodes free)" \
+            if restart.nodes < nodes else ""
+        shown.append(f"{which} on {restart.nodes} of {nodes} nodes{why}")
+    return ", ".join(shown)
+
+
 def startup_line(last: Mapping[str, Any], attempt: str = "") -> str:
     """The last attempt's time to its first step, largest part first (startup.jsonl's last line,
     written by rank 0: runtime/rank/observe/startup_times.py); "" before any attempt reached a step, when the
