@@ -120,8 +120,7 @@ class JobPlan:
             reward_kwargs=dict(self.spec.reward_kwargs),
             model_load=loaded_block(self.spec, self.model, self.site, self.deepspeed),
             peft=peft_block(self.spec), seed=self.spec.seed, nodes=self.training_nodes,
-            min_nodes=self.spec.min_nodes,
-            procs_per_node=self.procs_per_node, device=self.device,
+            min_nodes=self.spec.min_nodes, procs_per_node=self.procs_per_node, device=self.device,
             dist_backend=dist_backend(self.device),
             grpo_config={**self.spec.grpo, **({"save_total_limit": self.save_total_limit}
                                               if self.save_total_limit else {}),
