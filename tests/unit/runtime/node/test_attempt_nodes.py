@@ -12,10 +12,11 @@ from hpc_grpo.runtime.node.task import torchrun_argv
 from hpc_grpo.runtime.shared import attempt_nodes
 
 
-def _record(min_nodes: int = 2) -> RunRecord:
+def _record(min_nodes: int = 2, zero: int | None = None) -> RunRecord:
     return RunRecord.from_dict({
         "schema": 1, "run_id": "r1", "run_dir": "/runs/r1", "model": "m", "dataset": {"name": "d"},
-        "nodes": 3, "min_nodes": min_nodes, "procs_per_node": 1,
+        "nodes": 3, "min_nodes": min_nodes, "procs_per_node": 1, "checkpoint_bytes": 10**9,
+        "deepspeed": {"zero_stage": zero, "offload_optimizer": False} if zero else None,
         "grpo_config": {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 1,
                         "num_generations": 4}})
 
@@ -51,3 +52,15 @@ def test_without_min_nodes_the_allocation_is_not_read() -> None:
 def test_slurms_older_name_is_read_too() -> None:
     assert attempt_nodes.granted({"SLURM_NNODES": "2"}) == 2
     assert attempt_nodes.granted({"SLURM_JOB_NUM_NODES": "x"}) is None
+
+
+@pytest.mark.parametrize("nodes", ["2", "3"])
+def test_a_zero_run_leaves_room_for_its_conversion_at_every_count(nodes: str) -> None:
+    """Growing back to 3 converts a checkpoint saved at 2 as shrinking does: both attempts get
+    the conversion's time (reshard.with_conversion_time), node task and ranks alike."""
+    record = _record(zero=2)
+    for run in (attempt_nodes.for_node_task(record, {"SLURM_JOB_NUM_NODES": nodes}),
+                attempt_nodes.for_rank(record, {attempt_nodes.ATTEMPT_NODES: nodes})):
+        assert run.watchdog.startup_s > record.watchdog.startup_s
+        assert run.collective_timeout_s >= run.watchdog.startup_s - record.watchdog.startup_s
+        assert run.nodes == int(nodes)
