@@ -52,6 +52,20 @@ def _resume_all() -> None:
                        capture_output=True, text=True, timeout=30)
 
 
+def _wait_all_idle(timeout: float = 180) -> None:
+    """Until no job holds a sandbox node: the first attempt too starts as soon as 2 nodes are
+    free (Slurm has no wait for the larger count), and one started on 2 shows nothing here."""
+    deadline = time.monotonic() + timeout
+    states: list[str] = []
+    while time.monotonic() < deadline:
+        states = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True,
+                                text=True, timeout=30).stdout.split("\n")
+        if all(line.split()[1] == "idle" for line in states if line.strip()):
+            return
+        time.sleep(2.0)
+    raise AssertionError(f"sandbox nodes not all idle: {states}")
+
+
 def _nodes_of_attempts(run_dir: Path) -> list[int | None]:
     return [r.get("nodes") for r in restarts(run_dir)]
 
@@ -67,6 +81,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """The run, taken down to 2 nodes by Slurm and back to 3 by a requeue, finished."""
     root = tmp_path_factory.mktemp("min_nodes")
     dataset = counting_prompts(root / "prompts.jsonl", PROMPTS)["name"]
+    _wait_all_idle()
     run_id, job, run_dir = submit(  # the reward records into the job's HPC_GRPO_RUN_DIR
         root, "--site", "sandbox", "--nodes", "3", "--min-nodes", "2",
         "--procs-per-node", "1", "--model", "builtin:tiny", "--dataset", dataset,
@@ -77,7 +92,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     try:
         wait_step(run_id, 3, timeout=300)  # a checkpoint at step 2 on 3 nodes
         held = job_nodes(job)
-        assert len(held) == 3, held
+        assert len(held) == 3, f"the first attempt started on {held}: was another job running?"
         spare = [n for n in NODES if n not in held]
         for node in spare:  # the full count cannot be had again while the lost node is out
             _scontrol("update", f"nodename={node}", "state=drain", f"reason={REASON}")

@@ -39,6 +39,8 @@ def test_the_script_asks_for_a_range_and_the_record_carries_it() -> None:
     prepared = _prepare(nodes=3, min_nodes=2, sets=("num_generations=4",
                                                     "per_device_train_batch_size=4"))
     assert "\n#SBATCH --nodes=2-3\n" in prepared.script
+    # a task count fixed per node would fix the job's at 2 tasks: Slurm then granted 2 nodes
+    assert "--ntasks-per-node" not in prepared.script
     assert "# min_nodes 2: an attempt starts on 2-3 nodes" in prepared.summary
     record = prepared.plan.run_record("mn-0001", "/shared/runs/mn-0001")
     assert (record.nodes, record.min_nodes) == (3, 2)
@@ -49,7 +51,7 @@ def test_the_script_asks_for_a_range_and_the_record_carries_it() -> None:
 
 def test_a_fixed_count_is_rendered_as_before() -> None:
     prepared = _prepare(nodes=3)
-    assert "\n#SBATCH --nodes=3\n" in prepared.script
+    assert "\n#SBATCH --nodes=3\n#SBATCH --ntasks-per-node=1\n" in prepared.script
     record = prepared.plan.run_record("mn-0001", "/shared/runs/mn-0001")
     assert record.min_nodes == 0 and "gradient_accumulation_steps" not in record.grpo_config
 
