@@ -128,8 +128,8 @@ def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
         tracker_sync=state.tracker_sync, checkpoint_skipped=progress.skipped,
         startup=startup_line(files.startup, state.attempt),
         layout_change=next((j.layout_change for j in reversed(files.jobs) if j.layout_change), ""),
-        attempt_nodes=nodes_line(files.restarts, files.record.nodes, files.record.min_nodes)
-        if files.record else "",
+        attempt_nodes=nodes_line(files.restarts, files.startup, files.record.nodes,
+                                 files.record.min_nodes) if files.record else "",
         step_s=steady.seconds if steady else None, step_s_predicted=predicted,
         step_time=steps.measured_line(steady, predicted) if steady else "",
         save_s=saved.measured, save_held_s=saved.held, save_s_median=saved.median,
