@@ -31,7 +31,7 @@ from hpc_grpo.export.commands import evaluate as evaluate  # after training
 from hpc_grpo.export.commands import export as export
 from hpc_grpo.export.hub_step import notes as hub_notes
 from hpc_grpo.export.hub_step import run_record
-from hpc_grpo.planner import catalogue_names
+from hpc_grpo.planner import catalogue_names, min_nodes
 from hpc_grpo.planner import resume as rules
 from hpc_grpo.planner.checkpoint_fit import refuse_if_no_fit, resident_host_gib
 from hpc_grpo.planner.job import JobPlan, build_plan
@@ -146,6 +146,8 @@ def _prepare(facts: local_site.SiteFacts, spec: JobSpec, *, root: Path, run_id: 
                       dataset_commit=checked.dataset_commit,
                       notes=facts.warnings + checked.notes + hub_notes(checked.spec, site),
                       links=checked.links, write=checked.write, measured=checked.measured)
+    min_nodes.check(plan, lambda smaller: build_plan(  # every attempt's layout fits
+        site, smaller, checked.model, free, checked.dataset_commit, links=checked.links))
     run_id = run_id or registry.next_run_id(root, plan.job_name)
     run_dir = root / run_id
     script = render_script(plan, run_id=run_id, run_dir=str(run_dir), python=python)

@@ -42,6 +42,9 @@ JOB_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                  help="Override a recipe key (repeatable)."),
     click.option("--nodes", type=int, help="Number of nodes (default 1)."),
+    click.option("--min-nodes", type=int,
+                 help="Let an attempt start on as few as this many nodes when not all are free "
+                 "(Slurm --nodes=MIN-MAX; the global batch is kept). Default 0: off."),
     click.option("--procs-per-node", type=int, help="Default: one per GPU (1 on CPU sites)."),
     click.option("--tp", "tensor_parallel_size", type=int, help="vLLM tensor-parallel size."),
     click.option("--vllm-mode", type=click.Choice(["colocate", "server", "auto"]),
@@ -61,7 +64,7 @@ JOB_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     click.option("--run-id", help="Default: NAME-NNNN, the next free number."),
     click.option("--output-root", help="Where run directories go (default: the site's)."),
 ]
-FLAG_NAMES = ("model", "nodes", "procs_per_node", "tensor_parallel_size", "vllm_mode",
+FLAG_NAMES = ("model", "nodes", "min_nodes", "procs_per_node", "tensor_parallel_size", "vllm_mode",
               "zero_stage", "dataset", "reward_funcs", "seed", "time", "name", "partition",
               "payload")
 

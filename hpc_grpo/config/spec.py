@@ -59,6 +59,10 @@ class JobSpec:
     max_prompt_length: int = 0
     reward_funcs: tuple[str, ...] = ("builtin:length",)
     nodes: int = 1
+    # The fewest nodes an attempt may start on (0: off, every attempt on ``nodes``): the job
+    # asks Slurm for --nodes=MIN-MAX, so a requeued job whose nodes are not all free continues
+    # on those that are and grows back at the next restart (issue #60; rundir/reshard.py).
+    min_nodes: int = 0
     procs_per_node: int = 0  # 0: the site's default
     tensor_parallel_size: int = 0  # 0: the planner decides
     vllm_mode: Literal["colocate", "server", "auto"] = "colocate"  # auto: planner/modes.py
@@ -120,7 +124,7 @@ class JobSpec:
 SPEC_FIELDS = frozenset(f.name for f in dataclasses.fields(JobSpec)) - {"grpo", "notes", "changes"}
 # The command-line flag of each job key that has one (cli.py JOB_OPTIONS).
 FLAGS = {"model": "--model", "dataset": "--dataset", "reward_funcs": "--reward",
-         "nodes": "--nodes", "procs_per_node": "--procs-per-node",
+         "nodes": "--nodes", "min_nodes": "--min-nodes", "procs_per_node": "--procs-per-node",
          "tensor_parallel_size": "--tp", "vllm_mode": "--vllm-mode", "zero_stage": "--zero-stage",
          "seed": "--seed", "time": "--time", "name": "--name", "partition": "--partition",
          "payload": "--payload"}
@@ -382,6 +386,10 @@ def build_spec(
         problems += spec_problems(spec, origins)
     if spec is not None and spec.nodes < 1:
         problems.append(UserError(f"nodes must be at least 1, got {spec.nodes}", field="nodes"))
+    if spec is not None and spec.min_nodes and not 1 <= spec.min_nodes < spec.nodes:
+        problems.append(UserError(
+            f"min_nodes {spec.min_nodes} must be at least 1 and below nodes {spec.nodes}",
+            field="min_nodes", hint="0 (the default) keeps every attempt on all its nodes"))
     if spec is not None and site is not None:
         problems += model_load_problems(site, spec)
     if spec is None or problems:

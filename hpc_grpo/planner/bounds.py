@@ -29,6 +29,13 @@ def grpo_value(spec: JobSpec, key: str) -> Any:
     return spec.grpo.get(key, TRL_DEFAULTS[key])
 
 
+def split_pinned(spec: JobSpec) -> dict[str, int]:
+    """min_nodes: the batch values an attempt on fewer nodes splits anew, written out where TRL's
+    defaults stand in, so the nodes' rule (rundir/reshard.record_at) needs no table of ours."""
+    keys = ("per_device_train_batch_size", "gradient_accumulation_steps")
+    return {key: int(grpo_value(spec, key)) for key in keys} if spec.min_nodes else {}
+
+
 def prompt_bound(spec: JobSpec) -> int:
     """The longest prompt (tokens) the plan sizes vLLM and activations for."""
     if spec.max_prompt_length:

@@ -21,6 +21,7 @@ from hpc_grpo.planner.bounds import (  # noqa: F401 - BUILTIN_PROMPT_TOKENS, TRL
     TRL_DEFAULTS,
     grpo_value,
     prompt_bound,
+    split_pinned,
 )
 from hpc_grpo.planner.checkpoint_fit import check_checkpoints
 from hpc_grpo.planner.checkpoint_size import CheckpointSize
@@ -119,10 +120,11 @@ class JobPlan:
             reward_kwargs=dict(self.spec.reward_kwargs),
             model_load=loaded_block(self.spec, self.model, self.site, self.deepspeed),
             peft=peft_block(self.spec), seed=self.spec.seed, nodes=self.training_nodes,
-            procs_per_node=self.procs_per_node, device=self.device,
+            min_nodes=self.spec.min_nodes, procs_per_node=self.procs_per_node, device=self.device,
             dist_backend=dist_backend(self.device),
             grpo_config={**self.spec.grpo, **({"save_total_limit": self.save_total_limit}
-                                              if self.save_total_limit else {})},
+                                              if self.save_total_limit else {}),
+                         **split_pinned(self.spec)},
             vllm=self.vllm, deepspeed=self.deepspeed,
             stop=self.stop, ranks=self.ranks,
             site=self.site.name, scheduler=self.site.scheduler, hardware=hardware_block(self.site),

@@ -254,6 +254,9 @@ class RunRecord:
     nodes: int
     procs_per_node: int
     ranks: tuple[RankRow, ...]
+    # The fewest nodes an attempt may start on (0: off); Slurm is asked for min_nodes-nodes and
+    # each attempt applies rundir/reshard.record_at to the count it got (issue #60).
+    min_nodes: int = 0
     payload: str = "train"
     reward_funcs: tuple[str, ...] = ()
     reward_weights: tuple[float, ...] = ()  # () every reward weighs 1 (TRL's default)
@@ -332,6 +335,7 @@ class RunRecord:
                 run_id=str(data["run_id"]), run_dir=str(data["run_dir"]), model=str(data["model"]),
                 dataset=DatasetBlock(**data["dataset"]), nodes=nodes, procs_per_node=ppn,
                 ranks=tuple(RankRow(**row) for row in data.get("ranks") or ()),
+                min_nodes=int(data.get("min_nodes") or 0),
                 payload=str(data.get("payload", "train")),
                 reward_funcs=tuple(data.get("reward_funcs") or ()),
                 reward_weights=tuple(float(w) for w in data.get("reward_weights") or ()),

@@ -36,7 +36,8 @@ from math import ceil
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.rundir.contract import RunRecord
+from hpc_grpo.rundir.contract import RunRecord, world_size
+from hpc_grpo.rundir.placement import rank_row
 
 RESHARDED_ZERO_STAGES = (1, 2, 3)  # ds_to_universal's stages in DeepSpeed 0.19
 UNIVERSAL_SUFFIX = "_universal"  # ds_to_universal's output beside the tag folder
@@ -96,6 +97,71 @@ def split_batch(grpo: Mapping[str, Any], was_world: int, world: int, *, per_devi
     per_generation = generation // (size * world) if grpo.get("steps_per_generation") else None
     return (BatchSplit(global_batch, generation, size, global_batch // (size * world),
                        per_generation), global_batch, generation)
+
+
+def min_nodes_refusal(record: RunRecord) -> str | None:
+    """Why a run that asks for ``min_nodes`` cannot start at some node count between it and its
+    own (None: every count in [min_nodes, nodes] has a layout). The launcher refuses the
+    submission by it, so an attempt's ``record_at`` never meets a count it cannot take."""
+    low, high = record.min_nodes, record.nodes
+    if not low:
+        return None
+    if not 1 <= low < high:
+        return f"min_nodes {low} must be at least 1 and below nodes {high} (0: off)"
+    refused = refusal(record.deepspeed.zero_stage if record.deepspeed else None, record.vllm.mode)
+    if refused is not None:
+        return refused
+    grpo = record.grpo_config
+    per_device = int(grpo.get("per_device_train_batch_size") or 0)
+    steps = int(grpo.get("gradient_accumulation_steps") or 0)
+    if not per_device or not steps:
+        return "the record names no per-device batch and accumulation to split (internal)"
+    generation = int(grpo.get("generation_batch_size") or 0)
+    per_generation = int(grpo.get("steps_per_generation") or 0)
+    global_batch = per_device * steps * record.world_size
+    if (generation and generation != global_batch) or (per_generation and per_generation != steps):
+        # a checkpoint inside a generation block holds completions split over the old ranks
+        # (planner/resume.py mid_generation): an attempt on fewer nodes could not reuse them
+        return ("a generation batch other than the global batch (steps_per_generation) can "
+                "leave a checkpoint inside a generation block, which another world size cannot "
+                "reuse")
+    for nodes in range(low, high):
+        world = world_size(nodes, record.procs_per_node)
+        split, _, _ = split_batch(grpo, record.world_size, world, per_device_default=per_device,
+                                  accumulation_default=steps)
+        if split is None:
+            return (f"the global batch {global_batch} (per-device {per_device} x accumulation "
+                    f"{steps} x {record.world_size} ranks) does not split over {world} ranks "
+                    f"({nodes} node(s)) into whole per-device batches")
+    return None
+
+
+def record_at(record: RunRecord, nodes: int) -> RunRecord:
+    """The run record of an attempt Slurm started on ``nodes`` nodes (``min_nodes``, issue #60):
+    the layout, the rank rows and the batch split at that count, the global batch and the
+    generation batch kept. The one rule both sides apply: the node task (torchrun's --nnodes)
+    and every rank (its own row, the trainer's batch), each from the count the node task was
+    given, so run.json itself is never rewritten under a running job. ``record`` itself at its
+    own count; a count outside [min_nodes, nodes] is a ValueError (Slurm granted what the
+    script did not ask for)."""
+    if nodes == record.nodes:
+        return record
+    if not record.min_nodes or not record.min_nodes <= nodes < record.nodes:
+        raise ValueError(f"this attempt has {nodes} node(s); run.json allows "
+                         f"{record.min_nodes or record.nodes}-{record.nodes}")
+    refused = min_nodes_refusal(record)
+    if refused is not None:
+        raise ValueError(f"min_nodes {record.min_nodes}: {refused}")
+    grpo = record.grpo_config
+    world = world_size(nodes, record.procs_per_node)
+    split, _, _ = split_batch(grpo, record.world_size, world,
+                              per_device_default=int(grpo["per_device_train_batch_size"]),
+                              accumulation_default=int(grpo["gradient_accumulation_steps"]))
+    assert split is not None  # min_nodes_refusal checked every count
+    tp = record.vllm.tensor_parallel_size
+    rows = tuple(rank_row(rank, record.procs_per_node, tp) for rank in range(world))
+    return dataclasses.replace(record, nodes=nodes, ranks=rows,
+                               grpo_config={**grpo, **split.grpo()})
 
 
 def needs_conversion(zero_stage: int | None, saved_world_size: int | None, world_size: int) -> bool:

@@ -150,6 +150,7 @@ class RestartLine:
     steps_lost: int | None = None
     pending: bool = False
     slurm_state: str = ""  # status adds it: sacct's end state of the attempt this one followed
+    nodes: int | None = None  # the nodes this attempt ran on (fewer than run.json's: min_nodes)
 
     def to_row(self) -> dict[str, Any]:
         """What ``status --json`` shows of the restart."""
@@ -160,6 +161,8 @@ class RestartLine:
             row["pending"] = True
         if self.slurm_state:
             row["slurm_state"] = self.slurm_state
+        if self.nodes:
+            row["nodes"] = self.nodes
         return row
 
     @classmethod
@@ -170,7 +173,7 @@ class RestartLine:
                    previous_phase=_text(data.get("previous_phase")),
                    stopped_at_step=_whole(data.get("stopped_at_step")),
                    resumed_from_step=_whole(data.get("resumed_from_step")),
-                   steps_lost=_whole(data.get("steps_lost")))
+                   steps_lost=_whole(data.get("steps_lost")), nodes=_whole(data.get("nodes")))
 
 
 @dataclass(frozen=True)

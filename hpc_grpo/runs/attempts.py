@@ -77,6 +77,28 @@ def resumed_line(resumes: Sequence[RestartLine]) -> str:
     return f"resumed by the user{times} from step {last.resumed_from_step or 0}{lost}"
 
 
+def nodes_line(restarts: Sequence[RestartLine], startup: Mapping[str, Any], nodes: int,
+               min_nodes: int) -> str:
+    """Each attempt's node count where the run allows fewer (``min_nodes``): 'attempt 2 on 2 of
+    3 nodes (min_nodes 2: Slurm granted the nodes free), attempt 3 on 3 of 3 nodes', from the
+    restart lines and the last startup.jsonl line (a first attempt, too, starts on fewer nodes
+    when only min_nodes are free). The attempt's number is Slurm's restart count + 1; lines
+    without a count (older runs) are left out, and "" for a run without min_nodes."""
+    if not min_nodes:
+        return ""
+    counts = {r.attempt: r.nodes for r in restarts if r.nodes}
+    last, count = startup.get("attempt"), startup.get("nodes")
+    if isinstance(last, str) and isinstance(count, int) and last not in counts:
+        counts[last] = count
+    shown = []
+    for attempt, count in counts.items():
+        found = _ATTEMPT.match(attempt)
+        which = f"attempt {int(found.group(2)) + 1}" if found else f"attempt {attempt}"
+        why = f" (min_nodes {min_nodes}: Slurm granted the nodes free)" if count < nodes else ""
+        shown.append((int(found.group(2)) if found else 0, f"{which} on {count} of {nodes} nodes{why}"))
+    return ", ".join(line for _, line in sorted(shown))
+
+
 def startup_line(last: Mapping[str, Any], attempt: str = "") -> str:
     """The last attempt's time to its first step, largest part first (startup.jsonl's last line,
     written by rank 0: runtime/rank/observe/startup_times.py); "" before any attempt reached a step, when the

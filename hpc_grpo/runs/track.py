@@ -28,7 +28,13 @@ from hpc_grpo.rundir.contract import (
 from hpc_grpo.rundir.view import RestartLine
 from hpc_grpo.runs import after_training as after
 from hpc_grpo.runs import joberror, registry, saves
-from hpc_grpo.runs.attempts import is_resume, resumed_line, startup_line, with_accounting
+from hpc_grpo.runs.attempts import (
+    is_resume,
+    nodes_line,
+    resumed_line,
+    startup_line,
+    with_accounting,
+)
 from hpc_grpo.runs.runfiles import RunFiles, read_run
 from hpc_grpo.scheduler.backend import Action, Backend, backend_for
 from hpc_grpo.scheduler.jobstate import JobView, requeuing
@@ -73,6 +79,7 @@ class RunStatus:
     resumes: tuple[dict[str, Any], ...] = ()  # hpc-grpo resume's restarts: not requeues
     resumed: str = ""  # "resumed by the user from step N" (attempts.resumed_line), "" never
     layout_change: str = ""  # the newest resume at another world size (jobs.jsonl), one line
+    attempt_nodes: str = ""  # min_nodes: each restarted attempt's node count (attempts.nodes_line)
     requeuing: str = ""  # "REQUEUING: node failure at step 3, ..." while Slurm will restart it
     step_s: float | None = None  # measured steady s/step (rundir/steps.py steady_steps)
     step_s_predicted: float | None = None  # what the run's plan predicted (run.json)
@@ -122,6 +129,8 @@ def _plain_row(files: RunFiles, view: JobView) -> RunStatus:
         tracker_sync=state.tracker_sync, checkpoint_skipped=progress.skipped,
         startup=startup_line(files.startup, state.attempt),
         layout_change=next((j.layout_change for j in reversed(files.jobs) if j.layout_change), ""),
+        attempt_nodes=nodes_line(files.restarts, files.startup, files.record.nodes,
+                                 files.record.min_nodes) if files.record else "",
         step_s=steady.seconds if steady else None, step_s_predicted=predicted,
         step_time=steps.measured_line(steady, predicted) if steady else "",
         save_s=saved.measured, save_held_s=saved.held, save_s_median=saved.median,

@@ -76,6 +76,8 @@ def _notes(row: track.RunStatus) -> list[str]:
         notes.append(row.startup)
     if row.layout_change:  # e.g. "resumed at 1 x 1 from 1 x 2, global batch 16 kept: ..."
         notes.append(row.layout_change)
+    if row.attempt_nodes:  # e.g. "attempt 2 on 2 of 3 nodes (min_nodes 2: ...), attempt 3 on 3 of 3"
+        notes.append(f"nodes: {row.attempt_nodes}")
     if row.drift:  # e.g. "vLLM drift: at step 7 ... differ ... by 0.412 on average (bound 0.1)..."
         notes.append(row.drift)
     if row.checkpoint_skipped:

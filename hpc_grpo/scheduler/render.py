@@ -107,6 +107,16 @@ def _container_prefix(plan: JobPlan) -> str:
     return " ".join(shlex.quote(w) for w in words) + " "
 
 
+def sbatch_nodes(nodes: int, min_nodes: int) -> str:
+    """sbatch's --nodes value: the count, or ``MIN-MAX`` where the run allows fewer nodes
+    (``min_nodes``): Slurm then starts each attempt, the first and every requeue, as soon as
+    MIN of the nodes are free, on as many as are free up to MAX; it has no wait for MAX. A range
+    goes without ``--ntasks-per-node=1``: sbatch then fixes the task count at MIN x 1 and Slurm
+    (22.05, the sandbox) granted MIN nodes with all four idle; without it the job has one task
+    a node, on as many nodes as are free (srun's node tasks likewise)."""
+    return f"{min_nodes}-{nodes}" if min_nodes else str(nodes)
+
+
 def render_script(plan: JobPlan, *, run_id: str, run_dir: str, python: str) -> str:
     """The exact text ``submit`` hands to sbatch (or, for the local site, runs)."""
     _comment(run_id, "run_id")
@@ -131,7 +141,8 @@ def render_script(plan: JobPlan, *, run_id: str, run_dir: str, python: str) -> s
         cpus_per_task=job_cpus(plan.site),  # doctor sizes the job's memory from the same
         gpu_request=gpu_request(plan.site),
         module_inits=" ".join(MODULE_INITS),
-        nodes=plan.nodes,
+        nodes=sbatch_nodes(plan.nodes, plan.spec.min_nodes),
+        node_range=bool(plan.spec.min_nodes),  # no --ntasks-per-node: sbatch_nodes says why
         procs_per_node=plan.procs_per_node,
         time=f"{hours:02d}:{mins:02d}:00",
         folder=submitit_folder(run_dir),
@@ -197,6 +208,9 @@ def summary_text(plan: JobPlan) -> str:
             + (" + optimizer offload" if plan.deepspeed.offload_optimizer else "")
             if plan.deepspeed else "off"
         ),
+        *([f"# min_nodes {plan.spec.min_nodes}: an attempt starts on {plan.spec.min_nodes}-"
+           f"{plan.nodes} nodes, as many as are free, the global batch kept "
+           "(sbatch --nodes=MIN-MAX)"] if plan.spec.min_nodes else []),
         f"# requeue signal: {plan.site.requeue_signal} {plan.signal_lead_reason}",
         f"# collective timeout: {plan.collective_timeout_reason}",
     ]

@@ -38,7 +38,7 @@ from hpc_grpo.runtime.node import (
 from hpc_grpo.runtime.node.environment import child_env, library_env
 from hpc_grpo.runtime.node.ports import free_port, with_master_port
 from hpc_grpo.runtime.node.scratch import make_scratch
-from hpc_grpo.runtime.shared import setup_failure, vllm_address
+from hpc_grpo.runtime.shared import attempt_nodes, setup_failure, vllm_address
 from hpc_grpo.runtime.shared.host_memory import usable_cpus
 
 PAYLOAD_MODULES = {"train": "hpc_grpo.runtime.rank.train", "check": "hpc_grpo.runtime.rank.smoke"}
@@ -184,7 +184,9 @@ class NodeTask:
         return cause
 
     def __call__(self) -> int:
-        run = rundir.load_run(self.run_dir).with_run_dir(self.run_dir)
+        # min_nodes: the record at the count Slurm granted this attempt (reshard.record_at)
+        run = attempt_nodes.for_node_task(rundir.load_run(self.run_dir),
+                                          os.environ).with_run_dir(self.run_dir)
         node_env = with_master_port(os.environ, run.nodes, free_port)
         attempt = attempt_id(node_env)
         serves_only = vllm_server.serves_only(run, node_env)  # a server node of its own
@@ -209,6 +211,7 @@ class NodeTask:
         try:
             libraries = library_env(node_env, attempt, run)  # the ranks' and a server's, once
             env = child_env(node_env, attempt, run, usable_cpus(), libraries)
+            env[attempt_nodes.ATTEMPT_NODES] = str(run.nodes)  # the ranks apply the same rule
             if "PYTHONPYCACHEPREFIX" in libraries:  # bytecode.ranks_env chose the shared cache
                 print(f"[node] bytecode cache {env['PYTHONPYCACHEPREFIX']}: the packages carry "
                       "none, the ranks compile them once there (runtime/node/bytecode.py)",

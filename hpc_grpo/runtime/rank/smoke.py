@@ -13,6 +13,7 @@ from pathlib import Path
 
 from hpc_grpo import rundir
 from hpc_grpo.rundir.contract import CHECK
+from hpc_grpo.runtime.shared import attempt_nodes
 
 
 def expected_sum(world_size: int) -> int:
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(args[0])
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     rundir.redirect_output(run_dir, rank)
-    run = rundir.load_run(run_dir)
+    run = attempt_nodes.for_rank(rundir.load_run(run_dir), os.environ)  # min_nodes: this attempt's
 
     import torch  # here: the module imports without torch
     import torch.distributed as dist  # here: the module imports without torch

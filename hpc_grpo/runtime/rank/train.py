@@ -41,7 +41,7 @@ from hpc_grpo.runtime.rank.setup import grpo_args, hardware_check, model_load, p
 from hpc_grpo.runtime.rank.setup.model_load import check_quantization
 from hpc_grpo.runtime.rank.setup.placement import RuntimeCheckError
 from hpc_grpo.runtime.rank.setup.process_group import device_problems, setup_distributed
-from hpc_grpo.runtime.shared import setup_failure, vllm_address
+from hpc_grpo.runtime.shared import attempt_nodes, setup_failure, vllm_address
 from hpc_grpo.runtime.shared.signals import StopFlag, request_cause
 from hpc_grpo.runtime.shared.staged import dataset_name, describe, model_source
 
@@ -205,7 +205,8 @@ def _prepare(run: RunRecord, run_dir: Path, flag: StopFlag, device: Any, rank: i
     resume = _pick_resume(run_dir)
     resume_step = (folders.checkpoint_step(resume) or 0) if resume else 0
     if lead:
-        restart_record.record_resume(run_dir, previous, attempt, notes, resume, resume_step)
+        restart_record.record_resume(run_dir, previous, attempt, notes, resume, resume_step,
+                                         nodes=run.nodes)
     if resume is not None and 0 < args.max_steps <= resume_step:
         print(f"[train] {resume} is already at max_steps {args.max_steps}: done", flush=True)
         if lead:
@@ -326,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
 
     flag = StopFlag()
     flag.install(contract.ALWAYS_STOP)  # at once: the agent passed these down as ignored
-    run = rundir.load_run(run_dir)
+    # at this attempt's node count (min_nodes: its node task's HPC_GRPO_ATTEMPT_NODES)
+    run = attempt_nodes.for_rank(rundir.load_run(run_dir), os.environ)
     flag.install(run.stop.signals)
     try:
         code = train(run, run_dir, flag, started)

@@ -104,6 +104,13 @@ RULES: dict[str, tuple[str, set[str]]] = {
     # it, and a node task that started on fewer nodes (min_nodes) will need it without the launcher.
     "the batch split at another world size": (r"global_batch\s*%\s*\(", {"rundir/reshard.py"}),
     "a FIFO or device test": (r"S_ISFIFO|\.is_fifo\(|S_ISCHR", {"rundir/checkpoints.py"}),
+    # (#60, min_nodes) An attempt's layout at the node count Slurm granted: one rule (record_at),
+    # applied by the node task and the ranks to the count one module reads and hands on (the
+    # doctor's probe job reads Slurm's count for its own report); and sbatch's MIN-MAX range.
+    "an attempt's layout at the granted count": (
+        r"\bdef record_at\b|\bHPC_GRPO_ATTEMPT_NODES\b|SLURM_JOB_NUM_NODES",
+        {"rundir/reshard.py", "runtime/shared/attempt_nodes.py", "runtime/probe.py"}),
+    "sbatch's node range": (r"f\"\{min_nodes\}-\{nodes\}\"", {"scheduler/render.py"}),
     # (#59) Each save's time: saves.jsonl is opened by its one writer (rank 0, through
     # ledgers.append_save) and its one tolerant reader, nowhere else.
     "the saves ledger's file": (r"/\s*(\w+\.)?SAVES_JSONL\b|\"saves\.jsonl\"",
@@ -155,6 +162,8 @@ def test_the_scan_sees_a_second_copy() -> None:
         "a save's share of host memory": "HOST_FRACTION = 0.5  # of the node's available memory",
         "the batch split at another world size":
             "if global_batch % (size * world) == 0 and generation % (size * world) == 0]",
+        "an attempt's layout at the granted count": 'nodes = int(env["SLURM_JOB_NUM_NODES"])',
+        "sbatch's node range": 'nodes=f"{min_nodes}-{nodes}" if min_nodes else nodes,',
     }
     for rule, line in copies.items():
         assert re.search(RULES[rule][0], line), rule

@@ -28,8 +28,10 @@ def restart_cause(previous: RunState, run_dir: Path | None = None) -> str:
 
 
 def record_resume(run_dir: Path, previous: RunState, attempt: str, notes: list[str],
-                   resume: Path | None, resume_step: int) -> None:
-    """Rank 0: drop metric lines past the checkpoint and log the restart with its cause."""
+                   resume: Path | None, resume_step: int, *, nodes: int | None = None) -> None:
+    """Rank 0: drop metric lines past the checkpoint and log the restart with its cause and
+    the nodes this attempt runs on (``min_nodes``: fewer than run.json's where Slurm granted
+    fewer; status shows them)."""
     dropped = rundir.truncate_metrics(run_dir / contract.METRICS_JSONL, resume_step)
     rundir.update_state(run_dir, notes=notes, resumed_from=str(resume) if resume else None,
                         step=resume_step, metrics_lines_dropped=dropped, stop_cause=None)
@@ -39,6 +41,7 @@ def record_resume(run_dir: Path, previous: RunState, attempt: str, notes: list[s
             "cause": restart_cause(previous, run_dir), "previous_phase": previous.phase or None,
             "stopped_at_step": previous.step, "resumed_from_step": resume_step,
             "steps_lost": steps_lost(previous.step, resume_step),
+            **({"nodes": nodes} if nodes else {}),
         })
 
 

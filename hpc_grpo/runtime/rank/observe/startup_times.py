@@ -157,6 +157,7 @@ def install(trainer: Any, ctx: HookContext) -> list[str]:
     clock: StartupClock = ctx.clock
     run_dir, attempt = ctx.run_dir, ctx.attempt
     resumed_from_step = ctx.resume_step if ctx.resume else None
+    nodes = ctx.run.nodes  # this attempt's (rundir/reshard.record_at), status names it
     from transformers import TrainerCallback  # here: the module imports without the training stack
 
     class StartupCallback(TrainerCallback):  # type: ignore[misc]
@@ -171,8 +172,8 @@ def install(trainer: Any, ctx: HookContext) -> list[str]:
                 self.written = True
                 clock.mark()
                 try:  # a record of timing never ends a run (a full disk has its own handling)
-                    rundir.append_jsonl(run_dir / contract.STARTUP_JSONL,
-                                        clock.line(attempt, resumed_from_step))
+                    rundir.append_jsonl(run_dir / contract.STARTUP_JSONL,  # min_nodes: its nodes
+                                        {**clock.line(attempt, resumed_from_step), "nodes": nodes})
                 except OSError as exc:
                     print(f"[train] startup.jsonl not written: {exc}", flush=True)
             return control

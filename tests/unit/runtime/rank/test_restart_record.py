@@ -28,3 +28,11 @@ def test_steps_lost_under_logging_every_ten_steps(tmp_path: Path) -> None:
 def test_nothing_lost_when_the_stop_saved_its_step() -> None:
     assert restart_record.steps_lost(6, 6) == 0
     assert restart_record.steps_lost(3, 6) == 0  # a state older than the checkpoint: none
+
+
+def test_the_attempts_node_count_is_recorded(tmp_path: Path) -> None:
+    """min_nodes: each restart says how many nodes its attempt runs on (status shows it)."""
+    previous = RunState(attempt="slurm-3.0", phase="training", step=4)
+    restart_record.record_resume(tmp_path, previous, "slurm-3.1", [], None, 4, nodes=2)
+    (line,) = rundir.read_jsonl(tmp_path / contract.RESTARTS_JSONL)
+    assert line["nodes"] == 2
