@@ -56,12 +56,8 @@ def default_name(model: str) -> str:
 
 def save_record(save: SaveTime | None) -> dict[str, Any]:
     """run.json's predicted save (``status RUN`` puts each measured save beside it): the seconds,
-    the bandwidth a node and its source in one word. Each source's words begin with what it is
-    (preflight/output_write.py DECLARED and Measured.source; save_time.py's ASSUMED_SOURCE is the
-    one not ``known``)."""
+    the bandwidth a node and its source in one word (``SaveTime.kind``)."""
     if save is None:
         return {}
-    word = "assumed" if not save.known else \
-        "declared" if save.source.startswith("declared") else "measured"
     return {"predicted_save_s": save.seconds, "save_write_gbs": save.gbs,
-            "save_write_source": word}
+            "save_write_source": save.kind}

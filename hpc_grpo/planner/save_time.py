@@ -61,7 +61,7 @@ class SaveTime:
     node_bytes: int
     gbs: float
     source: str
-    known: bool  # declared or measured: a verdict may refuse
+    kind: str  # "declared", "measured" (WriteFigure.kind) or "assumed"
     seconds: float
     step_s: float
     step_source: str
@@ -72,6 +72,11 @@ class SaveTime:
     problem: str
     warnings: tuple[str, ...]
     async_save: bool = False
+
+    @property
+    def known(self) -> bool:
+        """Declared or measured: a verdict may refuse."""
+        return self.kind != "assumed"
 
     @property
     def saving_fraction(self) -> float | None:
@@ -142,7 +147,8 @@ def predict_save(req: SaveRequest) -> SaveTime:
     needed = lead_needed(req.step_s, seconds)
     problem, warnings = verdicts(req, gbs, node_bytes, needed)
     warnings += periodic_warnings(req, node_bytes, seconds)
-    return SaveTime(node_bytes, gbs, source, req.write is not None, seconds, req.step_s,
+    return SaveTime(node_bytes, gbs, source, req.write.kind if req.write else "assumed", seconds,
+                    req.step_s,
                     req.step_source, needed, req.lead_s, req.grace_s, req.save_steps, problem,
                     tuple(warnings), req.async_save)
 

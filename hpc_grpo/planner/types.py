@@ -5,6 +5,7 @@ is memory/request.py's, what it answers (MemoryPlan) memory_plan.py's."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from hpc_grpo.planner.memory.arch import ModelArch
 
@@ -37,8 +38,10 @@ class WriteFigure:
     """The output file system's write bandwidth a plan uses: GB/s (1e9 bytes) per node, every
     rank of the node writing at once, as the launcher found it (the profile's
     ``output_write_gbs``, else doctor's cached measurement of the output root:
-    preflight/output_write.py), and where it came from in words. None where neither is known:
-    the plan assumes (planner/save_time.py)."""
+    preflight/output_write.py), where it came from in words, and which of the two it is (run.json
+    and ``status`` say it in one word). None where neither is known: the plan assumes
+    (planner/save_time.py)."""
 
     gbs_per_node: float
     source: str
+    kind: Literal["declared", "measured"]

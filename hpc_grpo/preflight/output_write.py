@@ -103,6 +103,6 @@ def site_write(site: SiteProfile, root: str) -> WriteFigure | None:
     """The write bandwidth a plan of ``site`` writing to ``root`` uses: declared, else
     measured, else None (assumed)."""
     if site.output_write_gbs is not None:
-        return WriteFigure(site.output_write_gbs, DECLARED)
+        return WriteFigure(site.output_write_gbs, DECLARED, "declared")
     measured = read_measurement(site.name, root)
-    return WriteFigure(measured.gbs_per_node, measured.source) if measured else None
+    return WriteFigure(measured.gbs_per_node, measured.source, "measured") if measured else None

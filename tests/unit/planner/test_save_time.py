@@ -36,7 +36,7 @@ def size(zero: int = 3, world: int = 32, params: int = PARAMS_72B) -> Checkpoint
 
 def request(**kw: Any) -> SaveRequest:
     values: dict[str, Any] = dict(
-        size=size(), world_size=32, procs_per_node=8, write=WriteFigure(20.0, "declared"),
+        size=size(), world_size=32, procs_per_node=8, write=WriteFigure(20.0, "declared", "declared"),
         step_s=49.7, step_source="predicted", lead_s=300, time_limit_s=4 * 3600,
         max_time_s=2 * 86400, grace_s=None, save_steps=50, site_name="h100-pyxis")
     values.update(kw)
@@ -82,7 +82,7 @@ def test_an_assumed_bandwidth_says_so_and_refuses_nothing() -> None:
 
 
 def test_a_short_lead_is_warned_with_the_lead_that_fits() -> None:
-    save = predict_save(request(write=WriteFigure(1.0, "measured"), lead_s=120))
+    save = predict_save(request(write=WriteFigure(1.0, "measured", "measured"), lead_s=120))
     assert save.problem == ""
     warning, periodic = save.warnings  # the periodic saves hold training 8.8%: async_save named
     assert "--set async_save=true" in periodic
@@ -92,18 +92,18 @@ def test_a_short_lead_is_warned_with_the_lead_that_fits() -> None:
 
 
 def test_a_known_save_beyond_gracetime_is_refused_with_the_bytes_that_fit() -> None:
-    save = predict_save(request(write=WriteFigure(5.0, "measured"), grace_s=90))
+    save = predict_save(request(write=WriteFigure(5.0, "measured", "measured"), grace_s=90))
     assert "GraceTime 90 s" in save.problem and "at most" in save.problem
     assert any("(submit refuses this)" in w for w in save.warnings)
     with pytest.raises(UserError, match="GraceTime 90 s"):
         refuse_slow_save(save)
     # a GraceTime the step in flight alone passes: no save fits
-    tight = predict_save(request(write=WriteFigure(5.0, "measured"), grace_s=60))
+    tight = predict_save(request(write=WriteFigure(5.0, "measured", "measured"), grace_s=60))
     assert "fewer bytes cannot help" in tight.problem
 
 
 def test_a_lead_beyond_the_sites_limits_is_refused() -> None:
-    save = predict_save(request(write=WriteFigure(0.01, "declared"), max_time_s=3600,
+    save = predict_save(request(write=WriteFigure(0.01, "declared", "declared"), max_time_s=3600,
                                 time_limit_s=3600))
     assert "no lead within the site's limits" in save.problem
 
@@ -139,13 +139,13 @@ def test_periodic_saves_that_hold_training_long_name_async_save_and_it_changes_t
     44 s each, every 10 steps of 49.7 s) hold training over 5% of the time: the warning names
     async_save. With it the line says the write goes on beside the steps, and the stop's lead,
     which a stop's save (always written at once) needs, is unchanged."""
-    slow = predict_save(request(write=WriteFigure(5.0, "measured"), save_steps=10))
+    slow = predict_save(request(write=WriteFigure(5.0, "measured", "measured"), save_steps=10))
     assert slow.saving_fraction is not None and slow.saving_fraction > 0.05
     named = [w for w in slow.warnings if "--set async_save=true" in w]
     assert len(named) == 1 and f"{100 * slow.saving_fraction:.1f}% of the time" in named[0]
-    fast = predict_save(request(write=WriteFigure(50.0, "measured"), save_steps=10))
+    fast = predict_save(request(write=WriteFigure(50.0, "measured", "measured"), save_steps=10))
     assert not [w for w in fast.warnings if "async_save" in w]  # under 5%: not named
-    background = predict_save(request(write=WriteFigure(5.0, "measured"), save_steps=10,
+    background = predict_save(request(write=WriteFigure(5.0, "measured", "measured"), save_steps=10,
                                       async_save=True, node_memory_gib=2000))
     assert not [w for w in background.warnings if "async_save" in w]
     assert background.needed_s == slow.needed_s and background.to_dict()["async_save"]

@@ -38,7 +38,8 @@ def block() -> str:
     for gbs in (*BANDWIDTHS, None):  # None: the plan's own, at the assumed figure
         save = plan.save if gbs is None else plan_save(
             plan.site, plan.spec, plan.checkpoint, (plan.world_size, plan.procs_per_node),
-            WriteFigure(gbs, "declared"), (step, source), plan.signal_lead_s, plan.time_min)
+            WriteFigure(gbs, "declared", "declared"), (step, source), plan.signal_lead_s,
+            plan.time_min)
         assert save is not None and (gbs is not None or not save.known)
         shares = [f"{100 * save.seconds / (every * step):.2f}%" for every in SAVE_STEPS]
         fits = "yes" if save.needed_s <= plan.signal_lead_s else "no"

@@ -122,10 +122,10 @@ def test_cache_is_per_site_and_root(hpc_home: Path, tmp_path: Path) -> None:
     assert output_write.read_measurement("other", scratch) is None
     assert output_write.write_measurement("sandbox", scratch, {"error": "x"}) is None
     figure = output_write.site_write(_sandbox(), scratch)
-    assert figure is not None and figure.gbs_per_node == 3.2
+    assert figure is not None and (figure.gbs_per_node, figure.kind) == (3.2, "measured")
     assert "measured by doctor on 2026-11-30 (2 nodes x 2 ranks writing 1 GiB each" in figure.source
     declared = output_write.site_write(_sandbox(output_write_gbs=9.0), scratch)
-    assert declared == output_write.WriteFigure(9.0, output_write.DECLARED)
+    assert declared == output_write.WriteFigure(9.0, output_write.DECLARED, "declared")
     assert output_write.site_write(_sandbox(), str(tmp_path / "elsewhere")) is None
 
 
@@ -160,13 +160,14 @@ def test_plan_says_assumed_then_measured_then_declared(hpc_home: Path, tmp_path:
 
 def test_run_json_records_the_predicted_save_and_its_source_in_one_word() -> None:
     """run.json's predicted save (#59, what `status RUN` sets each save beside) is the plan's,
-    and its source word is read off each source's own text: assumed, declared, measured."""
+    and its source word is the figure's kind (WriteFigure.kind, set where it is found):
+    assumed, declared, measured."""
     site, model = _sandbox(), "Qwen/Qwen2.5-0.5B"
     spec = build_spec({"model_name_or_path": model, "nodes": 2}, {}, {}, site)
     measured = output_write.measured_from(report(3.2))
     assert measured is not None
-    for write, word in ((None, "assumed"), (WriteFigure(5.0, output_write.DECLARED), "declared"),
-                        (WriteFigure(3.2, measured.source), "measured")):
+    for write, word in ((None, "assumed"), (WriteFigure(5.0, output_write.DECLARED, "declared"), "declared"),
+                        (WriteFigure(3.2, measured.source, "measured"), "measured")):
         plan = build_plan(site, spec, ModelRef(model, local=False, arch=lookup_model(model)),
                           write=write)
         record = plan.run_record("r", "/runs/r")
