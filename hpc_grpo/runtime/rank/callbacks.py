@@ -30,7 +30,7 @@ LOGP_DIFF = {
 }
 
 
-def _dist_ready() -> bool:
+def dist_ready() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
@@ -65,7 +65,7 @@ class GracefulStopCallback(TrainerCallback):
         if self.flag.reason is None and self.stop_file.exists():
             self.flag.reason = request_reason(rundir.read_stop_request(self.stop_file.parent))
         local = torch.tensor([1 if self.flag.reason else 0], dtype=torch.int32, device=self.device)
-        if _dist_ready():
+        if dist_ready():
             dist.all_reduce(local, op=dist.ReduceOp.MAX)
         return bool(local.item())
 
@@ -133,7 +133,7 @@ class DiskSpaceCallback(TrainerCallback):
         needed = folders.bytes_needed(self.planned, output)
         free = folders.free_bytes(output)
         fits = torch.tensor([1 if needed <= free else 0], dtype=torch.int32, device=self.device)
-        if _dist_ready():
+        if dist_ready():
             dist.all_reduce(fits, op=dist.ReduceOp.MIN)
         if not int(fits.item()):
             control.should_save = False

@@ -32,7 +32,7 @@ anew, at once: a stop then needs one save's time of warning, not the rest of the
 flight plus its own (the plan's lead rule, planner/timing.py, is unchanged by async_save).
 
 Host memory. The bytes wait in host memory until written. A save hands at most
-``HOST_FRACTION`` (pinned_save's share) of the memory available to the job, split over the
+``CHECKPOINT_HOST_FRACTION`` (pinned_save's share too) of the memory available to the job, split over the
 node's ranks, to the writer; a file past it is written at once, said once in the rank log.
 
 Why not the anchors' own. PyTorch's distributed checkpoint ``async_save`` writes DCP's format,
@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpc_grpo.runtime.rank.checkpoints.pinned_save import HOST_FRACTION
+from hpc_grpo.rundir.contract import CHECKPOINT_HOST_FRACTION
 from hpc_grpo.runtime.rank.checkpoints.prefetch import cacheable_bytes
 from hpc_grpo.runtime.rank.context import HookContext
 
@@ -89,9 +89,9 @@ class Batch:
 class Writer:
     """This rank's writer thread and the one batch in flight (a save waits for the last)."""
 
-    def __init__(self, budget: Callable[[], int], delay_s: float = 0.0) -> None:
+    def __init__(self, budget: Callable[[], int]) -> None:
         self.budget = budget
-        self.delay_s = delay_s  # each file's write starts this much later (faults/slow_writes.py)
+        self.delay_s = 0.0  # each file's write starts this much later (faults/slow_writes.py)
         self.batch: Batch | None = None
         self.said_over_budget = False
         self._queue: queue.Queue[tuple[Batch, Path | None, Any]] = queue.Queue()
@@ -169,10 +169,7 @@ class Writer:
             try:
                 if self.delay_s:
                     time.sleep(self.delay_s)
-                with open(path, "wb") as out:
-                    out.write(data.getbuffer())
-                    out.flush()
-                    os.fsync(out.fileno())
+                _write(path, data)  # made durable with the rest of the folder at the seal
             except OSError as exc:
                 batch.error = f"{path}: {exc.strerror or exc}"
             finally:
@@ -180,18 +177,14 @@ class Writer:
 
 
 def _fsync_tree(folder: Path) -> str:
-    """fsync every file and folder under ``folder`` (the files the save wrote at once too);
-    "" or the first failure."""
+    """fsync every file under ``folder`` (the writer's and those the save wrote at once), then
+    every folder, deepest first, so each entry is durable before the folder naming it; "" or
+    the first failure."""
     try:
-        for item in sorted(folder.rglob("*")):
-            if item.is_file():
-                fd = os.open(item, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-        for directory in (folder, *(p for p in folder.rglob("*") if p.is_dir())):
-            fd = os.open(directory, os.O_RDONLY)
+        found = sorted(folder.rglob("*"))
+        for item in [p for p in found if p.is_file()] + \
+                [p for p in reversed(found) if p.is_dir()] + [folder]:
+            fd = os.open(item, os.O_RDONLY)
             try:
                 os.fsync(fd)
             finally:
@@ -276,7 +269,7 @@ def install(trainer: Any, ctx: HookContext) -> list[str]:
     if not ctx.run.async_save or ctx.marker is None:
         return []
     ranks = max(ctx.run.procs_per_node, 1)
-    writer = Writer(lambda: int(HOST_FRACTION * cacheable_bytes() / ranks))
+    writer = Writer(lambda: int(CHECKPOINT_HOST_FRACTION * cacheable_bytes() / ranks))
     write_in_background(trainer, ctx.marker, writer)
     return ["periodic checkpoints are written in the background while training goes on "
             "(async_save); the completion marker follows once every rank's files are durable"]

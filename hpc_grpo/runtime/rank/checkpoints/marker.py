@@ -18,15 +18,12 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from hpc_grpo import rundir
 from hpc_grpo.rundir import ledgers
+from hpc_grpo.runtime.rank.callbacks import dist_ready
 from hpc_grpo.runtime.rank.checkpoints import folders, save_parts
 
 # Fault injection for tests: a file of this name in the run directory holds the next save open
 # (files written, completion marker not yet) for that many seconds, once.
 FAULT_SAVE_DELAY = "fault-save-delay"
-
-
-def _dist_ready() -> bool:
-    return dist.is_available() and dist.is_initialized()
 
 
 class CheckpointMarkerCallback(TrainerCallback):
@@ -98,12 +95,16 @@ class CheckpointMarkerCallback(TrainerCallback):
         batch = self.pending
         if batch is None:
             return
-        self.background.abandon()
-        if _dist_ready():
-            dist.barrier()  # every rank's writer idle before the new save writes
+        self._writers_idle()
         self.pending = None
         print(f"[checkpoint] {batch.folder.name} given up ({batch.files} file(s) were being "
               "written in the background): this save writes every file anew", flush=True)
+
+    def _writers_idle(self) -> None:
+        """Every rank's writer drops what it has not written yet and goes idle (collective)."""
+        self.background.abandon()
+        if dist_ready():
+            dist.barrier()
 
     def _settle_background(self, wait: bool) -> None:
         """Mark the pending checkpoint once every rank's files are durable: an all-reduce (MIN)
@@ -113,7 +114,7 @@ class CheckpointMarkerCallback(TrainerCallback):
             self.background.wait()
         local = (-1 if batch.error else 1) if batch.done.is_set() else 0
         answer = torch.tensor([local], dtype=torch.int32, device=self.device)
-        if _dist_ready():
+        if dist_ready():
             dist.all_reduce(answer, op=dist.ReduceOp.MIN)
         verdict = int(answer.item())
         if verdict == 0:
@@ -133,9 +134,7 @@ class CheckpointMarkerCallback(TrainerCallback):
         """A background write failed on some rank (a full disk, a quota): every rank's writer
         stops, then rank 0 removes the folder, whose files would otherwise hold the space the
         next save needs (the free-space check skips saves until there is room)."""
-        self.background.abandon()
-        if _dist_ready():
-            dist.barrier()
+        self._writers_idle()
         why = batch.error or "another rank's write failed"
         line = (f"checkpoint-{batch.step} not completed: its background write failed ({why}); "
                 "the newest complete checkpoint stays the one a restart resumes from")
@@ -168,7 +167,7 @@ class CheckpointMarkerCallback(TrainerCallback):
             self.clock.step_ended()
             return control
         waiting = time.perf_counter()
-        if _dist_ready():
+        if dist_ready():
             dist.barrier()
         self.clock.add("wait_for_ranks", time.perf_counter() - waiting)
         self._mark(folder, state.global_step, self.step_end)
@@ -177,14 +176,14 @@ class CheckpointMarkerCallback(TrainerCallback):
     @property
     def is_lead(self) -> bool:
         """Rank 0: the marker's, retention's and state.json's single writer."""
-        return not _dist_ready() or dist.get_rank() == 0
+        return not dist_ready() or dist.get_rank() == 0
 
     def _mark(self, folder: Path, step: int, step_end: float, held_s: float | None = None,
               parts: dict[str, float] | None = None, quiet: bool = False) -> None:
         """Rank 0: the completion marker, retention, state.json; every rank: the save's line."""
         marking = time.perf_counter()
         if self.is_lead:
-            world = dist.get_world_size() if _dist_ready() else 1
+            world = dist.get_world_size() if dist_ready() else 1
             folders.write_marker(folder, step, world)
             best = Path(self.best) if self.best else None
             for gone in folders.retain(folder.parent, self.keep, best):
