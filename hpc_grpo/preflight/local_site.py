@@ -25,7 +25,7 @@ from hpc_grpo.errors import UserError
 from hpc_grpo.preflight import machine as probing
 from hpc_grpo.preflight import siteinit
 from hpc_grpo.preflight.links import read_measurement
-from hpc_grpo.preflight.machine import Machine
+from hpc_grpo.preflight.machine import Gpu, Machine
 from hpc_grpo.preflight.node_job import runs_on
 from hpc_grpo.scheduler import slurm
 
@@ -49,12 +49,14 @@ def busy_gpus(site: SiteProfile, found: Machine) -> SiteFacts:
     trainer's rest): a card another process holds more than BUSY_SHARE of (a second local run,
     a notebook) would fail minutes into the job, at the engine's start. The warning for plan,
     the refusal for submit, naming the free cards to use instead."""
+    def busy(g: Gpu) -> bool:
+        return g.used_mib is not None and g.used_mib > BUSY_SHARE * g.memory_mib
+
     planned = found.gpus[:site.gpus_per_node]
-    taken = [g for g in planned if g.used_mib is not None and g.used_mib > BUSY_SHARE * g.memory_mib]
+    taken = [g for g in planned if busy(g)]
     if not taken:
         return SiteFacts(site)
-    free = [str(g.index) for g in found.gpus
-            if g.used_mib is not None and g.used_mib <= BUSY_SHARE * g.memory_mib]
+    free = [str(g.index) for g in found.gpus if g.used_mib is not None and not busy(g)]
     listed = ", ".join(f"GPU {g.index} {g.used_mib:,} of {g.memory_mib:,} MiB" for g in taken)
     line = (f"site '{site.name}' plans {len(planned)} GPU(s) whole, but other processes hold "
             f"memory on {listed} (nvidia-smi's memory.used): the run would fail when its vLLM "
