@@ -185,3 +185,12 @@ def wait_restarts(run_dir: Path, count: int, timeout: float = 180) -> dict[str, 
             return found[count - 1]
         time.sleep(1.0)
     raise AssertionError(f"no restart {count} in {run_dir}: {restarts(run_dir)}")
+
+
+def counting_dataset(folder: Path, count: int) -> tuple[str, str]:
+    """``--dataset FILE`` of ``count`` counting prompts of 1 to 4 numbers, in ``folder`` (the
+    nodes share /tmp)."""
+    path = folder / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"prompt": "Count on: " + " ".join(map(str, range(i, i + 1 + i % 4)))})
+                            + "\n" for i in range(count)))
+    return ("--dataset", str(path))

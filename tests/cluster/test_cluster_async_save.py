@@ -29,6 +29,7 @@ import pytest
 
 from tests.cluster.clusterlib import (
     RECIPE,
+    counting_dataset,
     finished,
     job_nodes,
     kill_training,
@@ -47,14 +48,6 @@ ARGS = ("--site", "sandbox", "--nodes", "2", "--procs-per-node", "1", "--zero-st
         "--set", f"max_steps={STEPS}", "--set", "save_steps=2", "--time", "00:30:00")
 SLOW_WRITES = "HPC_GRPO_FAULT_BACKGROUND_WRITE_DELAY_S"  # faults/slow_writes.py
 EPOCH_STEPS = 8  # 16 prompts, one a rank a step (4 generations of it)
-
-
-def _dataset(folder: Path) -> tuple[str, str]:
-    """``--dataset FILE`` of 16 counting prompts (the nodes share /tmp)."""
-    path = folder / "prompts.jsonl"
-    path.write_text("".join(json.dumps({"prompt": "Count on: " + " ".join(map(str, range(i, i + 1 + i % 4)))})
-                            + "\n" for i in range(2 * EPOCH_STEPS)))
-    return ("--dataset", str(path))
 
 
 def _attempt_log(run_dir: Path) -> str:
@@ -111,7 +104,7 @@ def _partitions_differ(run_dir: Path, other: Path) -> list[str]:
 
 def test_a_background_write_interrupted_by_usr2_and_by_a_killed_node_resumes_exactly(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    args = (*ARGS, *_dataset(tmp_path))
+    args = (*ARGS, *counting_dataset(tmp_path, 2 * EPOCH_STEPS))
     ref_id, _, ref_dir = submit(tmp_path / "runs", *args, "--name", "sync-saves")
     assert wait_for(ref_id, finished, timeout=600)["state"] == "COMPLETED"
     ds = json.loads((ref_dir / "deepspeed.json").read_text())

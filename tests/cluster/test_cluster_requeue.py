@@ -25,6 +25,7 @@ from hpc_grpo.preflight.requeue_hold import cred_expire_s
 from hpc_grpo.scheduler import slurm
 from tests.cluster.clusterlib import (
     RECIPE,
+    counting_dataset,
     final_state_differs,
     finished,
     job_nodes,
@@ -55,10 +56,7 @@ ARGS = ("--site", "sandbox", "--nodes", "2", "--recipe", str(RECIPE),
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     """``--dataset FILE`` of PROMPTS counting prompts of 1 to 4 numbers (the nodes share /tmp)."""
-    path = tmp_path_factory.mktemp("data") / "prompts.jsonl"
-    path.write_text("".join(json.dumps({"prompt": "Count on: " + " ".join(map(str, range(i, i + 1 + i % 4)))})
-                            + "\n" for i in range(PROMPTS)))
-    return ("--dataset", str(path))
+    return counting_dataset(tmp_path_factory.mktemp("data"), PROMPTS)
 
 
 @pytest.fixture(scope="module")
